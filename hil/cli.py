@@ -1,0 +1,421 @@
+"""The ``hil`` command line: offline simulation, model inspection and benchmarks.
+
+Only command-line logic lives here; the numerics are in ``sim``. Errors caused by the user's input
+(files, options, configuration) print one red line on stderr and exit with code 2; a diverged plant
+exits with code 3. Neither prints a traceback.
+"""
+from __future__ import annotations
+
+import contextlib
+import gc
+import json
+import math
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Optional
+
+import numpy as np
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
+from rich.table import Table
+from rich.text import Text
+
+from hil import __version__
+from hil.files import OutputRecorder, StateFileError, load_state_file, write_state_json
+from sim.config import ConfigError, ModelConfig, load_model_config
+from sim.excitations import ExcitationFileError, load_excitation_csv
+
+EXIT_BAD_INPUT = 2
+EXIT_DIVERGED = 3
+PROGRESS_INTERVAL_S = 0.05  # refresh the progress bar at most ~20 times per second
+BENCH_STEPS_DEFAULT = (0.004, 0.001)
+
+app = typer.Typer(name="hil", no_args_is_help=True, add_completion=False,
+                  pretty_exceptions_show_locals=False,
+                  help="FES hardware-in-the-loop testbed with the DAS3 shoulder/arm model as plant.")
+model_app = typer.Typer(no_args_is_help=True, help="Inspect the DAS3 model.")
+bench_app = typer.Typer(no_args_is_help=True, help="Measure the plant's speed.")
+app.add_typer(model_app, name="model")
+app.add_typer(bench_app, name="bench")
+
+
+class BadInputError(ValueError):
+    """An option value that cannot be used."""
+
+
+def _stdout() -> Console:
+    return Console()
+
+
+def _stderr() -> Console:
+    return Console(stderr=True)
+
+
+def _error(message: str) -> None:
+    _stderr().print(Text(f"Error: {message}", style="bold red"), soft_wrap=True)
+
+
+def _exit_code(exc: BaseException) -> int | None:
+    """Exit code for an error caused by the input or the plant, None for anything else (a bug)."""
+    bad_input: tuple[type[BaseException], ...] = (
+        ConfigError, ExcitationFileError, StateFileError, BadInputError, OSError)
+    try:
+        from sim.plant import InvalidInputError, PlantDivergedError
+    except ImportError:
+        pass
+    else:
+        if isinstance(exc, PlantDivergedError):
+            return EXIT_DIVERGED
+        bad_input += (InvalidInputError,)
+    return EXIT_BAD_INPUT if isinstance(exc, bad_input) else None
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.filename is not None and exc.strerror:
+        return f"{exc.filename}: {exc.strerror}"
+    return str(exc) or type(exc).__name__
+
+
+@contextlib.contextmanager
+def _user_errors():
+    """Turn input and divergence errors into a red message and an exit code."""
+    try:
+        yield
+    except typer.Exit:
+        raise
+    except Exception as exc:
+        code = _exit_code(exc)
+        if code is None:
+            raise
+        _error(_describe(exc))
+        raise typer.Exit(code) from None
+
+
+def _positive(option: str, value: float) -> float:
+    if not (math.isfinite(value) and value > 0.0):
+        raise BadInputError(f"{option} must be a finite number > 0, not {value!r}")
+    return value
+
+
+def _load_config(path: Optional[Path]) -> ModelConfig:
+    return ModelConfig() if path is None else load_model_config(path)
+
+
+def _check_output_path(path: Path, option: str) -> None:
+    parent = path.resolve().parent
+    if not parent.is_dir():
+        raise BadInputError(f"{option} {path}: directory {parent} does not exist")
+    if path.is_dir():
+        raise BadInputError(f"{option} {path} is a directory")
+
+
+def _print_json(doc) -> None:
+    sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        typer.echo(f"hil (fes-hil) {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[bool, typer.Option("--version", callback=_version_callback, is_eager=True,
+                                          help="Print the version and exit.")] = False,
+) -> None:
+    """FES hardware-in-the-loop testbed with the DAS3 shoulder/arm model as plant."""
+
+
+# --------------------------------------------------------------------------------------------------
+# hil simulate
+
+@app.command()
+def simulate(
+    excitations: Annotated[Path, typer.Option(
+        "--excitations", "-e", help="Excitation CSV: 'time' column (s) + one column per muscle.")],
+    duration: Annotated[float, typer.Option(help="Simulated time T, s.")],
+    step: Annotated[float, typer.Option(help="Integration step h, s. round(T/h) steps are taken.")],
+    out: Annotated[Path, typer.Option(help="Output CSV (one row per step plus the initial row).")],
+    initial: Annotated[str, typer.Option(
+        help="'equilibrium' (the published passive equilibrium) or a state file: JSON with key "
+             "'x' or a one-row CSV, 298 values.")] = "equilibrium",
+    model_config: Annotated[Optional[Path], typer.Option(
+        help="Model options TOML (see configs/model.toml); default: the published values.")] = None,
+) -> None:
+    """Simulate the plant offline under an excitation schedule and write the outputs to CSV."""
+    with _user_errors():
+        _positive("--duration", duration)
+        _positive("--step", step)
+        n_steps = round(duration / step)
+        if n_steps < 1:
+            raise BadInputError(f"--duration {duration} s is shorter than half a --step {step} s")
+        _check_output_path(out, "--out")
+
+        from sim.model import load_model
+        from sim.plant import Plant, PlantDivergedError
+
+        model = load_model(_load_config(model_config))
+        schedule = load_excitation_csv(excitations, model.muscle_names)
+        x0 = None if initial == "equilibrium" else load_state_file(initial, model.n_states)
+
+        plant = Plant(model, step_s=step, initial_state=x0)
+        t_warm = time.perf_counter()
+        plant.warmup()
+        warmup_s = time.perf_counter() - t_warm
+
+        recorder = OutputRecorder(model.dof_names, n_steps + 1)
+        recorder.record(0.0, plant.outputs)
+        u = np.zeros(len(model.muscle_names))
+        err = _stderr()
+        progress = Progress(TextColumn("simulating"), BarColumn(), TaskProgressColumn(),
+                            TimeRemainingColumn(), console=err, disable=not err.is_terminal)
+        task = progress.add_task("simulate", total=n_steps)
+        next_update = 0.0
+        diverged = None
+        t = 0.0
+        t_start = time.perf_counter()
+        with progress:
+            for n in range(n_steps):
+                t = (n + 1) * step
+                schedule.fill(t, u)
+                try:
+                    plant.step(u)
+                except PlantDivergedError as exc:
+                    diverged = exc
+                    break
+                recorder.record(t, plant.outputs)
+                now = time.perf_counter()
+                if now >= next_update:
+                    progress.update(task, completed=n + 1)
+                    next_update = now + PROGRESS_INTERVAL_S
+            progress.update(task, completed=recorder.n_rows - 1)
+        wall_s = time.perf_counter() - t_start
+        recorder.save(out)
+
+        if diverged is not None:
+            _error(f"plant diverged in the step to t = {t:.6g} s: {diverged}; wrote the "
+                   f"{recorder.n_rows} rows before it to {out}")
+            raise typer.Exit(EXIT_DIVERGED)
+
+        sim_s = n_steps * step
+        summary = Table(title="hil simulate", show_header=False)
+        summary.add_column(style="bold")
+        summary.add_column()
+        if not math.isclose(sim_s, duration, rel_tol=0.0, abs_tol=1e-9):
+            summary.add_row("note", f"--duration {duration} s is not a multiple of --step; "
+                                    f"simulated {sim_s:.6g} s")
+        summary.add_row("steps", f"{n_steps} x {step * 1e3:g} ms = {sim_s:g} s simulated")
+        summary.add_row("wall time", f"{wall_s:.3f} s (+ {warmup_s:.2f} s warm-up)")
+        summary.add_row("real-time factor", f"{sim_s / wall_s:.2f}" if wall_s > 0 else "inf")
+        summary.add_row("clipped excitations", f"{plant.clipped_total} (values outside [0, 1] in "
+                                               f"the file: {schedule.n_out_of_range})")
+        summary.add_row("output", f"{out} ({recorder.n_rows} rows)")
+        _stdout().print(summary)
+
+
+# --------------------------------------------------------------------------------------------------
+# hil model ...
+
+@model_app.command("info")
+def model_info(
+    json_out: Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")] = False,
+) -> None:
+    """List the DOFs with their ranges and the muscle elements with the DOFs they cross."""
+    with _user_errors():
+        from sim.model import load_model
+
+        model = load_model(ModelConfig())
+    dof_names = model.dof_names
+    ranges_deg = np.degrees(model.dof_ranges)
+    muscles = [
+        {"index": i, "name": name, "dofs": [dof_names[j] for j in dofs], "dof_indices": list(dofs),
+         "crosses_gh": bool(model.crosses_gh[i])}
+        for i, (name, dofs) in enumerate(zip(model.muscle_names, model.muscle_dof_indices))
+    ]
+    gh_names = [m["name"] for m in muscles if m["crosses_gh"]]
+    if json_out:
+        _print_json({
+            "n_states": int(model.n_states),
+            "dofs": [{"index": i, "name": name, "range_deg": ranges_deg[i].tolist(),
+                      "range_rad": model.dof_ranges[i].tolist()} for i, name in enumerate(dof_names)],
+            "muscles": muscles,
+            "muscles_crossing_gh": gh_names,
+        })
+        return
+
+    console = _stdout()
+    dofs = Table(title=f"DAS3 DOFs ({model.n_states} states)")
+    dofs.add_column("#", justify="right")
+    dofs.add_column("DOF")
+    dofs.add_column("min (deg)", justify="right")
+    dofs.add_column("max (deg)", justify="right")
+    for i, name in enumerate(dof_names):
+        dofs.add_row(str(i), name, f"{ranges_deg[i, 0]:.1f}", f"{ranges_deg[i, 1]:.1f}")
+    console.print(dofs)
+
+    table = Table(title=f"Muscle elements ({len(muscles)}; {len(gh_names)} cross GH)")
+    table.add_column("#", justify="right")
+    table.add_column("muscle")
+    table.add_column("DOFs crossed")
+    table.add_column("crosses GH", justify="center")
+    for m in muscles:
+        table.add_row(str(m["index"]), m["name"], " ".join(m["dofs"]), "yes" if m["crosses_gh"] else "")
+    console.print(table)
+
+
+@model_app.command("equilibrium")
+def model_equilibrium(
+    model_config: Annotated[Optional[Path], typer.Option(
+        help="Model options TOML (see configs/model.toml); default: the published values.")] = None,
+    out: Annotated[Optional[Path], typer.Option(
+        help="Write the 298-value state as JSON (usable with 'hil simulate --initial').")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")] = False,
+) -> None:
+    """Solve the passive equilibrium (zero excitation) and report posture, residual and GH force."""
+    with _user_errors():
+        if out is not None:
+            _check_output_path(out, "--out")
+        from sim.equilibrium import solve_equilibrium
+        from sim.model import load_model
+
+        model = load_model(_load_config(model_config))
+        t0 = time.perf_counter()
+        res = solve_equilibrium(model)
+        solve_s = time.perf_counter() - t0
+        if out is not None:
+            write_state_json(out, res.x, (
+                f"Passive equilibrium (zero excitation) from 'hil model equilibrium', fes-hil "
+                f"{__version__}, model config {model_config or 'defaults'}; residual RMS "
+                f"{res.residual_rms:.3g}. x = [q(11), qdot(11), s(138), a(138)], SI units, rad."))
+
+    q_deg = np.degrees(np.asarray(res.x[: len(model.dof_names)]))
+    gh_force = [float(v) for v in res.gh_force]
+    if json_out:
+        _print_json({
+            "q_deg": {name: float(v) for name, v in zip(model.dof_names, q_deg)},
+            "residual_rms": float(res.residual_rms),
+            "iterations": int(res.iterations),
+            "solve_time_s": solve_s,
+            "gh_force_N_scapula": gh_force,
+            "gh_theta_deg": math.degrees(res.gh_theta),
+            "gh_phi_deg": math.degrees(res.gh_phi),
+            "gh_stability": float(res.gh_stability),
+            "out": None if out is None else str(out),
+        })
+        return
+
+    summary = Table(title="Passive equilibrium (zero excitation)", show_header=False)
+    summary.add_column(style="bold")
+    summary.add_column()
+    for name, v in zip(model.dof_names, q_deg):
+        summary.add_row(f"{name} (deg)", f"{v:.3f}")
+    summary.add_row("residual RMS", f"{res.residual_rms:.3g}")
+    summary.add_row("iterations", f"{res.iterations} ({solve_s:.2f} s)")
+    summary.add_row("GH force (N, scapula frame)", "({:.2f}, {:.2f}, {:.2f})".format(*gh_force))
+    summary.add_row("glenoid angles (deg)", f"theta {math.degrees(res.gh_theta):.2f} (superior +), "
+                                            f"phi {math.degrees(res.gh_phi):.2f}")
+    summary.add_row("GH stability", f"{res.gh_stability:.3f} (-1 centred, 0 rim, > 0 outside)")
+    if out is not None:
+        summary.add_row("state written to", str(out))
+    _stdout().print(summary)
+
+
+# --------------------------------------------------------------------------------------------------
+# hil bench ...
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def _time_steps(plant, u: np.ndarray, n_steps: int) -> np.ndarray:
+    """Duration of each of ``n_steps`` plant steps, ns, with the cyclic GC off."""
+    durations = np.empty(n_steps, dtype=np.int64)
+    clock = time.perf_counter_ns
+    gc_was_enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        for i in range(n_steps):
+            t0 = clock()
+            plant.step(u)
+            durations[i] = clock() - t0
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    return durations
+
+
+@bench_app.command("plant")
+def bench_plant(
+    step: Annotated[Optional[float], typer.Option(
+        help="Step size h, s (default: 0.004 and 0.001).")] = None,
+    steps: Annotated[int, typer.Option(help="Timed steps per step size.")] = 5000,
+    excitation: Annotated[float, typer.Option(
+        help="Constant excitation of every muscle during the run.")] = 0.05,
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Time plant steps from the published equilibrium under a constant excitation."""
+    import numba
+
+    with _user_errors():
+        step_sizes = BENCH_STEPS_DEFAULT if step is None else (_positive("--step", step),)
+        if steps < 1:
+            raise BadInputError(f"--steps must be >= 1, not {steps}")
+        if not (math.isfinite(excitation) and 0.0 <= excitation <= 1.0):
+            raise BadInputError(f"--excitation must be in [0, 1], not {excitation!r}")
+
+        from sim.model import load_model
+        from sim.plant import Plant
+
+        model = load_model(ModelConfig())
+        u = np.full(len(model.muscle_names), excitation)
+        results = []
+        for h in step_sizes:
+            plant = Plant(model, step_s=h)
+            plant.warmup()
+            durations = _time_steps(plant, u, steps)
+            results.append({
+                "step_s": h,
+                "median_step_us": float(np.median(durations)) / 1e3,
+                "p99_step_us": float(np.percentile(durations, 99)) / 1e3,
+                "max_step_us": float(durations.max()) / 1e3,
+                "realtime_factor": steps * h / (float(durations.sum()) * 1e-9),
+            })
+
+    env = {"cpu": _cpu_model(), "cpu_count": os.cpu_count(), "python": platform.python_version(),
+           "numpy": np.__version__, "numba": numba.__version__, "steps": steps,
+           "excitation": excitation}
+    if json_out:
+        doc = {**env, "results": results}
+        if step is not None:
+            doc.update({k: results[0][k] for k in
+                        ("step_s", "median_step_us", "p99_step_us", "realtime_factor")})
+        _print_json(doc)
+        return
+
+    console = _stdout()
+    table = Table(title=f"Plant step time ({steps} steps from the published equilibrium, "
+                        f"excitation {excitation:g}, GC off)")
+    table.add_column("step (ms)", justify="right")
+    table.add_column("median (µs)", justify="right")
+    table.add_column("p99 (µs)", justify="right")
+    table.add_column("max (µs)", justify="right")
+    table.add_column("real-time factor", justify="right")
+    for r in results:
+        table.add_row(f"{r['step_s'] * 1e3:g}", f"{r['median_step_us']:.1f}", f"{r['p99_step_us']:.1f}",
+                      f"{r['max_step_us']:.1f}", f"{r['realtime_factor']:.1f}")
+    console.print(table)
+    console.print(f"CPU: {env['cpu']} ({env['cpu_count']} logical), Python {env['python']}, "
+                  f"numpy {env['numpy']}, numba {env['numba']}")

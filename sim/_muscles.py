@@ -1,0 +1,160 @@
+"""Muscle part of the DAS3 residual: path lengths, contraction dynamics and muscle moments.
+
+Spec "Muscle-tendon path" and "Muscle contraction" (paper eqs. 2-3 and App. A). Per muscle i:
+
+    L_i(q) = sum_t c_t prod_j q_j^e_tj         (value, exact gradient and Hessian)
+    g_i = F4 - (a F1 F2 + F3) cos(p) - F5      (contraction residual, normalised by Fmax)
+    F_i = Fmax F4,   tau_m = -sum_i (dL_i/dq) F_i
+
+and the exact partial derivatives the Rosenbrock step and the tests need.
+"""
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+from numba import njit
+
+from sim.model import (ECC_FORCE_MAX, FL_WIDTH, HILL_A, MUS_C1, MUS_C2, MUS_FMAX,
+                       MUS_K1PEE, MUS_K1SEE, MUS_KPEE, MUS_KSEE, MUS_LCEOPT, MUS_PEESLACK, MUS_PENN_B,
+                       MUS_SEESLACK, MUS_VMAX, N_DOF, N_MUS, SDOT_DAMPING)
+
+_jit = njit(cache=True, nogil=True, boundscheck=False)
+
+class MuscleWork(NamedTuple):
+    """Preallocated workspace and outputs of :func:`muscle_eval`."""
+
+    mono: np.ndarray     # (NM,) every monomial of q used by the polynomials (see ModelArrays.mono_*)
+    L: np.ndarray        # (138,) muscle-tendon length, m
+    G: np.ndarray        # (138, 9) dL/dq over the muscle's own DOFs (local order)
+    force: np.ndarray    # (138,) N
+    dF4: np.ndarray      # (138,) dF4/de (SEE), 1/m
+    g: np.ndarray        # (138,) contraction residual
+    g_s: np.ndarray      # (138,) dg/ds
+    g_sd: np.ndarray     # (138,) dg/dsdot
+    g_a: np.ndarray      # (138,) dg/da       (dg/dq = dF4 * G)
+    tau: np.ndarray      # (11,) muscle generalized forces
+    dtau_dq: np.ndarray  # (11, 11)
+    C: np.ndarray        # (138, 9) d tau / d s_i on the muscle's DOFs (local order)
+
+
+def new_muscle_work(n_monomials: int) -> MuscleWork:
+    return MuscleWork(
+        mono=np.zeros(n_monomials), L=np.zeros(N_MUS), G=np.zeros((N_MUS, 9)),
+        force=np.zeros(N_MUS), dF4=np.zeros(N_MUS), g=np.zeros(N_MUS),
+        g_s=np.zeros(N_MUS), g_sd=np.zeros(N_MUS), g_a=np.zeros(N_MUS), tau=np.zeros(N_DOF),
+        dtau_dq=np.zeros((N_DOF, N_DOF)), C=np.zeros((N_MUS, 9)),
+    )
+
+
+@_jit
+def fill_monomials(A, q, mono):
+    """mono[m] = prod_j q_j ** e_mj for every monomial of the model's polynomials (one product each)."""
+    mono[0] = 1.0
+    for m in range(1, mono.shape[0]):
+        mono[m] = mono[A.mono_parent[m]] * q[A.mono_dof[m]]
+
+
+@_jit
+def sparse_row(row, coef, idx, mono, r):
+    """sum_t coef[t] * mono[idx[t]] over CSR row r."""
+    acc = 0.0
+    for t in range(row[r], row[r + 1]):
+        acc += coef[t] * mono[idx[t]]
+    return acc
+
+
+@_jit
+def contraction(P, L, s, sd, a):
+    """Hill model of one muscle (spec "Muscle contraction"); P = its row of ModelArrays.mus.
+
+    Returns (g, dg/ds, dg/dsdot, dg/da, F4, dF4/de)."""
+    lceopt, b = P[MUS_LCEOPT], P[MUS_PENN_B]
+    lce = math.sqrt(s * s + b * b)
+    cosp = s / lce
+    dcosp = b * b / (lce * lce * lce)                      # d cos(p) / ds
+    # F1: force-length
+    x1 = (lce - 1.0) / FL_WIDTH
+    f1 = math.exp(-x1 * x1)
+    df1 = -2.0 * x1 / FL_WIDTH * f1                        # dF1/dLce
+    # F2: force-velocity of Lcedot = sdot cos(p)
+    vmax = P[MUS_VMAX]
+    v = sd * cosp
+    if v < 0.0:
+        den = vmax - v / HILL_A
+        f2 = (vmax + v) / den
+        df2 = vmax * (1.0 + 1.0 / HILL_A) / (den * den)
+    else:
+        c3 = vmax * HILL_A * (ECC_FORCE_MAX - 1.0) / (HILL_A + 1.0)
+        f2 = (ECC_FORCE_MAX * v + c3) / (v + c3)
+        df2 = c3 * (ECC_FORCE_MAX - 1.0) / ((v + c3) * (v + c3))
+    # F3: parallel elastic element
+    xp = lce - P[MUS_PEESLACK]
+    f3 = P[MUS_K1PEE] * xp
+    df3 = P[MUS_K1PEE]
+    if xp > 0.0:
+        f3 += P[MUS_KPEE] * xp * xp
+        df3 += 2.0 * P[MUS_KPEE] * xp
+    # F4: series elastic element, elongation in metres
+    e = L - s * lceopt - P[MUS_SEESLACK]
+    f4 = P[MUS_K1SEE] * e
+    df4 = P[MUS_K1SEE]
+    if e > 0.0:
+        f4 += P[MUS_KSEE] * e * e
+        df4 += 2.0 * P[MUS_KSEE] * e
+    act = a * f1 * f2 + f3
+    g = f4 - act * cosp - SDOT_DAMPING * sd
+    dact_ds = a * (df1 * cosp * f2 + f1 * df2 * sd * dcosp) + df3 * cosp
+    g_s = -lceopt * df4 - dact_ds * cosp - act * dcosp
+    g_sd = -a * f1 * df2 * cosp * cosp - SDOT_DAMPING
+    g_a = -f1 * f2 * cosp
+    return g, g_s, g_sd, g_a, f4, df4
+
+
+@_jit
+def muscle_eval(A, q, s, sd, a, W):
+    """Fill W with lengths, forces, contraction residuals, muscle moments and their derivatives:
+    tau = -sum_i F_i dL_i/dq;  dtau/dq = -sum_i (F_i d2L_i/dq2 + Fmax dF4_i dL_i/dq dL_i/dq^T)."""
+    mono = W.mono
+    fill_monomials(A, q, mono)
+    W.tau[:] = 0.0
+    W.dtau_dq[:, :] = 0.0
+    for i in range(N_MUS):
+        P = A.mus[i]
+        nd = A.mus_ndof[i]
+        L = sparse_row(A.len_row, A.len_coef, A.len_mono, mono, i)
+        for k in range(nd):
+            W.G[i, k] = sparse_row(A.grad_row, A.grad_coef, A.grad_mono, mono, 9 * i + k)
+        g, g_s, g_sd, g_a, f4, df4 = contraction(P, L, s[i], sd[i], a[i])
+        W.L[i] = L
+        W.g[i], W.g_s[i], W.g_sd[i], W.g_a[i] = g, g_s, g_sd, g_a
+        fmax = P[MUS_FMAX]
+        F = fmax * f4
+        W.force[i] = F
+        W.dF4[i] = df4
+        dFdL = fmax * df4
+        for k in range(nd):
+            dk = A.mus_dofs[i, k]
+            Gk = W.G[i, k]
+            W.tau[dk] -= Gk * F
+            W.C[i, k] = dFdL * P[MUS_LCEOPT] * Gk
+            for m in range(nd):
+                W.dtau_dq[dk, A.mus_dofs[i, m]] -= dFdL * Gk * W.G[i, m]
+    for p in range(A.hess_muscle.shape[0]):
+        h = W.force[A.hess_muscle[p]] * sparse_row(A.hess_row, A.hess_coef, A.hess_mono, mono, p)
+        da, db = A.hess_dofs[p, 0], A.hess_dofs[p, 1]
+        W.dtau_dq[da, db] -= h
+        if da != db:
+            W.dtau_dq[db, da] -= h
+
+
+@_jit
+def activation_rates(A, u, a, out_rate, out_da, out_du):
+    """da/dt = (u - a)(c1 u + c2) (paper eq. 1) and its partial derivatives."""
+    for i in range(N_MUS):
+        c1, c2 = A.mus[i, MUS_C1], A.mus[i, MUS_C2]
+        k = c1 * u[i] + c2
+        out_rate[i] = (u[i] - a[i]) * k
+        out_da[i] = -k
+        out_du[i] = k + (u[i] - a[i]) * c1

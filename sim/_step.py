@@ -1,0 +1,352 @@
+"""Residual, Jacobian pieces, outputs and the structured first-order Rosenbrock step (numba kernels).
+
+The implicit model is f(x, xdot, u) = 0 with x = [q, qdot, s, a] (spec "State, inputs, residual").
+:func:`evaluate` fills the residual and the *structured* Jacobian pieces:
+
+    d f_eom / dq    = Aq  (11x11)        d f_eom / dqdot = Av (11x11)     d f_eom / dqdd = -M
+    d f_eom / ds_i  = C_i (on muscle i's DOFs)
+    d g_i / dq      = dF4_i * dL_i/dq    d g_i / ds_i, d g_i / dsdot_i, d g_i / da_i   (scalars)
+    d h_i / da_i    = -rate_da_i         d h_i / dadot_i = 1      d h_i / du_i = -rate_du_i
+
+:func:`rosenbrock_step` applies paper eq. 8,
+    dx = (df/dx + df/dxdot / h)^-1 (df/dxdot xdot_n - f(x_n, xdot_n, u_n) - df/du (u_{n+1} - u_n)),
+by eliminating the diagonal activation rows, then the scalar contraction row of each muscle, leaving one
+dense 11x11 system in dq (dqdot = r_q + dq / h); it never forms the 298x298 matrix.
+"""
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+from numba import njit
+
+from sim._dual import SLOT_Q, SLOT_QD
+from sim._multibody import MultibodyWork, multibody_eval, new_multibody_work
+from sim._muscles import MuscleWork, activation_rates, muscle_eval, new_muscle_work, sparse_row
+from sim.model import N_DOF, N_MUS, N_STATES, SCAPULA_FRAME, HUMERUS_FRAME
+
+_jit = njit(cache=True, nogil=True, boundscheck=False)
+
+IQ, IQD, IS, IA = 0, N_DOF, 2 * N_DOF, 2 * N_DOF + N_MUS  # state block offsets
+
+STEP_OK = 0
+STEP_NONFINITE = 1
+STEP_RESIDUAL = 2
+STEP_SINGULAR = 3
+STEP_BAD_INPUT = 4
+STEP_MESSAGES = {
+    STEP_NONFINITE: "the state became non-finite",
+    STEP_RESIDUAL: "the dynamics residual blew up",
+    STEP_SINGULAR: "the Rosenbrock iteration matrix became singular",
+}
+
+
+class StepWork(NamedTuple):
+    f: np.ndarray        # (298,) residual at the last evaluation
+    rate: np.ndarray     # (138,) da/dt
+    rate_da: np.ndarray  # (138,)
+    rate_du: np.ndarray  # (138,)
+    Aq: np.ndarray       # (11, 11) d f_eom / dq
+    Av: np.ndarray       # (11, 11) d f_eom / dqdot
+    K: np.ndarray        # (11, 11) reduced system
+    kb: np.ndarray       # (11,)
+    piv: np.ndarray      # (11,) int
+    dx: np.ndarray       # (298,)
+    wsol: np.ndarray     # (138,) per-muscle particular solution of the contraction rows
+    dden: np.ndarray     # (138,) per-muscle pivot d_i = dg/ds + dg/dsdot / h
+    rq: np.ndarray       # (11,)
+    B: np.ndarray        # (11, 11)
+    u_next: np.ndarray   # (138,) validated, clipped excitation of the step being taken
+    x_prev: np.ndarray   # (298,) state before the step (restored on failure)
+    xd_prev: np.ndarray  # (298,)
+
+
+class OutputWork(NamedTuple):
+    th_angles: np.ndarray     # (3,) plane of elevation, elevation, axial rotation (rad)
+    gh_force: np.ndarray      # (3,) N, on the scapula, scapula frame
+    gh_angles: np.ndarray     # (2,) theta (superior-inferior), phi (anterior-posterior), rad
+    gh_stability: np.ndarray  # (1,)
+    contact_force: np.ndarray  # (2, 3) N on the scapula at TS, AI, thorax frame
+    hand_position: np.ndarray  # (3,) m, thorax frame
+    conoid_force: np.ndarray   # (3,) N on the scapula, thorax frame
+    scap_R: np.ndarray         # (3, 3) scratch
+    loa: np.ndarray            # (3,) scratch
+
+
+class PlantWork(NamedTuple):
+    """The per-run ``Data`` workspace: everything a step writes. One per plant; never shared."""
+
+    mb: MultibodyWork
+    mu: MuscleWork
+    st: StepWork
+    out: OutputWork
+
+
+def new_plant_work(A) -> PlantWork:
+    st = StepWork(
+        f=np.zeros(N_STATES), rate=np.zeros(N_MUS), rate_da=np.zeros(N_MUS), rate_du=np.zeros(N_MUS),
+        Aq=np.zeros((N_DOF, N_DOF)), Av=np.zeros((N_DOF, N_DOF)), K=np.zeros((N_DOF, N_DOF)),
+        kb=np.zeros(N_DOF), piv=np.zeros(N_DOF, np.int64), dx=np.zeros(N_STATES), wsol=np.zeros(N_MUS),
+        dden=np.zeros(N_MUS), rq=np.zeros(N_DOF), B=np.zeros((N_DOF, N_DOF)),
+        u_next=np.zeros(N_MUS), x_prev=np.zeros(N_STATES), xd_prev=np.zeros(N_STATES),
+    )
+    out = OutputWork(
+        th_angles=np.zeros(3), gh_force=np.zeros(3), gh_angles=np.zeros(2), gh_stability=np.zeros(1),
+        contact_force=np.zeros((2, 3)), hand_position=np.zeros(3), conoid_force=np.zeros(3),
+        scap_R=np.zeros((3, 3)), loa=np.zeros(3),
+    )
+    return PlantWork(mb=new_multibody_work(), mu=new_muscle_work(A.mono_parent.shape[0]), st=st, out=out)
+
+
+@_jit
+def evaluate(A, x, xd, u, loads, W):
+    """Residual f(x, xdot, u) into W.st.f and all Jacobian pieces into W (see module docstring)."""
+    q, qd, s, a = x[IQ:IQD], x[IQD:IS], x[IS:IA], x[IA:]
+    qdd, sd, ad = xd[IQD:IS], xd[IS:IA], xd[IA:]
+    mb, mu, st = W.mb, W.mu, W.st
+    multibody_eval(A, q, qd, qdd, loads, mb)
+    muscle_eval(A, q, s, sd, a, mu)
+    activation_rates(A, u, a, st.rate, st.rate_da, st.rate_du)
+    f = st.f
+    for j in range(N_DOF):
+        f[IQ + j] = qd[j] - xd[IQ + j]
+        f[IQD + j] = mb.Q[j, 0] + mu.tau[j]
+        for i in range(N_DOF):
+            st.Aq[j, i] = mb.Q[j, SLOT_Q + i] + mu.dtau_dq[j, i]
+            st.Av[j, i] = mb.Q[j, SLOT_QD + i]
+    for i in range(N_MUS):
+        f[IS + i] = mu.g[i]
+        f[IA + i] = ad[i] - st.rate[i]
+
+
+@_jit
+def _lu_solve_inplace(K, b, piv):
+    """Solve K y = b (small dense) by Gaussian elimination with partial pivoting; y -> b. K is destroyed.
+
+    Returns False if a pivot is zero or not finite."""
+    n = K.shape[0]
+    for c in range(n):
+        p = c
+        best = abs(K[c, c])
+        for r in range(c + 1, n):
+            v = abs(K[r, c])
+            if v > best:
+                best, p = v, r
+        if not (best > 0.0) or not math.isfinite(best):
+            return False
+        piv[c] = p
+        if p != c:
+            for k in range(n):
+                K[c, k], K[p, k] = K[p, k], K[c, k]
+            b[c], b[p] = b[p], b[c]
+        inv = 1.0 / K[c, c]
+        for r in range(c + 1, n):
+            fac = K[r, c] * inv
+            if fac != 0.0:
+                for k in range(c + 1, n):
+                    K[r, k] -= fac * K[c, k]
+                b[r] -= fac * b[c]
+    for c in range(n - 1, -1, -1):
+        acc = b[c]
+        for k in range(c + 1, n):
+            acc -= K[c, k] * b[k]
+        b[c] = acc / K[c, c]
+    return True
+
+
+@_jit
+def rosenbrock_solve(A, x, xd, u0, u1, h, W):
+    """dx of paper eq. 8 from the pieces of the last :func:`evaluate` at (x, xd, u0); result in W.st.dx.
+
+    Returns STEP_OK or STEP_SINGULAR."""
+    mb, mu, st = W.mb, W.mu, W.st
+    f, dx = st.f, st.dx
+    qdd, sd, ad = xd[IQD:IS], xd[IS:IA], xd[IA:]
+    inv_h = 1.0 / h
+    M = mb.M
+    # q rows:  -dq/h + dqdot = r_q,   r_q = -xdot_q - f_q
+    for j in range(N_DOF):
+        st.rq[j] = -xd[IQ + j] - f[IQ + j]
+    # B = Av - M/h ; K = Aq + B/h ; kb = r_e - B r_q with r_e = -M qdd - f_eom
+    for j in range(N_DOF):
+        re = -f[IQD + j]
+        for i in range(N_DOF):
+            re -= M[j, i] * qdd[i]
+            st.B[j, i] = st.Av[j, i] - M[j, i] * inv_h
+        st.kb[j] = re
+    for j in range(N_DOF):
+        acc = 0.0
+        for i in range(N_DOF):
+            st.K[j, i] = st.Aq[j, i] + st.B[j, i] * inv_h
+            acc += st.B[j, i] * st.rq[i]
+        st.kb[j] -= acc
+    # activation rows (diagonal) and contraction rows (scalar per muscle), eliminated into K, kb
+    for i in range(N_MUS):
+        rh = ad[i] - f[IA + i] + st.rate_du[i] * (u1[i] - u0[i])
+        da = rh / (-st.rate_da[i] + inv_h)
+        dx[IA + i] = da
+        rg = mu.g_sd[i] * sd[i] - f[IS + i]
+        d = mu.g_s[i] + mu.g_sd[i] * inv_h
+        w = (rg - mu.g_a[i] * da) / d
+        st.wsol[i] = w
+        st.dden[i] = d
+        nd = A.mus_ndof[i]
+        fac = mu.dF4[i] / d
+        for k in range(nd):
+            dk = A.mus_dofs[i, k]
+            ck = mu.C[i, k]
+            st.kb[dk] -= ck * w
+            for m in range(nd):
+                st.K[dk, A.mus_dofs[i, m]] -= ck * fac * mu.G[i, m]
+    if not _lu_solve_inplace(st.K, st.kb, st.piv):
+        return STEP_SINGULAR
+    for j in range(N_DOF):
+        dq = st.kb[j]
+        dx[IQ + j] = dq
+        dx[IQD + j] = st.rq[j] + dq * inv_h
+    for i in range(N_MUS):
+        acc = 0.0
+        for k in range(A.mus_ndof[i]):
+            acc += mu.G[i, k] * st.kb[A.mus_dofs[i, k]]
+        dx[IS + i] = st.wsol[i] - mu.dF4[i] * acc / st.dden[i]
+    return STEP_OK
+
+
+@_jit
+def apply_step(x, xd, dx, h):
+    """x <- x + dx, xdot <- dx / h if everything is finite (returns False and leaves x alone if not)."""
+    for k in range(dx.shape[0]):
+        if not math.isfinite(dx[k]):
+            return False
+    inv_h = 1.0 / h
+    for k in range(dx.shape[0]):
+        x[k] += dx[k]
+        xd[k] = dx[k] * inv_h
+    return True
+
+
+@_jit
+def residual_max(f):
+    m = 0.0
+    for k in range(f.shape[0]):
+        v = abs(f[k])
+        if not (v <= m):  # also catches NaN
+            m = v
+    return m
+
+
+@_jit
+def compute_outputs(A, W):
+    """Outputs of the state of the last :func:`evaluate` (spec "Outputs")."""
+    mb, mu, out = W.mb, W.mu, W.out
+    R = mb.R[HUMERUS_FRAME, :, :, 0]
+    # thoracohumeral YZY angles of R = R_thorax->humerus
+    out.th_angles[0] = math.atan2(R[2, 1], -R[0, 1])
+    out.th_angles[1] = math.acos(min(1.0, max(-1.0, R[1, 1])))
+    out.th_angles[2] = math.atan2(R[1, 2], R[1, 0])
+    for i in range(3):
+        out.hand_position[i] = mb.hand_position[i]
+        out.conoid_force[i] = mb.conoid_F[i, 0]
+        for n in range(2):
+            out.contact_force[n, i] = mb.contact_F[n, i, 0]
+    # GH force on the scapula, scapula frame: R6^T (sum m(g - a) + external) + sum_i F_i d_i
+    S = mb.R[SCAPULA_FRAME, :, :, 0]
+    gw = mb.gh_force_world
+    for i in range(3):
+        out.gh_force[i] = S[0, i] * gw[0] + S[1, i] * gw[1] + S[2, i] * gw[2]
+    loa = out.loa
+    for k in range(A.gh_muscle.shape[0]):
+        for c in range(3):
+            loa[c] = sparse_row(A.loa_row, A.loa_coef, A.loa_mono, mu.mono, 3 * k + c)
+        norm = math.sqrt(loa[0] * loa[0] + loa[1] * loa[1] + loa[2] * loa[2])
+        if norm > 0.0:
+            F = mu.force[A.gh_muscle[k]] / norm
+            for c in range(3):
+                out.gh_force[c] += F * loa[c]
+    # GH stability (paper eq. 9; spec "Outputs")
+    G = A.glenoid
+    fx = G[0, 0] * out.gh_force[0] + G[0, 1] * out.gh_force[1] + G[0, 2] * out.gh_force[2]
+    fy = G[1, 0] * out.gh_force[0] + G[1, 1] * out.gh_force[1] + G[1, 2] * out.gh_force[2]
+    fz = G[2, 0] * out.gh_force[0] + G[2, 1] * out.gh_force[1] + G[2, 2] * out.gh_force[2]
+    theta = math.atan2(fy, fx)
+    phi = math.atan2(fz, fx)
+    if fx <= 0.0 and fy == 0.0 and fz == 0.0:
+        theta = math.pi  # no direction: treat as pointing away from the fossa
+    out.gh_angles[0] = theta
+    out.gh_angles[1] = phi
+    out.gh_stability[0] = (theta / A.gh_rim[0]) ** 2 + (phi / A.gh_rim[1]) ** 2 - 1.0
+
+
+@_jit
+def plant_step(A, x, xd, u0, u1, loads, h, residual_limit, W):
+    """One fixed step from an up-to-date evaluation at (x, xd, u0): solve, update, re-evaluate at the new
+    state with u1 (ready for the next step) and compute the outputs. Returns a STEP_* status; on failure
+    x and xd are left unchanged."""
+    status = rosenbrock_solve(A, x, xd, u0, u1, h, W)
+    if status != STEP_OK:
+        return status
+    st = W.st
+    st.x_prev[:] = x
+    st.xd_prev[:] = xd
+    if not apply_step(x, xd, st.dx, h):
+        return STEP_NONFINITE
+    evaluate(A, x, xd, u1, loads, W)
+    r = residual_max(st.f)
+    status = STEP_OK
+    if not math.isfinite(r):
+        status = STEP_NONFINITE
+    elif r > residual_limit:
+        status = STEP_RESIDUAL
+    if status != STEP_OK:
+        x[:] = st.x_prev
+        xd[:] = st.xd_prev
+        return status
+    compute_outputs(A, W)
+    return STEP_OK
+
+
+@_jit
+def clip_excitation(u_in, u_out):
+    """u_out <- clip(u_in, 0, 1). Returns the number of clipped values, or -1 (u_out untouched) if any
+    value is NaN or infinite."""
+    for i in range(u_in.shape[0]):
+        if not math.isfinite(u_in[i]):
+            return -1
+    n = 0
+    for i in range(u_in.shape[0]):
+        v = u_in[i]
+        if v < 0.0:
+            v = 0.0
+            n += 1
+        elif v > 1.0:
+            v = 1.0
+            n += 1
+        u_out[i] = v
+    return n
+
+
+@_jit
+def bundle_prime(bundle, x, xd, u0, loads):
+    """Evaluate at (x, xd, u0) and compute the outputs (after a reset or a change of loads)."""
+    A, W = bundle.items
+    evaluate(A, x, xd, u0, loads, W)
+    compute_outputs(A, W)
+    return residual_max(W.st.f)
+
+
+@_jit
+def bundle_step(bundle, x, xd, u0, u_in, loads, h, residual_limit, stale):
+    """Real-time entry point: validate/clip u_in, (re-)evaluate if stale, one Rosenbrock step.
+
+    Returns (status, n_clipped). On STEP_OK, u0 <- the applied (clipped) excitation."""
+    A, W = bundle.items
+    n_clipped = clip_excitation(u_in, W.st.u_next)
+    if n_clipped < 0:
+        return STEP_BAD_INPUT, 0
+    if stale:
+        evaluate(A, x, xd, u0, loads, W)
+    status = plant_step(A, x, xd, u0, W.st.u_next, loads, h, residual_limit, W)
+    if status == STEP_OK:
+        u0[:] = W.st.u_next
+    return status, n_clipped

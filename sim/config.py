@@ -1,0 +1,129 @@
+"""Model options: :class:`ModelConfig` and its TOML file format (``configs/model.toml``).
+
+The file has one table, ``[model]``; every key is optional and defaults to the published DAS3
+release. Angles are given in degrees in the file (keys ending in ``_deg``) and stored in radians in
+:class:`ModelConfig`; everything else is SI.
+"""
+from __future__ import annotations
+
+import difflib
+import math
+import tomllib
+from dataclasses import dataclass
+from os import PathLike
+
+__all__ = ["ConfigError", "ModelConfig", "load_model_config"]
+
+
+class ConfigError(ValueError):
+    """A model configuration that cannot be used. The message names the file, the key and the reason."""
+
+    def __init__(self, reason: str, *, file: str | PathLike | None = None, key: str | None = None):
+        self.file = None if file is None else str(file)
+        self.key = key
+        self.reason = reason
+        where = [part for part in (self.file, None if key is None else f"key {key!r}") if part]
+        super().__init__(": ".join([", ".join(where), reason]) if where else reason)
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Options of the DAS3 model. The defaults reproduce the published release.
+
+    Attributes:
+        hand_weight: apply gravity to the hand. The published release gives the hand inertia but no
+            weight (its published equilibrium has none), so this is off by default.
+        gh_rim_theta: half-angle of the glenoid rim in the superior-inferior direction, rad.
+        gh_rim_phi: half-angle of the glenoid rim in the anterior-posterior direction, rad.
+        joint_k1: linear passive joint stiffness K1 about the middle of each DOF range, Nm/rad.
+        joint_k2: quadratic stiffness K2 outside the DOF range, Nm/rad^2.
+        joint_damping: passive joint damping B, Nm s/rad.
+    """
+
+    hand_weight: bool = False
+    gh_rim_theta: float = math.radians(44.37)
+    gh_rim_phi: float = math.radians(38.55)
+    joint_k1: float = 1.0
+    joint_k2: float = 5000.0
+    joint_damping: float = 1.0
+
+    def __post_init__(self) -> None:
+        for name in _FIELDS:
+            reason = _check(name, getattr(self, name), in_file_units=False)
+            if reason is not None:
+                raise ConfigError(reason, key=name)
+
+
+# Dataclass field -> (key in the TOML file, conversion from the file's unit; None = no conversion).
+_FIELDS = {
+    "hand_weight": ("hand_weight", None),
+    "gh_rim_theta": ("gh_rim_theta_deg", math.radians),
+    "gh_rim_phi": ("gh_rim_phi_deg", math.radians),
+    "joint_k1": ("joint_k1", float),
+    "joint_k2": ("joint_k2", float),
+    "joint_damping": ("joint_damping", float),
+}
+_FILE_KEYS = {key: name for name, (key, _) in _FIELDS.items()}
+
+
+def _check(name: str, value: object, *, in_file_units: bool) -> str | None:
+    """Why ``value`` is not valid for field ``name`` (in file or dataclass units), or None."""
+    if name == "hand_weight":
+        return None if isinstance(value, bool) else f"must be true or false, not {value!r}"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"must be a number, not {value!r}"
+    if not math.isfinite(value):
+        return f"must be finite, not {value!r}"
+    if name in ("gh_rim_theta", "gh_rim_phi"):
+        hi, unit = (90.0, "degrees") if in_file_units else (math.pi / 2, "rad")
+        if not 0.0 < value < hi:
+            return f"must be strictly between 0 and {hi:g} {unit}, not {value!r}"
+    elif value < 0.0:
+        return f"must be >= 0, not {value!r}"
+    return None
+
+
+def _unknown(kind: str, name: str, valid) -> str:
+    close = difflib.get_close_matches(name, list(valid), n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return f"unknown {kind} {name!r}{hint}; valid: {', '.join(sorted(valid))}"
+
+
+def load_model_config(path: str | PathLike) -> ModelConfig:
+    """Read a model configuration TOML file (see ``configs/model.toml``).
+
+    Every key of the ``[model]`` table is optional; missing keys keep the published defaults.
+
+    Raises:
+        ConfigError: the file cannot be read or parsed, or has an unknown table or key, a value of
+            the wrong type, a non-finite value or a value out of range.
+    """
+    try:
+        with open(path, "rb") as fh:
+            doc = tomllib.load(fh)
+    except OSError as exc:
+        raise ConfigError(f"cannot read file: {exc.strerror or exc}", file=path) from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"invalid TOML: {exc}", file=path) from exc
+
+    for table in doc:
+        if table != "model":
+            raise ConfigError(_unknown("table", table, ["model"]), file=path, key=table)
+    section = doc.get("model", {})
+    if not isinstance(section, dict):
+        raise ConfigError("must be a table ([model])", file=path, key="model")
+
+    values: dict[str, object] = {}
+    for key, raw in section.items():
+        if key not in _FILE_KEYS:
+            raise ConfigError(_unknown("key", key, _FILE_KEYS), file=path, key=key)
+        name = _FILE_KEYS[key]
+        reason = _check(name, raw, in_file_units=True)
+        if reason is not None:
+            raise ConfigError(reason, file=path, key=key)
+        to_field = _FIELDS[name][1]
+        values[name] = raw if to_field is None else to_field(raw)
+    try:
+        return ModelConfig(**values)
+    except ConfigError as exc:  # only if a conversion rounds onto a bound
+        raise ConfigError(exc.reason, file=path, key=_FIELDS[exc.key][0]) from None

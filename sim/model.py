@@ -1,0 +1,332 @@
+"""Immutable DAS3 model parameters (the ``Model`` half of the Model/Data split).
+
+:func:`load_model` reads the published DAS3 release-2 parameter set shipped in ``sim/data`` (see
+``sim/data/README.md`` for provenance) and packs everything the numba kernels need into read-only numpy
+arrays (:class:`ModelArrays`). Equations and constants follow ``das3-model.md`` (the project's plant spec)
+and Chadwick et al. 2014, Appendix A/B.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from importlib import resources
+from typing import NamedTuple
+
+import numpy as np
+
+from sim.config import ModelConfig
+
+N_DOF = 11
+N_MUS = 138
+N_STATES = 2 * N_DOF + 2 * N_MUS  # 298
+N_LOADS = 10  # 5 moments, arm support (distance, force), hand force (3)
+N_FRAMES = N_DOF + 1  # frame 0 = thorax (ground), frame j+1 = after DOF j
+
+DOF_NAMES = ("SCy", "SCz", "SCx", "ACy", "ACz", "ACx", "GHy", "GHz", "GHyy", "ELx", "PSy")
+LOAD_NAMES = ("M_th_y", "M_th_z", "M_hum_y", "M_elbow", "M_pronation",
+              "armsupport_distance", "armsupport_force", "hand_force_x", "hand_force_y", "hand_force_z")
+
+# Muscle constants hard-coded in the release (spec "Muscle contraction").
+FL_WIDTH = 0.56          # W, force-length width
+SEE_STRAIN_AT_FMAX = 0.04  # umax
+PEE_REL_FORCE = 1.0      # krel, PEE force / Fmax at elongation W
+HILL_A = 0.25
+ECC_FORCE_MAX = 1.5      # gmax
+LINEAR_STIFFNESS = 10.0  # N/m, the small k1 term of PEE and SEE
+SDOT_DAMPING = 0.001     # F5 = 0.001 * sdot
+
+# Glenoid x axis in the scapula frame (spec "Outputs"): humeral-head centre -> glenoid centre.
+GLENOID_X = (-0.98162, 0.11772, 0.15020)
+
+# Bodies with mass, the frame they are fixed to (index into frames) and their segment names.
+BODY_SEGMENTS = ("clavicler", "scapular", "humerusr", "ulnar", "radiusr", "handr")
+BODY_FRAMES = (3, 6, 9, 10, 11, 11)
+HUMERUS_FRAME = 9
+SCAPULA_FRAME = 6
+CLAVICLE_FRAME = 3
+ULNA_FRAME = 10
+RADIUS_FRAME = 11
+
+
+class ModelArrays(NamedTuple):
+    """Every parameter the kernels read, as contiguous read-only arrays (numba-friendly)."""
+
+    joint_loc: np.ndarray      # (11, 3) joint centre in the parent frame, m
+    joint_axis: np.ndarray     # (11, 3) unit rotation axis in the parent frame
+    body_frame: np.ndarray     # (6,) int
+    body_mass: np.ndarray      # (6,) kg
+    body_com: np.ndarray       # (6, 3) centre of mass in the body's frame, m
+    body_inertia: np.ndarray   # (6, 3, 3) inertia about the COM, body frame, kg m^2
+    body_weight: np.ndarray    # (6,) 1.0 if gravity acts on the body, else 0.0
+    gravity: np.ndarray        # (3,) m/s^2, thorax frame
+    conoid: np.ndarray         # (9,) origin(3, clavicle), insertion(3, scapula), length, stiffness, eps
+    contact_points: np.ndarray  # (2, 3) TS, AI in the scapula frame
+    contact: np.ndarray        # (8,) centre(3), radii(3), stiffness, eps
+    hand_com_radius: np.ndarray  # (3,) hand COM in the radius frame (rc.location + hand COM)
+    joint_lo: np.ndarray       # (11,) rad
+    joint_hi: np.ndarray
+    joint_mid: np.ndarray
+    joint_k: np.ndarray        # (3,) K1 [Nm/rad], K2 [Nm/rad^2], B [Nms/rad]
+    mus: np.ndarray            # (138, 12) per-muscle constants, see MUS_* indices
+    mus_ndof: np.ndarray       # (138,) int, number of DOFs crossed
+    mus_dofs: np.ndarray       # (138, 9) int, DOFs crossed (padded with -1)
+    mono_parent: np.ndarray    # (NM,) int: monomial m = monomial[mono_parent[m]] * q[mono_dof[m]]
+    mono_dof: np.ndarray       # (NM,) int (entry 0 is the constant 1)
+    len_row: np.ndarray        # (139,) CSR rows of L_i(q) = sum coef * monomial
+    len_coef: np.ndarray
+    len_mono: np.ndarray
+    grad_row: np.ndarray       # (138*9+1,) CSR rows of dL_i/dq_(local k), row 9 i + k
+    grad_coef: np.ndarray
+    grad_mono: np.ndarray
+    hess_muscle: np.ndarray    # (NP,) int: Hessian entry p belongs to muscle hess_muscle[p] ...
+    hess_dofs: np.ndarray      # (NP, 2) int: ... and is d2 L / dq_a dq_b (global DOFs, a <= b)
+    hess_row: np.ndarray       # (NP+1,) CSR rows of those second derivatives
+    hess_coef: np.ndarray
+    hess_mono: np.ndarray
+    gh_muscle: np.ndarray      # (67,) int, muscle index of each GH line-of-action fit
+    loa_row: np.ndarray        # (67*3+1,) CSR rows: component c of fit k is row 3 k + c
+    loa_coef: np.ndarray
+    loa_mono: np.ndarray
+    glenoid: np.ndarray        # (3, 3) rows x_g, y_g, z_g in the scapula frame
+    gh_rim: np.ndarray         # (2,) theta_a, phi_a, rad
+
+
+# Column indices of ModelArrays.mus
+(MUS_FMAX, MUS_LCEOPT, MUS_SEESLACK, MUS_PEESLACK, MUS_PENN_B, MUS_VMAX, MUS_C1, MUS_C2,
+ MUS_KSEE, MUS_KPEE, MUS_K1PEE, MUS_K1SEE) = range(12)
+
+
+@dataclass(frozen=True)
+class Das3Model:
+    """The DAS3 model: names and ranges for people, :attr:`arrays` for the kernels. Immutable."""
+
+    config: ModelConfig
+    arrays: ModelArrays
+    dof_names: tuple[str, ...]
+    dof_ranges: np.ndarray
+    muscle_names: tuple[str, ...]
+    muscle_dof_indices: tuple[tuple[int, ...], ...]
+    crosses_gh: np.ndarray
+    equilibrium_state: np.ndarray
+    data_sha256: str
+
+    n_dof: int = N_DOF
+    n_muscles: int = N_MUS
+    n_states: int = N_STATES
+
+    def muscle_index(self, name: str) -> int:
+        """Index of a muscle element by its model name (e.g. ``trapscap1``)."""
+        try:
+            return self.muscle_names.index(name)
+        except ValueError:
+            raise KeyError(f"unknown muscle element {name!r}") from None
+
+
+def _read_data(name: str) -> bytes:
+    return resources.files("sim.data").joinpath(name).read_bytes()
+
+
+def _ro(a, dtype=np.float64) -> np.ndarray:
+    arr = np.ascontiguousarray(np.array(a, dtype=dtype))
+    arr.setflags(write=False)
+    return arr
+
+
+class _MonomialTable:
+    """Every monomial used by the path and line-of-action polynomials and their derivatives, closed under
+    lowering any exponent, so each is one multiplication away from a lower one (evaluated once a step)."""
+
+    def __init__(self) -> None:
+        self._index: dict[tuple[int, ...], int] = {}
+
+    def add(self, exps: tuple[int, ...]) -> None:
+        if exps in self._index:
+            return
+        self._index[exps] = -1
+        for j, e in enumerate(exps):
+            if e:
+                self.add(exps[:j] + (e - 1,) + exps[j + 1:])
+
+    def freeze(self):
+        order = sorted(self._index, key=lambda e: (sum(e), e))
+        self._index = {e: i for i, e in enumerate(order)}
+        parent = np.zeros(len(order), np.int64)
+        dof = np.zeros(len(order), np.int64)
+        for i, e in enumerate(order):
+            if sum(e):
+                j = next(k for k, v in enumerate(e) if v)
+                parent[i] = self._index[e[:j] + (e[j] - 1,) + e[j + 1:]]
+                dof[i] = j
+        return parent, dof
+
+    def __getitem__(self, exps: tuple[int, ...]) -> int:
+        return self._index[exps]
+
+
+def _full_exponents(row, dofs) -> tuple[int, ...]:
+    e = [0] * N_DOF
+    for local, v in enumerate(row):
+        e[dofs[local]] += int(v)
+    return tuple(e)
+
+
+def _lowered(e: tuple[int, ...], *dofs: int) -> tuple[int, ...]:
+    out = list(e)
+    for d in dofs:
+        out[d] -= 1
+    return tuple(out)
+
+
+def _csr(rows):
+    """rows: list of lists of (coef, key) -> (row starts, coefs, keys)."""
+    starts = np.zeros(len(rows) + 1, np.int64)
+    starts[1:] = np.cumsum([len(r) for r in rows])
+    coefs = np.array([c for r in rows for c, _ in r], np.float64)
+    keys = [k for r in rows for _, k in r]
+    return starts, coefs, keys
+
+
+def _unit(v) -> np.ndarray:
+    v = np.asarray(v, np.float64)
+    return v / np.linalg.norm(v)
+
+
+def load_model(config: ModelConfig | None = None) -> Das3Model:
+    """Build the immutable model from the shipped data files and a :class:`ModelConfig`."""
+    config = config or ModelConfig()
+    raw_model = _read_data("das3_model.json")
+    raw_eq = _read_data("das3_equilibrium.json")
+    raw_loa = _read_data("gh_lines_of_action.json")
+    digest = hashlib.sha256(raw_model + raw_eq + raw_loa).hexdigest()
+    m = json.loads(raw_model)
+    eq = json.loads(raw_eq)
+    loa = json.loads(raw_loa)
+
+    dof_names = tuple(d["name"] for d in m["dofs"])
+    if dof_names != DOF_NAMES:
+        raise ValueError(f"unexpected DOF order in model data: {dof_names}")
+    ranges = np.array([d["range"] for d in m["dofs"]], np.float64)
+
+    joints = {j["name"]: j for j in m["joints"]}
+    segs = {s["name"]: s for s in m["segments"]}
+    # (joint name, axis key) for each DOF, in DOF order (spec "Kinematics").
+    dof_axes = [("sc1", "r1_axis"), ("sc2", "r2_axis"), ("sc3", "r3_axis"),
+                ("ac1", "r1_axis"), ("ac2", "r2_axis"), ("ac3", "r3_axis"),
+                ("gh1", "r2_axis"), ("gh2", "r3_axis"), ("gh3", "r2_axis"),
+                ("hu", "r1_axis"), ("ur", "r1_axis")]
+    joint_loc = np.array([joints[j]["location"] for j, _ in dof_axes], np.float64)
+    joint_axis = np.array([_unit(joints[j][ax]) for j, ax in dof_axes])
+
+    body_mass, body_com, body_inertia, body_weight = [], [], [], []
+    for name in BODY_SEGMENTS:
+        s = segs[name]
+        body_mass.append(s["mass"])
+        com = np.array(s["mass_center"], np.float64)
+        if name == "handr":
+            com = com + np.array(joints["rc"]["location"], np.float64)
+        body_com.append(com)
+        body_inertia.append(s["inertia"])
+        body_weight.append(1.0 if (name != "handr" or config.hand_weight) else 0.0)
+
+    muscles = m["muscles"]
+    if len(muscles) != N_MUS:
+        raise ValueError(f"expected {N_MUS} muscles, found {len(muscles)}")
+    mus = np.zeros((N_MUS, 12))
+    mus_ndof = np.zeros(N_MUS, np.int64)
+    mus_dofs = -np.ones((N_MUS, 9), np.int64)
+    table = _MonomialTable()
+    terms = []  # per muscle: list of (coef, full exponent tuple)
+    for i, mu in enumerate(muscles):
+        fmax, lceopt, slack = float(mu["fmax"]), float(mu["lceopt"]), float(mu["lslack"])
+        c2 = 1.0 / mu["tdeact"]
+        mus[i] = (fmax, lceopt, slack, mu["PEEslack"], np.sin(mu["pennopt"]), mu["vmax"],
+                  1.0 / mu["tact"] - c2, c2,
+                  1.0 / (SEE_STRAIN_AT_FMAX * slack) ** 2,       # kSEE (1/m^2)
+                  PEE_REL_FORCE / FL_WIDTH ** 2,                 # kPEE
+                  LINEAR_STIFFNESS * lceopt / fmax,              # k1 of PEE, normalised
+                  LINEAR_STIFFNESS / fmax)                       # k1 of SEE, 1/m
+        dofs = list(mu["dof_indices"])
+        mus_ndof[i] = len(dofs)
+        mus_dofs[i, : len(dofs)] = dofs
+        coefs = mu["lcoefs"]
+        rows = np.asarray(mu["lparams"], np.int64).reshape(len(coefs), len(dofs))
+        terms.append([(float(c), _full_exponents(r, dofs)) for c, r in zip(coefs, rows)])
+        for _, e in terms[-1]:
+            table.add(e)
+
+    names = tuple(mu["name"] for mu in muscles)
+    crosses = np.array([bool(mu["crossesGH"]) for mu in muscles])
+
+    gh_muscle, loa_rows = [], []
+    for fit in loa["muscles"]:
+        gh_muscle.append(names.index(fit["name"]))
+        for comp in "xyz":
+            row = [(float(c), _full_exponents(r, fit["dof_indices"]))
+                   for c, r in zip(fit[comp]["coefs"], fit[comp]["exponents"])]
+            for _, e in row:
+                table.add(e)
+            loa_rows.append(row)
+    if sorted(gh_muscle) != list(np.flatnonzero(crosses)):
+        raise ValueError("GH line-of-action fits do not match the muscles that cross GH")
+    mono_parent, mono_dof = table.freeze()
+
+    # L, dL/dq (local order) and d2L/dq2 (a <= b) as sparse sums of monomials
+    len_rows, grad_rows, hess_rows, hess_muscle, hess_dofs = [], [], [], [], []
+    for i in range(N_MUS):
+        dofs = list(muscles[i]["dof_indices"])
+        len_rows.append([(c, table[e]) for c, e in terms[i]])
+        for k in range(9):
+            row = []
+            if k < len(dofs):
+                a = dofs[k]
+                row = [(c * e[a], table[_lowered(e, a)]) for c, e in terms[i] if e[a]]
+            grad_rows.append(row)
+        for ka, a in enumerate(dofs):
+            for b in dofs[ka:]:
+                if a == b:
+                    row = [(c * e[a] * (e[a] - 1), table[_lowered(e, a, a)]) for c, e in terms[i] if e[a] >= 2]
+                else:
+                    row = [(c * e[a] * e[b], table[_lowered(e, a, b)]) for c, e in terms[i] if e[a] and e[b]]
+                if row:
+                    hess_rows.append(row)
+                    hess_muscle.append(i)
+                    hess_dofs.append((a, b))
+    len_row, len_coef, len_mono = _csr(len_rows)
+    grad_row, grad_coef, grad_mono = _csr(grad_rows)
+    hess_row, hess_coef, hess_mono = _csr(hess_rows)
+    loa_row, loa_coef, loa_mono = _csr([[(c, table[e]) for c, e in r] for r in loa_rows])
+
+    xg = _unit(GLENOID_X)
+    yg = _unit(np.array([0.0, 1.0, 0.0]) - xg[1] * xg)
+    zg = np.cross(xg, yg)
+
+    arrays = ModelArrays(
+        joint_loc=_ro(joint_loc), joint_axis=_ro(joint_axis),
+        body_frame=_ro(BODY_FRAMES, np.int64), body_mass=_ro(body_mass), body_com=_ro(body_com),
+        body_inertia=_ro(body_inertia), body_weight=_ro(body_weight), gravity=_ro(m["gravity"]),
+        conoid=_ro([*m["conoid_origin"], *m["conoid_insertion"], m["conoid_length"],
+                    m["conoid_stiffness"], m["conoid_eps"]]),
+        contact_points=_ro([m["TSprojection"], m["AIprojection"]]),
+        contact=_ro([*m["thorax_center"], *m["thorax_radii"], m["scap_thorax_k"], m["scap_thorax_eps"]]),
+        hand_com_radius=_ro(body_com[-1]),
+        joint_lo=_ro(ranges[:, 0]), joint_hi=_ro(ranges[:, 1]), joint_mid=_ro(ranges.mean(axis=1)),
+        joint_k=_ro([config.joint_k1, config.joint_k2, config.joint_damping]),
+        mus=_ro(mus), mus_ndof=_ro(mus_ndof, np.int64), mus_dofs=_ro(mus_dofs, np.int64),
+        mono_parent=_ro(mono_parent, np.int64), mono_dof=_ro(mono_dof, np.int64),
+        len_row=_ro(len_row, np.int64), len_coef=_ro(len_coef), len_mono=_ro(len_mono, np.int64),
+        grad_row=_ro(grad_row, np.int64), grad_coef=_ro(grad_coef), grad_mono=_ro(grad_mono, np.int64),
+        hess_muscle=_ro(hess_muscle, np.int64), hess_dofs=_ro(np.array(hess_dofs).reshape(-1, 2), np.int64),
+        hess_row=_ro(hess_row, np.int64), hess_coef=_ro(hess_coef), hess_mono=_ro(hess_mono, np.int64),
+        gh_muscle=_ro(gh_muscle, np.int64), loa_row=_ro(loa_row, np.int64), loa_coef=_ro(loa_coef),
+        loa_mono=_ro(loa_mono, np.int64),
+        glenoid=_ro([xg, yg, zg]), gh_rim=_ro([config.gh_rim_theta, config.gh_rim_phi]),
+    )
+    x_eq = np.asarray(eq["x"], np.float64)
+    if x_eq.shape != (N_STATES,):
+        raise ValueError("equilibrium state must have 298 values")
+    return Das3Model(
+        config=config, arrays=arrays, dof_names=dof_names, dof_ranges=_ro(ranges),
+        muscle_names=names, muscle_dof_indices=tuple(tuple(mu["dof_indices"]) for mu in muscles),
+        crosses_gh=_ro(crosses, np.bool_), equilibrium_state=_ro(x_eq), data_sha256=digest,
+    )

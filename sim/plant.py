@@ -1,0 +1,198 @@
+"""The DAS3 plant as a fixed-step stepper (scipy's ``OdeSolver.step`` role; the HIL loop is the driver).
+
+:class:`Plant` owns one preallocated workspace (``Data``) built from an immutable :class:`Das3Model`
+(``Model``) and advances the implicit model f(x, xdot, u) = 0 by the first-order Rosenbrock formula of
+Chadwick et al. 2014, eq. 8, with the structured elimination described in :mod:`sim._step`.
+
+Result semantics (one rule): :attr:`Plant.outputs` and :attr:`Plant.x` are *views* into the workspace,
+valid until the next :meth:`Plant.step` or :meth:`Plant.reset`; copy them to keep them.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from sim._bundle import Bundle
+from sim._step import (IA, IQ, IQD, IS, STEP_BAD_INPUT, STEP_MESSAGES, STEP_OK, bundle_prime,
+                       bundle_step, new_plant_work)
+from sim.model import LOAD_NAMES, N_LOADS, N_MUS, N_STATES, Das3Model
+
+
+class InvalidInputError(ValueError):
+    """An input (excitation, load, state) is malformed or not finite; the plant state is unchanged."""
+
+
+class PlantDivergedError(RuntimeError):
+    """The simulation diverged (non-finite state, residual blow-up or singular iteration matrix).
+
+    The plant keeps the last good state and refuses further steps until :meth:`Plant.reset`."""
+
+
+class PlantOutputs:
+    """Per-step outputs (SI units, radians). Array attributes are views valid until the next step."""
+
+    __slots__ = ("q", "qdot", "s", "activation", "muscle_force", "muscle_length", "th_angles",
+                 "hand_position", "gh_force", "gh_angles", "st_contact_force", "conoid_force", "_stab")
+
+    def __init__(self, x: np.ndarray, work) -> None:
+        self.q = x[IQ:IQD]
+        self.qdot = x[IQD:IS]
+        self.s = x[IS:IA]
+        self.activation = x[IA:]
+        self.muscle_force = work.mu.force        # N
+        self.muscle_length = work.mu.L           # m, muscle-tendon length
+        self.th_angles = work.out.th_angles      # thoracohumeral YZY: plane of elevation, elevation, axial
+        self.hand_position = work.out.hand_position  # m, thorax frame
+        self.gh_force = work.out.gh_force        # N on the scapula, scapula frame
+        self.gh_angles = work.out.gh_angles      # theta (superior +), phi (anterior-posterior), rad
+        self.st_contact_force = work.out.contact_force  # (2, 3) N on the scapula at TS, AI, thorax frame
+        self.conoid_force = work.out.conoid_force  # N on the scapula, thorax frame
+        self._stab = work.out.gh_stability
+
+    @property
+    def gh_stability(self) -> float:
+        """(theta/theta_a)^2 + (phi/phi_a)^2 - 1 (paper eq. 9): < 0 inside the glenoid rim."""
+        return float(self._stab[0])
+
+
+def _as_state(values, name: str) -> np.ndarray:
+    arr = np.asarray(values, dtype=np.float64)
+    if arr.shape != (N_STATES,):
+        raise InvalidInputError(f"{name} must have {N_STATES} values, got shape {arr.shape}")
+    if not np.all(np.isfinite(arr)):
+        raise InvalidInputError(f"{name} contains NaN or infinite values")
+    return arr
+
+
+class Plant:
+    """Fixed-step DAS3 plant. ``step(u)`` advances by ``step_s`` with excitation u at the step's end.
+
+    Starts from the published passive equilibrium (or ``initial_state``) with xdot = 0 and u = 0.
+    Excitations outside [0, 1] are clipped and counted in :attr:`clipped_total`; NaN/inf raise
+    :class:`InvalidInputError` without touching the state.
+    """
+
+    def __init__(self, model: Das3Model, step_s: float = 0.004, initial_state=None,
+                 residual_limit: float = 1e6) -> None:
+        if not (isinstance(step_s, (int, float)) and math.isfinite(step_s) and 1e-5 <= step_s <= 0.02):
+            raise InvalidInputError(f"step_s must be between 1e-5 and 0.02 s, got {step_s!r}")
+        self.model = model
+        self.step_s = float(step_s)
+        self.residual_limit = float(residual_limit)
+        self._work = new_plant_work(model.arrays)
+        self._bundle = Bundle((model.arrays, self._work))
+        self._x = np.zeros(N_STATES)
+        self._xd = np.zeros(N_STATES)
+        self._u = np.zeros(N_MUS)
+        self._loads = np.zeros(N_LOADS)
+        self._stale = False
+        self.outputs = PlantOutputs(self._x, self._work)
+        self.clipped_total = 0
+        self.steps = 0
+        self.failed = False
+        self.reset(initial_state)
+
+    # -- state -----------------------------------------------------------------------------------
+    @property
+    def x(self) -> np.ndarray:
+        """State [q | qdot | s | a] (view)."""
+        return self._x
+
+    @property
+    def xdot(self) -> np.ndarray:
+        return self._xd
+
+    @property
+    def excitation(self) -> np.ndarray:
+        """The excitation applied at the end of the last step (view)."""
+        return self._u
+
+    @property
+    def time(self) -> float:
+        return self.steps * self.step_s
+
+    def reset(self, initial_state=None, xdot=None, excitation=None) -> None:
+        """Restart at t = 0 from ``initial_state`` (default: the published passive equilibrium)."""
+        x0 = self.model.equilibrium_state if initial_state is None else _as_state(initial_state, "initial state")
+        xd0 = np.zeros(N_STATES) if xdot is None else _as_state(xdot, "initial xdot")
+        u0 = np.zeros(N_MUS) if excitation is None else np.asarray(excitation, np.float64)
+        if u0.shape != (N_MUS,) or not np.all(np.isfinite(u0)):
+            raise InvalidInputError("initial excitation must be 138 finite values")
+        self._x[:] = x0
+        self._xd[:] = xd0
+        self._u[:] = np.clip(u0, 0.0, 1.0)
+        self.steps = 0
+        self.failed = False
+        r = bundle_prime(self._bundle, self._x, self._xd, self._u, self._loads)
+        if not math.isfinite(r):
+            self.failed = True
+            raise PlantDivergedError("the initial state gives a non-finite residual")
+        self._stale = False
+
+    # -- inputs ----------------------------------------------------------------------------------
+    @property
+    def loads(self) -> np.ndarray:
+        """Copy of the external loads, in the order of ``sim.model.LOAD_NAMES``."""
+        return self._loads.copy()
+
+    def set_loads(self, moments=None, arm_support=None, hand_force=None) -> None:
+        """External loads, held until changed (spec "State, inputs"):
+
+        moments (5, N m): about the thorax Y, floating Z and humeral Y axes (on the humerus, reaction on
+        the thorax), elbow flexion and forearm pronation; arm_support (distance m, vertical force N, +Y
+        up) on the ulna below the elbow; hand_force (3, N, thorax frame) at the hand centre of mass.
+        """
+        new = self._loads.copy()
+        for value, sl, n, name in ((moments, slice(0, 5), 5, "moments"),
+                                   (arm_support, slice(5, 7), 2, "arm_support"),
+                                   (hand_force, slice(7, 10), 3, "hand_force")):
+            if value is None:
+                continue
+            arr = np.asarray(value, np.float64).reshape(-1)
+            if arr.shape != (n,) or not np.all(np.isfinite(arr)):
+                raise InvalidInputError(f"{name} must be {n} finite values")
+            new[sl] = arr
+        if new[5] < 0.0:
+            raise InvalidInputError("arm support distance must be >= 0 m")
+        self.set_load_vector(new)
+
+    def set_load_vector(self, loads) -> None:
+        """All 10 loads at once, ordered as ``sim.model.LOAD_NAMES``."""
+        arr = np.asarray(loads, np.float64)
+        if arr.shape != (N_LOADS,) or not np.all(np.isfinite(arr)):
+            raise InvalidInputError(f"loads must be {N_LOADS} finite values: {', '.join(LOAD_NAMES)}")
+        if not np.array_equal(arr, self._loads):
+            self._loads[:] = arr
+            self._stale = True
+
+    # -- stepping --------------------------------------------------------------------------------
+    def step(self, u: np.ndarray) -> None:
+        """Advance one step; ``u`` (138,) is the excitation at the end of the step (u_{n+1})."""
+        if self.failed:
+            raise PlantDivergedError("the plant diverged earlier; call reset() first")
+        if not (isinstance(u, np.ndarray) and u.dtype == np.float64 and u.shape == (N_MUS,)):
+            u = np.asarray(u, dtype=np.float64)
+            if u.shape != (N_MUS,):
+                raise InvalidInputError(f"excitation must have {N_MUS} values, got shape {u.shape}")
+        status, n_clipped = bundle_step(self._bundle, self._x, self._xd, self._u, u, self._loads,
+                                        self.step_s, self.residual_limit, self._stale)
+        if status != STEP_OK:
+            if status == STEP_BAD_INPUT:
+                bad = [self.model.muscle_names[i] for i in np.flatnonzero(~np.isfinite(u))[:5]]
+                raise InvalidInputError(f"excitation is NaN or infinite for {', '.join(bad)}")
+            self.failed = True
+            raise PlantDivergedError(f"step {self.steps + 1} (t = {self.time + self.step_s:.4f} s): "
+                                     f"{STEP_MESSAGES[status]}; state kept at t = {self.time:.4f} s")
+        self._stale = False
+        self.clipped_total += n_clipped
+        self.steps += 1
+
+    def warmup(self) -> None:
+        """Compile (or load from cache) and run every kernel once; the plant state is unchanged."""
+        saved = (self._x.copy(), self._xd.copy(), self._u.copy(), self.steps, self.clipped_total)
+        self.step(self._u.copy())
+        self._x[:], self._xd[:], self._u[:] = saved[0], saved[1], saved[2]
+        self.steps, self.clipped_total = saved[3], saved[4]
+        bundle_prime(self._bundle, self._x, self._xd, self._u, self._loads)
+        self._stale = False

@@ -1,0 +1,33 @@
+"""The shipped model data are the documented, unmodified files."""
+import hashlib
+import json
+import re
+from importlib import resources
+
+import pytest
+
+FILES = ("das3_model.json", "das3_equilibrium.json", "gh_lines_of_action.json")
+
+
+def data(name: str):
+    return resources.files("sim.data").joinpath(name)
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_sha256_matches_the_data_readme(name):
+    readme = data("README.md").read_text(encoding="utf-8")
+    documented = dict(re.findall(r"\| `([\w.]+\.json)` \| `([0-9a-f]{64})` \|", readme))
+    assert set(documented) == set(FILES)
+    assert hashlib.sha256(data(name).read_bytes()).hexdigest() == documented[name]
+
+
+def test_basic_shapes():
+    model = json.loads(data("das3_model.json").read_text())
+    assert [d["name"] for d in model["dofs"]] == [
+        "SCy", "SCz", "SCx", "ACy", "ACz", "ACx", "GHy", "GHz", "GHyy", "ELx", "PSy"]
+    assert len(model["muscles"]) == 138
+    assert min(min(m["dof_indices"]) for m in model["muscles"]) == 0  # 0-based
+    assert len(json.loads(data("das3_equilibrium.json").read_text())["x"]) == 298
+    loa = json.loads(data("gh_lines_of_action.json").read_text())
+    assert loa["dof_indices_base"] == 0
+    assert len(loa["muscles"]) == sum(bool(m["crossesGH"]) for m in model["muscles"]) == 67
