@@ -23,7 +23,7 @@ from numba import njit
 
 from sim._dual import SLOT_Q, SLOT_QD
 from sim._multibody import MultibodyWork, multibody_eval, new_multibody_work
-from sim._muscles import MuscleWork, activation_rates, muscle_eval, new_muscle_work, sparse_row
+from sim._muscles import MuscleWork, activation_rates, muscle_eval, new_muscle_work, sparse_row_long
 from sim.model import N_DOF, N_MUS, N_STATES, SCAPULA_FRAME, HUMERUS_FRAME
 
 _jit = njit(cache=True, nogil=True, boundscheck=False)
@@ -258,7 +258,7 @@ def compute_outputs(A, W):
     loa = out.loa
     for k in range(A.gh_muscle.shape[0]):
         for c in range(3):
-            loa[c] = sparse_row(A.loa_row, A.loa_coef, A.loa_mono, mu.mono, 3 * k + c)
+            loa[c] = sparse_row_long(A.loa_row, A.loa_coef, A.loa_mono, mu.mono, 3 * k + c)
         norm = math.sqrt(loa[0] * loa[0] + loa[1] * loa[1] + loa[2] * loa[2])
         if norm > 0.0:
             F = mu.force[A.gh_muscle[k]] / norm

@@ -319,7 +319,7 @@ def load_model(config: ModelConfig | None = None) -> Das3Model:
         hess_muscle=_ro(hess_muscle, np.int64), hess_dofs=_ro(np.array(hess_dofs).reshape(-1, 2), np.int64),
         hess_row=_ro(hess_row, np.int64), hess_coef=_ro(hess_coef), hess_mono=_ro(hess_mono, np.int64),
         gh_muscle=_ro(gh_muscle, np.int64), loa_row=_ro(loa_row, np.int64), loa_coef=_ro(loa_coef),
-        loa_mono=_ro(loa_mono, np.int64),
+        loa_mono=_ro(loa_mono, np.uint32),
         glenoid=_ro([xg, yg, zg]), gh_rim=_ro([config.gh_rim_theta, config.gh_rim_phi]),
     )
     x_eq = np.asarray(eq["x"], np.float64)
