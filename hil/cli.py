@@ -419,3 +419,62 @@ def bench_plant(
     console.print(table)
     console.print(f"CPU: {env['cpu']} ({env['cpu_count']} logical), Python {env['python']}, "
                   f"numpy {env['numpy']}, numba {env['numba']}")
+
+
+@bench_app.command("accuracy")
+def bench_accuracy(
+    step: Annotated[float, typer.Option(help="Rosenbrock step size h, s.")] = 0.003,
+    duration: Annotated[float, typer.Option(help="Ramp duration (all excitations 0 -> 1), s.")] = 0.5,
+    rtol: Annotated[float, typer.Option(help="Relative tolerance of the reference solver.")] = 1e-8,
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Joint-angle error of the fixed-step Rosenbrock plant against a stiff variable-step reference.
+
+    The issue's fidelity test: all 138 excitations ramp 0 -> 1 over the duration from the published
+    equilibrium; the reference is scipy's Radau on the same implicit equations with exact Jacobians.
+    """
+    with _user_errors():
+        h = _positive("--step", step)
+        T = _positive("--duration", duration)
+        from sim.model import load_model
+        from sim.plant import Plant
+        from sim.reference import simulate_reference
+
+        model = load_model(ModelConfig())
+        n = int(round(T / h))
+        t_eval = np.arange(n + 1) * h
+
+        def ramp(t: float) -> np.ndarray:
+            return np.full(model.n_muscles, min(1.0, t / T))
+
+        plant = Plant(model, step_s=h)
+        q_plant = np.empty((n + 1, model.n_dof))
+        q_plant[0] = plant.outputs.q
+        for k in range(1, n + 1):
+            plant.step(ramp(k * h))
+            q_plant[k] = plant.outputs.q
+        t0 = time.perf_counter()
+        with _stderr().status("reference solution (Radau) ..."):
+            _, x_ref, info = simulate_reference(model, model.equilibrium_state, ramp, t_eval,
+                                                rtol=rtol, atol=rtol / 10)
+        err_deg = np.degrees(q_plant - x_ref[:, : model.n_dof])
+    doc = {
+        "step_s": h, "duration_s": T, "reference": {"method": "Radau", "rtol": rtol, **info,
+                                                    "wall_s": time.perf_counter() - t0},
+        "rms_deg": float(np.sqrt(np.mean(err_deg ** 2))),
+        "max_abs_deg": float(np.abs(err_deg).max()),
+        "rms_deg_per_dof": dict(zip(model.dof_names, np.sqrt(np.mean(err_deg ** 2, axis=0)).tolist())),
+    }
+    if json_out:
+        _print_json(doc)
+        return
+    table = Table(title=f"Rosenbrock h = {h * 1e3:g} ms vs Radau (rtol {rtol:g}), ramp 0 -> 1 over {T:g} s")
+    table.add_column("DOF")
+    table.add_column("RMS error (deg)", justify="right")
+    for name, v in doc["rms_deg_per_dof"].items():
+        table.add_row(name, f"{v:.3f}")
+    table.add_row("all", f"{doc['rms_deg']:.3f}")
+    console = _stdout()
+    console.print(table)
+    console.print(f"max |error| {doc['max_abs_deg']:.3f} deg; reference: {info['nfev']} evaluations, "
+                  f"{info['njev']} Jacobians, {doc['reference']['wall_s']:.0f} s")

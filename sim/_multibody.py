@@ -8,8 +8,8 @@ ulna -> radius (+ hand):
           + k_j . sum_{point forces distal to j} (P - o_j) x F  + tau_passive_j + external moments,
 
 i.e. Q_applied + tau(q, qdot) - (M(q) qdd + c(q, qdot)) without muscles, evaluated in the thorax (world)
-frame with forward-mode dual numbers, so ``Q[j, 1 + i]`` is exactly dQ_j/dq_i and ``Q[j, 12 + i]`` is
-dQ_j/dqdot_i. The mass matrix M (= -dQ/dqdd) is formed separately from the body Jacobians.
+frame with forward-mode dual numbers, so ``Q[j, slot_q(i)]`` is exactly dQ_j/dq_i and ``Q[j, slot_qd(i)]``
+is dQ_j/dqdot_i. The mass matrix M (= -dQ/dqdd) is formed separately from the body Jacobians.
 """
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from sim._dual import (ND, SLOT_Q, SLOT_QD, d_add, d_cross, d_dot, d_iadd, d_iadd_scaled,
-                       d_matvec, d_matvec_const, d_mattvec, d_constmat_vec, d_rotate_frame, d_scale,
-                       d_scale_var, d_sqrt, d_sub, rotation_about_axis)
+from sim._dual import (ND, d_add, d_constmat_vec, d_cross, d_dot, d_iadd, d_iadd_scaled, d_matvec,
+                       d_matvec_const, d_mattvec, d_rotate_frame, d_scale, d_scale_var, d_sqrt, d_sub,
+                       frame_slots, rotation_about_axis, slot_q, slot_qd)
 from sim.model import (CLAVICLE_FRAME, HUMERUS_FRAME, N_DOF, N_FRAMES, SCAPULA_FRAME, ULNA_FRAME,
                        RADIUS_FRAME, ModelArrays)
 
@@ -79,23 +79,24 @@ def _forward_kinematics(A, q, qd, qdd, W):
     r, t1, t2, t3, kq = W.tv[0], W.tv[1], W.tv[2], W.tv[3], W.tv[4]
     for j in range(N_DOF):
         f, c = j, j + 1
-        d_matvec_const(W.R[f], A.joint_loc[j], r)
-        d_add(W.P[f], r, W.P[c])
-        d_matvec_const(W.R[f], A.joint_axis[j], W.k[j])
+        n = frame_slots(c)
+        d_matvec_const(W.R[f], A.joint_loc[j], r, n)
+        d_add(W.P[f], r, W.P[c], n)
+        d_matvec_const(W.R[f], A.joint_axis[j], W.k[j], n)
         # acceleration of the new origin (fixed in frame f): a_f + al_f x r + w_f x (w_f x r)
-        d_cross(W.al[f], r, t1)
-        d_cross(W.w[f], r, t2)
-        d_cross(W.w[f], t2, t3)
-        d_add(W.acc[f], t1, W.acc[c])
-        d_iadd(W.acc[c], t3)
+        d_cross(W.al[f], r, t1, n)
+        d_cross(W.w[f], r, t2, n)
+        d_cross(W.w[f], t2, t3, n)
+        d_add(W.acc[f], t1, W.acc[c], n)
+        d_iadd(W.acc[c], t3, n)
         # w_c = w_f + k qd ; al_c = al_f + k qdd + w_f x (k qd)
-        d_scale_var(W.k[j], qd[j], SLOT_QD + j, kq)
-        d_add(W.w[f], kq, W.w[c])
-        d_cross(W.w[f], kq, t1)
-        d_add(W.al[f], t1, W.al[c])
-        d_iadd_scaled(W.al[c], W.k[j], qdd[j])
+        d_scale_var(W.k[j], qd[j], slot_qd(j), kq, n)
+        d_add(W.w[f], kq, W.w[c], n)
+        d_cross(W.w[f], kq, t1, n)
+        d_add(W.al[f], t1, W.al[c], n)
+        d_iadd_scaled(W.al[c], W.k[j], qdd[j], n)
         rotation_about_axis(A.joint_axis[j], q[j], W.rot, W.drot)
-        d_rotate_frame(W.R[f], W.rot, W.drot, SLOT_Q + j, W.R[c])
+        d_rotate_frame(W.R[f], W.rot, W.drot, slot_q(j), W.R[c], n)
 
 
 @_jit
@@ -145,68 +146,71 @@ def _mass_matrix(A, W):
 def _body_wrench(A, b, W):
     """Add body b's gravity-minus-inertia wrench, m(g - a) and -dH/dt, to the accumulators."""
     f = A.body_frame[b]
+    n = frame_slots(f)
     cw, p, t1, t2, t3, ab = W.tv[0], W.tv[1], W.tv[2], W.tv[3], W.tv[4], W.tv[5]
     F, wl, all_, Iw, hd = W.tv[6], W.tv[7], W.tv[8], W.tv[9], W.tv[10]
-    d_matvec_const(W.R[f], A.body_com[b], cw)
-    d_add(W.P[f], cw, p)
-    d_cross(W.al[f], cw, t1)
-    d_cross(W.w[f], cw, t2)
-    d_cross(W.w[f], t2, t3)
-    d_add(W.acc[f], t1, ab)
-    d_iadd(ab, t3)
+    d_matvec_const(W.R[f], A.body_com[b], cw, n)
+    d_add(W.P[f], cw, p, n)
+    d_cross(W.al[f], cw, t1, n)
+    d_cross(W.w[f], cw, t2, n)
+    d_cross(W.w[f], t2, t3, n)
+    d_add(W.acc[f], t1, ab, n)
+    d_iadd(ab, t3, n)
     m = A.body_mass[b]
     for i in range(3):
-        for k in range(ND):
+        for k in range(n):
             F[i, k] = -m * ab[i, k]
         F[i, 0] += m * A.body_weight[b] * A.gravity[i]
     # dH/dt = R (I al_l + w_l x I w_l), with w_l = R^T w, al_l = R^T al (body frame)
-    d_mattvec(W.R[f], W.w[f], wl)
-    d_mattvec(W.R[f], W.al[f], all_)
-    d_constmat_vec(A.body_inertia[b], wl, Iw)
-    d_cross(wl, Iw, t1)
-    d_constmat_vec(A.body_inertia[b], all_, t2)
-    d_iadd(t2, t1)
-    d_matvec(W.R[f], t2, hd)
-    d_iadd(W.Fsum, F)
-    d_cross(p, F, t3)
-    d_iadd(W.Mo, t3)
-    d_iadd_scaled(W.Mo, hd, -1.0)
+    d_mattvec(W.R[f], W.w[f], wl, n)
+    d_mattvec(W.R[f], W.al[f], all_, n)
+    d_constmat_vec(A.body_inertia[b], wl, Iw, n)
+    d_cross(wl, Iw, t1, n)
+    d_constmat_vec(A.body_inertia[b], all_, t2, n)
+    d_iadd(t2, t1, n)
+    d_matvec(W.R[f], t2, hd, n)
+    d_iadd(W.Fsum, F, n)
+    d_cross(p, F, t3, n)
+    d_iadd(W.Mo, t3, n)
+    d_iadd_scaled(W.Mo, hd, -1.0, n)
 
 
 @_jit
-def _point_force(P, F, W):
+def _point_force(P, F, W, n):
     """Accumulate a force F (dual) applied at point P (dual)."""
     t = W.tv[11]
-    d_iadd(W.Fsum, F)
-    d_cross(P, F, t)
-    d_iadd(W.Mo, t)
+    d_iadd(W.Fsum, F, n)
+    d_cross(P, F, t, n)
+    d_iadd(W.Mo, t, n)
 
 
 @_jit
 def _const_force_at(frame, local_point, force, W):
     """A constant world force applied at a point fixed in ``frame``."""
+    n = frame_slots(frame)
     cw, p, F = W.tv[0], W.tv[1], W.tv[2]
-    d_matvec_const(W.R[frame], local_point, cw)
-    d_add(W.P[frame], cw, p)
+    d_matvec_const(W.R[frame], local_point, cw, n)
+    d_add(W.P[frame], cw, p, n)
     F[:, :] = 0.0
     for i in range(3):
         F[i, 0] = force[i]
-    _point_force(p, F, W)
+    _point_force(p, F, W, n)
 
 
 @_jit
 def _ligament_and_contact(A, W):
     """Conoid ligament (spec "Conoid ligament") and scapulothoracic contact (paper App. B), dual."""
     con = A.conoid
+    n = frame_slots(SCAPULA_FRAME)
     t0, t1 = W.tv[0], W.tv[1]
     s0, s1, s2 = W.ts[0], W.ts[1], W.ts[2]
-    d_matvec_const(W.R[CLAVICLE_FRAME], con[0:3], t0)
-    d_add(W.P[CLAVICLE_FRAME], t0, W.conoid_PO)
-    d_matvec_const(W.R[SCAPULA_FRAME], con[3:6], t0)
-    d_add(W.P[SCAPULA_FRAME], t0, W.conoid_PI)
-    d_sub(W.conoid_PI, W.conoid_PO, t1)            # d = P_I - P_O
-    d_dot(t1, t1, s0)
-    d_sqrt(s0, s1)                                  # |d|
+    d_matvec_const(W.R[CLAVICLE_FRAME], con[0:3], t0, n)
+    d_add(W.P[CLAVICLE_FRAME], t0, W.conoid_PO, n)
+    d_matvec_const(W.R[SCAPULA_FRAME], con[3:6], t0, n)
+    d_add(W.P[SCAPULA_FRAME], t0, W.conoid_PI, n)
+    d_sub(W.conoid_PI, W.conoid_PO, t1, n)            # d = P_I - P_O
+    d_dot(t1, t1, s0, n)
+    d_sqrt(s0, s1, n)                                  # |d|
     length, stiffness, eps = con[6], con[7], con[8]
     stretch = s1[0] - length
     root = math.sqrt(stretch * stretch + eps * eps)
@@ -216,27 +220,27 @@ def _ligament_and_contact(A, W):
     fac = -stiffness * pos / s1[0]
     dfac_dlen = -stiffness * (dpos * s1[0] - pos) / (s1[0] * s1[0])
     s2[0] = fac
-    for k in range(1, ND):
+    for k in range(1, n):
         s2[k] = dfac_dlen * s1[k]
-    d_scale(t1, s2, W.conoid_F)
+    d_scale(t1, s2, W.conoid_F, n)
 
     ct = A.contact
     asum = ct[3] * ct[3] + ct[4] * ct[4] + ct[5] * ct[5]
     kc, eps_c = ct[6], ct[7]
-    for n in range(2):
+    for pt in range(2):
         rel = W.tv[2]
-        d_matvec_const(W.R[SCAPULA_FRAME], A.contact_points[n], t0)
-        d_add(W.P[SCAPULA_FRAME], t0, W.contact_P[n])
+        d_matvec_const(W.R[SCAPULA_FRAME], A.contact_points[pt], t0, n)
+        d_add(W.P[SCAPULA_FRAME], t0, W.contact_P[pt], n)
         for i in range(3):
-            for k in range(ND):
-                rel[i, k] = W.contact_P[n, i, k]
+            for k in range(n):
+                rel[i, k] = W.contact_P[pt, i, k]
             rel[i, 0] -= ct[i]
         # E = sum (rel_i / a_i)^2 - 1 ; Em = (E - sqrt(E^2 + eps^2)) / 2
-        for k in range(ND):
+        for k in range(n):
             s0[k] = 0.0
         for i in range(3):
             inv2 = 1.0 / (ct[3 + i] * ct[3 + i])
-            for k in range(1, ND):
+            for k in range(1, n):
                 s0[k] += 2.0 * rel[i, 0] * rel[i, k] * inv2
             s0[0] += rel[i, 0] * rel[i, 0] * inv2
         E = s0[0] - 1.0
@@ -245,37 +249,38 @@ def _ligament_and_contact(A, W):
         dEm = 0.5 * (1.0 - E / rootE)
         for i in range(3):
             g = -kc * asum / (ct[3 + i] * ct[3 + i])
-            for k in range(1, ND):
-                W.contact_F[n, i, k] = g * (rel[i, k] * Em + rel[i, 0] * dEm * s0[k])
-            W.contact_F[n, i, 0] = g * rel[i, 0] * Em
+            for k in range(1, n):
+                W.contact_F[pt, i, k] = g * (rel[i, k] * Em + rel[i, 0] * dEm * s0[k])
+            W.contact_F[pt, i, 0] = g * rel[i, 0] * Em
 
 
 @_jit
 def _thoracohumeral_torque(A, loads, W, T):
     """T = M1 e_y + M2 z' + M3 y_h: moments about the thorax Y, floating Z (= e_y x y_h normalised) and
     humeral Y axes (YZY thoracohumeral decomposition), applied to the humerus, reaction on the thorax."""
+    n = frame_slots(HUMERUS_FRAME)
     T[:, :] = 0.0
     hy = W.tv[3]
     for i in range(3):
-        for k in range(ND):
+        for k in range(n):
             hy[i, k] = W.R[HUMERUS_FRAME, i, 1, k]
-    n, s0, s1 = W.tv[4], W.ts[3], W.ts[4]
-    n[:, :] = 0.0
-    for k in range(ND):
-        n[0, k] = hy[2, k]
-        n[2, k] = -hy[0, k]
-    d_dot(n, n, s0)
+    nv, s0, s1 = W.tv[4], W.ts[3], W.ts[4]
+    nv[:, :] = 0.0
+    for k in range(n):
+        nv[0, k] = hy[2, k]
+        nv[2, k] = -hy[0, k]
+    d_dot(nv, nv, s0, n)
     s0[0] += 1e-24  # keeps the floating axis finite when the arm is exactly along the thorax Y axis
-    d_sqrt(s0, s1)
+    d_sqrt(s0, s1, n)
     inv = 1.0 / s1[0]
-    for k in range(1, ND):
+    for k in range(1, n):
         s1[k] = -s1[k] * inv * inv
     s1[0] = inv
     zf = W.tv[5]
-    d_scale(n, s1, zf)
+    d_scale(nv, s1, zf, n)
     T[1, 0] += loads[0]
-    d_iadd_scaled(T, zf, loads[1])
-    d_iadd_scaled(T, hy, loads[2])
+    d_iadd_scaled(T, zf, loads[1], n)
+    d_iadd_scaled(T, hy, loads[2], n)
 
 
 @_jit
@@ -310,22 +315,24 @@ def multibody_eval(A, q, qd, qdd, loads, W):
             if loads[0] != 0.0 or loads[1] != 0.0 or loads[2] != 0.0:
                 T = W.tv[6]
                 _thoracohumeral_torque(A, loads, W, T)
-                d_iadd(W.Mo, T)
+                d_iadd(W.Mo, T, frame_slots(HUMERUS_FRAME))
         elif c == SCAPULA_FRAME:
-            _point_force(W.conoid_PI, W.conoid_F, W)
-            for n in range(2):
-                _point_force(W.contact_P[n], W.contact_F[n], W)
+            n = frame_slots(SCAPULA_FRAME)
+            _point_force(W.conoid_PI, W.conoid_F, W, n)
+            for pt in range(2):
+                _point_force(W.contact_P[pt], W.contact_F[pt], W, n)
         elif c == CLAVICLE_FRAME:
+            n = frame_slots(SCAPULA_FRAME)  # the conoid force depends on clavicle and scapula DOFs
             negF = W.tv[7]
             for i in range(3):
-                for k in range(ND):
+                for k in range(n):
                     negF[i, k] = -W.conoid_F[i, k]
-            _point_force(W.conoid_PO, negF, W)
+            _point_force(W.conoid_PO, negF, W, n)
         # Q_j = k_j . (Mo - o_j x Fsum), o_j = P[c], j = c - 1
         t0, t1 = W.tv[8], W.tv[9]
-        d_cross(W.P[c], W.Fsum, t0)
-        d_sub(W.Mo, t0, t1)
-        d_dot(W.k[c - 1], t1, W.Q[c - 1])
+        d_cross(W.P[c], W.Fsum, t0, ND)
+        d_sub(W.Mo, t0, t1, ND)
+        d_dot(W.k[c - 1], t1, W.Q[c - 1], ND)
     W.Q[9, 0] += loads[3]
     W.Q[10, 0] += loads[4]
     # passive joint moments (spec): -K1 (q - mid) - B qd + K2 (lo - q)^2 [q < lo] - K2 (q - hi)^2 [q > hi]
@@ -342,8 +349,8 @@ def multibody_eval(A, q, qd, qdd, loads, W):
             tau -= k2 * e * e
             dtau -= 2.0 * k2 * e
         W.Q[j, 0] += tau
-        W.Q[j, SLOT_Q + j] += dtau
-        W.Q[j, SLOT_QD + j] -= damping
+        W.Q[j, slot_q(j)] += dtau
+        W.Q[j, slot_qd(j)] -= damping
     # hand centre position (values)
     for i in range(3):
         W.hand_position[i] = W.P[RADIUS_FRAME, i, 0] + W.R[RADIUS_FRAME, i, 0, 0] * A.hand_com_radius[0] \

@@ -21,7 +21,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from sim._dual import SLOT_Q, SLOT_QD
+from sim._dual import slot_q, slot_qd
 from sim._multibody import MultibodyWork, multibody_eval, new_multibody_work
 from sim._muscles import MuscleWork, activation_rates, muscle_eval, new_muscle_work, sparse_row_long
 from sim.model import N_DOF, N_MUS, N_STATES, SCAPULA_FRAME, HUMERUS_FRAME
@@ -113,8 +113,8 @@ def evaluate(A, x, xd, u, loads, W):
         f[IQ + j] = qd[j] - xd[IQ + j]
         f[IQD + j] = mb.Q[j, 0] + mu.tau[j]
         for i in range(N_DOF):
-            st.Aq[j, i] = mb.Q[j, SLOT_Q + i] + mu.dtau_dq[j, i]
-            st.Av[j, i] = mb.Q[j, SLOT_QD + i]
+            st.Aq[j, i] = mb.Q[j, slot_q(i)] + mu.dtau_dq[j, i]
+            st.Av[j, i] = mb.Q[j, slot_qd(i)]
     for i in range(N_MUS):
         f[IS + i] = mu.g[i]
         f[IA + i] = ad[i] - st.rate[i]
@@ -299,8 +299,11 @@ def plant_step(A, x, xd, u0, u1, loads, h, residual_limit, W):
     elif r > residual_limit:
         status = STEP_RESIDUAL
     if status != STEP_OK:
+        # keep the last good state and make every output describe it again
         x[:] = st.x_prev
         xd[:] = st.xd_prev
+        evaluate(A, x, xd, u0, loads, W)
+        compute_outputs(A, W)
         return status
     compute_outputs(A, W)
     return STEP_OK

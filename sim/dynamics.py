@@ -15,15 +15,22 @@ def _work_for(model: Das3Model) -> PlantWork:
     return new_plant_work(model.arrays)
 
 
-def _loads(loads) -> np.ndarray:
-    return np.zeros(N_LOADS) if loads is None else np.asarray(loads, np.float64).reshape(N_LOADS)
+def _vector(values, n: int, name: str) -> np.ndarray:
+    arr = np.ascontiguousarray(values, dtype=np.float64)
+    if arr.shape != (n,):
+        raise ValueError(f"{name} must have shape ({n},), got {arr.shape}")
+    return arr
+
+
+def _inputs(x, xdot, u, loads):
+    return (_vector(x, N_STATES, "x"), _vector(xdot, N_STATES, "xdot"), _vector(u, N_MUS, "u"),
+            np.zeros(N_LOADS) if loads is None else _vector(loads, N_LOADS, "loads"))
 
 
 def residual(model: Das3Model, x, xdot, u, loads=None, work: PlantWork | None = None) -> np.ndarray:
     """f(x, xdot, u) (298,): [qdot - dq/dt | f_eom | g (contraction) | h (activation)]."""
     W = work or _work_for(model)
-    evaluate(model.arrays, np.asarray(x, np.float64), np.asarray(xdot, np.float64),
-             np.asarray(u, np.float64), _loads(loads), W)
+    evaluate(model.arrays, *_inputs(x, xdot, u, loads), W)
     return W.st.f.copy()
 
 
@@ -31,8 +38,7 @@ def jacobians(model: Das3Model, x, xdot, u, loads=None, work: PlantWork | None =
     """(f, df/dx (298x298), df/dxdot (298x298), df/du (298x138)), dense, from the exact structured pieces."""
     W = work or _work_for(model)
     A = model.arrays
-    evaluate(A, np.asarray(x, np.float64), np.asarray(xdot, np.float64), np.asarray(u, np.float64),
-             _loads(loads), W)
+    evaluate(A, *_inputs(x, xdot, u, loads), W)
     mb, mu, st = W.mb, W.mu, W.st
     dfdx = np.zeros((N_STATES, N_STATES))
     dfdxd = np.zeros((N_STATES, N_STATES))

@@ -58,10 +58,13 @@ def solve_equilibrium(model: Das3Model, u=None, loads=None, x_guess=None, *, tol
     """
     A = model.arrays
     W = new_plant_work(A)
-    u = np.zeros(N_MUS) if u is None else np.clip(np.asarray(u, np.float64), 0.0, 1.0)
+    u = np.zeros(N_MUS) if u is None else np.asarray(u, np.float64)
     if u.shape != (N_MUS,) or not np.all(np.isfinite(u)):
-        raise ValueError("u must be 138 finite excitations")
+        raise ValueError(f"u must be {N_MUS} finite excitations")
+    u = np.clip(u, 0.0, 1.0)
     loads = np.zeros(N_LOADS) if loads is None else np.asarray(loads, np.float64)
+    if loads.shape != (N_LOADS,) or not np.all(np.isfinite(loads)):
+        raise ValueError(f"loads must be {N_LOADS} finite values (sim.model.LOAD_NAMES)")
     x = np.array(model.equilibrium_state if x_guess is None else x_guess, dtype=np.float64)
     if x.shape == (N_DOF,):
         q = x
