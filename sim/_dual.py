@@ -35,7 +35,7 @@ def frame_slots(c):
     """Number of slots that can be non-zero for a quantity fixed in (or moving with) frame c."""
     return 2 * c + 1
 
-_jit = njit(cache=True, fastmath=False, nogil=True, boundscheck=False)
+_jit = njit(cache=True, nogil=True, boundscheck=False)
 
 
 @_jit

@@ -66,28 +66,6 @@ def sparse_row(row, coef, idx, mono, r):
 
 
 @_jit
-def sparse_row_long(row, coef, idx, mono, r):
-    """As :func:`sparse_row`, with four interleaved partial sums in a fixed order (long rows are then not
-    bound by one addition chain; the result stays deterministic)."""
-    a0 = 0.0
-    a1 = 0.0
-    a2 = 0.0
-    a3 = 0.0
-    t = row[r]
-    end = row[r + 1]
-    while t + 4 <= end:
-        a0 += coef[t] * mono[idx[t]]
-        a1 += coef[t + 1] * mono[idx[t + 1]]
-        a2 += coef[t + 2] * mono[idx[t + 2]]
-        a3 += coef[t + 3] * mono[idx[t + 3]]
-        t += 4
-    while t < end:
-        a0 += coef[t] * mono[idx[t]]
-        t += 1
-    return (a0 + a1) + (a2 + a3)
-
-
-@_jit
 def contraction(P, L, s, sd, a):
     """Hill model of one muscle (spec "Muscle contraction"); P = its row of ModelArrays.mus.
 

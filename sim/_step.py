@@ -23,7 +23,7 @@ from numba import njit
 
 from sim._dual import slot_q, slot_qd
 from sim._multibody import MultibodyWork, multibody_eval, new_multibody_work
-from sim._muscles import MuscleWork, activation_rates, muscle_eval, new_muscle_work, sparse_row_long
+from sim._muscles import MuscleWork, activation_rates, muscle_eval, new_muscle_work, sparse_row
 from sim.model import N_DOF, N_MUS, N_STATES, SCAPULA_FRAME, HUMERUS_FRAME
 
 _jit = njit(cache=True, nogil=True, boundscheck=False)
@@ -70,8 +70,8 @@ class OutputWork(NamedTuple):
     contact_force: np.ndarray  # (2, 3) N on the scapula at TS, AI, thorax frame
     hand_position: np.ndarray  # (3,) m, thorax frame
     conoid_force: np.ndarray   # (3,) N on the scapula, thorax frame
-    scap_R: np.ndarray         # (3, 3) scratch
     loa: np.ndarray            # (3,) scratch
+    dense_mono: np.ndarray     # (NC,) scratch: monomials gathered for the dense line-of-action groups
 
 
 class PlantWork(NamedTuple):
@@ -94,7 +94,7 @@ def new_plant_work(A) -> PlantWork:
     out = OutputWork(
         th_angles=np.zeros(3), gh_force=np.zeros(3), gh_angles=np.zeros(2), gh_stability=np.zeros(1),
         contact_force=np.zeros((2, 3)), hand_position=np.zeros(3), conoid_force=np.zeros(3),
-        scap_R=np.zeros((3, 3)), loa=np.zeros(3),
+        loa=np.zeros(3), dense_mono=np.zeros(A.loa_dense_mono.shape[0]),
     )
     return PlantWork(mb=new_multibody_work(), mu=new_muscle_work(A.mono_parent.shape[0]), st=st, out=out)
 
@@ -213,6 +213,16 @@ def rosenbrock_solve(A, x, xd, u0, u1, h, W):
     return STEP_OK
 
 
+@njit(cache=True, nogil=True, boundscheck=False, fastmath={"reassoc", "contract"})
+def dense_dot(a, b):
+    """sum_i a_i b_i, vectorised (reassociation allowed: the summation order is fixed by the compiled
+    code, so results are reproducible on the same machine and build)."""
+    acc = 0.0
+    for i in range(a.shape[0]):
+        acc += a[i] * b[i]
+    return acc
+
+
 @_jit
 def apply_step(x, xd, dx, h):
     """x <- x + dx, xdot <- dx / h if everything is finite (returns False and leaves x alone if not)."""
@@ -256,9 +266,18 @@ def compute_outputs(A, W):
     for i in range(3):
         out.gh_force[i] = S[0, i] * gw[0] + S[1, i] * gw[1] + S[2, i] * gw[2]
     loa = out.loa
+    for j in range(A.loa_dense_mono.shape[0]):
+        out.dense_mono[j] = mu.mono[A.loa_dense_mono[j]]
     for k in range(A.gh_muscle.shape[0]):
         for c in range(3):
-            loa[c] = sparse_row_long(A.loa_row, A.loa_coef, A.loa_mono, mu.mono, 3 * k + c)
+            r = 3 * k + c
+            g = A.loa_dense_group[r]
+            if g >= 0:
+                c0, c1 = A.loa_group_cols[g], A.loa_group_cols[g + 1]
+                off = A.loa_dense_off[r]
+                loa[c] = dense_dot(A.loa_dense_coef[off:off + c1 - c0], out.dense_mono[c0:c1])
+            else:
+                loa[c] = sparse_row(A.loa_row, A.loa_coef, A.loa_mono, mu.mono, r)
         norm = math.sqrt(loa[0] * loa[0] + loa[1] * loa[1] + loa[2] * loa[2])
         if norm > 0.0:
             F = mu.force[A.gh_muscle[k]] / norm

@@ -85,9 +85,14 @@ class ModelArrays(NamedTuple):
     hess_coef: np.ndarray
     hess_mono: np.ndarray
     gh_muscle: np.ndarray      # (67,) int, muscle index of each GH line-of-action fit
-    loa_row: np.ndarray        # (67*3+1,) CSR rows: component c of fit k is row 3 k + c
+    loa_row: np.ndarray        # (67*3+1,) CSR rows: component c of fit k is row 3 k + c (sparse fits)
     loa_coef: np.ndarray
     loa_mono: np.ndarray
+    loa_dense_off: np.ndarray  # (67*3,) int: offset of row 3 k + c in loa_dense_coef, -1 if sparse
+    loa_dense_group: np.ndarray  # (67*3,) int: dense group of the row (-1 if sparse)
+    loa_group_cols: np.ndarray  # (G+1,) int: column range of each dense group in loa_dense_mono
+    loa_dense_mono: np.ndarray  # (NC,) uint32: monomial of each dense column
+    loa_dense_coef: np.ndarray  # flat row-major coefficient blocks of the dense rows
     glenoid: np.ndarray        # (3, 3) rows x_g, y_g, z_g in the scapula frame
     gh_rim: np.ndarray         # (2,) theta_a, phi_a, rad
 
@@ -185,6 +190,46 @@ def _csr(rows):
     coefs = np.array([c for r in rows for c, _ in r], np.float64)
     keys = [k for r in rows for _, k in r]
     return starts, coefs, keys
+
+
+DENSE_LOA_MIN_DOFS = 6
+
+
+def _dense_loa_groups(rows, fit_dofs):
+    """Split the line-of-action rows: fits over >= 6 DOFs (thorax- and clavicle-origin muscles, ~85 %
+    of all terms) become dense coefficient blocks, one per DOF set, over the monomials the group uses,
+    so they are evaluated as contiguous dot products; the others stay sparse (their CSR rows empty
+    here when dense)."""
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for k, dofs in enumerate(fit_dofs):
+        if len(dofs) >= DENSE_LOA_MIN_DOFS:
+            groups.setdefault(dofs, []).append(k)
+    n_rows = len(rows)
+    dense_off = -np.ones(n_rows, np.int64)
+    dense_group = -np.ones(n_rows, np.int64)
+    group_cols, cols, coef_blocks = [0], [], []
+    offset = 0
+    sparse_rows = [list(r) for r in rows]
+    for g, fits in enumerate(groups.values()):
+        group_rows = [3 * k + c for k in fits for c in range(3)]
+        used = sorted({m for r in group_rows for _, m in rows[r]})
+        where = {m: j for j, m in enumerate(used)}
+        block = np.zeros((len(group_rows), len(used)))
+        for i, r in enumerate(group_rows):
+            for coef, m in rows[r]:
+                block[i, where[m]] += coef
+            dense_off[r] = offset + i * len(used)
+            dense_group[r] = g
+            sparse_rows[r] = []
+        offset += block.size
+        coef_blocks.append(block.ravel())
+        cols.extend(used)
+        group_cols.append(len(cols))
+    return {"loa_dense_off": dense_off, "loa_dense_group": dense_group,
+            "loa_group_cols": np.asarray(group_cols, np.int64),
+            "loa_dense_mono": np.asarray(cols, np.uint32),
+            "loa_dense_coef": np.concatenate(coef_blocks) if coef_blocks else np.zeros(0),
+            "sparse_rows": sparse_rows}
 
 
 def _unit(v) -> np.ndarray:
@@ -295,7 +340,9 @@ def load_model(config: ModelConfig | None = None) -> Das3Model:
     len_row, len_coef, len_mono = _csr(len_rows)
     grad_row, grad_coef, grad_mono = _csr(grad_rows)
     hess_row, hess_coef, hess_mono = _csr(hess_rows)
-    loa_row, loa_coef, loa_mono = _csr([[(c, table[e]) for c, e in r] for r in loa_rows])
+    loa_dense = _dense_loa_groups([[(c, table[e]) for c, e in r] for r in loa_rows],
+                                  [tuple(f["dof_indices"]) for f in loa["muscles"]])
+    loa_row, loa_coef, loa_mono = _csr(loa_dense.pop("sparse_rows"))
 
     xg = _unit(GLENOID_X)
     yg = _unit(np.array([0.0, 1.0, 0.0]) - xg[1] * xg)
@@ -320,6 +367,7 @@ def load_model(config: ModelConfig | None = None) -> Das3Model:
         hess_row=_ro(hess_row, np.int64), hess_coef=_ro(hess_coef), hess_mono=_ro(hess_mono, np.int64),
         gh_muscle=_ro(gh_muscle, np.int64), loa_row=_ro(loa_row, np.int64), loa_coef=_ro(loa_coef),
         loa_mono=_ro(loa_mono, np.uint32),
+        **{key: _ro(val, val.dtype) for key, val in loa_dense.items()},
         glenoid=_ro([xg, yg, zg]), gh_rim=_ro([config.gh_rim_theta, config.gh_rim_phi]),
     )
     x_eq = np.asarray(eq["x"], np.float64)
