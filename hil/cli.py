@@ -274,6 +274,10 @@ def model_equilibrium(
         help="Model options TOML (see configs/model.toml); default: the published values.")] = None,
     out: Annotated[Optional[Path], typer.Option(
         help="Write the 298-value state as JSON (usable with 'hil simulate --initial').")] = None,
+    start: Annotated[str, typer.Option(
+        help="Initial guess: 'published' (the published equilibrium), 'mid-range' (every DOF at the "
+             "middle of its range, a rough posture) or 'rounded' (published angles rounded to 5 deg).")
+    ] = "published",
     json_out: Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")] = False,
 ) -> None:
     """Solve the passive equilibrium (zero excitation) and report posture, residual and GH force."""
@@ -284,9 +288,15 @@ def model_equilibrium(
         from sim.model import load_model
 
         model = load_model(_load_config(model_config))
+        q_published = np.asarray(model.equilibrium_state[: model.n_dof])
+        guesses = {"published": None, "mid-range": model.dof_ranges.mean(axis=1),
+                   "rounded": np.round(q_published / math.radians(5.0)) * math.radians(5.0)}
+        if start not in guesses:
+            raise BadInputError(f"--start must be one of {', '.join(guesses)}, not {start!r}")
         t0 = time.perf_counter()
-        res = solve_equilibrium(model)
+        res = solve_equilibrium(model, x_guess=guesses[start])
         solve_s = time.perf_counter() - t0
+        dq_published_deg = float(np.degrees(np.abs(res.x[: model.n_dof] - q_published)).max())
         if out is not None:
             write_state_json(out, res.x, (
                 f"Passive equilibrium (zero excitation) from 'hil model equilibrium', fes-hil "
@@ -300,6 +310,8 @@ def model_equilibrium(
             "q_deg": {name: float(v) for name, v in zip(model.dof_names, q_deg)},
             "residual_rms": float(res.residual_rms),
             "iterations": int(res.iterations),
+            "start": start,
+            "max_abs_dq_from_published_deg": dq_published_deg,
             "solve_time_s": solve_s,
             "gh_force_N_scapula": gh_force,
             "gh_theta_deg": math.degrees(res.gh_theta),
@@ -315,7 +327,8 @@ def model_equilibrium(
     for name, v in zip(model.dof_names, q_deg):
         summary.add_row(f"{name} (deg)", f"{v:.3f}")
     summary.add_row("residual RMS", f"{res.residual_rms:.3g}")
-    summary.add_row("iterations", f"{res.iterations} ({solve_s:.2f} s)")
+    summary.add_row("iterations", f"{res.iterations} from '{start}' ({solve_s:.2f} s)")
+    summary.add_row("max |q - published| (deg)", f"{dq_published_deg:.2g}")
     summary.add_row("GH force (N, scapula frame)", "({:.2f}, {:.2f}, {:.2f})".format(*gh_force))
     summary.add_row("glenoid angles (deg)", f"theta {math.degrees(res.gh_theta):.2f} (superior +), "
                                             f"phi {math.degrees(res.gh_phi):.2f}")

@@ -111,3 +111,18 @@ def test_simulate_writes_one_row_per_step(tmp_path):
     assert data.shape == (4, 39)
     np.testing.assert_allclose(data[:, 0], [0.0, 0.004, 0.008, 0.012], rtol=0, atol=1e-15)
     assert np.all(np.isfinite(data))
+
+
+def test_model_equilibrium_from_a_rough_posture_finds_the_published_one():
+    result = invoke("model", "equilibrium", "--start", "rounded", "--json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["residual_rms"] < 1e-10
+    assert doc["max_abs_dq_from_published_deg"] < 1e-6
+    assert doc["gh_stability"] == pytest.approx(-0.62, abs=0.01)
+
+
+def test_model_equilibrium_rejects_an_unknown_start():
+    result = invoke("model", "equilibrium", "--start", "sideways")
+    assert result.exit_code == 2
+    assert "--start" in result.output
