@@ -34,6 +34,8 @@ class MuscleWork(NamedTuple):
     g_s: np.ndarray      # (138,) dg/ds
     g_sd: np.ndarray     # (138,) dg/dsdot
     g_a: np.ndarray      # (138,) dg/da       (dg/dq = dF4 * G)
+    g_s_a: np.ndarray    # (138,) d2g/ds da   (g is affine in a: these give dg/ds, dg/dsdot at any a)
+    g_sd_a: np.ndarray   # (138,) d2g/dsdot da
     tau: np.ndarray      # (11,) muscle generalized forces
     dtau_dq: np.ndarray  # (11, 11)
     C: np.ndarray        # (138, 9) d tau / d s_i on the muscle's DOFs (local order)
@@ -43,7 +45,8 @@ def new_muscle_work(n_monomials: int) -> MuscleWork:
     return MuscleWork(
         mono=np.zeros(n_monomials), L=np.zeros(N_MUS), G=np.zeros((N_MUS, 9)),
         force=np.zeros(N_MUS), dF4=np.zeros(N_MUS), g=np.zeros(N_MUS),
-        g_s=np.zeros(N_MUS), g_sd=np.zeros(N_MUS), g_a=np.zeros(N_MUS), tau=np.zeros(N_DOF),
+        g_s=np.zeros(N_MUS), g_sd=np.zeros(N_MUS), g_a=np.zeros(N_MUS), g_s_a=np.zeros(N_MUS),
+        g_sd_a=np.zeros(N_MUS), tau=np.zeros(N_DOF),
         dtau_dq=np.zeros((N_DOF, N_DOF)), C=np.zeros((N_MUS, 9)),
     )
 
@@ -69,7 +72,7 @@ def sparse_row(row, coef, idx, mono, r):
 def contraction(P, L, s, sd, a):
     """Hill model of one muscle (spec "Muscle contraction"); P = its row of ModelArrays.mus.
 
-    Returns (g, dg/ds, dg/dsdot, dg/da, F4, dF4/de)."""
+    Returns (g, dg/ds, dg/dsdot, dg/da, F4, dF4/de, d2g/ds da, d2g/dsdot da)."""
     lceopt, b = P[MUS_LCEOPT], P[MUS_PENN_B]
     lce = math.sqrt(s * s + b * b)
     cosp = s / lce
@@ -105,11 +108,46 @@ def contraction(P, L, s, sd, a):
         df4 += 2.0 * P[MUS_KSEE] * e
     act = a * f1 * f2 + f3
     g = f4 - act * cosp - SDOT_DAMPING * sd
-    dact_ds = a * (df1 * cosp * f2 + f1 * df2 * sd * dcosp) + df3 * cosp
+    dfl_ds = df1 * cosp * f2 + f1 * df2 * sd * dcosp      # d(F1 F2)/ds
+    dact_ds = a * dfl_ds + df3 * cosp
     g_s = -lceopt * df4 - dact_ds * cosp - act * dcosp
     g_sd = -a * f1 * df2 * cosp * cosp - SDOT_DAMPING
     g_a = -f1 * f2 * cosp
-    return g, g_s, g_sd, g_a, f4, df4
+    g_s_a = -dfl_ds * cosp - f1 * f2 * dcosp
+    g_sd_a = -f1 * df2 * cosp * cosp
+    return g, g_s, g_sd, g_a, f4, df4, g_s_a, g_sd_a
+
+
+@_jit
+def solve_contraction(P, L, a, s0, ds_dv, sd0, dsd_dv, v, tol, max_iter):
+    """Solve g(L, s, sdot, a) = 0 along the line s = s0 + ds_dv v, sdot = sd0 + dsd_dv v for v, from v.
+
+    Newton inside a bracket that every evaluation narrows (bisecting whenever Newton would leave it).
+    g decreases along the line for both uses (v = sdot at fixed s; v = s_{n+1} of an implicit Euler
+    step, sdot = (s - s_n)/h): dg/dsdot < 0 always and dg/ds is dominated by the SEE stiffness.
+    Returns (v, converged)."""
+    lo, hi = -np.inf, np.inf
+    for _ in range(max_iter):
+        g, g_s, g_sd = contraction(P, L, s0 + ds_dv * v, sd0 + dsd_dv * v, a)[:3]
+        if abs(g) <= tol:
+            return v, True
+        if g > 0.0:
+            lo = v
+        else:
+            hi = v
+        slope = g_s * ds_dv + g_sd * dsd_dv
+        nxt = v - g / slope if slope < 0.0 else np.nan
+        if not (lo < nxt < hi):
+            if math.isfinite(lo) and math.isfinite(hi):
+                nxt = 0.5 * (lo + hi)
+            elif math.isfinite(lo):
+                nxt = lo + 2.0 * (abs(lo) + 1.0)
+            else:
+                nxt = hi - 2.0 * (abs(hi) + 1.0)
+        if nxt == v:
+            return v, True
+        v = nxt
+    return v, False
 
 
 @_jit
@@ -126,9 +164,10 @@ def muscle_eval(A, q, s, sd, a, W):
         L = sparse_row(A.len_row, A.len_coef, A.len_mono, mono, i)
         for k in range(nd):
             W.G[i, k] = sparse_row(A.grad_row, A.grad_coef, A.grad_mono, mono, 9 * i + k)
-        g, g_s, g_sd, g_a, f4, df4 = contraction(P, L, s[i], sd[i], a[i])
+        g, g_s, g_sd, g_a, f4, df4, g_s_a, g_sd_a = contraction(P, L, s[i], sd[i], a[i])
         W.L[i] = L
         W.g[i], W.g_s[i], W.g_sd[i], W.g_a[i] = g, g_s, g_sd, g_a
+        W.g_s_a[i], W.g_sd_a[i] = g_s_a, g_sd_a
         fmax = P[MUS_FMAX]
         F = fmax * f4
         W.force[i] = F

@@ -23,19 +23,29 @@ from numba import njit
 
 from sim._dual import slot_q, slot_qd
 from sim._multibody import MultibodyWork, multibody_eval, new_multibody_work
-from sim._muscles import MuscleWork, activation_rates, muscle_eval, new_muscle_work, sparse_row
-from sim.model import N_DOF, N_MUS, N_STATES, SCAPULA_FRAME, HUMERUS_FRAME
+from sim._muscles import (MuscleWork, activation_rates, muscle_eval, new_muscle_work, solve_contraction,
+                          sparse_row)
+from sim.model import HUMERUS_FRAME, MUS_C1, MUS_C2, N_DOF, N_MUS, N_STATES, SCAPULA_FRAME
 
 _jit = njit(cache=True, nogil=True, boundscheck=False)
 
 IQ, IQD, IS, IA = 0, N_DOF, 2 * N_DOF, 2 * N_DOF + N_MUS  # state block offsets
+
+SCHEME_PAPER = 0      # paper eq. 8 exactly (Jacobian at x_n, u_n; df/du (u_{n+1} - u_n))
+SCHEME_ACTIVATION = 1  # default: eq. 8 with the activation rows taken implicitly at u_{n+1} and the
+                       # contraction rows linearised at that new activation (see rosenbrock_solve)
 
 STEP_OK = 0
 STEP_NONFINITE = 1
 STEP_RESIDUAL = 2
 STEP_SINGULAR = 3
 STEP_BAD_INPUT = 4
+STEP_FIBRE_COLLAPSE = 5
+FIBRE_MIN = 0.05  # s = Lce cos(p) / Lceopt below which the model is outside its validity
 STEP_MESSAGES = {
+    STEP_FIBRE_COLLAPSE: (f"a muscle fibre collapsed (s < {FIBRE_MIN} L_CEopt): the Hill model is singular "
+                          "at zero fibre length, so this excitation/posture is outside the DAS3 model's "
+                          "validity (the variable-step reference fails there too)"),
     STEP_NONFINITE: "the state became non-finite",
     STEP_RESIDUAL: "the dynamics residual blew up",
     STEP_SINGULAR: "the Rosenbrock iteration matrix became singular",
@@ -58,6 +68,7 @@ class StepWork(NamedTuple):
     rq: np.ndarray       # (11,)
     B: np.ndarray        # (11, 11)
     u_next: np.ndarray   # (138,) validated, clipped excitation of the step being taken
+    failed_muscle: np.ndarray  # (1,) int: the muscle of the last STEP_FIBRE_COLLAPSE
     x_prev: np.ndarray   # (298,) state before the step (restored on failure)
     xd_prev: np.ndarray  # (298,)
 
@@ -89,7 +100,7 @@ def new_plant_work(A) -> PlantWork:
         Aq=np.zeros((N_DOF, N_DOF)), Av=np.zeros((N_DOF, N_DOF)), K=np.zeros((N_DOF, N_DOF)),
         kb=np.zeros(N_DOF), piv=np.zeros(N_DOF, np.int64), dx=np.zeros(N_STATES), wsol=np.zeros(N_MUS),
         dden=np.zeros(N_MUS), rq=np.zeros(N_DOF), B=np.zeros((N_DOF, N_DOF)),
-        u_next=np.zeros(N_MUS), x_prev=np.zeros(N_STATES), xd_prev=np.zeros(N_STATES),
+        u_next=np.zeros(N_MUS), failed_muscle=np.zeros(1, np.int64), x_prev=np.zeros(N_STATES), xd_prev=np.zeros(N_STATES),
     )
     out = OutputWork(
         th_angles=np.zeros(3), gh_force=np.zeros(3), gh_angles=np.zeros(2), gh_stability=np.zeros(1),
@@ -156,13 +167,25 @@ def _lu_solve_inplace(K, b, piv):
 
 
 @_jit
-def rosenbrock_solve(A, x, xd, u0, u1, h, W):
+def rosenbrock_solve(A, x, xd, u0, u1, h, scheme, W):
     """dx of paper eq. 8 from the pieces of the last :func:`evaluate` at (x, xd, u0); result in W.st.dx.
+
+    ``scheme`` SCHEME_PAPER is eq. 8 as published. SCHEME_ACTIVATION differs in the muscle rows only:
+    (1) the activation rows, which are decoupled and affine in a, are solved exactly for the implicit
+    Euler step at u_{n+1}: a_{n+1} = (a_n + h u k) / (1 + h k), k = c1 u_{n+1} + c2 (eq. 8 linearises
+    in u around u_n, which at an excitation step from 0 under-predicts the rise by the factor
+    Tact/Tdeact); (2) each contraction row uses dg/ds and dg/dsdot at that new activation (g is affine in
+    a, so they are exact there). At a = 0 the force-velocity term drops out of dg/dsdot, and eq. 8 then
+    lets a fibre whose activation jumps shorten many times faster than Vmax within one step: abrupt
+    excitation of one muscle group (e.g. the clavicular deltoid 0 -> 1, an ordinary FES onset) makes the
+    published scheme diverge at h = 1-4 ms while the reference solution stays smooth. Both variants are
+    first-order linearly implicit (W-)methods with the same 11x11 structure.
 
     Returns STEP_OK or STEP_SINGULAR."""
     mb, mu, st = W.mb, W.mu, W.st
     f, dx = st.f, st.dx
     qdd, sd, ad = xd[IQD:IS], xd[IS:IA], xd[IA:]
+    a = x[IA:]
     inv_h = 1.0 / h
     M = mb.M
     # q rows:  -dq/h + dqdot = r_q,   r_q = -xdot_q - f_q
@@ -183,11 +206,18 @@ def rosenbrock_solve(A, x, xd, u0, u1, h, W):
         st.kb[j] -= acc
     # activation rows (diagonal) and contraction rows (scalar per muscle), eliminated into K, kb
     for i in range(N_MUS):
-        rh = ad[i] - f[IA + i] + st.rate_du[i] * (u1[i] - u0[i])
-        da = rh / (-st.rate_da[i] + inv_h)
+        if scheme == SCHEME_PAPER:
+            rh = ad[i] - f[IA + i] + st.rate_du[i] * (u1[i] - u0[i])
+            da = rh / (-st.rate_da[i] + inv_h)
+            g_s, g_sd = mu.g_s[i], mu.g_sd[i]
+        else:
+            kact = A.mus[i, MUS_C1] * u1[i] + A.mus[i, MUS_C2]
+            da = (a[i] + h * u1[i] * kact) / (1.0 + h * kact) - a[i]
+            g_s = mu.g_s[i] + mu.g_s_a[i] * da
+            g_sd = mu.g_sd[i] + mu.g_sd_a[i] * da
         dx[IA + i] = da
-        rg = mu.g_sd[i] * sd[i] - f[IS + i]
-        d = mu.g_s[i] + mu.g_sd[i] * inv_h
+        rg = g_sd * sd[i] - f[IS + i]
+        d = g_s + g_sd * inv_h
         w = (rg - mu.g_a[i] * da) / d
         st.wsol[i] = w
         st.dden[i] = d
@@ -297,12 +327,39 @@ def compute_outputs(A, W):
     out.gh_stability[0] = (theta / A.gh_rim[0]) ** 2 + (phi / A.gh_rim[1]) ** 2 - 1.0
 
 
+CONTRACTION_TOL = 1e-3   # |g| (units of Fmax) above which a fibre state is corrected after the step
+
+
 @_jit
-def plant_step(A, x, xd, u0, u1, loads, h, residual_limit, W):
+def correct_contraction(A, x, xd, h, W):
+    """Implicit-Euler correction of the fibre states the linear step got wrong (SCHEME_ACTIVATION).
+
+    Each contraction row involves only q, its own s, sdot, a. Where the residual after the step,
+    g_i(q_{n+1}, s_{n+1}, (s_{n+1} - s_n)/h, a_{n+1}), exceeds CONTRACTION_TOL (a tendon crossing from
+    slack to taut within a step: the SEE stiffness jumps from ~0 to kSEE e, and the linearisation
+    overshoots into a growing period-2 oscillation), s_i is solved from that scalar equation exactly.
+    Smooth motion never triggers it. Returns the number of corrected muscles (the caller re-evaluates)."""
+    mu, st = W.mu, W.st
+    inv_h = 1.0 / h
+    n = 0
+    for i in range(N_MUS):
+        if abs(mu.g[i]) > CONTRACTION_TOL:
+            s_prev = st.x_prev[IS + i]
+            s_new, ok = solve_contraction(A.mus[i], mu.L[i], x[IA + i], 0.0, 1.0, -s_prev * inv_h, inv_h,
+                                          x[IS + i], 1e-12, 50)
+            if ok:
+                x[IS + i] = s_new
+                xd[IS + i] = (s_new - s_prev) * inv_h
+                n += 1
+    return n
+
+
+@_jit
+def plant_step(A, x, xd, u0, u1, loads, h, residual_limit, scheme, W):
     """One fixed step from an up-to-date evaluation at (x, xd, u0): solve, update, re-evaluate at the new
     state with u1 (ready for the next step) and compute the outputs. Returns a STEP_* status; on failure
     x and xd are left unchanged."""
-    status = rosenbrock_solve(A, x, xd, u0, u1, h, W)
+    status = rosenbrock_solve(A, x, xd, u0, u1, h, scheme, W)
     if status != STEP_OK:
         return status
     st = W.st
@@ -311,12 +368,20 @@ def plant_step(A, x, xd, u0, u1, loads, h, residual_limit, W):
     if not apply_step(x, xd, st.dx, h):
         return STEP_NONFINITE
     evaluate(A, x, xd, u1, loads, W)
+    if scheme == SCHEME_ACTIVATION and correct_contraction(A, x, xd, h, W):
+        evaluate(A, x, xd, u1, loads, W)
     r = residual_max(st.f)
     status = STEP_OK
     if not math.isfinite(r):
         status = STEP_NONFINITE
     elif r > residual_limit:
         status = STEP_RESIDUAL
+    else:
+        for i in range(N_MUS):
+            if x[IS + i] < FIBRE_MIN:
+                st.failed_muscle[0] = i
+                status = STEP_FIBRE_COLLAPSE
+                break
     if status != STEP_OK:
         # keep the last good state and make every output describe it again
         x[:] = st.x_prev
@@ -358,7 +423,7 @@ def bundle_prime(bundle, x, xd, u0, loads):
 
 
 @_jit
-def bundle_step(bundle, x, xd, u0, u_in, loads, h, residual_limit, stale):
+def bundle_step(bundle, x, xd, u0, u_in, loads, h, residual_limit, scheme, stale):
     """Real-time entry point: validate/clip u_in, (re-)evaluate if stale, one Rosenbrock step.
 
     Returns (status, n_clipped). On STEP_OK, u0 <- the applied (clipped) excitation."""
@@ -368,7 +433,7 @@ def bundle_step(bundle, x, xd, u0, u_in, loads, h, residual_limit, stale):
         return STEP_BAD_INPUT, 0
     if stale:
         evaluate(A, x, xd, u0, loads, W)
-    status = plant_step(A, x, xd, u0, W.st.u_next, loads, h, residual_limit, W)
+    status = plant_step(A, x, xd, u0, W.st.u_next, loads, h, residual_limit, scheme, W)
     if status == STEP_OK:
         u0[:] = W.st.u_next
     return status, n_clipped

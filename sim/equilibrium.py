@@ -117,6 +117,7 @@ def _relax(model: Das3Model, x, u, loads, duration: float) -> np.ndarray:
         raise EquilibriumError(f"dynamic relaxation diverged: {exc}") from exc
     out = plant.x.copy()
     out[IQD:IS] = 0.0
+    out[IA:] = u  # the steady-state activation is u exactly
     return out
 
 

@@ -14,8 +14,10 @@ import math
 import numpy as np
 
 from sim._bundle import Bundle
-from sim._step import (IA, IQ, IQD, IS, STEP_BAD_INPUT, STEP_MESSAGES, STEP_OK, bundle_prime,
-                       bundle_step, new_plant_work)
+from sim._step import (IA, IQ, IQD, IS, SCHEME_ACTIVATION, SCHEME_PAPER, STEP_BAD_INPUT,
+                       STEP_FIBRE_COLLAPSE, STEP_MESSAGES, STEP_OK, bundle_prime, bundle_step, new_plant_work)
+
+SCHEMES = {"activation": SCHEME_ACTIVATION, "paper": SCHEME_PAPER}
 from sim.model import LOAD_NAMES, N_LOADS, N_MUS, N_STATES, Das3Model
 
 
@@ -69,14 +71,19 @@ class Plant:
     """Fixed-step DAS3 plant. ``step(u)`` advances by ``step_s`` with excitation u at the step's end.
 
     Starts from the published passive equilibrium (or ``initial_state``) with xdot = 0 and u = 0.
+    ``scheme``: "activation" (default) or "paper" (eq. 8 exactly); see :func:`sim._step.rosenbrock_solve`.
     Excitations outside [0, 1] are clipped and counted in :attr:`clipped_total`; NaN/inf raise
     :class:`InvalidInputError` without touching the state.
     """
 
     def __init__(self, model: Das3Model, step_s: float = 0.004, initial_state=None,
-                 residual_limit: float = 1e6) -> None:
+                 residual_limit: float = 1e6, scheme: str = "activation") -> None:
         if not (isinstance(step_s, (int, float)) and math.isfinite(step_s) and 1e-5 <= step_s <= 0.02):
             raise InvalidInputError(f"step_s must be between 1e-5 and 0.02 s, got {step_s!r}")
+        if scheme not in SCHEMES:
+            raise InvalidInputError(f"scheme must be one of {', '.join(SCHEMES)}, got {scheme!r}")
+        self.scheme = scheme
+        self._scheme_code = SCHEMES[scheme]
         self.model = model
         self.step_s = float(step_s)
         self.residual_limit = float(residual_limit)
@@ -176,14 +183,18 @@ class Plant:
             if u.shape != (N_MUS,):
                 raise InvalidInputError(f"excitation must have {N_MUS} values, got shape {u.shape}")
         status, n_clipped = bundle_step(self._bundle, self._x, self._xd, self._u, u, self._loads,
-                                        self.step_s, self.residual_limit, self._stale)
+                                        self.step_s, self.residual_limit, self._scheme_code,
+                                        self._stale)
         if status != STEP_OK:
             if status == STEP_BAD_INPUT:
                 bad = [self.model.muscle_names[i] for i in np.flatnonzero(~np.isfinite(u))[:5]]
                 raise InvalidInputError(f"excitation is NaN or infinite for {', '.join(bad)}")
             self.failed = True
+            what = STEP_MESSAGES[status]
+            if status == STEP_FIBRE_COLLAPSE:
+                what = f"{self.model.muscle_names[self._work.st.failed_muscle[0]]}: {what}"
             raise PlantDivergedError(f"step {self.steps + 1} (t = {self.time + self.step_s:.4f} s): "
-                                     f"{STEP_MESSAGES[status]}; state kept at t = {self.time:.4f} s")
+                                     f"{what}; state kept at t = {self.time:.4f} s")
         self._stale = False
         self.clipped_total += n_clipped
         self.steps += 1

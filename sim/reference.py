@@ -14,7 +14,7 @@ from numba import njit
 from scipy.integrate import solve_ivp
 
 from sim._multibody import multibody_eval
-from sim._muscles import activation_rates, contraction, muscle_eval
+from sim._muscles import activation_rates, muscle_eval, solve_contraction
 from sim._step import IA, IQD, IS, new_plant_work
 from sim.dynamics import jacobians
 from sim.model import N_LOADS, N_STATES, Das3Model
@@ -22,7 +22,8 @@ from sim.model import N_LOADS, N_STATES, Das3Model
 
 @njit(cache=True)
 def _explicit_rates(A, x, u, loads, W, xd):
-    """xd <- F(x): sdot by per-muscle Newton on g_i(sdot_i) = 0 (warm-started from xd), qdd = M^-1 f_eom(0).
+    """xd <- F(x): sdot by a per-muscle safeguarded Newton on g_i(sdot_i) = 0 (g decreases strictly in
+    sdot; warm-started from xd), qdd = M^-1 f_eom(qdd = 0).
 
     Returns False if a contraction velocity does not converge."""
     q, qd, s, a = x[:IQD], x[IQD:IS], x[IS:IA], x[IA:]
@@ -30,32 +31,8 @@ def _explicit_rates(A, x, u, loads, W, xd):
     muscle_eval(A, q, s, xd[IS:IA], a, mu)  # lengths, forces and muscle moments (independent of sdot)
     ok = True
     for i in range(s.shape[0]):
-        # g_i is strictly decreasing in sdot (dF2/dv > 0 and the 0.001 sdot damping): Newton inside a
-        # bracket that every evaluation narrows, bisecting whenever Newton would leave it
-        sd = xd[IS + i]
-        lo, hi = -np.inf, np.inf
-        converged = False
-        for _ in range(200):
-            g, g_s, g_sd, g_a, f4, df4 = contraction(A.mus[i], mu.L[i], s[i], sd, a[i])
-            if abs(g) < 1e-14:
-                converged = True
-                break
-            if g > 0.0:
-                lo = sd
-            else:
-                hi = sd
-            nxt = sd - g / g_sd
-            if not (lo < nxt < hi):
-                if np.isfinite(lo) and np.isfinite(hi):
-                    nxt = 0.5 * (lo + hi)
-                elif np.isfinite(lo):
-                    nxt = lo + 2.0 * (abs(lo) + 1.0)
-                else:
-                    nxt = hi - 2.0 * (abs(hi) + 1.0)
-            if nxt == sd:
-                converged = True
-                break
-            sd = nxt
+        sd, converged = solve_contraction(A.mus[i], mu.L[i], a[i], s[i], 0.0, 0.0, 1.0, xd[IS + i],
+                                          1e-14, 200)
         ok = ok and converged
         xd[IS + i] = sd
     activation_rates(A, u, a, xd[IA:], W.st.rate_da, W.st.rate_du)
