@@ -22,8 +22,8 @@ from numba import njit
 from sim._dual import (ND, d_add, d_constmat_vec, d_cross, d_dot, d_iadd, d_iadd_scaled, d_matvec,
                        d_matvec_const, d_mattvec, d_rotate_frame, d_scale, d_scale_var, d_sqrt, d_sub,
                        frame_slots, rotation_about_axis, slot_q, slot_qd)
-from sim.model import (CLAVICLE_FRAME, HUMERUS_FRAME, N_DOF, N_FRAMES, SCAPULA_FRAME, ULNA_FRAME,
-                       RADIUS_FRAME, ModelArrays)
+from sim.model import (CLAVICLE_FRAME, HUMERUS_FRAME, N_DOF, N_FRAMES, RADIUS_FRAME, SCAPULA_FRAME,
+                       ULNA_FRAME)
 
 _jit = njit(cache=True, nogil=True, boundscheck=False)
 

@@ -128,7 +128,7 @@ def _newton(A, W, x, xd, u, loads, merit, tol, max_iterations):
     while rms > tol and it < max_iterations:
         it += 1
         # (Aq - sum_i C_i gq_i^T / g_s_i) dq = -f_eom + sum_i C_i g_i / g_s_i ; ds_i = -(g_i + gq_i.dq)/g_s_i
-        mb, mu, st = W.mb, W.mu, W.st
+        mu, st = W.mu, W.st
         K = st.Aq.copy()
         rhs = -st.f[IQD:IS].copy()
         for i in range(N_MUS):
