@@ -12,7 +12,7 @@ import tomllib
 from dataclasses import dataclass
 from os import PathLike
 
-__all__ = ["ConfigError", "ModelConfig", "load_model_config"]
+__all__ = ["ConfigError", "ModelConfig", "load_model_config", "model_config_from_table"]
 
 
 class ConfigError(ValueError):
@@ -109,21 +109,25 @@ def load_model_config(path: str | PathLike) -> ModelConfig:
     for table in doc:
         if table != "model":
             raise ConfigError(_unknown("table", table, ["model"]), file=path, key=table)
-    section = doc.get("model", {})
-    if not isinstance(section, dict):
-        raise ConfigError("must be a table ([model])", file=path, key="model")
+    return model_config_from_table(doc.get("model", {}), file=path)
 
+
+def model_config_from_table(section, *, file: str | PathLike | None = None,
+                            prefix: str = "") -> ModelConfig:
+    """A :class:`ModelConfig` from a parsed ``[model]`` table (also used inside service configs)."""
+    if not isinstance(section, dict):
+        raise ConfigError("must be a table ([model])", file=file, key=prefix + "model")
     values: dict[str, object] = {}
     for key, raw in section.items():
         if key not in _FILE_KEYS:
-            raise ConfigError(_unknown("key", key, _FILE_KEYS), file=path, key=key)
+            raise ConfigError(_unknown("key", key, _FILE_KEYS), file=file, key=prefix + key)
         name = _FILE_KEYS[key]
         reason = _check(name, raw, in_file_units=True)
         if reason is not None:
-            raise ConfigError(reason, file=path, key=key)
+            raise ConfigError(reason, file=file, key=prefix + key)
         to_field = _FIELDS[name][1]
         values[name] = raw if to_field is None else to_field(raw)
     try:
         return ModelConfig(**values)
     except ConfigError as exc:  # only if a conversion rounds onto a bound
-        raise ConfigError(exc.reason, file=path, key=_FIELDS[exc.key][0]) from None
+        raise ConfigError(exc.reason, file=file, key=prefix + _FIELDS[exc.key][0]) from None

@@ -108,8 +108,12 @@ def _closest(name: str, valid: Sequence[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
-def load_excitation_csv(path: str | PathLike, muscle_names: Sequence[str]) -> ExcitationSchedule:
+def load_excitation_csv(path: str | PathLike, muscle_names: Sequence[str], *,
+                        column_kind: str = "muscle element") -> ExcitationSchedule:
     """Read an excitation CSV file (format in the module docstring) for a model's muscles.
+
+    The same time-indexed format serves other schedules (e.g. per-channel stimulation): pass their
+    column names as ``muscle_names`` and a ``column_kind`` for the error messages.
 
     Raises:
         ExcitationFileError: empty file, missing or duplicate ``time`` column, unknown or duplicate
@@ -147,9 +151,10 @@ def load_excitation_csv(path: str | PathLike, muscle_names: Sequence[str]) -> Ex
             elif name in column_of:
                 targets.append((pos, column_of[name]))
             else:
+                kind = "muscle" if column_kind == "muscle element" else "column"
                 raise ExcitationFileError(
-                    path, f"unknown muscle {name!r}{_closest(name, (*names, 'time'))}; columns must be "
-                    "'time' or muscle element names of the model", line=header_line, column=label)
+                    path, f"unknown {kind} {name!r}{_closest(name, (*names, 'time'))}; columns must be "
+                    f"'time' or {column_kind} names", line=header_line, column=label)
         if time_col is None:
             raise ExcitationFileError(path, "no 'time' column in the header", line=header_line)
 

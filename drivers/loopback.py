@@ -1,0 +1,161 @@
+"""Loopback driver: an in-process controller speaking through the same interface as external transports.
+
+Controllers run synchronously inside :meth:`LoopbackDriver.fetch` and see the last published sensor
+frame, so a loopback run is fully deterministic. Two controllers:
+
+- :class:`PlaybackController`: plays a CSV schedule (zero-order hold) of per-channel stimulation
+  (columns ``time`` and ``ch<N>_pw_us``, ``ch<N>_amp_ma``, ``ch<N>_freq_hz``, ``ch<N>_mode``; missing
+  columns are 0, and mode follows ScienceMode: 0 single, 1 doublet, 2 triplet)
+  or, in direct mode, of per-muscle-element excitations (the ``hil simulate`` excitation format).
+- :class:`ElbowHoldController`: a PI controller on the sensed elbow flexion angle that drives a flexor
+  and an extensor channel's amplitude (e.g. biceps / triceps) to hold a target angle.
+
+Both send at ``rate_hz`` (commands every round(1 / (rate_hz T)) ticks), like a real controller.
+"""
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from typing import Sequence
+
+import numpy as np
+
+from drivers.base import CommandSink, Driver
+from sim.excitations import load_excitation_csv
+
+
+class Controller(ABC):
+    """An in-process controller: called once per tick with the last sensor frame (None at tick 0)."""
+
+    @abstractmethod
+    def control(self, tick: int, time_s: float, frame, emit: "_Emitter") -> None: ...
+
+
+class _Emitter:
+    """Binds a sink, driver index and receive time so controllers only pass command values."""
+
+    __slots__ = ("sink", "driver", "now_ns")
+
+    def __init__(self, sink: CommandSink, driver: int, now_ns: int) -> None:
+        self.sink, self.driver, self.now_ns = sink, driver, now_ns
+
+    def channel(self, channel: int, pulse_width_us: float, amplitude_ma: float, frequency_hz: float,
+                mode: int = 0) -> None:
+        self.sink.channel(self.driver, self.now_ns, channel, pulse_width_us, amplitude_ma, frequency_hz, mode)
+
+    def excitation(self, muscle: int, value: float) -> None:
+        self.sink.excitation(self.driver, self.now_ns, muscle, value)
+
+    def heartbeat(self) -> None:
+        self.sink.heartbeat(self.driver, self.now_ns)
+
+
+def channel_columns(n_channels: int) -> tuple[str, ...]:
+    """Column names of a channel schedule: ch1_pw_us, ch1_amp_ma, ch1_freq_hz, ch1_mode, ch2_..."""
+    return tuple(f"ch{c + 1}_{f}" for c in range(n_channels) for f in ("pw_us", "amp_ma", "freq_hz", "mode"))
+
+
+class PlaybackController(Controller):
+    """Plays a stimulation (or, with ``direct=True``, an excitation) schedule from a CSV file."""
+
+    def __init__(self, path: str, n_channels: int, muscle_names: Sequence[str], period_s: float,
+                 rate_hz: float = 50.0, direct: bool = False) -> None:
+        self.direct = direct
+        self.n_channels = n_channels
+        columns = tuple(muscle_names) if direct else channel_columns(n_channels)
+        self.schedule = load_excitation_csv(path, columns, column_kind="muscle element" if direct
+                                            else "stimulation column (chN_pw_us/amp_ma/freq_hz/mode)")
+        self.every = max(1, int(round(1.0 / (rate_hz * period_s))))
+        self.row = np.zeros(self.schedule.n_muscles)
+
+    def control(self, tick: int, time_s: float, frame, emit: _Emitter) -> None:
+        if tick % self.every:
+            return
+        self.schedule.fill(time_s, self.row)
+        if self.direct:
+            for m in range(self.row.shape[0]):
+                emit.excitation(m, self.row[m])
+            return
+        for c in range(self.n_channels):
+            pw, amp, freq, mode = self.row[4 * c:4 * c + 4]
+            emit.channel(c, pw, amp, freq, int(mode))
+
+
+class ElbowHoldController(Controller):
+    """PI control of elbow flexion (rad internally; degrees at the config edge) with two channels.
+
+    e = target - ELx; command = kp e + ki integral(e); a positive command drives the flexor channel's
+    amplitude, a negative one the extensor's (0..max_amplitude_ma), at fixed pulse width and frequency.
+    """
+
+    def __init__(self, target_rad: float, flexor_channel: int, extensor_channel: int, period_s: float,
+                 kp_ma_per_rad: float = 150.0, ki_ma_per_rad_s: float = 300.0,
+                 pulse_width_us: float = 300.0, frequency_hz: float = 40.0,
+                 max_amplitude_ma: float = 80.0, rate_hz: float = 50.0) -> None:
+        self.target = target_rad
+        self.flexor, self.extensor = flexor_channel, extensor_channel
+        self.kp, self.ki = kp_ma_per_rad, ki_ma_per_rad_s
+        self.pw, self.freq, self.max_amp = pulse_width_us, frequency_hz, max_amplitude_ma
+        self.every = max(1, int(round(1.0 / (rate_hz * period_s))))
+        self.dt = self.every * period_s
+        self.integral = 0.0
+
+    def control(self, tick: int, time_s: float, frame, emit: _Emitter) -> None:
+        if tick % self.every:
+            return
+        if frame is None:
+            emit.heartbeat()
+            return
+        error = self.target - float(frame["elbow_flexion"][0])
+        command = self.kp * error + self.ki * self.integral
+        # anti-windup: integrate only while the command is not saturated in the same direction
+        if abs(command) < self.max_amp or (command > 0) != (error > 0):
+            self.integral += error * self.dt
+        amp = min(self.max_amp, abs(command))
+        flex, ext = (amp, 0.0) if command > 0 else (0.0, amp)
+        emit.channel(self.flexor, self.pw, flex, self.freq, 0)
+        emit.channel(self.extensor, self.pw, ext, self.freq, 0)
+
+
+class LoopbackDriver(Driver):
+    """Runs a :class:`Controller` in the loop's process (deterministic, no transport)."""
+
+    name = "loopback"
+
+    def __init__(self, controller: Controller, period_s: float, index: int = 0) -> None:
+        self.controller = controller
+        self.period_s = period_s
+        self.last_frame = None
+        super().__init__(index)
+
+    def fetch(self, tick: int, now_ns: int, sink: CommandSink) -> None:
+        self.controller.control(tick, tick * self.period_s, self.last_frame, _Emitter(sink, self.index, now_ns))
+
+    def publish(self, frame: np.ndarray) -> None:
+        self.last_frame = frame
+        self.frames_published += 1
+
+
+def make_controller(spec: dict, *, n_channels: int, muscle_names: Sequence[str], period_s: float,
+                    base_dir: str = ".") -> Controller:
+    """Build a controller from its config table (``[[driver]] type = "loopback"``)."""
+    import os
+
+    kind = spec.get("controller", "playback")
+    rate = float(spec.get("rate_hz", 50.0))
+    if kind == "playback":
+        path = spec["file"]
+        if not os.path.isabs(path):
+            path = os.path.join(base_dir, path)
+        return PlaybackController(path, n_channels, muscle_names, period_s, rate_hz=rate,
+                                  direct=bool(spec.get("direct", False)))
+    if kind == "elbow_hold":
+        return ElbowHoldController(math.radians(float(spec.get("target_deg", 90.0))),
+                                   int(spec["flexor_channel"]) - 1, int(spec["extensor_channel"]) - 1,
+                                   period_s, kp_ma_per_rad=float(spec.get("kp_ma_per_rad", 150.0)),
+                                   ki_ma_per_rad_s=float(spec.get("ki_ma_per_rad_s", 300.0)),
+                                   pulse_width_us=float(spec.get("pulse_width_us", 300.0)),
+                                   frequency_hz=float(spec.get("frequency_hz", 40.0)),
+                                   max_amplitude_ma=float(spec.get("max_amplitude_ma", 80.0)),
+                                   rate_hz=rate)
+    raise ValueError(f"unknown loopback controller {kind!r} (playback, elbow_hold)")

@@ -1,0 +1,209 @@
+"""Service/experiment configuration (TOML): loop, plant, model, stimulation, safety, sensors, metrics,
+recording and drivers. ``hil check-config FILE`` validates a file with precise errors (file, key,
+reason); every run records the validated configuration in its recording header.
+
+Units in the file are labelled in the key names (``period_ms``, ``watchdog_timeout_ms``,
+``rom_margin_deg``, ...) and converted to SI / radians here.
+"""
+from __future__ import annotations
+
+import difflib
+import math
+import os
+import tomllib
+from dataclasses import dataclass, field
+from os import PathLike
+
+from hil.loop import LoopConfig
+from hil.safety import GH_ACTIONS, SafetyConfig
+from hil.sensor import SensorModelConfig
+from sim.config import ConfigError, ModelConfig, model_config_from_table
+
+SCHEMES = ("activation", "paper")
+TABLES = ("loop", "plant", "model", "stimulation", "safety", "sensor", "metrics", "recording", "driver",
+          "include")
+
+
+@dataclass(frozen=True)
+class MetricsConfig:
+    enabled: bool = True
+    host: str = "127.0.0.1"
+    port: int = 9108
+
+
+@dataclass(frozen=True)
+class RecordingConfig:
+    enabled: bool = True
+    directory: str = "runs"
+
+
+@dataclass(frozen=True)
+class PlantConfig:
+    initial: str = "equilibrium"
+    scheme: str = "activation"
+
+
+@dataclass(frozen=True)
+class ServiceConfig:
+    path: str
+    raw: dict                                  # the merged TOML document (recorded in run headers)
+    loop: LoopConfig
+    plant: PlantConfig
+    model: ModelConfig
+    stimulation: dict                          # the [stimulation] table, parsed by hil.stimulation
+    safety: SafetyConfig
+    sensor: SensorModelConfig
+    metrics: MetricsConfig
+    recording: RecordingConfig
+    drivers: list[dict] = field(default_factory=list)
+
+    @property
+    def base_dir(self) -> str:
+        return os.path.dirname(os.path.abspath(self.path))
+
+
+def _unknown(kind: str, name: str, valid) -> str:
+    close = difflib.get_close_matches(name, list(valid), n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return f"unknown {kind} {name!r}{hint}; valid: {', '.join(sorted(valid))}"
+
+
+class _Table:
+    """Typed, range-checked access to one TOML table; unknown keys are errors."""
+
+    def __init__(self, doc: dict, name: str, file: str) -> None:
+        value = doc.get(name, {})
+        if not isinstance(value, dict):
+            raise ConfigError("must be a table", file=file, key=name)
+        self.values, self.name, self.file = value, name, file
+        self.used: set[str] = set()
+
+    def _err(self, key: str, reason: str) -> ConfigError:
+        return ConfigError(reason, file=self.file, key=f"{self.name}.{key}")
+
+    def number(self, key: str, default: float, lo: float = -math.inf, hi: float = math.inf) -> float:
+        self.used.add(key)
+        v = self.values.get(key, default)
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise self._err(key, f"must be a number, not {v!r}")
+        if not math.isfinite(v) or not lo <= v <= hi:
+            raise self._err(key, f"must be a finite number in [{lo:g}, {hi:g}], not {v!r}")
+        return float(v)
+
+    def integer(self, key: str, default, lo: int, hi: int):
+        self.used.add(key)
+        v = self.values.get(key, default)
+        if v is None:
+            return None
+        if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+            raise self._err(key, f"must be an integer in [{lo}, {hi}], not {v!r}")
+        return v
+
+    def boolean(self, key: str, default: bool) -> bool:
+        self.used.add(key)
+        v = self.values.get(key, default)
+        if not isinstance(v, bool):
+            raise self._err(key, f"must be true or false, not {v!r}")
+        return v
+
+    def string(self, key: str, default: str, choices=None) -> str:
+        self.used.add(key)
+        v = self.values.get(key, default)
+        if not isinstance(v, str):
+            raise self._err(key, f"must be a string, not {v!r}")
+        if choices is not None and v not in choices:
+            raise self._err(key, f"must be one of {', '.join(choices)}, not {v!r}")
+        return v
+
+    def done(self) -> None:
+        for key in self.values:
+            if key not in self.used:
+                raise self._err(key, _unknown("key", key, self.used))
+
+
+def _read_toml(path: str) -> dict:
+    try:
+        with open(path, "rb") as fh:
+            return tomllib.load(fh)
+    except OSError as exc:
+        raise ConfigError(f"cannot read file: {exc.strerror or exc}", file=path) from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"invalid TOML: {exc}", file=path) from exc
+
+
+def load_service_config(path: str | PathLike) -> ServiceConfig:
+    """Read and validate a service/experiment config. ``include = ["other.toml", ...]`` merges tables
+    of other files (relative to this one) before this file's own tables, which win."""
+    path = str(path)
+    doc = _read_toml(path)
+    includes = doc.pop("include", [])
+    if isinstance(includes, str):
+        includes = [includes]
+    if not isinstance(includes, list) or not all(isinstance(i, str) for i in includes):
+        raise ConfigError("must be a file name or a list of file names", file=path, key="include")
+    merged: dict = {}
+    for inc in includes:
+        inc_path = inc if os.path.isabs(inc) else os.path.join(os.path.dirname(os.path.abspath(path)), inc)
+        for key, value in _read_toml(inc_path).items():
+            merged[key] = value
+    merged.update(doc)
+    for key in merged:
+        if key not in TABLES:
+            raise ConfigError(_unknown("table", key, TABLES), file=path, key=key)
+
+    t = _Table(merged, "loop", path)
+    period = t.number("period_ms", 4.0, 1.0, 10.0) / 1000.0
+    substeps = t.integer("substeps", 1, 1, 20)
+    loop = LoopConfig(period_s=period, substeps=substeps, spin_us=t.number("spin_us", 200.0, 0.0, 5000.0),
+                      sched_fifo=t.boolean("sched_fifo", True), priority=t.integer("priority", 80, 1, 99),
+                      cpu=t.integer("cpu", None, 0, 1023), mlock=t.boolean("mlock", True))
+    t.done()
+    step = period / substeps
+    if step > 0.006 + 1e-12:
+        raise ConfigError(f"plant step period/substeps = {step * 1e3:g} ms exceeds 6 ms, beyond the "
+                          "Rosenbrock scheme's tested range; raise substeps", file=path, key="loop.substeps")
+
+    t = _Table(merged, "plant", path)
+    plant = PlantConfig(initial=t.string("initial", "equilibrium"), scheme=t.string("scheme", "activation", SCHEMES))
+    t.done()
+    model = model_config_from_table(merged.get("model", {}), file=path, prefix="model.")
+
+    t = _Table(merged, "safety", path)
+    safety = SafetyConfig(
+        watchdog_timeout_s=t.number("watchdog_timeout_ms", 500.0, 1.0, 60000.0) / 1000.0,
+        gh_action=t.string("gh_action", "monitor", GH_ACTIONS),
+        gh_threshold=t.number("gh_threshold", 0.0, -1.0, 10.0),
+        rom_margin_rad=math.radians(t.number("rom_margin_deg", 5.0, 0.0, 90.0)),
+        rom_action=t.string("rom_action", "monitor", GH_ACTIONS))
+    t.done()
+
+    t = _Table(merged, "sensor", path)
+    sensor = SensorModelConfig(
+        seed=t.integer("seed", 0, 0, 2**63 - 1),
+        angle_noise_rad=math.radians(t.number("angle_noise_deg", 0.0, 0.0, 45.0)),
+        velocity_noise_rad_s=math.radians(t.number("velocity_noise_deg_s", 0.0, 0.0, 1000.0)),
+        force_noise_n=t.number("force_noise_n", 0.0, 0.0, 1000.0),
+        angle_quantum_rad=math.radians(t.number("angle_quantum_deg", 0.0, 0.0, 45.0)),
+        delay_ticks=int(round(t.number("delay_ms", 0.0, 0.0, 1000.0) / 1000.0 / period)))
+    t.done()
+
+    t = _Table(merged, "metrics", path)
+    metrics = MetricsConfig(enabled=t.boolean("enabled", True), host=t.string("host", "127.0.0.1"),
+                            port=t.integer("port", 9108, 1, 65535))
+    t.done()
+    t = _Table(merged, "recording", path)
+    recording = RecordingConfig(enabled=t.boolean("enabled", True), directory=t.string("directory", "runs"))
+    t.done()
+
+    drivers = merged.get("driver", [])
+    if not isinstance(drivers, list) or not all(isinstance(d, dict) for d in drivers):
+        raise ConfigError("must be an array of tables ([[driver]])", file=path, key="driver")
+    for i, d in enumerate(drivers):
+        if not isinstance(d.get("type"), str):
+            raise ConfigError("missing 'type' (e.g. \"loopback\")", file=path, key=f"driver[{i}].type")
+    stimulation = merged.get("stimulation", {})
+    if not isinstance(stimulation, dict):
+        raise ConfigError("must be a table", file=path, key="stimulation")
+    return ServiceConfig(path=path, raw=merged, loop=loop, plant=plant, model=model,
+                         stimulation=stimulation, safety=safety, sensor=sensor, metrics=metrics,
+                         recording=recording, drivers=drivers)

@@ -1,0 +1,194 @@
+"""The deterministic part of a HIL tick: latch commands, apply safety, map stimulation, step the plant.
+
+:class:`TickEngine` is what both the real-time loop (:mod:`hil.loop`) and the offline replay drive. It
+reads no clock: every decision depends on the tick index, the commands handed to it (as a
+:class:`drivers.base.CommandSink`) and the plant state, so the same config and the same recorded inputs
+give bit-identical sensor frames.
+
+Tick k applies the commands latched during tick k over [k T, (k+1) T] (zero-order hold; N plant
+sub-steps of T/N) and its frame reports the state at t = (k+1) T.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from drivers.base import COMMAND_DTYPE, KIND_CHANNEL, KIND_EXCITATION, KIND_HEARTBEAT
+from hil.safety import GHMonitor, RangeOfMotion, SafetyConfig, Watchdog
+from hil.sensor import (STATUS_GH_UNSTABLE, STATUS_GH_ZEROED, STATUS_OVERRUN, STATUS_ROM,
+                        STATUS_STOPPING, STATUS_WATCHDOG, SensorModel)
+from sim.plant import Plant
+
+MAX_COMMANDS_PER_TICK = 256
+
+
+@dataclass
+class TickResult:
+    frame: np.ndarray   # 1-element sensor frame (view, valid until the next tick)
+    stop: bool          # a 'stop' safety action ended the run
+    stop_reason: str
+
+
+class TickEngine:
+    """Latch + safety + stimulation model + plant (+ sensor model), one call per tick."""
+
+    def __init__(self, plant: Plant, stimulation, safety: SafetyConfig, sensor: SensorModel,
+                 period_s: float, substeps: int, reject_reasons: tuple[str, ...],
+                 group_index: dict[str, np.ndarray] | None = None) -> None:
+        if substeps < 1 or not math.isclose(plant.step_s * substeps, period_s, rel_tol=1e-12):
+            raise ValueError("plant step x substeps must equal the loop period")
+        self.plant = plant
+        self.stim = stimulation                  # hil.stimulation.StimulationModel or None (direct)
+        self.sensor = sensor
+        self.period_s = period_s
+        self.substeps = substeps
+        self.n_channels = 0 if stimulation is None else stimulation.n_channels
+        self.reasons = reject_reasons
+        self.reason_code = {r: i + 1 for i, r in enumerate(reject_reasons)}
+        self.groups = group_index or {}
+        n_mus = plant.model.n_muscles
+        # latched commands (zero-order hold) and what was applied this tick
+        self.latched = np.zeros((self.n_channels, 4))   # pw us, amp mA, freq Hz, mode (0/1/2 pulses-1)
+        self.applied = np.zeros((self.n_channels, 4))
+        self.direct = np.zeros(n_mus)
+        self.u = np.zeros(n_mus)
+        self._pw_s = np.zeros(self.n_channels)
+        self._amp_a = np.zeros(self.n_channels)
+        # safety
+        self.watchdog = Watchdog(safety.watchdog_timeout_s, period_s)
+        self.gh = GHMonitor(safety.gh_action, safety.gh_threshold)
+        self.rom = RangeOfMotion(plant.model.dof_ranges, safety.rom_margin_rad, safety.rom_action)
+        # per-tick command log (recorded) and counters
+        self.log = np.zeros(MAX_COMMANDS_PER_TICK, COMMAND_DTYPE)
+        self.n_log = 0
+        self.log_overflow = 0
+        self.received = {}
+        self.rejected = {}
+        self.tick = 0
+        self.overrun = False
+
+    # -- CommandSink --------------------------------------------------------------------------
+    def _record(self, driver: int, receive_ns: int, kind: int, status: int, index: int,
+                v0: float = 0.0, v1: float = 0.0, v2: float = 0.0, v3: float = 0.0) -> None:
+        if self.n_log >= MAX_COMMANDS_PER_TICK:
+            self.log_overflow += 1
+            return
+        rec = self.log[self.n_log]
+        rec["tick"] = self.tick
+        rec["receive_ns"] = receive_ns
+        rec["driver"] = driver
+        rec["kind"] = kind
+        rec["status"] = status
+        rec["index"] = index
+        rec["values"] = (v0, v1, v2, v3)
+        self.n_log += 1
+
+    def _count(self, table: dict, key) -> None:
+        table[key] = table.get(key, 0) + 1
+
+    def channel(self, driver: int, receive_ns: int, channel: int, pulse_width_us: float,
+                amplitude_ma: float, frequency_hz: float, mode: int) -> bool:
+        if self.stim is None or not 0 <= channel < self.n_channels:
+            return self._reject_cmd(driver, receive_ns, KIND_CHANNEL, channel,
+                                    "unknown_channel", pulse_width_us, amplitude_ma, frequency_hz, mode)
+        values, reason = self.stim.check_command(channel, pulse_width_us, amplitude_ma, frequency_hz, mode)
+        if reason is not None and values is None:
+            return self._reject_cmd(driver, receive_ns, KIND_CHANNEL, channel, reason,
+                                    pulse_width_us, amplitude_ma, frequency_hz, mode)
+        pw, amp, freq, md = values
+        self.latched[channel, 0] = pw
+        self.latched[channel, 1] = amp
+        self.latched[channel, 2] = freq
+        self.latched[channel, 3] = md
+        status = 0 if reason is None else self.reason_code.get(reason, 255)  # clamped: accepted, noted
+        if reason is not None:
+            self._count(self.rejected, (driver, reason))
+        self._record(driver, receive_ns, KIND_CHANNEL, status, channel, pw, amp, freq, md)
+        self._accept(driver)
+        return True
+
+    def excitation(self, driver: int, receive_ns: int, muscle: int, value: float) -> bool:
+        if not 0 <= muscle < self.direct.shape[0]:
+            return self._reject_cmd(driver, receive_ns, KIND_EXCITATION, muscle, "unknown_muscle", value)
+        if not math.isfinite(value):
+            return self._reject_cmd(driver, receive_ns, KIND_EXCITATION, muscle, "non_finite", value)
+        clipped = min(1.0, max(0.0, value))
+        if clipped != value:
+            self._count(self.rejected, (driver, "excitation_clipped"))
+        self.direct[muscle] = clipped
+        self._record(driver, receive_ns, KIND_EXCITATION, 0, muscle, clipped)
+        self._accept(driver)
+        return True
+
+    def group_excitation(self, driver: int, receive_ns: int, group: str, value: float) -> bool:
+        members = self.groups.get(group)
+        if members is None:
+            return self._reject_cmd(driver, receive_ns, KIND_EXCITATION, -1, "unknown_muscle", value)
+        ok = True
+        for m in members:
+            ok = self.excitation(driver, receive_ns, int(m), value) and ok
+        return ok
+
+    def heartbeat(self, driver: int, receive_ns: int) -> None:
+        self._record(driver, receive_ns, KIND_HEARTBEAT, 0, -1)
+        self._accept(driver)
+
+    def reject(self, driver: int, receive_ns: int, reason: str) -> None:
+        self._reject_cmd(driver, receive_ns, 0, -1, reason)
+
+    def _reject_cmd(self, driver, receive_ns, kind, index, reason, v0=0.0, v1=0.0, v2=0.0, v3=0.0):
+        self._count(self.rejected, (driver, reason))
+        code = self.reason_code.get(reason, 255)
+        self._record(driver, receive_ns, kind, code, index, v0, v1, v2, v3)
+        return False
+
+    def _accept(self, driver: int) -> None:
+        self._count(self.received, driver)
+        self.watchdog.feed(self.tick)
+
+    # -- the tick ----------------------------------------------------------------------------
+    def begin(self, tick: int, overrun: bool = False) -> None:
+        """Start tick ``tick``: drivers hand their commands to this sink after this call."""
+        self.tick = tick
+        self.n_log = 0
+        self.overrun = overrun
+
+    def step(self) -> TickResult:
+        """Safety, stimulation -> excitation, plant sub-steps, sensor frame."""
+        out = self.plant.outputs
+        wd = self.watchdog.update(self.tick)
+        zero_gh, stop_gh = self.gh.update(out.gh_stability)
+        zero_rom, stop_rom = self.rom.update(out.q)
+        stop = stop_gh or stop_rom
+        zero = wd or zero_gh or zero_rom or stop
+        if zero:
+            self.applied[:] = 0.0
+            self.u[:] = 0.0
+        else:
+            self.applied[:] = self.latched
+            if self.stim is not None:
+                np.multiply(self.applied[:, 0], 1e-6, out=self._pw_s)
+                np.multiply(self.applied[:, 1], 1e-3, out=self._amp_a)
+                self.stim.excitation(self._pw_s, self._amp_a, self.applied[:, 2], self.applied[:, 3], self.u)
+            else:
+                self.u[:] = self.direct
+        for _ in range(self.substeps):
+            self.plant.step(self.u)
+        status = 0
+        if wd:
+            status |= STATUS_WATCHDOG
+        if self.gh.unstable:
+            status |= STATUS_GH_UNSTABLE
+        if zero_gh:
+            status |= STATUS_GH_ZEROED
+        if self.rom.alarm:
+            status |= STATUS_ROM
+        if self.overrun:
+            status |= STATUS_OVERRUN
+        if stop:
+            status |= STATUS_STOPPING
+        frame = self.sensor.measure(self.tick, (self.tick + 1) * self.period_s, self.plant.outputs, status)
+        reason = "gh_unstable" if stop_gh else ("range_of_motion" if stop_rom else "")
+        return TickResult(frame=frame, stop=stop, stop_reason=reason)

@@ -1,0 +1,112 @@
+"""Sensor frames: what the virtual arm reports to a controller every tick.
+
+A frame is one record of :func:`frame_dtype` (SI units, radians; degrees only at the edges). Optional,
+seeded measurement models per config (:class:`SensorModel`): Gaussian noise on angles, velocities and
+forces, quantisation of angles, and a delay of whole ticks. With the same seed and inputs a run's frames
+are reproducible bit for bit.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+# status bits
+STATUS_WATCHDOG = 1 << 0     # controller watchdog tripped: stimulation forced to zero
+STATUS_GH_UNSTABLE = 1 << 1  # GH stability value > 0
+STATUS_OVERRUN = 1 << 2      # the previous tick missed its deadline
+STATUS_ROM = 1 << 3          # a joint is outside its range of motion (+ margin)
+STATUS_GH_ZEROED = 1 << 4    # GH action 'zero' is holding stimulation at zero
+STATUS_STOPPING = 1 << 5     # a 'stop' action ends the run after this frame
+
+
+def frame_dtype() -> np.dtype:
+    """The sensor frame record (little-endian, fixed size)."""
+    return np.dtype([
+        ("tick", "<i8"),
+        ("time", "<f8"),                   # simulated time, s
+        ("q", "<f8", (11,)),               # joint angles, rad (DOF order of the model)
+        ("qdot", "<f8", (11,)),            # rad/s
+        ("th_angles", "<f8", (3,)),        # thoracohumeral plane of elevation, elevation, axial rotation
+        ("elbow_flexion", "<f8"),          # = q[ELx], rad
+        ("forearm_pronation", "<f8"),      # = q[PSy], rad
+        ("hand_position", "<f8", (3,)),    # m, thorax frame
+        ("gh_stability", "<f8"),           # paper eq. 9
+        ("gh_force", "<f8", (3,)),         # N on the scapula, scapula frame
+        ("st_contact_force", "<f8", (2, 3)),  # N on the scapula at TS, AI, thorax frame
+        ("st_in_contact", "u1", (2,)),     # contact force non-zero (> 1 N)
+        ("status", "<u4"),                 # STATUS_* bits
+    ])
+
+
+@dataclass(frozen=True)
+class SensorModelConfig:
+    seed: int = 0
+    angle_noise_rad: float = 0.0     # standard deviation
+    velocity_noise_rad_s: float = 0.0
+    force_noise_n: float = 0.0
+    angle_quantum_rad: float = 0.0   # 0 = no quantisation
+    delay_ticks: int = 0
+
+
+class SensorModel:
+    """Fills frames from plant outputs and applies the configured measurement model (no allocation
+    per tick beyond numpy's in-place random draws into preallocated buffers)."""
+
+    def __init__(self, config: SensorModelConfig, dtype: np.dtype | None = None) -> None:
+        self.config = config
+        self.dtype = dtype or frame_dtype()
+        self.rng = np.random.Generator(np.random.PCG64(config.seed))
+        self.true_frame = np.zeros(1, self.dtype)
+        self._history = np.zeros(config.delay_ticks + 1, self.dtype)
+        self._n11 = np.zeros(11)
+        self._n3 = np.zeros(3)
+        self._noisy = (config.angle_noise_rad > 0 or config.velocity_noise_rad_s > 0
+                       or config.force_noise_n > 0 or config.angle_quantum_rad > 0)
+
+    def reset(self) -> None:
+        self.rng = np.random.Generator(np.random.PCG64(self.config.seed))
+        self._history[:] = np.zeros(1, self.dtype)
+
+    def measure(self, tick: int, time_s: float, outputs, status: int) -> np.ndarray:
+        """The frame for this tick (a 1-element view valid until the next call)."""
+        f = self.true_frame[0]
+        f["tick"] = tick
+        f["time"] = time_s
+        f["q"] = outputs.q
+        f["qdot"] = outputs.qdot
+        f["th_angles"] = outputs.th_angles
+        f["elbow_flexion"] = outputs.q[9]
+        f["forearm_pronation"] = outputs.q[10]
+        f["hand_position"] = outputs.hand_position
+        f["gh_stability"] = outputs.gh_stability
+        f["gh_force"] = outputs.gh_force
+        f["st_contact_force"] = outputs.st_contact_force
+        f["st_in_contact"] = (np.abs(outputs.st_contact_force).sum(axis=1) > 1.0)
+        f["status"] = status
+        if self._noisy:
+            self._apply_noise(f)
+        if self.config.delay_ticks == 0:
+            return self.true_frame
+        # a delayed sensor: the frame sent at tick k is the one measured at tick k - delay (the first
+        # frame until then); its tick and time fields say when it was measured
+        n = self._history.shape[0]
+        self._history[tick % n] = f
+        src = max(tick - self.config.delay_ticks, 0) % n
+        return self._history[src:src + 1]
+
+    def _apply_noise(self, f) -> None:
+        c = self.config
+        if c.angle_noise_rad > 0:
+            self.rng.standard_normal(out=self._n11)
+            f["q"] += c.angle_noise_rad * self._n11
+        if c.velocity_noise_rad_s > 0:
+            self.rng.standard_normal(out=self._n11)
+            f["qdot"] += c.velocity_noise_rad_s * self._n11
+        if c.force_noise_n > 0:
+            self.rng.standard_normal(out=self._n3)
+            f["gh_force"] += c.force_noise_n * self._n3
+        if c.angle_quantum_rad > 0:
+            f["q"] = np.round(f["q"] / c.angle_quantum_rad) * c.angle_quantum_rad
+        f["elbow_flexion"] = f["q"][9]
+        f["forearm_pronation"] = f["q"][10]

@@ -1,0 +1,188 @@
+"""The deterministic tick engine, its safety functions and the loopback driver (direct mode)."""
+import math
+
+import numpy as np
+import pytest
+
+from drivers.base import KIND_CHANNEL, KIND_EXCITATION, Driver, driver_class
+from drivers.loopback import Controller, LoopbackDriver, PlaybackController
+from hil.engine import TickEngine
+from hil.loop import LoopConfig, RealtimeLoop
+from hil.safety import GHMonitor, RangeOfMotion, SafetyConfig, Watchdog
+from hil.sensor import (STATUS_GH_UNSTABLE, STATUS_GH_ZEROED, STATUS_STOPPING, STATUS_WATCHDOG,
+                        SensorModel, SensorModelConfig)
+from sim.model import N_MUS
+from sim.plant import Plant
+
+H = 0.004
+REASONS = ("unknown_channel", "unknown_muscle", "non_finite", "bad_frame")
+
+
+class ConstantExcitation(Controller):
+    """Sends u to every muscle in ``muscles`` until ``stop_tick`` (then falls silent)."""
+
+    def __init__(self, muscles, u, stop_tick=None, resume_tick=None):
+        self.muscles, self.u, self.stop_tick, self.resume_tick = list(muscles), u, stop_tick, resume_tick
+
+    def control(self, tick, time_s, frame, emit):
+        silent = self.stop_tick is not None and tick >= self.stop_tick and (
+            self.resume_tick is None or tick < self.resume_tick)
+        if silent:
+            return
+        for m in self.muscles:
+            emit.excitation(m, self.u)
+
+
+def make_engine(model, safety=SafetyConfig(), sensor=SensorModelConfig()):
+    plant = Plant(model, step_s=H)
+    return TickEngine(plant, None, safety, SensorModel(sensor), H, 1, REASONS,
+                      group_index={"bic": np.array([model.muscle_index("bicl"), model.muscle_index("bicb1")])})
+
+
+def run_ticks(engine, driver, n):
+    frames, applied_u = [], []
+    for tick in range(n):
+        engine.begin(tick)
+        driver.fetch(tick, tick, engine)
+        result = engine.step()
+        driver.publish(result.frame)
+        frames.append(result.frame.copy())
+        applied_u.append(engine.u.copy())
+        if result.stop:
+            break
+    return np.concatenate(frames), np.array(applied_u), result
+
+
+def biceps(model):
+    return [i for i, n in enumerate(model.muscle_names) if n.startswith(("bic", "brachialis"))]
+
+
+def test_direct_excitation_flexes_the_elbow(model):
+    engine = make_engine(model)
+    driver = LoopbackDriver(ConstantExcitation(biceps(model), 0.6), H)
+    frames, u, _ = run_ticks(engine, driver, 150)
+    assert frames["elbow_flexion"][-1] > frames["elbow_flexion"][0] + math.radians(5)
+    assert frames["tick"][-1] == 149 and frames["time"][-1] == pytest.approx(150 * H)
+    assert u[-1][biceps(model)].min() == 0.6 and np.count_nonzero(u[-1]) == len(biceps(model))
+    driver.shutdown()
+
+
+def test_same_inputs_give_bit_identical_frames(model):
+    runs = []
+    for _ in range(2):
+        engine = make_engine(model, sensor=SensorModelConfig(seed=7, angle_noise_rad=0.01, delay_ticks=2))
+        driver = LoopbackDriver(ConstantExcitation(biceps(model), 0.4), H)
+        frames, _, _ = run_ticks(engine, driver, 60)
+        runs.append(frames)
+        driver.shutdown()
+    assert runs[0].tobytes() == runs[1].tobytes()
+
+
+def test_watchdog_zeroes_stimulation_and_recovers(model):
+    safety = SafetyConfig(watchdog_timeout_s=0.1)   # 25 ticks
+    engine = make_engine(model, safety=safety)
+    driver = LoopbackDriver(ConstantExcitation(biceps(model), 0.5, stop_tick=20, resume_tick=80), H)
+    frames, u, _ = run_ticks(engine, driver, 100)
+    wd = (frames["status"] & STATUS_WATCHDOG) != 0
+    assert not wd[:44].any()            # last command at tick 19, timeout 25 ticks
+    assert wd[45:80].all() and not u[45:80].any()
+    assert not wd[80:].any() and u[85].max() == 0.5
+    assert engine.watchdog.trips == 1
+    driver.shutdown()
+
+
+def test_no_controller_means_no_stimulation(model):
+    engine = make_engine(model)
+    driver = LoopbackDriver(ConstantExcitation([], 0.0), H)
+    engine.direct[:] = 0.7  # a stale latch must not be applied while nobody has spoken
+    frames, u, _ = run_ticks(engine, driver, 5)
+    assert not u.any() and (frames["status"] & STATUS_WATCHDOG).all()
+    driver.shutdown()
+
+
+@pytest.mark.parametrize("action", ["monitor", "zero", "stop"])
+def test_gh_actions(model, action):
+    # threshold -1: every state counts as unstable (stability is > -1 unless the force is centred)
+    engine = make_engine(model, safety=SafetyConfig(gh_action=action, gh_threshold=-1.0))
+    driver = LoopbackDriver(ConstantExcitation(biceps(model), 0.5), H)
+    frames, u, result = run_ticks(engine, driver, 10)
+    assert (frames["status"] & STATUS_GH_UNSTABLE).all()
+    if action == "monitor":
+        assert len(frames) == 10 and u[-1].max() == 0.5 and not result.stop
+    elif action == "zero":
+        assert not u.any() and (frames["status"] & STATUS_GH_ZEROED).all() and not result.stop
+    else:
+        assert len(frames) == 1 and result.stop and result.stop_reason == "gh_unstable"
+        assert frames["status"][0] & STATUS_STOPPING and not u.any()
+    assert engine.gh.unstable_ticks == len(frames)
+    driver.shutdown()
+
+
+def test_bad_commands_are_rejected_counted_and_recorded(model):
+    engine = make_engine(model)
+    engine.begin(0)
+    assert not engine.excitation(0, 123, 500, 0.5)                 # no such muscle
+    assert not engine.excitation(0, 124, 3, math.nan)
+    assert not engine.channel(0, 125, 0, 200.0, 20.0, 30.0, 0)     # direct mode: no channels
+    assert not engine.group_excitation(0, 126, "nope", 0.3)
+    engine.reject(0, 127, "bad_frame")
+    assert engine.excitation(0, 128, 3, 1.5)                       # clipped, accepted
+    assert engine.direct[3] == 1.0
+    assert engine.group_excitation(0, 129, "bic", 0.25)
+    assert engine.rejected == {(0, "unknown_muscle"): 2, (0, "non_finite"): 1, (0, "unknown_channel"): 1,
+                               (0, "bad_frame"): 1, (0, "excitation_clipped"): 1}
+    log = engine.log[: engine.n_log]
+    assert list(log["receive_ns"]) == [123, 124, 125, 126, 127, 128, 129, 129]
+    assert list(log["status"][:5] > 0) == [True] * 5 and not log["status"][5:].any()
+    assert log["kind"][2] == KIND_CHANNEL and log["kind"][5] == KIND_EXCITATION
+
+
+def test_watchdog_and_monitors_units():
+    wd = Watchdog(timeout_s=0.01, period_s=0.004)  # 2 ticks (rounded from 2.5)
+    assert wd.update(0)                            # never fed: tripped, not counted
+    wd.feed(1)
+    assert not wd.update(1) and not wd.update(2) and wd.update(3) and wd.trips == 1
+    gh = GHMonitor("zero")
+    assert gh.update(-0.5) == (False, False) and gh.update(0.2) == (True, False)
+    assert gh.update(math.nan) == (True, False) and gh.unstable_ticks == 2
+    with pytest.raises(ValueError):
+        GHMonitor("explode")
+    rom = RangeOfMotion(np.array([[0.0, 1.0]] * 11), 0.1, "stop")
+    assert rom.update(np.full(11, 0.5)) == (False, False)
+    q = np.full(11, 0.5)
+    q[4] = 1.2
+    assert rom.update(q) == (False, True) and rom.alarm_ticks == 1
+
+
+def test_playback_controller_direct_mode(model, tmp_path):
+    csv = tmp_path / "u.csv"
+    csv.write_text("time,bicl,triclong1\n0,0.2,0\n0.04,0.5,0.1\n")
+    ctl = PlaybackController(str(csv), 0, model.muscle_names, H, rate_hz=250.0, direct=True)
+    engine = make_engine(model)
+    driver = LoopbackDriver(ctl, H)
+    _, u, _ = run_ticks(engine, driver, 15)
+    b, t = model.muscle_index("bicl"), model.muscle_index("triclong1")
+    assert u[5][b] == 0.2 and u[12][b] == 0.5 and u[12][t] == 0.1
+    driver.shutdown()
+
+
+def test_realtime_loop_runs_on_deadlines_without_catch_up(model):
+    engine = make_engine(model)
+    driver = LoopbackDriver(ConstantExcitation(biceps(model), 0.3), H)
+    loop = RealtimeLoop(engine, [driver], LoopConfig(period_s=H, sched_fifo=False, mlock=False))
+    summary = loop.run(50)
+    assert summary.ticks == 50 and summary.stopped_by == "duration"
+    assert loop.record[0]["tick"] == 49 and loop.record[0]["frame"]["tick"] == 49
+    assert summary.lateness_s.shape == (50,)
+    assert engine.plant.time == pytest.approx(50 * H)   # simulated time locked to ticks
+    driver.shutdown()
+
+
+def test_driver_registry_and_lifecycle():
+    assert driver_class("loopback") is LoopbackDriver
+    with pytest.raises(ValueError, match="unknown driver"):
+        driver_class("carrier-pigeon")
+    d = LoopbackDriver(ConstantExcitation([], 0.0), H)
+    d.shutdown()
+    d.shutdown()  # idempotent
+    assert isinstance(d, Driver)

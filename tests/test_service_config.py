@@ -1,0 +1,60 @@
+"""Service configuration loading (hil.config): defaults, units, includes and precise errors."""
+import math
+
+import pytest
+
+from hil.config import load_service_config
+from sim.config import ConfigError
+
+
+def write(tmp_path, text, name="svc.toml"):
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def test_defaults_and_units(tmp_path):
+    cfg = load_service_config(write(tmp_path, '[loop]\nperiod_ms = 2\nsubsteps = 2\n'
+                                              '[safety]\nwatchdog_timeout_ms = 250\nrom_margin_deg = 10\n'
+                                              '[sensor]\ndelay_ms = 4\nangle_noise_deg = 0.5\n'
+                                              '[[driver]]\ntype = "loopback"\n'))
+    assert cfg.loop.period_s == 0.002 and cfg.loop.substeps == 2
+    assert cfg.safety.watchdog_timeout_s == 0.25 and cfg.safety.rom_margin_rad == pytest.approx(math.radians(10))
+    assert cfg.sensor.delay_ticks == 2 and cfg.sensor.angle_noise_rad == pytest.approx(math.radians(0.5))
+    assert cfg.metrics.port == 9108 and cfg.metrics.host == "127.0.0.1"
+    assert cfg.plant.scheme == "activation" and cfg.model.hand_weight is False
+    assert cfg.drivers == [{"type": "loopback"}]
+
+
+def test_include_merges_tables_and_own_tables_win(tmp_path):
+    write(tmp_path, '[loop]\nperiod_ms = 5\n[metrics]\nport = 9200\n', "base.toml")
+    cfg = load_service_config(write(tmp_path, 'include = ["base.toml"]\n[loop]\nperiod_ms = 1\n'))
+    assert cfg.loop.period_s == 0.001 and cfg.metrics.port == 9200
+
+
+@pytest.mark.parametrize("text, key, words", [
+    ("[loop]\nperiod_ms = 20\n", "loop.period_ms", "[1, 10]"),
+    ("[loop]\nperiod_ms = 10\nsubsteps = 1\n", "loop.substeps", "6 ms"),
+    ("[loop]\nperod_ms = 4\n", "loop.perod_ms", "did you mean 'period_ms'"),
+    ("[lop]\n", "lop", "unknown table"),
+    ("[safety]\ngh_action = \"panic\"\n", "safety.gh_action", "monitor, zero, stop"),
+    ("[safety]\nwatchdog_timeout_ms = \"soon\"\n", "safety.watchdog_timeout_ms", "number"),
+    ("[plant]\nscheme = \"euler\"\n", "plant.scheme", "activation, paper"),
+    ("[model]\nhand_weight = 1\n", "model.hand_weight", "true or false"),
+    ("[metrics]\nport = 70000\n", "metrics.port", "integer"),
+    ("[[driver]]\ncontroller = \"x\"\n", "driver[0].type", "missing 'type'"),
+    ("[sensor]\nangle_noise_deg = nan\n", "sensor.angle_noise_deg", "finite"),
+])
+def test_errors_name_file_key_and_reason(tmp_path, text, key, words):
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as err:
+        load_service_config(path)
+    assert err.value.key == key
+    assert str(path) in str(err.value) and words in str(err.value)
+
+
+def test_unreadable_and_corrupt_files(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_service_config(tmp_path / "missing.toml")
+    with pytest.raises(ConfigError, match="invalid TOML"):
+        load_service_config(write(tmp_path, "[loop\nperiod_ms = 4\n"))
