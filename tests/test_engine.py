@@ -11,7 +11,6 @@ from hil.loop import LoopConfig, RealtimeLoop
 from hil.safety import GHMonitor, RangeOfMotion, SafetyConfig, Watchdog
 from hil.sensor import (STATUS_GH_UNSTABLE, STATUS_GH_ZEROED, STATUS_STOPPING, STATUS_WATCHDOG,
                         SensorModel, SensorModelConfig)
-from sim.model import N_MUS
 from sim.plant import Plant
 
 H = 0.004
