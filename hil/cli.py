@@ -222,6 +222,108 @@ def simulate(
 
 
 # --------------------------------------------------------------------------------------------------
+# hil run / check-config
+
+@app.command("check-config")
+def check_config(config: Annotated[Path, typer.Argument(help="Service/experiment config (TOML).")]) -> None:
+    """Validate a service config: every error names the file, the key and the reason."""
+    with _user_errors():
+        from hil.config import load_service_config
+        from hil.service import build_engine
+
+        cfg = load_service_config(config)
+        model, engine, drivers = build_engine(cfg)
+        for d in drivers:
+            d.shutdown()
+    _stdout().print(f"[green]{config}: OK[/green] — period {cfg.loop.period_s * 1e3:g} ms x "
+                    f"{cfg.loop.substeps} sub-steps, {engine.n_channels or 'direct'} "
+                    f"{'channels' if engine.n_channels else 'excitation mode'}, "
+                    f"{len(cfg.drivers)} driver(s): {', '.join(d['type'] for d in cfg.drivers) or 'none'}")
+
+
+@app.command()
+def run(
+    config: Annotated[Path, typer.Option(help="Service/experiment config (TOML), e.g. configs/loopback.toml.")],
+    duration: Annotated[Optional[float], typer.Option(help="Run length, s (default: until Ctrl-C).")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the run summary as JSON.")] = False,
+) -> None:
+    """Run a real-time experiment: the loop runs in its own process, this one shows progress.
+
+    Exit status: 0 done, 1 error, 2 bad config, 4 stopped by a safety 'stop' action."""
+    import multiprocessing as mp
+    import signal
+
+    from hil import service
+
+    with _user_errors():
+        from hil.config import load_service_config
+
+        cfg = load_service_config(config)
+        if duration is not None:
+            _positive("--duration", duration)
+    ctx = mp.get_context("spawn")
+    status = ctx.Array("d", len(service.STATUS_FIELDS), lock=False)
+    results = ctx.Queue()
+    proc = ctx.Process(target=service.rt_main, args=(str(config), duration, status, results), name="hil-rt")
+    stop_idx = service.STATUS_FIELDS.index("stop_request")
+
+    def _stop(*_):
+        status[stop_idx] = 1.0
+
+    old = {sig: signal.signal(sig, _stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    proc.start()
+    err = _stderr()
+    total = None if duration is None else service.ticks_for(duration, cfg.loop.period_s)
+    progress = Progress(TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(),
+                        TextColumn("{task.fields[info]}"), console=err, disable=not err.is_terminal,
+                        auto_refresh=False)
+    task = progress.add_task("warming up", total=total, info="")
+    with progress:
+        while proc.is_alive():
+            proc.join(0.1)
+            state = status[service.STATUS_FIELDS.index("state")]
+            if state >= service.STATE_RUNNING:
+                progress.update(task, description="running", completed=status[0],
+                                info=f"elbow {status[4]:.1f} deg  GH {status[3]:+.2f}")
+            progress.refresh()
+    for sig, handler in old.items():
+        signal.signal(sig, handler)
+    try:
+        summary = results.get(timeout=2.0)
+    except Exception:
+        summary = {"ok": False, "error": f"the real-time process died (exit code {proc.exitcode})"}
+    if not summary.get("ok"):
+        _error(summary["error"])
+        raise typer.Exit(service.EXIT_CONFIG if summary.get("config_error") else service.EXIT_ERROR)
+    if json_out:
+        _print_json(summary)
+    else:
+        table = Table(title=f"hil run {config}", show_header=False)
+        table.add_column(style="bold")
+        table.add_column()
+        lat = summary["lateness_us"]
+        table.add_row("ticks", f"{summary['ticks']} x {cfg.loop.period_s * 1e3:g} ms (stopped by "
+                               f"{summary['stopped_by']})")
+        if lat:
+            table.add_row("lateness (us)", f"p50 {lat['p50']:.1f}  p99 {lat['p99']:.1f}  p99.9 "
+                                           f"{lat['p99.9']:.1f}  max {lat['max']:.1f}")
+        table.add_row("deadline misses", str(summary["deadline_misses"]))
+        rt = summary["realtime"]
+        table.add_row("real-time", f"SCHED_FIFO {'yes' if rt['sched_fifo'] else 'no'}, mlock "
+                                   f"{'yes' if rt['mlock'] else 'no'}")
+        table.add_row("safety", f"watchdog trips {summary['watchdog_trips']}, GH unstable ticks "
+                                f"{summary['gh_unstable_ticks']}, ROM alarm ticks {summary['rom_alarm_ticks']}")
+        table.add_row("commands", f"{summary['commands_received']} accepted, rejected "
+                                  f"{summary['commands_rejected'] or 'none'}")
+        table.add_row("final elbow flexion", f"{summary['final_elbow_deg']:.1f} deg")
+        _stdout().print(table)
+        for w in rt["warnings"]:
+            err.print(Text(f"warning: {w}", style="yellow"))
+    if summary["stopped_by"] in ("gh_unstable", "range_of_motion"):
+        raise typer.Exit(service.EXIT_SAFETY_STOP)
+
+
+# --------------------------------------------------------------------------------------------------
 # hil model ...
 
 @model_app.command("info")

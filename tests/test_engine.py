@@ -185,3 +185,31 @@ def test_driver_registry_and_lifecycle():
     d.shutdown()
     d.shutdown()  # idempotent
     assert isinstance(d, Driver)
+
+
+def test_hil_run_loopback_end_to_end(tmp_path):
+    """`hil run` on the shipped loopback config: the real-time process runs and the elbow flexes."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-m", "hil", "run", "--config", str(repo / "configs/loopback.toml"),
+                          "--duration", "1.5", "--json"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    summary = json.loads(out.stdout)
+    assert summary["ticks"] == 375 and summary["stopped_by"] == "duration"
+    assert summary["commands_received"] > 0 and summary["watchdog_trips"] == 0
+    assert summary["final_elbow_deg"] > 60.0   # starts at 37.6 deg, the flexors are excited from 0.5 s
+
+
+def test_hil_check_config_reports_the_key(tmp_path):
+    import subprocess
+    import sys
+
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[loop]\nperiod_ms = 0.5\n")
+    out = subprocess.run([sys.executable, "-m", "hil", "check-config", str(bad)], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 2 and "loop.period_ms" in out.stderr

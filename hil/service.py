@@ -1,0 +1,150 @@
+"""Building a run from a service config, and the process architecture of ``hil run`` / ``hil serve``.
+
+Processes (all started with the ``spawn`` method: nothing is forked from a process with threads):
+
+- **supervisor** (the CLI process): validates the config, starts the others, renders the progress
+  display from a small shared status block, forwards SIGINT/SIGTERM, talks to systemd; never runs
+  inside a tick, so rendering cannot steal the GIL from the loop.
+- **real-time process**: builds the model, plant, stimulation model, safety functions and drivers,
+  warms up the numba kernels, then runs :class:`hil.loop.RealtimeLoop`. It is the only Python thread
+  of its process during the run.
+- **exporter** and **recorder** processes fed through shared memory (metrics block, record rings).
+"""
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+
+from drivers.base import driver_class
+from drivers.loopback import LoopbackDriver, make_controller
+from hil.config import ServiceConfig
+from hil.engine import TickEngine
+from hil.files import load_state_file
+from hil.sensor import SensorModel
+from sim.model import load_model
+from sim.plant import Plant
+
+REJECT_REASONS = ("pulse_width_limit", "amplitude_limit", "frequency_limit", "mode_not_allowed",
+                  "non_finite", "unknown_channel", "unknown_muscle", "bad_frame", "bad_checksum",
+                  "bad_length", "unknown_id", "stale_counter", "wrong_mode", "excitation_clipped")
+
+
+def muscle_groups(muscle_names) -> dict[str, np.ndarray]:
+    """Group name (the letters before the element number, e.g. ``deltclav``) -> element indices."""
+    groups: dict[str, list[int]] = {}
+    for i, name in enumerate(muscle_names):
+        groups.setdefault(name.rstrip("0123456789"), []).append(i)
+    return {g: np.array(v, dtype=np.int64) for g, v in groups.items()}
+
+
+def build_engine(cfg: ServiceConfig):
+    """(model, engine, drivers) for a config; raises ConfigError/ValueError on inconsistent settings."""
+    model = load_model(cfg.model)
+    step = cfg.loop.period_s / cfg.loop.substeps
+    x0 = None if cfg.plant.initial == "equilibrium" else load_state_file(
+        cfg.plant.initial if os.path.isabs(cfg.plant.initial) else os.path.join(cfg.base_dir, cfg.plant.initial),
+        model.n_states)
+    plant = Plant(model, step_s=step, initial_state=x0, scheme=cfg.plant.scheme)
+    stimulation = None
+    if cfg.stimulation.get("mode", "channels") != "direct":
+        from hil.stimulation import StimulationModel, load_stimulation_config
+        stim_cfg = load_stimulation_config(cfg.stimulation, model.muscle_names, file=cfg.path)
+        stimulation = StimulationModel(stim_cfg, model.muscle_names)
+    engine = TickEngine(plant, stimulation, cfg.safety, SensorModel(cfg.sensor), cfg.loop.period_s,
+                        cfg.loop.substeps, REJECT_REASONS, muscle_groups(model.muscle_names))
+    drivers = []
+    for i, spec in enumerate(cfg.drivers):
+        kind = spec["type"]
+        if kind == "loopback":
+            ctl = make_controller(spec, n_channels=engine.n_channels, muscle_names=model.muscle_names,
+                                  period_s=cfg.loop.period_s, base_dir=cfg.base_dir)
+            drivers.append(LoopbackDriver(ctl, cfg.loop.period_s, index=i))
+        else:
+            cls = driver_class(kind)
+            drivers.append(cls.from_config(spec, engine=engine, index=i, base_dir=cfg.base_dir))
+    return model, engine, drivers
+
+
+def ticks_for(duration_s: float | None, period_s: float) -> int | None:
+    if duration_s is None:
+        return None
+    if not (math.isfinite(duration_s) and duration_s > 0):
+        raise ValueError(f"duration must be a finite number > 0 s, not {duration_s!r}")
+    return max(1, int(round(duration_s / period_s)))
+
+
+# ----------------------------------------------------------------------------------------------
+# The real-time process and its supervisor
+
+STATUS_FIELDS = ("ticks", "deadline_misses", "max_lateness_s", "gh_stability", "elbow_deg",
+                 "state", "stop_request", "watchdog")
+STATE_STARTING, STATE_WARMING, STATE_RUNNING, STATE_DONE, STATE_FAILED = 0.0, 1.0, 2.0, 3.0, 4.0
+EXIT_OK, EXIT_ERROR, EXIT_CONFIG, EXIT_SAFETY_STOP = 0, 1, 2, 4
+
+
+def _status_index(name: str) -> int:
+    return STATUS_FIELDS.index(name)
+
+
+def rt_main(config_path: str, duration_s, status, result_queue) -> None:
+    """Target of the real-time process: build, warm up, run, report a summary dict on the queue."""
+    import signal
+    import traceback
+
+    from hil.config import load_service_config
+    from hil.loop import RealtimeLoop
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor decides when to stop
+    drivers = []
+    try:
+        status[_status_index("state")] = STATE_WARMING
+        cfg = load_service_config(config_path)
+        model, engine, drivers = build_engine(cfg)
+        engine.plant.warmup()
+        n_ticks = ticks_for(duration_s, cfg.loop.period_s)
+        loop = RealtimeLoop(engine, drivers, cfg.loop)
+        i_ticks, i_miss, i_lat = _status_index("ticks"), _status_index("deadline_misses"), _status_index("max_lateness_s")
+        i_gh, i_el, i_stop, i_wd = (_status_index("gh_stability"), _status_index("elbow_deg"),
+                                    _status_index("stop_request"), _status_index("watchdog"))
+
+        def progress(tick: int) -> None:
+            status[i_ticks] = tick
+            status[i_gh] = engine.plant.outputs.gh_stability
+            status[i_el] = math.degrees(engine.plant.outputs.q[9])
+            status[i_wd] = engine.watchdog.trips
+            if status[i_stop]:
+                loop.request_stop()
+
+        signal.signal(signal.SIGTERM, lambda *_: loop.request_stop())
+        status[_status_index("state")] = STATE_RUNNING
+        summary = loop.run(n_ticks, progress=progress)
+        status[i_ticks] = summary.ticks
+        status[i_miss] = summary.deadline_misses
+        status[i_lat] = summary.max_lateness_s
+        lat = summary.lateness_s
+        result_queue.put({
+            "ok": True, "ticks": summary.ticks, "stopped_by": summary.stopped_by,
+            "deadline_misses": summary.deadline_misses, "skipped_deadlines": summary.skipped_deadlines,
+            "lateness_us": {} if lat is None or not lat.size else {
+                "p50": float(np.percentile(lat, 50) * 1e6), "p99": float(np.percentile(lat, 99) * 1e6),
+                "p99.9": float(np.percentile(lat, 99.9) * 1e6), "max": float(lat.max() * 1e6)},
+            "realtime": {"sched_fifo": summary.realtime.sched_fifo, "mlock": summary.realtime.mlock,
+                         "affinity": summary.realtime.affinity, "warnings": summary.realtime.warnings},
+            "watchdog_trips": engine.watchdog.trips, "gh_unstable_ticks": engine.gh.unstable_ticks,
+            "rom_alarm_ticks": engine.rom.alarm_ticks, "clipped_excitations": engine.plant.clipped_total,
+            "commands_received": sum(engine.received.values()),
+            "commands_rejected": {f"{d}:{r}": n for (d, r), n in engine.rejected.items()},
+            "final_elbow_deg": math.degrees(engine.plant.outputs.q[9]),
+        })
+        status[_status_index("state")] = STATE_DONE
+    except Exception as exc:  # reported to the supervisor, which prints it and sets the exit code
+        status[_status_index("state")] = STATE_FAILED
+        result_queue.put({"ok": False, "error": f"{type(exc).__name__}: {exc}",
+                          "config_error": type(exc).__name__ in ("ConfigError", "ExcitationFileError",
+                                                                 "StateFileError"),
+                          "traceback": traceback.format_exc()})
+    finally:
+        for d in drivers:
+            d.shutdown()
