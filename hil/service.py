@@ -47,11 +47,9 @@ def build_engine(cfg: ServiceConfig):
         cfg.plant.initial if os.path.isabs(cfg.plant.initial) else os.path.join(cfg.base_dir, cfg.plant.initial),
         model.n_states)
     plant = Plant(model, step_s=step, initial_state=x0, scheme=cfg.plant.scheme)
-    stimulation = None
-    if cfg.stimulation.get("mode", "channels") != "direct":
-        from hil.stimulation import StimulationModel, load_stimulation_config
-        stim_cfg = load_stimulation_config(cfg.stimulation, model.muscle_names, file=cfg.path)
-        stimulation = StimulationModel(stim_cfg, model.muscle_names)
+    from hil.stimulation import StimulationModel, load_stimulation_config
+    stim_cfg = load_stimulation_config(cfg.stimulation, model.muscle_names, file=cfg.path)
+    stimulation = None if stim_cfg.mode == "direct" else StimulationModel(stim_cfg, model.muscle_names, cfg.path)
     engine = TickEngine(plant, stimulation, cfg.safety, SensorModel(cfg.sensor), cfg.loop.period_s,
                         cfg.loop.substeps, REJECT_REASONS, muscle_groups(model.muscle_names))
     drivers = []

@@ -213,3 +213,28 @@ def test_hil_check_config_reports_the_key(tmp_path):
     out = subprocess.run([sys.executable, "-m", "hil", "check-config", str(bad)], capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 2 and "loop.period_ms" in out.stderr
+
+
+def test_elbow_hold_closed_loop_through_the_stimulation_model():
+    """configs/elbow-hold.toml: the PI controller drives the biceps/triceps channels of the default map
+    and brings the elbow from 37.6 deg towards the 90 deg target."""
+    from pathlib import Path
+
+    from hil.config import load_service_config
+    from hil.service import build_engine
+
+    cfg = load_service_config(Path(__file__).resolve().parents[1] / "configs/elbow-hold.toml")
+    model, engine, drivers = build_engine(cfg)
+    assert engine.n_channels == 8
+    for tick in range(500):  # 2 s
+        engine.begin(tick)
+        for d in drivers:
+            d.fetch(tick, tick, engine)
+        result = engine.step()
+        for d in drivers:
+            d.publish(result.frame)
+    elbow = math.degrees(float(result.frame["elbow_flexion"][0]))
+    assert 75.0 < elbow < 110.0, elbow
+    assert engine.watchdog.trips == 0 and not engine.rejected
+    for d in drivers:
+        d.shutdown()

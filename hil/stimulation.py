@@ -1,0 +1,240 @@
+"""Stimulation -> neural excitation: what a surface stimulator channel does to the muscles under it.
+
+For channel c with pulse width PW, amplitude I, frequency f and pulse mode m (ScienceMode: 0 single,
+1 doublet, 2 triplet), and muscle element k:
+
+    Q_c   = PW_c I_c                                             charge per pulse (C)
+    x_c   = (Q_c - Q_th) / (Q_sat - Q_th)
+    r_c   = 0 (x <= 0);  3 x^2 - 2 x^3 (0 < x < 1);  1 (x >= 1)     recruitment: sigmoidal in charge,
+                                                                  C1-continuous (Crago et al. 1980;
+                                                                  Durfee & MacLean 1989)
+    f_eff = f (1 + g_d m)                                         doublets/triplets act like a higher
+                                                                  rate (catch-like property)
+    phi_c = min(1, (1 - exp(-f_eff/f_c)) / (1 - exp(-f_fuse/f_c)))  force-frequency: saturating at
+                                                                  tetanic fusion f_fuse
+    u_k   = clip(max_c G_ck r_c phi_c, 0, 1)                       gains G_ck in [0, 1] per channel
+
+Default numbers (surface electrodes over arm muscles; see the README): Q_th = 5 uC (about 20 mA at
+250 us), Q_sat = 24 uC (about 80 mA at 300 us), f_c = 12 Hz and f_fuse = 50 Hz (half force near 10 Hz,
+fusion at 40-50 Hz), g_d = 0.5. They are modelling choices to be tuned per subject, not measured data.
+
+Per-channel limits (pulse width, amplitude, frequency range, allowed modes) either reject a command
+or clamp it, per channel policy; reasons are the short strings of :data:`LIMIT_REASONS`.
+"""
+from __future__ import annotations
+
+import difflib
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from sim.config import ConfigError
+
+LIMIT_REASONS = ("pulse_width_limit", "amplitude_limit", "frequency_limit", "mode_not_allowed", "non_finite")
+HW_MAX_PULSE_WIDTH_US = 500.0   # RehaStim2 range
+HW_MAX_AMPLITUDE_MA = 130.0
+MAX_CHANNELS = 16
+
+
+@dataclass(frozen=True)
+class ChannelConfig:
+    name: str
+    gains: dict[str, float]                 # muscle element or group -> gain in [0, 1]
+    max_pulse_width_us: float = 500.0
+    max_amplitude_ma: float = 100.0
+    min_frequency_hz: float = 0.0
+    max_frequency_hz: float = 100.0
+    modes: tuple[int, ...] = (0, 1, 2)
+    limit_policy: str = "reject"            # reject | clamp
+    threshold_charge_c: float = 5e-6
+    saturation_charge_c: float = 24e-6
+    frequency_constant_hz: float = 12.0
+    fusion_frequency_hz: float = 50.0
+    doublet_gain: float = 0.5
+
+
+@dataclass(frozen=True)
+class StimulationConfig:
+    mode: str = "channels"                  # channels | direct
+    channels: tuple[ChannelConfig, ...] = field(default_factory=tuple)
+
+
+def recruitment(charge_c, threshold_c, saturation_c):
+    """r(Q): 0 below threshold, 1 above saturation, cubic smoothstep in between (scalar or array)."""
+    x = np.clip((np.asarray(charge_c, float) - threshold_c) / (saturation_c - threshold_c), 0.0, 1.0)
+    return x * x * (3.0 - 2.0 * x)
+
+
+def frequency_factor(freq_hz, constant_hz, fusion_hz):
+    """phi(f) = min(1, (1 - exp(-f/f_c)) / (1 - exp(-f_fuse/f_c))), 0 at f <= 0."""
+    f = np.maximum(np.asarray(freq_hz, float), 0.0)
+    return np.minimum(1.0, -np.expm1(-f / constant_hz) / -math.expm1(-fusion_hz / constant_hz))
+
+
+def expand_gains(gains: dict[str, float], muscle_names, where: str, file=None) -> np.ndarray:
+    """Gain per muscle element from a mapping of elements or groups (letters-only prefix) to gains."""
+    names = list(muscle_names)
+    groups = sorted({n.rstrip("0123456789") for n in names})
+    row = np.zeros(len(names))
+    for key, gain in gains.items():
+        if isinstance(gain, bool) or not isinstance(gain, (int, float)) or not (0.0 <= gain <= 1.0):
+            raise ConfigError(f"gain must be a number in [0, 1], not {gain!r}", file=file, key=f"{where}.{key}")
+        if key in names:
+            idx = [names.index(key)]
+        elif key in groups:
+            idx = [i for i, n in enumerate(names) if n.rstrip("0123456789") == key]
+        else:
+            close = difflib.get_close_matches(key, names + groups, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ConfigError(f"unknown muscle element or group {key!r}{hint}", file=file, key=f"{where}.{key}")
+        row[idx] = np.maximum(row[idx], gain)
+    return row
+
+
+class StimulationModel:
+    """Vectorised stimulation -> excitation map of a set of channels (allocation-free hot path)."""
+
+    def __init__(self, config: StimulationConfig, muscle_names, file=None) -> None:
+        self.config = config
+        self.channels = config.channels
+        self.n_channels = len(config.channels)
+        n = len(muscle_names)
+        self.gains = np.zeros((self.n_channels, n))
+        for c, ch in enumerate(config.channels):
+            self.gains[c] = expand_gains(ch.gains, muscle_names, f"stimulation.channel[{c}].muscles", file)
+        p = lambda attr: np.array([getattr(ch, attr) for ch in config.channels], float)  # noqa: E731
+        self.q_th, self.q_sat = p("threshold_charge_c"), p("saturation_charge_c")
+        self.f_c, self.f_fuse, self.g_d = p("frequency_constant_hz"), p("fusion_frequency_hz"), p("doublet_gain")
+        self._fuse_norm = -np.expm1(-self.f_fuse / self.f_c)
+        self._a = np.zeros(self.n_channels)
+        self._b = np.zeros(self.n_channels)
+        self._work = np.zeros((self.n_channels, n))
+
+    def excitation(self, pw_s, amp_a, freq_hz, mode, out) -> np.ndarray:
+        """u (138,) into ``out`` from per-channel arrays (SI units); no allocation of data buffers."""
+        a, b = self._a, self._b
+        # recruitment
+        np.multiply(pw_s, amp_a, out=a)
+        np.subtract(a, self.q_th, out=a)
+        np.subtract(self.q_sat, self.q_th, out=b)
+        np.divide(a, b, out=a)
+        np.clip(a, 0.0, 1.0, out=a)
+        np.multiply(a, -2.0, out=b)
+        np.add(b, 3.0, out=b)
+        np.multiply(b, a, out=b)
+        np.multiply(b, a, out=b)            # b = r
+        # frequency factor with doublet/triplet gain
+        np.multiply(mode, self.g_d, out=a)
+        np.add(a, 1.0, out=a)
+        np.multiply(a, freq_hz, out=a)
+        np.maximum(a, 0.0, out=a)
+        np.divide(a, self.f_c, out=a)
+        np.negative(a, out=a)
+        np.expm1(a, out=a)
+        np.negative(a, out=a)
+        np.divide(a, self._fuse_norm, out=a)
+        np.minimum(a, 1.0, out=a)           # a = phi
+        np.multiply(a, b, out=a)            # per-channel activation level
+        if self.n_channels == 0:
+            out[:] = 0.0
+            return out
+        np.multiply(self.gains, a[:, None], out=self._work)
+        np.max(self._work, axis=0, out=out)
+        np.clip(out, 0.0, 1.0, out=out)
+        return out
+
+    def check_command(self, channel: int, pw_us: float, amp_ma: float, freq_hz: float, mode: int):
+        """((pw, amp, freq, mode), reason): reason None if within limits; with policy 'reject' an
+        out-of-limit command returns (None, reason), with 'clamp' the clamped values and the reason."""
+        ch = self.channels[channel]
+        if not all(math.isfinite(v) for v in (pw_us, amp_ma, freq_hz, mode)):
+            return None, "non_finite"
+        reason = None
+        if mode not in ch.modes:
+            return None, "mode_not_allowed"  # no sensible clamp for a pulse pattern
+        if not 0.0 <= pw_us <= ch.max_pulse_width_us:
+            reason = "pulse_width_limit"
+        elif not 0.0 <= amp_ma <= ch.max_amplitude_ma:
+            reason = "amplitude_limit"
+        elif not ch.min_frequency_hz <= freq_hz <= ch.max_frequency_hz and not (freq_hz == 0.0):
+            reason = "frequency_limit"
+        if reason is None:
+            return (pw_us, amp_ma, freq_hz, mode), None
+        if ch.limit_policy == "reject":
+            return None, reason
+        return (min(max(pw_us, 0.0), ch.max_pulse_width_us), min(max(amp_ma, 0.0), ch.max_amplitude_ma),
+                min(max(freq_hz, ch.min_frequency_hz), ch.max_frequency_hz), mode), reason
+
+
+_CHANNEL_KEYS = {"name", "muscles", "max_pulse_width_us", "max_amplitude_ma", "min_frequency_hz",
+                 "max_frequency_hz", "modes", "limit_policy", "threshold_charge_uc", "saturation_charge_uc",
+                 "frequency_constant_hz", "fusion_frequency_hz", "doublet_gain"}
+
+
+def load_stimulation_config(table: dict, muscle_names, file=None) -> StimulationConfig:
+    """Parse the ``[stimulation]`` table (``mode``, ``[[stimulation.channel]]``) with precise errors."""
+    for key in table:
+        if key not in ("mode", "channel"):
+            raise ConfigError(f"unknown key {key!r}; valid: mode, channel", file=file, key=f"stimulation.{key}")
+    mode = table.get("mode", "channels")
+    if mode not in ("channels", "direct"):
+        raise ConfigError(f"must be 'channels' or 'direct', not {mode!r}", file=file, key="stimulation.mode")
+    raw = table.get("channel", [])
+    if not isinstance(raw, list) or len(raw) > MAX_CHANNELS:
+        raise ConfigError(f"must be an array of at most {MAX_CHANNELS} tables", file=file, key="stimulation.channel")
+    if mode == "channels" and not raw:
+        raise ConfigError("channel mode needs at least one [[stimulation.channel]]", file=file,
+                          key="stimulation.channel")
+    channels, names = [], set()
+    for i, ch in enumerate(raw):
+        where = f"stimulation.channel[{i}]"
+        if not isinstance(ch, dict):
+            raise ConfigError("must be a table", file=file, key=where)
+        for key in ch:
+            if key not in _CHANNEL_KEYS:
+                close = difflib.get_close_matches(key, sorted(_CHANNEL_KEYS), n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise ConfigError(f"unknown key {key!r}{hint}", file=file, key=f"{where}.{key}")
+        name = ch.get("name", f"ch{i + 1}")
+        if name in names:
+            raise ConfigError(f"duplicate channel name {name!r}", file=file, key=f"{where}.name")
+        names.add(name)
+        muscles = ch.get("muscles")
+        if not isinstance(muscles, dict) or not muscles:
+            raise ConfigError("must be a table of muscle element or group -> gain", file=file, key=f"{where}.muscles")
+        expand_gains(muscles, muscle_names, f"{where}.muscles", file)  # validates names and gains
+
+        def num(key, default, lo, hi):
+            v = ch.get(key, default)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not lo <= v <= hi:
+                raise ConfigError(f"must be a finite number in [{lo:g}, {hi:g}], not {v!r}", file=file,
+                                  key=f"{where}.{key}")
+            return float(v)
+
+        modes = ch.get("modes", [0, 1, 2])
+        if not isinstance(modes, list) or not modes or not all(m in (0, 1, 2) and not isinstance(m, bool) for m in modes):
+            raise ConfigError("must be a non-empty list of 0 (single), 1 (doublet), 2 (triplet)", file=file,
+                              key=f"{where}.modes")
+        policy = ch.get("limit_policy", "reject")
+        if policy not in ("reject", "clamp"):
+            raise ConfigError(f"must be 'reject' or 'clamp', not {policy!r}", file=file, key=f"{where}.limit_policy")
+        q_th = num("threshold_charge_uc", 5.0, 0.0, 100.0) * 1e-6
+        q_sat = num("saturation_charge_uc", 24.0, 0.0, 100.0) * 1e-6
+        if not q_th < q_sat:
+            raise ConfigError("threshold_charge_uc must be below saturation_charge_uc", file=file,
+                              key=f"{where}.threshold_charge_uc")
+        f_min, f_max = num("min_frequency_hz", 0.0, 0.0, 1000.0), num("max_frequency_hz", 100.0, 0.0, 1000.0)
+        if f_min > f_max:
+            raise ConfigError("min_frequency_hz must not exceed max_frequency_hz", file=file,
+                              key=f"{where}.min_frequency_hz")
+        channels.append(ChannelConfig(
+            name=name, gains=dict(muscles),
+            max_pulse_width_us=num("max_pulse_width_us", 500.0, 0.0, HW_MAX_PULSE_WIDTH_US),
+            max_amplitude_ma=num("max_amplitude_ma", 100.0, 0.0, HW_MAX_AMPLITUDE_MA),
+            min_frequency_hz=f_min, max_frequency_hz=f_max, modes=tuple(modes), limit_policy=policy,
+            threshold_charge_c=q_th, saturation_charge_c=q_sat,
+            frequency_constant_hz=num("frequency_constant_hz", 12.0, 0.1, 1000.0),
+            fusion_frequency_hz=num("fusion_frequency_hz", 50.0, 1.0, 1000.0),
+            doublet_gain=num("doublet_gain", 0.5, 0.0, 2.0)))
+    return StimulationConfig(mode=mode, channels=tuple(channels))

@@ -1,0 +1,84 @@
+"""Stimulation -> excitation model: recruitment, frequency factor, limits and config errors."""
+import tomllib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hil.stimulation import (StimulationModel, frequency_factor, load_stimulation_config, recruitment)
+from sim.config import ConfigError
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def default_model(model):
+    table = tomllib.loads((REPO / "configs/stimulation-default.toml").read_text())["stimulation"]
+    return StimulationModel(load_stimulation_config(table, model.muscle_names), model.muscle_names)
+
+
+def test_recruitment_is_zero_below_threshold_one_above_saturation_and_c1():
+    q = np.linspace(0, 40e-6, 4001)
+    r = recruitment(q, 5e-6, 24e-6)
+    assert np.all(r[q <= 5e-6] == 0) and np.all(r[q >= 24e-6] == 1)
+    assert np.all(np.diff(r) >= 0)
+    slope = np.diff(r) / np.diff(q)
+    assert np.max(np.abs(np.diff(slope))) < 0.01 * np.max(slope)  # no jump in the slope (C1)
+
+
+def test_frequency_factor_saturates_at_fusion():
+    f = np.array([0.0, 10.0, 20.0, 50.0, 80.0])
+    phi = frequency_factor(f, 12.0, 50.0)
+    assert phi[0] == 0 and 0.5 < phi[1] < 0.65 and phi[3] == 1.0 and phi[4] == 1.0
+    assert np.all(np.diff(phi) >= 0)
+
+
+def test_default_map_only_drives_the_stimulated_channel(model):
+    stim = default_model(model)
+    assert stim.n_channels == 8
+    pw = np.zeros(8)
+    amp = np.zeros(8)
+    freq = np.full(8, 40.0)
+    mode = np.zeros(8)
+    pw[3], amp[3] = 300e-6, 0.06          # biceps channel, 18 uC
+    out = np.full(model.n_muscles, -1.0)
+    res = stim.excitation(pw, amp, freq, mode, out)
+    assert res is out
+    on = {model.muscle_names[i] for i in np.flatnonzero(out)}
+    assert on and all(n.startswith(("bic", "brachialis")) for n in on)
+    assert 0 < out.max() <= 1 and out.min() == 0
+    # doublets raise the frequency factor at low rates
+    freq[:] = 15.0
+    single = stim.excitation(pw, amp, freq, mode, np.zeros(model.n_muscles)).max()
+    mode[3] = 1
+    doublet = stim.excitation(pw, amp, freq, mode, np.zeros(model.n_muscles)).max()
+    assert doublet > single
+
+
+def test_limits_reject_or_clamp(model):
+    table = {"mode": "channels", "channel": [
+        {"name": "a", "muscles": {"bicl": 1.0}, "max_amplitude_ma": 50, "limit_policy": "reject"},
+        {"name": "b", "muscles": {"bicl": 1.0}, "max_amplitude_ma": 50, "limit_policy": "clamp",
+         "modes": [0]}]}
+    stim = StimulationModel(load_stimulation_config(table, model.muscle_names), model.muscle_names)
+    assert stim.check_command(0, 300, 40, 30, 0) == ((300, 40, 30, 0), None)
+    assert stim.check_command(0, 300, 60, 30, 0) == (None, "amplitude_limit")
+    assert stim.check_command(1, 300, 60, 30, 0) == ((300, 50, 30, 0), "amplitude_limit")
+    assert stim.check_command(1, 600, 40, 30, 0)[1] == "pulse_width_limit"
+    assert stim.check_command(1, 300, 40, 30, 2) == (None, "mode_not_allowed")
+    assert stim.check_command(0, float("nan"), 40, 30, 0) == (None, "non_finite")
+
+
+@pytest.mark.parametrize("table, key, words", [
+    ({"mode": "pulses"}, "stimulation.mode", "channels"),
+    ({"channel": [{"muscles": {"bicx": 1.0}}]}, "stimulation.channel[0].muscles.bicx", "did you mean"),
+    ({"channel": [{"muscles": {"bicl": 1.5}}]}, "stimulation.channel[0].muscles.bicl", "[0, 1]"),
+    ({"channel": [{"muscles": {"bicl": 1}, "max_amplitude_ma": 200}]}, "stimulation.channel[0].max_amplitude_ma", "130"),
+    ({"channel": [{"muscles": {"bicl": 1}, "threshold_charge_uc": 30}]}, "stimulation.channel[0].threshold_charge_uc", "below"),
+    ({"channel": [{"name": "x", "muscles": {"bicl": 1}}, {"name": "x", "muscles": {"bicl": 1}}]}, "stimulation.channel[1].name", "duplicate"),
+    ({"channel": [{"muscles": {"bicl": 1}, "gian": 1}]}, "stimulation.channel[0].gian", "unknown key"),
+    ({"channel": []}, "stimulation.channel", "at least one"),
+])
+def test_config_errors_name_the_key(model, table, key, words):
+    with pytest.raises(ConfigError) as err:
+        load_stimulation_config(table, model.muscle_names, file="x.toml")
+    assert err.value.key == key and words in str(err.value) and "x.toml" in str(err.value)
