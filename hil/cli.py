@@ -245,6 +245,8 @@ def check_config(config: Annotated[Path, typer.Argument(help="Service/experiment
 def run(
     config: Annotated[Path, typer.Option(help="Service/experiment config (TOML), e.g. configs/loopback.toml.")],
     duration: Annotated[Optional[float], typer.Option(help="Run length, s (default: until Ctrl-C).")] = None,
+    record: Annotated[Optional[Path], typer.Option(
+        help="Recording file (default: <recording.directory>/run-<UTC time>.hilrec if recording is enabled).")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the run summary as JSON.")] = False,
 ) -> None:
     """Run a real-time experiment: the loop runs in its own process, this one shows progress.
@@ -261,10 +263,19 @@ def run(
         cfg = load_service_config(config)
         if duration is not None:
             _positive("--duration", duration)
+        if record is None and cfg.recording.enabled:
+            stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+            record = Path(cfg.recording.directory) / f"run-{stamp}.hilrec"
+            record.parent.mkdir(parents=True, exist_ok=True)
+        if record is not None:
+            _check_output_path(record, "--record")
+            if record.exists():
+                raise BadInputError(f"--record {record} exists; recordings are never overwritten")
     ctx = mp.get_context("spawn")
     status = ctx.Array("d", len(service.STATUS_FIELDS), lock=False)
     results = ctx.Queue()
-    proc = ctx.Process(target=service.rt_main, args=(str(config), duration, status, results), name="hil-rt")
+    proc = ctx.Process(target=service.rt_main, name="hil-rt",
+                       args=(str(config), duration, status, results, None if record is None else str(record)))
     stop_idx = service.STATUS_FIELDS.index("stop_request")
 
     def _stop(*_):
@@ -316,11 +327,58 @@ def run(
         table.add_row("commands", f"{summary['commands_received']} accepted, rejected "
                                   f"{summary['commands_rejected'] or 'none'}")
         table.add_row("final elbow flexion", f"{summary['final_elbow_deg']:.1f} deg")
+        if summary.get("recording"):
+            table.add_row("recording", f"{summary['recording']} (ring overflows: {summary['records_dropped']})")
         _stdout().print(table)
         for w in rt["warnings"]:
             err.print(Text(f"warning: {w}", style="yellow"))
     if summary["stopped_by"] in ("gh_unstable", "range_of_motion"):
         raise typer.Exit(service.EXIT_SAFETY_STOP)
+
+
+@app.command()
+def export(
+    run_file: Annotated[Path, typer.Argument(help="Recording (.hilrec).")],
+    csv_out: Annotated[Path, typer.Option("--csv", help="Output CSV: one row per tick.")],
+) -> None:
+    """Export a recording to CSV: tick, time, the 11 DOFs (rad), gh_stability, u_<muscle> per muscle
+    element, and per stimulation channel its applied pulse width (us), amplitude (mA), frequency (Hz)."""
+    with _user_errors():
+        from hil.recording import RecordingError, RecordingReader, export_csv
+
+        try:
+            reader = RecordingReader(run_file)
+            _check_output_path(csv_out, "--csv")
+            h = reader.header
+            n = export_csv(reader, str(csv_out), h["muscle_names"], h["dof_names"], h["channel_names"])
+        except RecordingError as exc:
+            raise BadInputError(str(exc)) from None
+    for w in reader.warnings:
+        _stderr().print(Text(f"warning: {w}", style="yellow"))
+    _stdout().print(f"{csv_out}: {n} ticks")
+
+
+@app.command()
+def replay(run_file: Annotated[Path, typer.Argument(help="Recording (.hilrec).")],
+           json_out: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """Re-run the plant offline on the recorded inputs; report bit-identical or the first difference."""
+    with _user_errors():
+        from hil.recording import RecordingError
+        from hil.replay import replay_recording
+
+        try:
+            result = replay_recording(str(run_file))
+        except RecordingError as exc:
+            raise BadInputError(str(exc)) from None
+    if json_out:
+        _print_json(result)
+    elif result["identical"]:
+        _stdout().print(f"[green]bit-identical[/green]: {result['ticks']} ticks replayed")
+    else:
+        _stdout().print(f"[red]differs[/red] at tick {result['first_tick']}, field {result['field']!r} "
+                        f"({result['ticks']} ticks compared)")
+    if not result["identical"]:
+        raise typer.Exit(1)
 
 
 # --------------------------------------------------------------------------------------------------

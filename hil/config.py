@@ -147,6 +147,11 @@ def load_service_config(path: str | PathLike) -> ServiceConfig:
         for key, value in _read_toml(inc_path).items():
             merged[key] = value
     merged.update(doc)
+    return service_config_from_dict(merged, path)
+
+
+def service_config_from_dict(merged: dict, path: str) -> ServiceConfig:
+    """Validate an already merged config document (e.g. the one recorded in a run's header)."""
     for key in merged:
         if key not in TABLES:
             raise ConfigError(_unknown("table", key, TABLES), file=path, key=key)

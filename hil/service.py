@@ -86,16 +86,52 @@ def _status_index(name: str) -> int:
     return STATUS_FIELDS.index(name)
 
 
-def rt_main(config_path: str, duration_s, status, result_queue) -> None:
+def recording_header(cfg: ServiceConfig, model, engine) -> dict:
+    """Everything a replay or an analysis needs besides the records."""
+    import datetime
+
+    from hil import __version__
+    return {
+        "software": f"fes-hil {__version__}", "config_path": cfg.path, "config": cfg.raw,
+        "model_data_sha256": model.data_sha256,
+        "start_time_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        "period_s": cfg.loop.period_s, "substeps": cfg.loop.substeps,
+        "dof_names": list(model.dof_names), "muscle_names": list(model.muscle_names),
+        "channel_names": [] if engine.stim is None else [c.name for c in engine.stim.channels],
+        "reject_reasons": list(REJECT_REASONS),
+    }
+
+
+def start_recording(path: str, header: dict, tick_dtype, ctx):
+    """Rings for the tick records and the command log, and the recorder process draining them."""
+    from drivers.base import COMMAND_DTYPE
+    from hil.recording import RecorderSpec, run_recorder, _descr
+    from hil.shm_ring import ShmRing
+
+    rings = {"ticks": ShmRing.create(tick_dtype, 4096), "commands": ShmRing.create(COMMAND_DTYPE, 1 << 16)}
+    spec = RecorderSpec(path=path, header=header,
+                        rings={n: (r.name, _descr(r.dtype), r.capacity) for n, r in rings.items()})
+    ready = ctx.Event()
+    proc = ctx.Process(target=run_recorder, args=(spec, os.getpid(), ready), name="hil-recorder")
+    proc.start()
+    if not ready.wait(60.0):
+        proc.terminate()
+        raise RuntimeError(f"the recorder process did not start (exit code {proc.exitcode})")
+    return rings, proc
+
+
+def rt_main(config_path: str, duration_s, status, result_queue, record_path=None) -> None:
     """Target of the real-time process: build, warm up, run, report a summary dict on the queue."""
+    import multiprocessing as mp
     import signal
     import traceback
 
     from hil.config import load_service_config
-    from hil.loop import RealtimeLoop
+    from hil.loop import RealtimeLoop, Sinks
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor decides when to stop
     drivers = []
+    rings, recorder = {}, None
     try:
         status[_status_index("state")] = STATE_WARMING
         cfg = load_service_config(config_path)
@@ -103,6 +139,10 @@ def rt_main(config_path: str, duration_s, status, result_queue) -> None:
         engine.plant.warmup()
         n_ticks = ticks_for(duration_s, cfg.loop.period_s)
         loop = RealtimeLoop(engine, drivers, cfg.loop)
+        if record_path:
+            rings, recorder = start_recording(record_path, recording_header(cfg, model, engine),
+                                              loop.record.dtype, mp.get_context("spawn"))
+            loop.sinks = Sinks(tick_ring=rings["ticks"], command_ring=rings["commands"])
         i_ticks, i_miss, i_lat = _status_index("ticks"), _status_index("deadline_misses"), _status_index("max_lateness_s")
         i_gh, i_el, i_stop, i_wd = (_status_index("gh_stability"), _status_index("elbow_deg"),
                                     _status_index("stop_request"), _status_index("watchdog"))
@@ -135,6 +175,7 @@ def rt_main(config_path: str, duration_s, status, result_queue) -> None:
             "commands_received": sum(engine.received.values()),
             "commands_rejected": {f"{d}:{r}": n for (d, r), n in engine.rejected.items()},
             "final_elbow_deg": math.degrees(engine.plant.outputs.q[9]),
+            "recording": record_path, "records_dropped": {n: r.dropped for n, r in rings.items()},
         })
         status[_status_index("state")] = STATE_DONE
     except Exception as exc:  # reported to the supervisor, which prints it and sets the exit code
@@ -146,3 +187,9 @@ def rt_main(config_path: str, duration_s, status, result_queue) -> None:
     finally:
         for d in drivers:
             d.shutdown()
+        for r in rings.values():
+            r.close()
+        if recorder is not None:
+            recorder.join(30.0)
+        for r in rings.values():
+            r.release()

@@ -1,0 +1,216 @@
+"""Run recordings: an append-only, crash-tolerant binary format, its reader, and the recorder process.
+
+File layout (little-endian):
+
+    b"FESHILREC1\\n"                      magic (11 bytes)
+    uint32 n, n bytes UTF-8 JSON, uint32 CRC32(JSON)   header: run metadata + "streams":
+                                          [{"name": ..., "descr": numpy dtype descr}, ...]
+    blocks, each:
+    b"BLK1", uint16 stream, uint32 count, count * itemsize bytes, uint32 CRC32(stream, count, payload)
+
+Only whole, CRC-checked blocks are ever read back. After a crash the file simply ends inside (or after)
+a block: the reader returns every complete block and reports ``truncated``. Corruption in the middle
+stops reading there, with a warning. The recorder writes a block per stream whenever it drains its
+rings (every ~50 ms) and flushes + fsyncs at least every 0.5 s, so a SIGKILL of the recorder loses at
+most the last ~0.5 s; a SIGKILL of the real-time process loses nothing that reached the ring (the
+recorder notices its parent is gone, drains and closes).
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import struct
+import time
+import zlib
+from dataclasses import dataclass
+
+import numpy as np
+
+MAGIC = b"FESHILREC1\n"
+BLOCK_MAGIC = b"BLK1"
+_BLOCK_HEAD = struct.Struct("<4sHI")
+
+
+class RecordingError(Exception):
+    """A recording that cannot be written or read; the message names the file and the reason."""
+
+
+def _descr(dtype: np.dtype):
+    return np.lib.format.dtype_to_descr(np.dtype(dtype))
+
+
+def _dtype(descr) -> np.dtype:
+    def fix(d):  # JSON turns tuples into lists
+        if isinstance(d, list):
+            return [tuple(fix(x) if isinstance(x, list) else x for x in item) if isinstance(item, list) else item
+                    for item in d]
+        return d
+    return np.lib.format.descr_to_dtype(fix(descr))
+
+
+class RecordingWriter:
+    """Writes a header and appends CRC-protected blocks of records, one stream per record dtype."""
+
+    def __init__(self, path: str, header: dict, streams: dict[str, np.dtype]) -> None:
+        self.path = str(path)
+        self.streams = {name: np.dtype(dt) for name, dt in streams.items()}
+        self.index = {name: i for i, name in enumerate(self.streams)}
+        doc = dict(header)
+        doc["streams"] = [{"name": n, "descr": _descr(dt)} for n, dt in self.streams.items()]
+        raw = json.dumps(doc, default=str).encode()
+        try:
+            self.fh = open(self.path, "xb")
+            self.fh.write(MAGIC + struct.pack("<I", len(raw)) + raw + struct.pack("<I", zlib.crc32(raw)))
+            self.flush()
+        except OSError as exc:
+            raise RecordingError(f"{self.path}: cannot write recording: {exc.strerror or exc}") from exc
+
+    def append(self, stream: str, records: np.ndarray) -> None:
+        if records.shape[0] == 0:
+            return
+        idx = self.index[stream]
+        payload = np.ascontiguousarray(records, dtype=self.streams[stream]).tobytes()
+        head = _BLOCK_HEAD.pack(BLOCK_MAGIC, idx, records.shape[0])
+        crc = zlib.crc32(payload, zlib.crc32(head[4:]))
+        try:
+            self.fh.write(head + payload + struct.pack("<I", crc))
+        except OSError as exc:
+            raise RecordingError(f"{self.path}: write failed: {exc.strerror or exc}") from exc
+
+    def flush(self) -> None:
+        self.fh.flush()
+        os.fsync(self.fh.fileno())
+
+    def close(self) -> None:
+        if not self.fh.closed:
+            self.flush()
+            self.fh.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class RecordingReader:
+    """Reads a recording; tolerates a torn tail (``truncated``) and stops at corruption (``warnings``)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = str(path)
+        self.truncated = False
+        self.warnings: list[str] = []
+        try:
+            with open(self.path, "rb") as fh:
+                data = fh.read()
+        except OSError as exc:
+            raise RecordingError(f"{self.path}: cannot read: {exc.strerror or exc}") from exc
+        if not data.startswith(MAGIC):
+            raise RecordingError(f"{self.path}: not a fes-hil recording (bad magic)")
+        pos = len(MAGIC)
+        if len(data) < pos + 4:
+            raise RecordingError(f"{self.path}: header is cut off")
+        (n,) = struct.unpack_from("<I", data, pos)
+        raw = data[pos + 4: pos + 4 + n]
+        if len(raw) != n or len(data) < pos + 8 + n or \
+                struct.unpack_from("<I", data, pos + 4 + n)[0] != zlib.crc32(raw):
+            raise RecordingError(f"{self.path}: header is corrupt or cut off")
+        self.header = json.loads(raw)
+        self.streams = {s["name"]: _dtype(s["descr"]) for s in self.header["streams"]}
+        names = list(self.streams)
+        chunks: dict[str, list[bytes]] = {name: [] for name in names}
+        pos += 8 + n
+        while pos < len(data):
+            if len(data) - pos < _BLOCK_HEAD.size:
+                self.truncated = True
+                break
+            magic, idx, count = _BLOCK_HEAD.unpack_from(data, pos)
+            if magic != BLOCK_MAGIC or idx >= len(names):
+                self.warnings.append(f"corrupt block header at byte {pos}; stopped reading there")
+                break
+            size = count * self.streams[names[idx]].itemsize
+            end = pos + _BLOCK_HEAD.size + size + 4
+            if end > len(data):
+                self.truncated = True
+                break
+            payload = data[pos + _BLOCK_HEAD.size: end - 4]
+            crc = zlib.crc32(payload, zlib.crc32(data[pos + 4: pos + _BLOCK_HEAD.size]))
+            if struct.unpack_from("<I", data, end - 4)[0] != crc:
+                if end == len(data):
+                    self.truncated = True
+                else:
+                    self.warnings.append(f"CRC mismatch in block at byte {pos}; stopped reading there")
+                break
+            chunks[names[idx]].append(payload)
+            pos = end
+        if self.truncated:
+            self.warnings.append("the recording ends inside a block (the run was killed); the incomplete "
+                                 "block was ignored")
+        self._data = {name: np.frombuffer(b"".join(parts), dtype=self.streams[name])
+                      for name, parts in chunks.items()}
+
+    def read(self, stream: str) -> np.ndarray:
+        return self._data[stream]
+
+
+# ----------------------------------------------------------------------------------------------
+# recorder process
+
+@dataclass(frozen=True)
+class RecorderSpec:
+    path: str
+    header: dict
+    rings: dict            # stream name -> (shm name, dtype descr, capacity)
+    poll_s: float = 0.05
+    flush_s: float = 0.5
+
+
+def run_recorder(spec: RecorderSpec, parent_pid: int, ready) -> None:
+    """Process target: drain the rings into the file until they are closed and empty, the parent dies,
+    or SIGTERM; always drains, flushes and closes before exiting."""
+    from hil.shm_ring import ShmRing
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    stop = {"now": False}
+    signal.signal(signal.SIGTERM, lambda *_: stop.update(now=True))
+    rings = {name: ShmRing.attach(shm, _dtype(descr), cap) for name, (shm, descr, cap) in spec.rings.items()}
+    writer = RecordingWriter(spec.path, spec.header, {n: r.dtype for n, r in rings.items()})
+    ready.set()
+    last_flush = time.monotonic()
+
+    def drain() -> None:
+        for name, ring in rings.items():
+            writer.append(name, ring.pop_available())
+
+    try:
+        while True:
+            drain()
+            if time.monotonic() - last_flush >= spec.flush_s:
+                writer.flush()
+                last_flush = time.monotonic()
+            finished = all(r.closed for r in rings.values()) and not any(r.pending for r in rings.values())
+            if finished or stop["now"] or os.getppid() != parent_pid:
+                drain()
+                break
+            time.sleep(spec.poll_s)
+    finally:
+        writer.close()
+        for r in rings.values():
+            r.release()
+
+
+def export_csv(reader: RecordingReader, out_path: str, muscle_names, dof_names, channel_names) -> int:
+    """One row per tick: tick, time, the DOFs (rad), gh_stability, u_<muscle>, and per channel the
+    applied pulse width (us), amplitude (mA) and frequency (Hz). Returns the number of rows."""
+    ticks = reader.read("ticks")
+    frame = ticks["frame"]
+    cols = ["tick", "time", *dof_names, "gh_stability", *[f"u_{m}" for m in muscle_names]]
+    for ch in channel_names:
+        cols += [f"{ch}_pw_us", f"{ch}_amp_ma", f"{ch}_freq_hz"]
+    table = np.column_stack([ticks["tick"].astype(float), frame["time"], frame["q"], frame["gh_stability"],
+                             ticks["u"], *[ticks["applied"][:, c, :3] for c in range(len(channel_names))]])
+    with open(out_path, "w", encoding="utf-8") as fh:
+        fh.write(",".join(cols) + "\n")
+        np.savetxt(fh, table, delimiter=",", fmt="%.17g")
+    return table.shape[0]

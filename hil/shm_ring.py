@@ -1,0 +1,110 @@
+"""Single-producer/single-consumer ring of fixed-size records in shared memory.
+
+The real-time process (producer) copies each record into the ring without blocking or allocating data
+buffers; a helper process (consumer: the recorder) drains it. Layout of the shared block:
+
+    offset 0   uint64 head     records committed by the producer (monotonic)
+    offset 8   uint64 tail     records consumed by the consumer (monotonic)
+    offset 16  uint64 dropped  records the producer discarded because the ring was full
+    offset 24  uint64 closed   1 when the producer has finished
+    offset 64  capacity * itemsize bytes of records, record i at slot i % capacity
+
+Memory ordering: the producer writes the record bytes, then stores the new head; the consumer reads
+head, then the records below it, then stores tail. Each side writes only its own counter. On x86-64
+(total store order) and with aligned 8-byte counters this is safe without locks; other architectures
+would need explicit fences. Exactly one producer and one consumer per ring.
+"""
+from __future__ import annotations
+
+from multiprocessing import shared_memory
+
+import numpy as np
+
+HEADER_BYTES = 64
+_HEAD, _TAIL, _DROPPED, _CLOSED = range(4)
+
+
+class ShmRing:
+    def __init__(self, shm: shared_memory.SharedMemory, dtype: np.dtype, capacity: int, owner: bool) -> None:
+        self.shm = shm
+        self.dtype = np.dtype(dtype)
+        self.capacity = capacity
+        self.owner = owner
+        self._ctl = np.ndarray((8,), dtype=np.uint64, buffer=shm.buf, offset=0)
+        self._records = np.ndarray((capacity,), dtype=self.dtype, buffer=shm.buf, offset=HEADER_BYTES)
+        self._bytes = np.ndarray((capacity * self.dtype.itemsize,), dtype=np.uint8, buffer=shm.buf,
+                                 offset=HEADER_BYTES)
+
+    @classmethod
+    def create(cls, dtype, capacity: int) -> "ShmRing":
+        dtype = np.dtype(dtype)
+        shm = shared_memory.SharedMemory(create=True, size=HEADER_BYTES + capacity * dtype.itemsize)
+        ring = cls(shm, dtype, capacity, owner=True)
+        ring._ctl[:] = 0
+        return ring
+
+    @classmethod
+    def attach(cls, name: str, dtype, capacity: int) -> "ShmRing":
+        shm = shared_memory.SharedMemory(name=name)
+        # Python 3.11 registers attached blocks with the resource tracker, which would unlink them when
+        # this process exits; only the creator owns the block
+        try:
+            from multiprocessing import resource_tracker
+            resource_tracker.unregister(shm._name, "shared_memory")  # noqa: SLF001
+        except Exception:  # pragma: no cover - tracker internals differ across versions
+            pass
+        return cls(shm, dtype, capacity, owner=False)
+
+    @property
+    def name(self) -> str:
+        return self.shm.name
+
+    # -- producer ------------------------------------------------------------------------------
+    def push(self, record: np.ndarray) -> bool:
+        """Copy one record (a 1-element array of the ring's dtype); False (and counted) if full."""
+        head = int(self._ctl[_HEAD])
+        if head - int(self._ctl[_TAIL]) >= self.capacity:
+            self._ctl[_DROPPED] += 1
+            return False
+        self._records[head % self.capacity] = record[0]
+        self._ctl[_HEAD] = head + 1
+        return True
+
+    def close(self) -> None:
+        """Producer: no more records."""
+        self._ctl[_CLOSED] = 1
+
+    # -- consumer ------------------------------------------------------------------------------
+    def pop_available(self) -> np.ndarray:
+        """A copy of every committed, unconsumed record, in order."""
+        head, tail = int(self._ctl[_HEAD]), int(self._ctl[_TAIL])
+        n = head - tail
+        if n <= 0:
+            return self._records[:0].copy()
+        start = tail % self.capacity
+        first = min(n, self.capacity - start)
+        out = np.concatenate([self._records[start:start + first], self._records[: n - first]])
+        self._ctl[_TAIL] = head
+        return out
+
+    @property
+    def closed(self) -> bool:
+        return bool(self._ctl[_CLOSED])
+
+    @property
+    def dropped(self) -> int:
+        return int(self._ctl[_DROPPED])
+
+    @property
+    def pending(self) -> int:
+        return int(self._ctl[_HEAD]) - int(self._ctl[_TAIL])
+
+    def release(self) -> None:
+        """Close this process's mapping (and unlink the block if this side created it)."""
+        del self._ctl, self._records, self._bytes
+        self.shm.close()
+        if self.owner:
+            try:
+                self.shm.unlink()
+            except FileNotFoundError:
+                pass
