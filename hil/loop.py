@@ -169,9 +169,12 @@ class RealtimeLoop:
         spin_ns = int(cfg.spin_us * 1000)
         summary = RunSummary()
         summary.realtime = setup_realtime(cfg)
+        metrics = self.sinks.metrics
+        if metrics is not None:
+            metrics.privileged.set(1.0 if summary.realtime.privileged else 0.0)
+            metrics.running.set(1.0)
         lateness_log = np.zeros(n_ticks if (n_ticks and keep_lateness) else 0)
         engine, drivers, rec = self.engine, self.drivers, self.record[0]
-        metrics = self.sinks.metrics
         old_switch = sys.getswitchinterval()
         sys.setswitchinterval(cfg.switch_interval_s)
         gc.collect()
@@ -222,7 +225,9 @@ class RealtimeLoop:
                     for i in range(engine.n_log):
                         self.sinks.command_ring.push(engine.log[i:i + 1])
                 if metrics is not None:
-                    metrics.on_tick(engine, lateness / NS, (t_done - t_compute) / NS, overrun)
+                    oldest = int(engine.log["receive_ns"][: engine.n_log].min()) if engine.n_log else None
+                    metrics.on_tick(engine, start, lateness / NS, (t_done - t_compute) / NS, overrun,
+                                    oldest, t_compute)
                 if lateness_log.shape[0] > tick:
                     lateness_log[tick] = lateness / NS
                 summary.max_lateness_s = max(summary.max_lateness_s, lateness / NS)
@@ -234,6 +239,9 @@ class RealtimeLoop:
                     progress(tick)
                     next_progress = clock() + NS // 10
         finally:
+            if metrics is not None:
+                metrics.sync(engine, clock())
+                metrics.running.set(0.0)
             gc.enable()
             gc.unfreeze()
             sys.setswitchinterval(old_switch)

@@ -131,7 +131,7 @@ def rt_main(config_path: str, duration_s, status, result_queue, record_path=None
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor decides when to stop
     drivers = []
-    rings, recorder = {}, None
+    rings, recorder, block, exporter = {}, None, None, None
     try:
         status[_status_index("state")] = STATE_WARMING
         cfg = load_service_config(config_path)
@@ -139,10 +139,19 @@ def rt_main(config_path: str, duration_s, status, result_queue, record_path=None
         engine.plant.warmup()
         n_ticks = ticks_for(duration_s, cfg.loop.period_s)
         loop = RealtimeLoop(engine, drivers, cfg.loop)
+        ctx = mp.get_context("spawn")
+        sinks = Sinks()
         if record_path:
             rings, recorder = start_recording(record_path, recording_header(cfg, model, engine),
-                                              loop.record.dtype, mp.get_context("spawn"))
-            loop.sinks = Sinks(tick_ring=rings["ticks"], command_ring=rings["commands"])
+                                              loop.record.dtype, ctx)
+            sinks.tick_ring, sinks.command_ring = rings["ticks"], rings["commands"]
+        if cfg.metrics.enabled:
+            from hil.metrics import LoopMetrics, MetricsBlock, MetricsSchema, default_schema, start_exporter
+            names = [f"{i}:{d['type']}" for i, d in enumerate(cfg.drivers)]
+            block = MetricsBlock.create(MetricsSchema(default_schema(names, list(REJECT_REASONS))))
+            exporter = start_exporter(block, cfg.metrics.host, cfg.metrics.port, ctx)
+            sinks.metrics = LoopMetrics(block, names, REJECT_REASONS, cfg.loop.period_s)
+        loop.sinks = sinks
         i_ticks, i_miss, i_lat = _status_index("ticks"), _status_index("deadline_misses"), _status_index("max_lateness_s")
         i_gh, i_el, i_stop, i_wd = (_status_index("gh_stability"), _status_index("elbow_deg"),
                                     _status_index("stop_request"), _status_index("watchdog"))
@@ -182,7 +191,7 @@ def rt_main(config_path: str, duration_s, status, result_queue, record_path=None
         status[_status_index("state")] = STATE_FAILED
         result_queue.put({"ok": False, "error": f"{type(exc).__name__}: {exc}",
                           "config_error": type(exc).__name__ in ("ConfigError", "ExcitationFileError",
-                                                                 "StateFileError"),
+                                                                 "StateFileError", "MetricsError"),
                           "traceback": traceback.format_exc()})
     finally:
         for d in drivers:
@@ -193,3 +202,8 @@ def rt_main(config_path: str, duration_s, status, result_queue, record_path=None
             recorder.join(30.0)
         for r in rings.values():
             r.release()
+        if exporter is not None:
+            exporter.terminate()
+            exporter.join(5.0)
+        if block is not None:
+            block.release()

@@ -46,13 +46,8 @@ class ShmRing:
     @classmethod
     def attach(cls, name: str, dtype, capacity: int) -> "ShmRing":
         shm = shared_memory.SharedMemory(name=name)
-        # Python 3.11 registers attached blocks with the resource tracker, which would unlink them when
-        # this process exits; only the creator owns the block
-        try:
-            from multiprocessing import resource_tracker
-            resource_tracker.unregister(shm._name, "shared_memory")  # noqa: SLF001
-        except Exception:  # pragma: no cover - tracker internals differ across versions
-            pass
+        # attachers are spawned children of the creator and share its resource tracker: the creator
+        # unlinks the block (and unregisters it) in release()
         return cls(shm, dtype, capacity, owner=False)
 
     @property
