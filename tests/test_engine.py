@@ -196,7 +196,8 @@ def test_hil_run_loopback_end_to_end(tmp_path):
 
     repo = Path(__file__).resolve().parents[1]
     out = subprocess.run([sys.executable, "-m", "hil", "run", "--config", str(repo / "configs/loopback.toml"),
-                          "--duration", "1.5", "--json"], capture_output=True, text=True, timeout=300)
+                          "--duration", "1.5", "--record", str(tmp_path / "r.hilrec"), "--json"],
+                         capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     summary = json.loads(out.stdout)
     assert summary["ticks"] == 375 and summary["stopped_by"] == "duration"
