@@ -600,6 +600,108 @@ def bench_plant(
                   f"numpy {env['numpy']}, numba {env['numba']}")
 
 
+BENCH_LOOP_CONFIG = """
+[loop]
+period_ms = {period_ms}
+substeps = {substeps}
+cpu = {cpu}
+[stimulation]
+mode = "direct"
+[safety]
+watchdog_timeout_ms = 1000
+[metrics]
+enabled = true
+port = {port}
+[recording]
+enabled = false
+[[driver]]
+type = "loopback"
+controller = "playback"
+file = "excitation.csv"
+direct = true
+rate_hz = 50
+"""
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@bench_app.command("loop")
+def bench_loop(
+    period: Annotated[float, typer.Option(help="Loop period, s (1-10 ms).")] = 0.001,
+    duration: Annotated[float, typer.Option(help="Measured run length, s.")] = 30.0,
+    scrape_interval: Annotated[float, typer.Option(help="Scrape /metrics every this many s (0: never).")] = 0.1,
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Loopback run at the given period while this process scrapes the metrics endpoint; prints tick
+    lateness percentiles, misses > 1 ms and CPU use of the real-time process."""
+    import multiprocessing as mp
+    import tempfile
+    import urllib.request
+
+    from hil import service
+
+    with _user_errors():
+        if not (0.001 <= period <= 0.010):
+            raise BadInputError(f"--period must be between 0.001 and 0.010 s, not {period!r}")
+        _positive("--duration", duration)
+    work = Path(tempfile.mkdtemp(prefix="hil-bench-"))
+    (work / "excitation.csv").write_text("time,bicl,bicb1,bicb2,triclong1\n0,0.05,0.05,0.05,0.02\n"
+                                         "1,0.3,0.3,0.3,0.1\n2,0.05,0.05,0.05,0.02\n")
+    port = _free_port()
+    substeps = max(1, math.ceil(period / 0.006 - 1e-9))
+    cfg_path = work / "bench.toml"
+    cpu = (os.cpu_count() or 1) - 1  # the loop on the last CPU; supervisor and exporter elsewhere
+    cfg_path.write_text(BENCH_LOOP_CONFIG.format(period_ms=period * 1e3, substeps=substeps, port=port, cpu=cpu))
+    ctx = mp.get_context("spawn")
+    status = ctx.Array("d", len(service.STATUS_FIELDS), lock=False)
+    results = ctx.Queue()
+    proc = ctx.Process(target=service.rt_main, args=(str(cfg_path), duration, status, results, None),
+                       name="hil-rt")
+    proc.start()
+    scrapes = failures = 0
+    state_i = service.STATUS_FIELDS.index("state")
+    with _stderr().status(f"loop at {period * 1e3:g} ms for {duration:g} s, scraping every {scrape_interval:g} s"):
+        while proc.is_alive():
+            proc.join(scrape_interval if scrape_interval > 0 else 0.5)
+            if scrape_interval > 0 and status[state_i] == service.STATE_RUNNING:
+                try:
+                    urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=1).read()
+                    scrapes += 1
+                except OSError:
+                    failures += 1
+    summary = results.get(timeout=5)
+    if not summary.get("ok"):
+        _error(summary["error"])
+        raise typer.Exit(1)
+    lat = summary["lateness_us"]
+    doc = {"period_s": period, "duration_s": duration, "ticks": summary["ticks"],
+           "p50_us": lat["p50"], "p99_us": lat["p99"], "p999_us": lat["p99.9"], "max_us": lat["max"],
+           "misses_over_1ms": summary["late_over_1ms"], "deadline_misses": summary["deadline_misses"],
+           "scrapes": scrapes, "scrape_failures": failures,
+           "cpu_percent": 100.0 * summary["cpu_s"] / max(summary["wall_s"], 1e-9),
+           "realtime": summary["realtime"], "cpu": _cpu_model()}
+    if json_out:
+        _print_json(doc)
+        return
+    table = Table(title=f"hil bench loop: {period * 1e3:g} ms period, {duration:g} s, {scrapes} scrapes")
+    for k in ("p50_us", "p99_us", "p999_us", "max_us"):
+        table.add_column(k.replace("_us", " (µs)").replace("p999", "p99.9"), justify="right")
+    table.add_column("late > 1 ms", justify="right")
+    table.add_column("CPU %", justify="right")
+    table.add_row(*(f"{doc[k]:.1f}" for k in ("p50_us", "p99_us", "p999_us", "max_us")),
+                  str(doc["misses_over_1ms"]), f"{doc['cpu_percent']:.0f}")
+    _stdout().print(table)
+    rt = doc["realtime"]
+    _stdout().print(f"SCHED_FIFO {'yes' if rt['sched_fifo'] else 'no'}, mlock {'yes' if rt['mlock'] else 'no'}; "
+                    f"CPU {doc['cpu']}")
+
+
 @bench_app.command("accuracy")
 def bench_accuracy(
     step: Annotated[float, typer.Option(help="Rosenbrock step size h, s.")] = 0.003,

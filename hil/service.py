@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 
 import numpy as np
 
@@ -166,6 +167,7 @@ def rt_main(config_path: str, duration_s, status, result_queue, record_path=None
 
         signal.signal(signal.SIGTERM, lambda *_: loop.request_stop())
         status[_status_index("state")] = STATE_RUNNING
+        cpu0, wall0 = time.process_time(), time.monotonic()
         summary = loop.run(n_ticks, progress=progress)
         status[i_ticks] = summary.ticks
         status[i_miss] = summary.deadline_misses
@@ -174,6 +176,8 @@ def rt_main(config_path: str, duration_s, status, result_queue, record_path=None
         result_queue.put({
             "ok": True, "ticks": summary.ticks, "stopped_by": summary.stopped_by,
             "deadline_misses": summary.deadline_misses, "skipped_deadlines": summary.skipped_deadlines,
+            "late_over_1ms": 0 if lat is None else int(np.count_nonzero(lat > 1e-3)),
+            "cpu_s": time.process_time() - cpu0, "wall_s": time.monotonic() - wall0,
             "lateness_us": {} if lat is None or not lat.size else {
                 "p50": float(np.percentile(lat, 50) * 1e6), "p99": float(np.percentile(lat, 99) * 1e6),
                 "p99.9": float(np.percentile(lat, 99.9) * 1e6), "max": float(lat.max() * 1e6)},

@@ -78,3 +78,17 @@ def test_unknown_series_is_an_error_when_resolving_a_handle():
             block.counter("hil_nope_total")
     finally:
         block.release()
+
+
+def test_bench_loop_reports_lateness_while_scraping():
+    import json
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "hil", "bench", "loop", "--period", "0.004", "--duration", "1",
+                          "--scrape-interval", "0.1", "--json"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["ticks"] == 250 and doc["scrapes"] > 0 and doc["scrape_failures"] == 0
+    for key in ("p50_us", "p99_us", "p999_us", "max_us", "misses_over_1ms"):
+        assert doc[key] >= 0
