@@ -252,9 +252,6 @@ def run(
     """Run a real-time experiment: the loop runs in its own process, this one shows progress.
 
     Exit status: 0 done, 1 error, 2 bad config, 4 stopped by a safety 'stop' action."""
-    import multiprocessing as mp
-    import signal
-
     from hil import service
 
     with _user_errors():
@@ -271,38 +268,28 @@ def run(
             _check_output_path(record, "--record")
             if record.exists():
                 raise BadInputError(f"--record {record} exists; recordings are never overwritten")
-    ctx = mp.get_context("spawn")
-    status = ctx.Array("d", len(service.STATUS_FIELDS), lock=False)
-    results = ctx.Queue()
-    proc = ctx.Process(target=service.rt_main, name="hil-rt",
-                       args=(str(config), duration, status, results, None if record is None else str(record)))
-    stop_idx = service.STATUS_FIELDS.index("stop_request")
+    from hil.supervisor import supervise
 
-    def _stop(*_):
-        status[stop_idx] = 1.0
-
-    old = {sig: signal.signal(sig, _stop) for sig in (signal.SIGINT, signal.SIGTERM)}
-    proc.start()
     err = _stderr()
     total = None if duration is None else service.ticks_for(duration, cfg.loop.period_s)
     progress = Progress(TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(),
                         TextColumn("{task.fields[info]}"), console=err, disable=not err.is_terminal,
                         auto_refresh=False)
     task = progress.add_task("warming up", total=total, info="")
+    next_draw = [0.0]
+
+    def on_poll(status) -> None:
+        now = time.monotonic()
+        if now < next_draw[0]:
+            return
+        next_draw[0] = now + 0.1
+        if status[service.STATUS_FIELDS.index("state")] >= service.STATE_RUNNING:
+            progress.update(task, description="running", completed=status[0],
+                            info=f"elbow {status[4]:.1f} deg  GH {status[3]:+.2f}")
+        progress.refresh()
+
     with progress:
-        while proc.is_alive():
-            proc.join(0.1)
-            state = status[service.STATUS_FIELDS.index("state")]
-            if state >= service.STATE_RUNNING:
-                progress.update(task, description="running", completed=status[0],
-                                info=f"elbow {status[4]:.1f} deg  GH {status[3]:+.2f}")
-            progress.refresh()
-    for sig, handler in old.items():
-        signal.signal(sig, handler)
-    try:
-        summary = results.get(timeout=2.0)
-    except Exception:
-        summary = {"ok": False, "error": f"the real-time process died (exit code {proc.exitcode})"}
+        summary = supervise(str(config), duration, record, on_poll=on_poll)
     if not summary.get("ok"):
         _error(summary["error"])
         raise typer.Exit(service.EXIT_CONFIG if summary.get("config_error") else service.EXIT_ERROR)
@@ -332,6 +319,33 @@ def run(
         _stdout().print(table)
         for w in rt["warnings"]:
             err.print(Text(f"warning: {w}", style="yellow"))
+    if summary["stopped_by"] in ("gh_unstable", "range_of_motion"):
+        raise typer.Exit(service.EXIT_SAFETY_STOP)
+
+
+@app.command()
+def serve(
+    config: Annotated[Path, typer.Option(help="Service config (TOML).")],
+) -> None:
+    """Service mode (systemd Type=notify): run until SIGTERM; READY=1 once the loop runs, WATCHDOG=1
+    while its ticks advance, STOPPING=1 on SIGTERM; the recording is closed before exiting."""
+    from hil import service
+    from hil.supervisor import supervise
+
+    with _user_errors():
+        from hil.config import load_service_config
+
+        cfg = load_service_config(config)
+        record = None
+        if cfg.recording.enabled:
+            record = Path(cfg.recording.directory) / time.strftime("run-%Y%m%dT%H%M%SZ.hilrec", time.gmtime())
+            record.parent.mkdir(parents=True, exist_ok=True)
+    summary = supervise(str(config), None, record, notify=True)
+    if not summary.get("ok"):
+        _error(summary["error"])
+        raise typer.Exit(service.EXIT_CONFIG if summary.get("config_error") else service.EXIT_ERROR)
+    _stderr().print(f"hil serve: stopped by {summary['stopped_by']} after {summary['ticks']} ticks"
+                    + (f"; recording {summary['recording']}" if summary.get("recording") else ""))
     if summary["stopped_by"] in ("gh_unstable", "range_of_motion"):
         raise typer.Exit(service.EXIT_SAFETY_STOP)
 

@@ -135,6 +135,13 @@ def load_service_config(path: str | PathLike) -> ServiceConfig:
     """Read and validate a service/experiment config. ``include = ["other.toml", ...]`` merges tables
     of other files (relative to this one) before this file's own tables, which win."""
     path = str(path)
+    return service_config_from_dict(_merged_document(path, depth=0), path)
+
+
+def _merged_document(path: str, depth: int) -> dict:
+    """The file's tables over those of its includes (recursively, in order; at most 8 levels)."""
+    if depth > 8:
+        raise ConfigError("includes nested more than 8 levels (a cycle?)", file=path, key="include")
     doc = _read_toml(path)
     includes = doc.pop("include", [])
     if isinstance(includes, str):
@@ -144,10 +151,9 @@ def load_service_config(path: str | PathLike) -> ServiceConfig:
     merged: dict = {}
     for inc in includes:
         inc_path = inc if os.path.isabs(inc) else os.path.join(os.path.dirname(os.path.abspath(path)), inc)
-        for key, value in _read_toml(inc_path).items():
-            merged[key] = value
+        merged.update(_merged_document(inc_path, depth + 1))
     merged.update(doc)
-    return service_config_from_dict(merged, path)
+    return merged
 
 
 def service_config_from_dict(merged: dict, path: str) -> ServiceConfig:
