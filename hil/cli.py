@@ -247,6 +247,7 @@ def run(
     duration: Annotated[Optional[float], typer.Option(help="Run length, s (default: until Ctrl-C).")] = None,
     record: Annotated[Optional[Path], typer.Option(
         help="Recording file (default: <recording.directory>/run-<UTC time>.hilrec if recording is enabled).")] = None,
+    make_report: Annotated[bool, typer.Option("--report", help="Write the PNG report next to the recording.")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print the run summary as JSON.")] = False,
 ) -> None:
     """Run a real-time experiment: the loop runs in its own process, this one shows progress.
@@ -319,6 +320,8 @@ def run(
         _stdout().print(table)
         for w in rt["warnings"]:
             err.print(Text(f"warning: {w}", style="yellow"))
+    if make_report and summary.get("recording"):
+        report(Path(summary["recording"]), out=None, json_out=False)
     if summary["stopped_by"] in ("gh_unstable", "range_of_motion"):
         raise typer.Exit(service.EXIT_SAFETY_STOP)
 
@@ -370,6 +373,43 @@ def export(
     for w in reader.warnings:
         _stderr().print(Text(f"warning: {w}", style="yellow"))
     _stdout().print(f"{csv_out}: {n} ticks")
+
+
+@app.command()
+def report(
+    run_file: Annotated[Path, typer.Argument(help="Recording (.hilrec).")],
+    out: Annotated[Optional[Path], typer.Option(help="Directory for the PNG files (default: next to the recording).")] = None,
+    json_out: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """PNG plots (joint angles, GH force in the glenoid ellipse, tick lateness) and a summary."""
+    with _user_errors():
+        from hil.recording import RecordingError
+        from hil.report import make_report
+
+        out_dir = out or run_file.with_suffix("")
+        try:
+            doc = make_report(str(run_file), str(out_dir))
+        except RecordingError as exc:
+            raise BadInputError(str(exc)) from None
+    if json_out:
+        _print_json(doc)
+        return
+    table = Table(title=f"hil report {run_file}", show_header=False)
+    table.add_column(style="bold")
+    table.add_column()
+    table.add_row("ticks", f"{doc['ticks']} ({doc['duration_s']:.3f} s simulated)")
+    if doc["lateness_us"]:
+        table.add_row("lateness (us)", "p50 {p50:.1f}  p99 {p99:.1f}  max {max:.1f}".format(**doc["lateness_us"]))
+    table.add_row("deadline misses", str(doc["deadline_misses"]))
+    table.add_row("GH", f"max stability {doc['gh_stability_max']:+.3f}, unstable ticks {doc['gh_unstable_ticks']}")
+    table.add_row("watchdog ticks", str(doc["watchdog_ticks"]))
+    table.add_row("elbow flexion (deg)", "{:.1f} .. {:.1f}".format(*doc["elbow_deg_range"]))
+    table.add_row("commands", str(doc["commands"]))
+    for name, f in doc["files"].items():
+        table.add_row(name, f)
+    _stdout().print(table)
+    for w in doc["warnings"]:
+        _stderr().print(Text(f"warning: {w}", style="yellow"))
 
 
 @app.command()

@@ -155,3 +155,14 @@ def test_recording_survives_termination(tmp_path, how):
         n = len(rd.read("ticks"))
         assert n > 100
         assert np.array_equal(rd.read("ticks")["tick"], np.arange(n))  # complete up to the kill
+
+
+def test_report_writes_pngs_and_a_summary(tmp_path):
+    rec = tmp_path / "run.hilrec"
+    assert hil("run", "--config", REPO / "configs/elbow-hold.toml", "--duration", "0.5", "--record", rec,
+               "--report").returncode == 0
+    out_dir = tmp_path / "run"
+    for name in ("joint_angles.png", "glenoid.png", "lateness.png"):
+        assert (out_dir / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    doc = json.loads(hil("report", rec, "--out", tmp_path / "r2", "--json").stdout)
+    assert doc["ticks"] == 125 and doc["elbow_deg_range"][1] > doc["elbow_deg_range"][0]

@@ -1,0 +1,104 @@
+"""``hil report``: PNG plots and a summary of a recording.
+
+- ``joint_angles.png``: the 11 joint angles (deg) over time;
+- ``glenoid.png``: the GH joint force direction inside the glenoid ellipse (theta superior-inferior vs
+  phi anterior-posterior, deg, rim half-angles from the recorded model config), as in the inset of
+  Chadwick et al. 2014 Fig. 3, coloured by time;
+- ``lateness.png``: histogram of tick lateness (us, log scale).
+"""
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+
+from hil.config import service_config_from_dict
+from hil.recording import RecordingReader
+from sim.model import load_model
+
+
+def glenoid_angles(gh_force: np.ndarray, glenoid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """theta, phi (rad) of GH forces (n, 3, scapula frame) in the glenoid frame (spec "Outputs")."""
+    f = gh_force @ glenoid.T
+    return np.arctan2(f[:, 1], f[:, 0]), np.arctan2(f[:, 2], f[:, 0])
+
+
+def make_report(path: str, out_dir: str) -> dict:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    reader = RecordingReader(path)
+    h = reader.header
+    cfg = service_config_from_dict(h["config"], h["config_path"])
+    model = load_model(cfg.model)
+    ticks = reader.read("ticks")
+    frame = ticks["frame"]
+    t = frame["time"]
+    os.makedirs(out_dir, exist_ok=True)
+    files = {}
+
+    fig, ax = plt.subplots(figsize=(9, 5))
+    for j, name in enumerate(h["dof_names"]):
+        ax.plot(t, np.degrees(frame["q"][:, j]), label=name)
+    ax.set_xlabel("time (s)")
+    ax.set_ylabel("joint angle (deg)")
+    ax.legend(ncol=4, fontsize=8)
+    ax.set_title(f"Joint angles — {os.path.basename(path)}")
+    files["joint_angles"] = os.path.join(out_dir, "joint_angles.png")
+    fig.tight_layout()
+    fig.savefig(files["joint_angles"], dpi=100)
+    plt.close(fig)
+
+    theta, phi = glenoid_angles(frame["gh_force"], model.arrays.glenoid)
+    ta, pa = model.arrays.gh_rim
+    fig, ax = plt.subplots(figsize=(6, 6))
+    e = np.linspace(0, 2 * math.pi, 200)
+    ax.plot(np.degrees(pa * np.cos(e)), np.degrees(ta * np.sin(e)), "k-", label="glenoid rim")
+    sc = ax.scatter(np.degrees(phi), np.degrees(theta), c=t, s=6, cmap="viridis")
+    ax.plot(np.degrees(phi[0]), np.degrees(theta[0]), "go", label="start")
+    ax.plot(np.degrees(phi[-1]), np.degrees(theta[-1]), "rs", label="end")
+    ax.set_xlabel("phi, anterior-posterior (deg)")
+    ax.set_ylabel("theta, superior (+) / inferior (deg)")
+    ax.set_aspect("equal")
+    lim = max(60.0, float(np.nanmax(np.abs(np.degrees(np.r_[theta, phi])))) + 5)
+    ax.set_xlim(-lim, lim)
+    ax.set_ylim(-lim, lim)
+    fig.colorbar(sc, ax=ax, label="time (s)")
+    ax.legend(loc="lower right", fontsize=8)
+    ax.set_title("GH force direction in the glenoid")
+    files["glenoid"] = os.path.join(out_dir, "glenoid.png")
+    fig.tight_layout()
+    fig.savefig(files["glenoid"], dpi=100)
+    plt.close(fig)
+
+    lat_us = ticks["lateness_ns"] / 1e3
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.hist(np.maximum(lat_us, 1e-3), bins=np.logspace(-3, 4, 71))
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("tick lateness (us)")
+    ax.set_ylabel("ticks")
+    ax.set_title(f"Tick lateness, period {h['period_s'] * 1e3:g} ms")
+    files["lateness"] = os.path.join(out_dir, "lateness.png")
+    fig.tight_layout()
+    fig.savefig(files["lateness"], dpi=100)
+    plt.close(fig)
+
+    status = frame["status"]
+    return {
+        "recording": path, "ticks": int(len(ticks)), "duration_s": float(t[-1]) if len(t) else 0.0,
+        "truncated": reader.truncated, "warnings": reader.warnings,
+        "lateness_us": {"p50": float(np.percentile(lat_us, 50)), "p99": float(np.percentile(lat_us, 99)),
+                        "max": float(lat_us.max())} if len(lat_us) else {},
+        "deadline_misses": int(np.count_nonzero(ticks["skipped_deadlines"])),
+        "gh_unstable_ticks": int(np.count_nonzero(status & 2)),
+        "watchdog_ticks": int(np.count_nonzero(status & 1)),
+        "gh_stability_max": float(frame["gh_stability"].max()) if len(t) else math.nan,
+        "elbow_deg_range": [float(np.degrees(frame["elbow_flexion"].min())),
+                            float(np.degrees(frame["elbow_flexion"].max()))] if len(t) else [],
+        "commands": int(len(reader.read("commands"))),
+        "files": files,
+    }
