@@ -220,6 +220,11 @@ def run_exporter(spec: ExporterSpec, parent_pid: int, conn) -> None:
     while not stop["now"] and os.getppid() == parent_pid:
         time.sleep(0.2)
     server.shutdown()
+    if os.getppid() != parent_pid:  # the real-time process died without releasing the block
+        try:
+            block.shm.unlink()
+        except FileNotFoundError:
+            pass
 
 
 def start_exporter(block: MetricsBlock, host: str, port: int, ctx):

@@ -196,7 +196,9 @@ def run_recorder(spec: RecorderSpec, parent_pid: int, ready) -> None:
             time.sleep(spec.poll_s)
     finally:
         writer.close()
+        orphaned = os.getppid() != parent_pid  # the creator died: nobody else will unlink the rings
         for r in rings.values():
+            r.owner = r.owner or orphaned
             r.release()
 
 
