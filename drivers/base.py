@@ -37,6 +37,14 @@ COMMAND_DTYPE = np.dtype([
 ])
 
 
+#: Why a command was not applied as sent (recorded as status = index + 1, counted per driver and reason).
+#: Append only: recordings store this list in their header.
+REJECT_REASONS = ("pulse_width_limit", "amplitude_limit", "frequency_limit", "mode_not_allowed",
+                  "non_finite", "unknown_channel", "unknown_muscle", "bad_frame", "bad_checksum",
+                  "bad_length", "unknown_id", "stale_counter", "wrong_mode", "excitation_clipped",
+                  "duplicate_counter", "out_of_range", "unknown_command")
+
+
 class DriverError(Exception):
     """Base class of driver errors."""
 
@@ -69,6 +77,8 @@ class Driver(ABC):
 
     #: registry name of the backend
     name = "driver"
+    #: ports a controller connects to (e.g. {"stimulator": "/dev/pts/3"}), announced by the service
+    ports: dict[str, str] = {}
     _is_shutdown = True  # cleared at the end of __init__: half-built drivers are not "unclosed"
 
     def __init__(self, index: int = 0) -> None:
@@ -118,6 +128,8 @@ class Driver(ABC):
 #: name -> (module, class); imported only when a config selects it
 DRIVERS: dict[str, tuple[str, str]] = {
     "loopback": ("drivers.loopback", "LoopbackDriver"),
+    "can": ("drivers.can", "CanDriver"),
+    "sciencemode2": ("drivers.serial_stim", "ScienceModeDriver"),
 }
 
 

@@ -41,6 +41,8 @@ model_app = typer.Typer(no_args_is_help=True, help="Inspect the DAS3 model.")
 bench_app = typer.Typer(no_args_is_help=True, help="Measure the plant's speed.")
 app.add_typer(model_app, name="model")
 app.add_typer(bench_app, name="bench")
+can_app = typer.Typer(no_args_is_help=True, help="The CAN message set (DBC).")
+app.add_typer(can_app, name="can")
 
 
 class BadInputError(ValueError):
@@ -249,6 +251,8 @@ def run(
         help="Recording file (default: <recording.directory>/run-<UTC time>.hilrec if recording is enabled).")] = None,
     make_report: Annotated[bool, typer.Option("--report", help="Write the PNG report next to the recording.")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print the run summary as JSON.")] = False,
+    port_file: Annotated[Optional[Path], typer.Option(
+        help="Write the ports controllers connect to (JSON, e.g. the announced serial ptys) to this file.")] = None,
 ) -> None:
     """Run a real-time experiment: the loop runs in its own process, this one shows progress.
 
@@ -290,7 +294,7 @@ def run(
         progress.refresh()
 
     with progress:
-        summary = supervise(str(config), duration, record, on_poll=on_poll)
+        summary = supervise(str(config), duration, record, on_poll=on_poll, port_file=port_file)
     if not summary.get("ok"):
         _error(summary["error"])
         raise typer.Exit(service.EXIT_CONFIG if summary.get("config_error") else service.EXIT_ERROR)
@@ -329,6 +333,8 @@ def run(
 @app.command()
 def serve(
     config: Annotated[Path, typer.Option(help="Service config (TOML).")],
+    port_file: Annotated[Optional[Path], typer.Option(
+        help="Write the ports controllers connect to (JSON) to this file.")] = None,
 ) -> None:
     """Service mode (systemd Type=notify): run until SIGTERM; READY=1 once the loop runs, WATCHDOG=1
     while its ticks advance, STOPPING=1 on SIGTERM; the recording is closed before exiting."""
@@ -343,7 +349,7 @@ def serve(
         if cfg.recording.enabled:
             record = Path(cfg.recording.directory) / time.strftime("run-%Y%m%dT%H%M%SZ.hilrec", time.gmtime())
             record.parent.mkdir(parents=True, exist_ok=True)
-    summary = supervise(str(config), None, record, notify=True)
+    summary = supervise(str(config), None, record, notify=True, port_file=port_file)
     if not summary.get("ok"):
         _error(summary["error"])
         raise typer.Exit(service.EXIT_CONFIG if summary.get("config_error") else service.EXIT_ERROR)
@@ -437,6 +443,34 @@ def replay(run_file: Annotated[Path, typer.Argument(help="Recording (.hilrec).")
 
 # --------------------------------------------------------------------------------------------------
 # hil model ...
+
+@can_app.command("dbc")
+def can_dbc(out: Annotated[Optional[Path], typer.Option(help="Write the DBC here (default: stdout).")] = None,
+            channels: Annotated[int, typer.Option(help="Number of stimulation channels.")] = 8) -> None:
+    """Generate the testbed's DBC from the model's DOF, muscle element and group names."""
+    from drivers.can_dbc import generate_dbc
+    from hil.service import muscle_groups
+    from sim.model import load_model
+
+    model = load_model()
+    text = generate_dbc(model.dof_names, model.muscle_names, list(muscle_groups(model.muscle_names)), channels)
+    if out is None:
+        sys.stdout.write(text)
+    else:
+        out.write_text(text)
+
+
+@can_app.command("table")
+def can_table(dbc: Annotated[Path, typer.Option(help="DBC file.")] = Path("configs/fes-hil.dbc")) -> None:
+    """Print the message table of a DBC file as Markdown (the README's table)."""
+    import cantools
+
+    from drivers.can_dbc import message_table
+    with _user_errors():
+        if not dbc.is_file():
+            raise BadInputError(f"--dbc {dbc} not found")
+        sys.stdout.write(message_table(cantools.database.load_file(str(dbc))))
+
 
 @model_app.command("info")
 def model_info(

@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 
-from drivers.base import driver_class
+from drivers.base import REJECT_REASONS, driver_class
 from drivers.loopback import LoopbackDriver, make_controller
 from hil.config import ServiceConfig
 from hil.engine import TickEngine
@@ -26,10 +26,6 @@ from hil.files import load_state_file
 from hil.sensor import SensorModel
 from sim.model import load_model
 from sim.plant import Plant
-
-REJECT_REASONS = ("pulse_width_limit", "amplitude_limit", "frequency_limit", "mode_not_allowed",
-                  "non_finite", "unknown_channel", "unknown_muscle", "bad_frame", "bad_checksum",
-                  "bad_length", "unknown_id", "stale_counter", "wrong_mode", "excitation_clipped")
 
 
 def muscle_groups(muscle_names) -> dict[str, np.ndarray]:
@@ -62,7 +58,7 @@ def build_engine(cfg: ServiceConfig):
             drivers.append(LoopbackDriver(ctl, cfg.loop.period_s, index=i))
         else:
             cls = driver_class(kind)
-            drivers.append(cls.from_config(spec, engine=engine, index=i, base_dir=cfg.base_dir))
+            drivers.append(cls.from_config(spec, engine=engine, index=i, base_dir=cfg.base_dir, file=cfg.path))
     return model, engine, drivers
 
 
@@ -121,7 +117,23 @@ def start_recording(path: str, header: dict, tick_dtype, ctx):
     return rings, proc
 
 
-def rt_main(config_path: str, duration_s, status, result_queue, record_path=None) -> None:
+def announce_ports(drivers, port_file: str | None) -> dict:
+    """Print where controllers connect and write it (JSON, atomically) to ``port_file`` when given."""
+    import json
+    import sys
+    ports = {f"{d.index}:{d.name}": dict(d.ports) for d in drivers if d.ports}
+    for name, p in ports.items():
+        for role, where in p.items():
+            print(f"hil: driver {name} {role} at {where}", file=sys.stderr, flush=True)
+    if port_file:
+        tmp = f"{port_file}.tmp{os.getpid()}"
+        with open(tmp, "w") as fh:
+            json.dump(ports, fh, indent=1)
+        os.replace(tmp, port_file)
+    return ports
+
+
+def rt_main(config_path: str, duration_s, status, result_queue, record_path=None, port_file=None) -> None:
     """Target of the real-time process: build, warm up, run, report a summary dict on the queue."""
     import multiprocessing as mp
     import signal
@@ -137,6 +149,7 @@ def rt_main(config_path: str, duration_s, status, result_queue, record_path=None
         status[_status_index("state")] = STATE_WARMING
         cfg = load_service_config(config_path)
         model, engine, drivers = build_engine(cfg)
+        announce_ports(drivers, port_file)
         engine.plant.warmup()
         n_ticks = ticks_for(duration_s, cfg.loop.period_s)
         loop = RealtimeLoop(engine, drivers, cfg.loop)
@@ -188,6 +201,7 @@ def rt_main(config_path: str, duration_s, status, result_queue, record_path=None
             "commands_received": sum(engine.received.values()),
             "commands_rejected": {f"{d}:{r}": n for (d, r), n in engine.rejected.items()},
             "final_elbow_deg": math.degrees(engine.plant.outputs.q[9]),
+            "drivers": {f"{d.index}:{d.name}": d.stats for d in drivers},
             "recording": record_path, "records_dropped": {n: r.dropped for n, r in rings.items()},
         })
         status[_status_index("state")] = STATE_DONE

@@ -7,6 +7,7 @@ buffers; a helper process (consumer: the recorder) drains it. Layout of the shar
     offset 8   uint64 tail     records consumed by the consumer (monotonic)
     offset 16  uint64 dropped  records the producer discarded because the ring was full
     offset 24  uint64 closed   1 when the producer has finished
+    offset 32  uint64 aux[4]   free words for the two sides' own use (each word written by one side only)
     offset 64  capacity * itemsize bytes of records, record i at slot i % capacity
 
 Memory ordering: the producer writes the record bytes, then stores the new head; the consumer reads
@@ -31,6 +32,7 @@ class ShmRing:
         self.capacity = capacity
         self.owner = owner
         self._ctl = np.ndarray((8,), dtype=np.uint64, buffer=shm.buf, offset=0)
+        self.aux = self._ctl[4:8]
         self._records = np.ndarray((capacity,), dtype=self.dtype, buffer=shm.buf, offset=HEADER_BYTES)
         self._bytes = np.ndarray((capacity * self.dtype.itemsize,), dtype=np.uint8, buffer=shm.buf,
                                  offset=HEADER_BYTES)
@@ -82,6 +84,20 @@ class ShmRing:
         self._ctl[_TAIL] = head
         return out
 
+    def pop_into(self, out: np.ndarray) -> int:
+        """Copy up to ``len(out)`` committed records into ``out`` (no allocation); returns how many."""
+        head, tail = int(self._ctl[_HEAD]), int(self._ctl[_TAIL])
+        n = min(head - tail, out.shape[0])
+        if n <= 0:
+            return 0
+        start = tail % self.capacity
+        first = min(n, self.capacity - start)
+        out[:first] = self._records[start:start + first]
+        if n > first:
+            out[first:n] = self._records[: n - first]
+        self._ctl[_TAIL] = tail + n
+        return n
+
     @property
     def closed(self) -> bool:
         return bool(self._ctl[_CLOSED])
@@ -96,7 +112,7 @@ class ShmRing:
 
     def release(self) -> None:
         """Close this process's mapping (and unlink the block if this side created it)."""
-        del self._ctl, self._records, self._bytes
+        del self._ctl, self._records, self._bytes, self.aux
         self.shm.close()
         if self.owner:
             try:

@@ -38,13 +38,14 @@ class Notifier:
             self.sock.close()
 
 
-def supervise(config_path: str, duration, record, on_poll=None, notify: bool = False) -> dict:
+def supervise(config_path: str, duration, record, on_poll=None, notify: bool = False, port_file=None) -> dict:
     """Run the real-time process to completion; returns its summary dict (``ok`` False on errors)."""
     ctx = mp.get_context("spawn")
     status = ctx.Array("d", len(service.STATUS_FIELDS), lock=False)
     results = ctx.Queue()
     proc = ctx.Process(target=service.rt_main, name="hil-rt",
-                       args=(config_path, duration, status, results, None if record is None else str(record)))
+                       args=(config_path, duration, status, results, None if record is None else str(record),
+                             None if port_file is None else str(port_file)))
     stop_i = service.STATUS_FIELDS.index("stop_request")
     state_i = service.STATUS_FIELDS.index("state")
     notifier = Notifier() if notify else None

@@ -1,0 +1,248 @@
+"""CAN transport: any python-can interface, the message set of ``configs/fes-hil.dbc`` (cantools).
+
+Config (one ``[[driver]]`` table)::
+
+    type = "can"
+    interface = "udp_multicast"      # any python-can interface: socketcan, pcan, kvaser, virtual, ...
+    channel = "239.74.163.2"         # python-can channel of that interface
+    dbc = "fes-hil.dbc"              # relative to the config file
+    feedback_every = 1               # send a feedback set every N ticks
+    feedback = ["HIL_Status", "HIL_JointAngle", "HIL_JointVelocity", "HIL_Arm", "HIL_Force"]
+    counter_reset_s = 0.5            # a (message, channel/block) silent this long accepts any counter
+    [driver.bus]                     # extra keyword arguments for can.Bus (bitrate, fd, ...)
+    bitrate = 1000000
+
+Bus I/O, decoding and validation run in the link process (:mod:`drivers.link`). A received frame is
+rejected, counted by reason and never reaches the stimulation when it is an error or remote frame
+(``bad_frame``), has an unknown id in the controller range 0x200-0x2FF (``unknown_id``; other ids are
+other nodes' traffic and are filtered out), a DLC other than the DBC length (``bad_length``), a signal
+outside its DBC range (``out_of_range``), or a rolling counter equal to the last one of the same message
+and channel/block (``duplicate_counter``) or 1..127 behind it (``stale_counter``).
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import numpy as np
+
+from drivers.can_dbc import (FRAME_ID_EXCITATION, FRAME_ID_GROUP, FRAME_ID_HEARTBEAT, FRAME_ID_STATUS,
+                             FRAME_ID_STIM, STATUS_SIGNALS)
+from drivers.link import AUX_FRAMES_OUT, AUX_SEND_ERRORS, Inbound, LinkDriver, LinkEndpoint
+
+CONTROLLER_ID_BASE, CONTROLLER_ID_MASK = 0x200, 0x700
+FEEDBACK_MESSAGES = ("HIL_Status", "HIL_JointAngle", "HIL_JointVelocity", "HIL_Arm", "HIL_Force")
+DEFAULT_DBC = "fes-hil.dbc"
+_RANGE_TOL = 1e-9
+
+
+def feedback_values(frame, echo_seq: int) -> dict[str, list[dict[str, float]]]:
+    """Signal values of every feedback message for one sensor frame (physical units, unclipped)."""
+    tick = int(frame["tick"])
+    status = int(frame["status"])
+    st = {"tick": tick & 0xFFFFFFFF, "echo_counter": max(echo_seq, 0) & 0xFF,
+          "gh_stability": float(frame["gh_stability"])}
+    for bit, name in enumerate(STATUS_SIGNALS[:6]):
+        st[name] = (status >> bit) & 1
+    st["ts_contact"], st["ai_contact"] = int(frame["st_in_contact"][0]), int(frame["st_in_contact"][1])
+    return {"HIL_Status": [st],
+            "HIL_JointAngle": _blocks(frame["q"], tick),
+            "HIL_JointVelocity": _blocks(frame["qdot"], tick),
+            "HIL_Arm": _blocks(np.concatenate([frame["th_angles"], frame["hand_position"]]), tick),
+            "HIL_Force": _blocks(np.concatenate([frame["gh_force"], frame["st_contact_force"].ravel()]), tick)}
+
+
+def _blocks(values, tick: int) -> list[dict]:
+    return [{"block": b, "tick8": tick & 0xFF, "v": [float(x) for x in values[3 * b:3 * b + 3]]}
+            for b in range(-(-len(values) // 3))]
+
+
+class CanEndpoint(LinkEndpoint):
+    """Link-process side of the CAN transport."""
+
+    def __init__(self, interface: str, channel, dbc_path: str, muscle_names: list[str],
+                 groups: dict[int, list[int]], bus_kwargs: dict | None = None,
+                 feedback: tuple[str, ...] = FEEDBACK_MESSAGES, feedback_every: int = 1,
+                 counter_reset_s: float = 0.5, connected_timeout_s: float = 1.0) -> None:
+        self.interface, self.channel, self.dbc_path = interface, channel, dbc_path
+        self.muscle_index = {f"u_{m}": i for i, m in enumerate(muscle_names)}
+        self.groups = groups
+        self.bus_kwargs = dict(bus_kwargs or {})
+        self.feedback = tuple(feedback)
+        self.feedback_every = feedback_every
+        self.counter_reset_ns = int(counter_reset_s * 1e9)
+        self.connected_timeout_ns = int(connected_timeout_s * 1e9)
+        self.bus = None
+        self.counters: dict[tuple[int, int], tuple[int, int]] = {}
+
+    def open(self) -> dict[str, str]:
+        import can
+        import cantools
+        self.db = cantools.database.load_file(self.dbc_path)
+        self._can_message = can.Message
+        self._can_error = can.CanError
+        self._decode_error = cantools.database.DecodeError
+        self.bus = can.Bus(interface=self.interface, channel=self.channel,
+                           can_filters=[{"can_id": CONTROLLER_ID_BASE, "can_mask": CONTROLLER_ID_MASK,
+                                         "extended": False}], **self.bus_kwargs)
+        self._tx = []
+        for name in self.feedback:
+            msg = self.db.get_message_by_name(name)
+            ranges = {s.name: (s.minimum, s.maximum) for s in msg.signals}
+            by_block = {}
+            for s in msg.signals:
+                for b in s.multiplexer_ids or ():
+                    by_block.setdefault(b, []).append(s.name)
+            self._tx.append((name, msg, ranges, by_block))
+        return {"can": f"{self.interface}:{self.channel}"}
+
+    # -- receive ------------------------------------------------------------------------------
+    def receive_forever(self, inbound: Inbound, stop: threading.Event) -> None:
+        last_valid = 0
+        while not stop.is_set():
+            msg = self.bus.recv(0.1)
+            now = time.monotonic_ns()
+            if msg is not None:
+                inbound.count_in()
+                if self.handle(msg, now, inbound):
+                    last_valid = now
+                    inbound.set_connected(True)
+            if last_valid and now - last_valid > self.connected_timeout_ns:
+                inbound.set_connected(False)
+                last_valid = 0
+
+    def handle(self, msg, now: int, inbound: Inbound) -> bool:
+        """Validate and decode one received frame into records; False if it was rejected."""
+        if msg.is_error_frame or msg.is_remote_frame:
+            inbound.reject(now, "bad_frame")
+            return False
+        if msg.is_extended_id:
+            inbound.reject(now, "unknown_id")
+            return False
+        fid = msg.arbitration_id
+        try:
+            spec = self.db.get_message_by_frame_id(fid)
+        except KeyError:
+            inbound.reject(now, "unknown_id")
+            return False
+        if fid >= FRAME_ID_STATUS:           # a plant message in the controller range: not for us
+            inbound.reject(now, "unknown_id")
+            return False
+        data = bytes(msg.data)
+        if len(data) != spec.length or msg.dlc != spec.length:
+            inbound.reject(now, "bad_length")
+            return False
+        try:
+            values = spec.decode(data, decode_choices=False)
+        except (self._decode_error, ValueError, KeyError):
+            inbound.reject(now, "out_of_range" if spec.is_multiplexed() else "bad_frame")
+            return False
+        for s in spec.signals:
+            v = values.get(s.name)
+            if v is not None and not (s.minimum - _RANGE_TOL <= v <= s.maximum + _RANGE_TOL):
+                inbound.reject(now, "out_of_range")
+                return False
+        counter = int(values["counter"])
+        key = (fid, int(values.get("channel", values.get("block", values.get("group", 0)))))
+        previous = self.counters.get(key)
+        if previous is not None and now - previous[1] < self.counter_reset_ns:
+            step = (counter - previous[0]) % 256
+            if step == 0:
+                inbound.reject(now, "duplicate_counter", counter)
+                return False
+            if step >= 128:
+                inbound.reject(now, "stale_counter", counter)
+                return False
+        self.counters[key] = (counter, now)
+        if fid == FRAME_ID_STIM:
+            on = bool(values["enable"])
+            inbound.channel(now, counter, int(values["channel"]) - 1, float(values["pulse_width"]),
+                            float(values["amplitude"]) if on else 0.0, float(values["frequency"]),
+                            int(values["mode"]))
+        elif fid == FRAME_ID_EXCITATION:
+            for name, v in values.items():
+                m = self.muscle_index.get(name)
+                if m is not None:
+                    inbound.excitation(now, counter, m, float(v))
+        elif fid == FRAME_ID_GROUP:
+            for m in self.groups.get(int(values["group"]), ()):
+                inbound.excitation(now, counter, m, float(values["value"]))
+        elif fid == FRAME_ID_HEARTBEAT:
+            inbound.heartbeat(now, counter)
+        return True
+
+    # -- send ----------------------------------------------------------------------------------
+    def encode_feedback(self, frame, echo_seq: int) -> list[tuple[int, bytes]]:
+        """(frame id, data) of one feedback set, ``HIL_Status`` first; values saturated to the DBC range."""
+        values = feedback_values(frame, echo_seq)
+        out = []
+        for name, msg, ranges, by_block in self._tx:
+            for d in values[name]:
+                if "v" in d:
+                    d = {"block": d["block"], "tick8": d["tick8"], **dict(zip(by_block[d["block"]], d["v"]))}
+                clipped = {k: min(max(v, ranges[k][0]), ranges[k][1]) for k, v in d.items()}
+                out.append((msg.frame_id, msg.encode(clipped, strict=False)))
+        return out
+
+    def send_feedback(self, records: np.ndarray, stats: np.ndarray) -> None:
+        for rec in records:
+            frame = rec["frame"]
+            if int(frame["tick"]) % self.feedback_every:
+                continue
+            for fid, data in self.encode_feedback(frame, int(rec["echo_seq"])):
+                try:
+                    self.bus.send(self._can_message(arbitration_id=fid, data=data, is_extended_id=False))
+                    stats[AUX_FRAMES_OUT] += 1
+                except self._can_error:
+                    stats[AUX_SEND_ERRORS] += 1
+
+    def close(self) -> None:
+        if self.bus is not None:
+            self.bus.shutdown()
+            self.bus = None
+
+
+_KEYS = {"type", "interface", "channel", "dbc", "feedback", "feedback_every", "counter_reset_s", "bus", "name"}
+
+
+class CanDriver(LinkDriver):
+    """The loop side of the CAN transport (see the module docstring for the config keys)."""
+
+    name = "can"
+
+    @classmethod
+    def from_config(cls, spec: dict, engine, index: int, base_dir: str, file: str | None = None) -> "CanDriver":
+        from hil.service import muscle_groups
+        from sim.config import ConfigError
+        key = f"driver[{index}]"
+        for k in spec:
+            if k not in _KEYS:
+                raise ConfigError(f"unknown key {k!r}; valid: {', '.join(sorted(_KEYS))}", file=file, key=f"{key}.{k}")
+        interface = spec.get("interface", "udp_multicast")
+        if not isinstance(interface, str) or not interface:
+            raise ConfigError("must be a python-can interface name", file=file, key=f"{key}.interface")
+        dbc = spec.get("dbc", DEFAULT_DBC)
+        dbc_path = dbc if os.path.isabs(dbc) else os.path.join(base_dir, dbc)
+        if not os.path.isfile(dbc_path):
+            raise ConfigError(f"DBC file {dbc_path} not found", file=file, key=f"{key}.dbc")
+        feedback = tuple(spec.get("feedback", FEEDBACK_MESSAGES))
+        bad = [f for f in feedback if f not in FEEDBACK_MESSAGES]
+        if bad:
+            raise ConfigError(f"unknown feedback messages {bad}; valid: {', '.join(FEEDBACK_MESSAGES)}",
+                              file=file, key=f"{key}.feedback")
+        every = spec.get("feedback_every", 1)
+        if not isinstance(every, int) or isinstance(every, bool) or every < 1:
+            raise ConfigError("must be an integer >= 1", file=file, key=f"{key}.feedback_every")
+        reset = spec.get("counter_reset_s", 0.5)
+        if not isinstance(reset, (int, float)) or isinstance(reset, bool) or not reset > 0:
+            raise ConfigError("must be a number of seconds > 0", file=file, key=f"{key}.counter_reset_s")
+        bus_kwargs = spec.get("bus", {})
+        if not isinstance(bus_kwargs, dict):
+            raise ConfigError("must be a table of python-can Bus arguments", file=file, key=f"{key}.bus")
+        names = engine.plant.model.muscle_names
+        groups = {i: [int(m) for m in members] for i, members in enumerate(muscle_groups(names).values())}
+        args = dict(interface=interface, channel=spec.get("channel"), dbc_path=dbc_path, muscle_names=list(names),
+                    groups=groups, bus_kwargs=bus_kwargs, feedback=feedback, feedback_every=every,
+                    counter_reset_s=float(reset))
+        return cls(CanEndpoint, args, engine.sensor.dtype, index=index)

@@ -1,0 +1,293 @@
+"""External transports run their blocking I/O in a link process, never in the real-time process.
+
+Platform facts: on CPython the GIL, not the sleep, breaks deadlines, so a thread that blocks on a serial
+port or a CAN socket, parses, encodes with cantools (≈ 24 µs a message) or spin-waits must not share
+the interpreter lock with the tick. A :class:`LinkDriver` (the loop side, a :class:`drivers.base.Driver`)
+therefore starts one **link process** per transport and talks to it through shared memory only:
+
+    link process                                   real-time process
+    ------------                                   -----------------
+    receiver thread: read, decode, validate  --->  inbound ShmRing (LINK_RECORD)  ---> fetch(): sink calls
+    main thread: encode, write feedback      <---  outbound ShmRing (echo + frame) <--- publish() + wake byte
+
+- Inbound records are already parsed and validated at the transport level (checksums, lengths, ids,
+  counters): a malformed frame becomes a ``KIND_REJECT`` record with its reason, which ``fetch`` hands
+  to the loop's sink, so rejections are counted and recorded by reason like every other command.
+  Stimulation limits, latching and the watchdog stay in the loop (:class:`hil.engine.TickEngine`).
+- ``publish`` copies the sensor frame into the outbound ring and sends one byte on a non-blocking
+  datagram socket pair to wake the link's main thread (one syscall; dropped and counted if the link
+  is gone or behind). The frame carries ``echo_seq``, the transport sequence number of the newest
+  command this driver handed to the loop, so a controller can measure its round trip.
+- The link endpoint writes its state into the inbound ring's ``aux`` words: connected, frames received,
+  frames sent, send errors.
+- The link process exits when the outbound ring is closed (driver shutdown) or its parent dies.
+"""
+from __future__ import annotations
+
+import math
+import multiprocessing as mp
+import os
+import socket
+import threading
+import time
+from abc import ABC, abstractmethod
+
+import numpy as np
+
+from drivers.base import (KIND_CHANNEL, KIND_EXCITATION, KIND_HEARTBEAT, REJECT_REASONS, CommandSink, Driver,
+                          DriverInitializationError)
+from hil.shm_ring import ShmRing
+
+KIND_REJECT = 0
+
+#: One command (or rejection) from a transport, as the link hands it to the loop.
+LINK_RECORD = np.dtype([
+    ("receive_ns", "<i8"),    # CLOCK_MONOTONIC when the frame was read (link process)
+    ("seq", "<i4"),           # transport sequence number (CAN counter, ScienceMode COUNTER), -1: none
+    ("kind", "u1"),           # KIND_REJECT / KIND_CHANNEL / KIND_EXCITATION / KIND_HEARTBEAT
+    ("reason", "u1"),         # KIND_REJECT: index into drivers.base.REJECT_REASONS
+    ("index", "<i2"),         # channel (0-based, the loop's channel list) or muscle element
+    ("values", "<f8", (4,)),  # channel: pw us, amp mA, freq Hz, mode; excitation: u
+])
+
+AUX_CONNECTED, AUX_FRAMES_IN, AUX_FRAMES_OUT, AUX_SEND_ERRORS = range(4)
+INBOUND_CAPACITY = 8192
+OUTBOUND_CAPACITY = 1024
+MAX_RECORDS_PER_FETCH = 512
+
+
+def feedback_dtype(frame_dtype: np.dtype) -> np.dtype:
+    """What the loop hands the link per tick: the sensor frame and the echoed sequence number."""
+    return np.dtype([("echo_seq", "<i4"), ("frame", frame_dtype)])
+
+
+class Inbound:
+    """Link-side writer of :data:`LINK_RECORD` s (single producer: call from one thread only)."""
+
+    def __init__(self, ring: ShmRing) -> None:
+        self.ring = ring
+        self._rec = np.zeros(1, LINK_RECORD)
+        self._reason = {r: i for i, r in enumerate(REJECT_REASONS)}
+
+    def _push(self, receive_ns: int, seq: int, kind: int, reason: int, index: int,
+              v0: float = 0.0, v1: float = 0.0, v2: float = 0.0, v3: float = 0.0) -> None:
+        r = self._rec[0]
+        r["receive_ns"], r["seq"], r["kind"], r["reason"], r["index"] = receive_ns, seq, kind, reason, index
+        r["values"] = (v0, v1, v2, v3)
+        self.ring.push(self._rec)
+
+    def channel(self, receive_ns: int, seq: int, channel: int, pulse_width_us: float, amplitude_ma: float,
+                frequency_hz: float, mode: int) -> None:
+        self._push(receive_ns, seq, KIND_CHANNEL, 0, channel, pulse_width_us, amplitude_ma, frequency_hz, mode)
+
+    def excitation(self, receive_ns: int, seq: int, muscle: int, value: float) -> None:
+        self._push(receive_ns, seq, KIND_EXCITATION, 0, muscle, value)
+
+    def heartbeat(self, receive_ns: int, seq: int = -1) -> None:
+        self._push(receive_ns, seq, KIND_HEARTBEAT, 0, -1)
+
+    def reject(self, receive_ns: int, reason: str, seq: int = -1) -> None:
+        """A frame the transport could not accept; ``reason`` must be one of REJECT_REASONS."""
+        self._push(receive_ns, seq, KIND_REJECT, self._reason[reason], -1)
+
+    def set_connected(self, connected: bool) -> None:
+        self.ring.aux[AUX_CONNECTED] = 1 if connected else 0
+
+    def count_in(self, n: int = 1) -> None:
+        self.ring.aux[AUX_FRAMES_IN] += n
+
+
+class LinkEndpoint(ABC):
+    """The transport side of a link; built and used inside the link process only.
+
+    Subclasses take plain (picklable) keyword arguments in ``__init__`` and must not open anything
+    there: :meth:`open` does, and returns the ports to announce (e.g. ``{"stimulator": "/dev/pts/4"}``).
+    """
+
+    @abstractmethod
+    def open(self) -> dict[str, str]:
+        """Open the transport; raise with a clear message when it cannot be opened."""
+
+    @abstractmethod
+    def receive_forever(self, inbound: Inbound, stop: threading.Event) -> None:
+        """Receiver thread: read, decode, validate and push records until ``stop`` is set."""
+
+    @abstractmethod
+    def send_feedback(self, records: np.ndarray, stats: np.ndarray) -> None:
+        """Main thread: send these :func:`feedback_dtype` records; count in ``stats`` (the aux words)."""
+
+    def close(self) -> None:
+        """Release the transport."""
+
+
+def _run_link(endpoint_cls, endpoint_args: dict, in_name: str, out_name: str, out_descr, wake: socket.socket,
+              parent_pid: int, conn) -> None:
+    """Target of the link process."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)     # the supervisor decides; shutdown closes the ring
+    in_ring = ShmRing.attach(in_name, LINK_RECORD, INBOUND_CAPACITY)
+    out_ring = ShmRing.attach(out_name, np.dtype(out_descr), OUTBOUND_CAPACITY)
+    endpoint = None
+    try:
+        try:
+            endpoint = endpoint_cls(**endpoint_args)
+            ports = endpoint.open()
+        except Exception as exc:  # reported to the driver's constructor, which raises it
+            conn.send(("error", f"{type(exc).__name__}: {exc}"))
+            return
+        conn.send(("ready", ports))
+        stop = threading.Event()
+        inbound = Inbound(in_ring)
+        receiver = threading.Thread(target=_guard, args=(endpoint.receive_forever, inbound, stop, conn),
+                                    name="link-receiver", daemon=True)
+        receiver.start()
+        buf = np.zeros(OUTBOUND_CAPACITY, out_ring.dtype)
+        wake.settimeout(0.2)
+        while True:
+            try:
+                wake.recv(4096)
+            except (socket.timeout, BlockingIOError):
+                if os.getppid() != parent_pid:
+                    break
+            except OSError:
+                break
+            n = out_ring.pop_into(buf)
+            if n:
+                endpoint.send_feedback(buf[:n], in_ring.aux)
+            if out_ring.closed:
+                break
+        stop.set()
+        receiver.join(2.0)
+    finally:
+        if endpoint is not None:
+            try:
+                endpoint.close()
+            except Exception:
+                pass
+        in_ring.release()
+        out_ring.release()
+
+
+def _guard(target, inbound, stop, conn) -> None:
+    try:
+        target(inbound, stop)
+    except Exception as exc:  # the loop sees the link as disconnected; the error goes to stderr
+        inbound.set_connected(False)
+        import sys
+        print(f"hil link: receiver stopped: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+
+
+class LinkDriver(Driver):
+    """Loop side of a transport whose I/O runs in a link process (see the module docstring)."""
+
+    name = "link"
+
+    def __init__(self, endpoint_cls: type[LinkEndpoint], endpoint_args: dict, frame_dtype: np.dtype,
+                 index: int = 0, start_timeout_s: float = 30.0) -> None:
+        self._proc = None
+        self._in = ShmRing.create(LINK_RECORD, INBOUND_CAPACITY)
+        self._out_rec = np.zeros(1, feedback_dtype(frame_dtype))
+        self._outring = ShmRing.create(self._out_rec.dtype, OUTBOUND_CAPACITY)
+        self._wake, far = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self._wake.setblocking(False)
+        ctx = mp.get_context("spawn")
+        parent_conn, child_conn = ctx.Pipe(duplex=False)
+        self._proc = ctx.Process(target=_run_link, name=f"hil-link-{index}", daemon=True, args=(
+            endpoint_cls, endpoint_args, self._in.name, self._outring.name, self._out_rec.dtype.descr, far,
+            os.getpid(), child_conn))
+        try:
+            self._proc.start()
+            far.close()
+            if not parent_conn.poll(start_timeout_s):
+                raise DriverInitializationError(f"{endpoint_cls.__name__}: the link process did not start "
+                                                f"within {start_timeout_s:g} s")
+            status, info = parent_conn.recv()
+            if status != "ready":
+                raise DriverInitializationError(info)
+        except BaseException:
+            self._stop_link()
+            raise
+        self.ports: dict[str, str] = dict(info)
+        self._buf = np.zeros(MAX_RECORDS_PER_FETCH, LINK_RECORD)
+        self.echo_seq = -1
+        self.wake_errors = 0
+        super().__init__(index)
+
+    # -- loop side ---------------------------------------------------------------------------
+    def fetch(self, tick: int, now_ns: int, sink: CommandSink) -> None:
+        n = self._in.pop_into(self._buf)
+        d = self.index
+        for i in range(n):
+            r = self._buf[i]
+            kind = r["kind"]
+            ns = int(r["receive_ns"])
+            if kind == KIND_CHANNEL:
+                v = r["values"]
+                ok = sink.channel(d, ns, int(r["index"]), float(v[0]), float(v[1]), float(v[2]), int(v[3]))
+            elif kind == KIND_EXCITATION:
+                ok = sink.excitation(d, ns, int(r["index"]), float(r["values"][0]))
+            elif kind == KIND_HEARTBEAT:
+                sink.heartbeat(d, ns)
+                ok = True
+            else:
+                sink.reject(d, ns, REJECT_REASONS[r["reason"]])
+                ok = False
+            if ok and r["seq"] >= 0:
+                self.echo_seq = int(r["seq"])
+        self.frames_received += n
+
+    def publish(self, frame: np.ndarray) -> None:
+        rec = self._out_rec[0]
+        rec["echo_seq"] = self.echo_seq
+        rec["frame"] = frame[0]
+        if not self._outring.push(self._out_rec):
+            self.publish_dropped += 1
+            return
+        self.frames_published += 1
+        try:
+            self._wake.send(b"\0")
+        except OSError:   # link behind (socket buffer full) or gone: the ring still holds the frame
+            self.wake_errors += 1
+
+    def connected(self) -> bool:
+        return bool(self._in.aux[AUX_CONNECTED])
+
+    @property
+    def link_alive(self) -> bool:
+        return self._proc is not None and self._proc.is_alive()
+
+    @property
+    def stats(self) -> dict:
+        s = super().stats
+        aux = self._in.aux
+        s.update(link_frames_in=int(aux[AUX_FRAMES_IN]), link_frames_out=int(aux[AUX_FRAMES_OUT]),
+                 link_send_errors=int(aux[AUX_SEND_ERRORS]), inbound_dropped=self._in.dropped,
+                 wake_errors=self.wake_errors, connected=self.connected())
+        return s
+
+    def _stop_link(self) -> None:
+        self._outring.close()
+        try:
+            self._wake.send(b"\0")
+        except OSError:
+            pass
+        if self._proc is not None and self._proc.pid is not None:
+            self._proc.join(3.0)
+            if self._proc.is_alive():
+                self._proc.terminate()
+                self._proc.join(2.0)
+        self._wake.close()
+        self._in.release()
+        self._outring.release()
+
+    def _shutdown(self) -> None:
+        self._stop_link()
+
+
+def mono_ns() -> int:
+    return time.monotonic_ns()
+
+
+def finite(*values: float) -> bool:
+    return all(math.isfinite(v) for v in values)

@@ -1,0 +1,225 @@
+"""CAN transport: DBC, validation of received frames, feedback encoding, link process, end to end."""
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import can
+import cantools
+import numpy as np
+import pytest
+
+from drivers.base import REJECT_REASONS
+from drivers.can import CanDriver, CanEndpoint
+from drivers.can_dbc import generate_dbc
+from drivers.link import KIND_CHANNEL, KIND_EXCITATION, KIND_HEARTBEAT, KIND_REJECT, LINK_RECORD, Inbound
+from hil.sensor import frame_dtype
+from hil.service import muscle_groups
+from hil.shm_ring import ShmRing
+from sim.model import load_model
+
+ROOT = Path(__file__).resolve().parents[1]
+DBC = ROOT / "configs" / "fes-hil.dbc"
+MODEL = load_model()
+GROUPS = {i: [int(m) for m in v] for i, v in enumerate(muscle_groups(MODEL.muscle_names).values())}
+
+
+@pytest.fixture(scope="module")
+def db():
+    return cantools.database.load_file(str(DBC))
+
+
+def test_committed_dbc_is_the_generated_one(db):
+    text = generate_dbc(MODEL.dof_names, MODEL.muscle_names, list(muscle_groups(MODEL.muscle_names)))
+    assert DBC.read_text() == text, "configs/fes-hil.dbc is stale: run `hil can dbc --out configs/fes-hil.dbc`"
+    exc = db.get_message_by_name("FES_Excitation")
+    assert sum(s.name.startswith("u_") for s in exc.signals) == MODEL.n_muscles
+
+
+class Harness:
+    """A CanEndpoint on an in-process virtual bus, its receiver thread, and a peer bus for the test."""
+
+    def __init__(self, channel: str, **kw) -> None:
+        self.ring = ShmRing.create(LINK_RECORD, 4096)
+        self.inbound = Inbound(self.ring)
+        self.ep = CanEndpoint("virtual", channel, str(DBC), list(MODEL.muscle_names), GROUPS, **kw)
+        self.ep.open()
+        self.peer = can.Bus(interface="virtual", channel=channel)
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.ep.receive_forever, args=(self.inbound, self.stop), daemon=True)
+        self.thread.start()
+
+    def records(self, n: int, timeout: float = 2.0) -> np.ndarray:
+        out, t_end = [], time.monotonic() + timeout
+        while sum(len(o) for o in out) < n and time.monotonic() < t_end:
+            out.append(self.ring.pop_available())
+            time.sleep(0.002)
+        return np.concatenate(out) if out else np.zeros(0, LINK_RECORD)
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(2)
+        self.ep.close()
+        self.peer.shutdown()
+        self.ring.release()
+
+
+@pytest.fixture
+def harness(request):
+    h = Harness(f"test-{request.node.name}-{random.random()}")
+    yield h
+    h.close()
+
+
+def send(bus, db, name, **signals):
+    msg = db.get_message_by_name(name)
+    bus.send(can.Message(arbitration_id=msg.frame_id, data=msg.encode(signals), is_extended_id=False))
+
+
+def test_stimulation_excitation_group_and_heartbeat_frames_decode(harness, db):
+    send(harness.peer, db, "FES_StimCmd", channel=4, mode=1, enable=1, counter=7, pulse_width=300,
+         amplitude=42.5, frequency=33.33)
+    send(harness.peer, db, "FES_StimCmd", channel=2, mode=0, enable=0, counter=0, pulse_width=200,
+         amplitude=50, frequency=40)
+    u = {f"u_{m}": 0.0 for m in MODEL.muscle_names[6:12]}
+    u[f"u_{MODEL.muscle_names[8]}"] = 0.5
+    send(harness.peer, db, "FES_Excitation", block=1, counter=3, **u)
+    group = list(muscle_groups(MODEL.muscle_names)).index("bicb")
+    send(harness.peer, db, "FES_GroupExcitation", group=group, counter=1, value=0.25)
+    send(harness.peer, db, "FES_Heartbeat", state=0, counter=9)
+    n_bicb = len(GROUPS[group])
+    rec = harness.records(2 + 6 + n_bicb + 1)
+    assert len(rec) == 2 + 6 + n_bicb + 1 and not np.any(rec["kind"] == KIND_REJECT)
+    assert rec[0]["kind"] == KIND_CHANNEL and rec[0]["index"] == 3 and rec[0]["seq"] == 7
+    np.testing.assert_allclose(rec[0]["values"], [300, 42.5, 33.33, 1])
+    np.testing.assert_allclose(rec[1]["values"], [200, 0.0, 40, 0])          # enable = 0: amplitude 0
+    exc = rec[2:8]
+    assert list(exc["index"]) == list(range(6, 12)) and np.all(exc["kind"] == KIND_EXCITATION)
+    assert exc[2]["values"][0] == pytest.approx(0.5, abs=0.004)
+    grp = rec[8:8 + n_bicb]
+    assert sorted(grp["index"]) == sorted(GROUPS[group]) and np.allclose(grp["values"][:, 0], 0.25)
+    assert rec[-1]["kind"] == KIND_HEARTBEAT and rec[-1]["seq"] == 9
+    assert harness.ring.aux[0] == 1   # connected
+
+
+def reasons(rec):
+    return [REJECT_REASONS[r["reason"]] for r in rec if r["kind"] == KIND_REJECT]
+
+
+def test_malformed_frames_are_rejected_by_reason_and_the_link_goes_on(harness, db):
+    stim = db.get_message_by_name("FES_StimCmd")
+    good = stim.encode(dict(channel=1, mode=0, enable=1, counter=1, pulse_width=100, amplitude=10, frequency=30))
+    p = harness.peer
+    p.send(can.Message(arbitration_id=stim.frame_id, data=good[:6], is_extended_id=False))         # wrong DLC
+    p.send(can.Message(arbitration_id=0x2F0, data=good, is_extended_id=False))                    # unknown id
+    p.send(can.Message(arbitration_id=0x123, data=good, is_extended_id=False))                    # not ours: filtered
+    p.send(can.Message(arbitration_id=stim.frame_id, data=good, is_extended_id=True))             # extended: filtered
+    raw = bytearray(good)
+    raw[2:4] = (1200).to_bytes(2, "little")                                                        # pulse width 1200
+    p.send(can.Message(arbitration_id=stim.frame_id, data=bytes(raw), is_extended_id=False))
+    p.send(can.Message(arbitration_id=stim.frame_id, is_remote_frame=True, dlc=8, is_extended_id=False))
+    raw = bytearray(good)
+    raw[0] = 0x0F                                                                                  # channel 15
+    p.send(can.Message(arbitration_id=stim.frame_id, data=bytes(raw), is_extended_id=False))
+    p.send(can.Message(arbitration_id=0x210, data=bytes([40, 0, 0, 0, 0, 0, 0, 0]), is_extended_id=False))  # block 40
+    p.send(can.Message(arbitration_id=stim.frame_id, data=good, is_extended_id=False))            # accepted
+    p.send(can.Message(arbitration_id=stim.frame_id, data=good, is_extended_id=False))            # duplicate
+    send(p, db, "FES_StimCmd", channel=1, mode=0, enable=1, counter=0, pulse_width=100, amplitude=10, frequency=30)
+    send(p, db, "FES_StimCmd", channel=2, mode=0, enable=1, counter=0, pulse_width=100, amplitude=10, frequency=30)
+    send(p, db, "FES_StimCmd", channel=1, mode=0, enable=1, counter=2, pulse_width=120, amplitude=10, frequency=30)
+    rec = harness.records(11)
+    assert reasons(rec) == ["bad_length", "unknown_id", "out_of_range", "bad_frame", "out_of_range",
+                            "out_of_range", "duplicate_counter", "stale_counter"]
+    accepted = rec[rec["kind"] == KIND_CHANNEL]
+    assert [int(r["index"]) for r in accepted] == [0, 1, 0] and accepted[-1]["values"][0] == 120
+
+
+def test_counter_history_resets_after_silence(request, db):
+    h = Harness(f"reset-{random.random()}", counter_reset_s=0.05)
+    try:
+        send(h.peer, db, "FES_Heartbeat", state=0, counter=200)
+        time.sleep(0.1)
+        send(h.peer, db, "FES_Heartbeat", state=0, counter=0)     # a restarted controller
+        rec = h.records(2)
+        assert list(rec["kind"]) == [KIND_HEARTBEAT, KIND_HEARTBEAT]
+    finally:
+        h.close()
+
+
+def test_feedback_set_encodes_the_sensor_frame(harness, db):
+    frame = np.zeros(1, frame_dtype())[0]
+    frame["tick"] = 1234
+    frame["q"] = np.linspace(-1.5, 1.5, 11)
+    frame["qdot"] = np.linspace(-3, 3, 11)
+    frame["th_angles"] = (0.1, 0.7, -0.2)
+    frame["hand_position"] = (0.05, -0.45, 0.2)
+    frame["gh_stability"] = -0.731
+    frame["gh_force"] = (12.3, -45.6, 7.8)
+    frame["st_contact_force"] = ((1, 2, 3), (4, 5, 6000))           # saturates at 3276.7 N
+    frame["st_in_contact"] = (1, 0)
+    frame["status"] = 0b100001
+    rec = np.zeros(1, [("echo_seq", "<i4"), ("frame", frame_dtype())])
+    rec["frame"] = frame
+    rec["echo_seq"] = 77
+    stats = np.zeros(4, np.uint64)
+    harness.ep.send_feedback(rec, stats)
+    got = [harness.peer.recv(1.0) for _ in range(14)]
+    assert stats[2] == 14 and got[0].arbitration_id == 0x300
+    dec = [db.decode_message(m.arbitration_id, m.data) for m in got]
+    st = dec[0]
+    assert st["tick"] == 1234 and st["echo_counter"] == 77 and st["watchdog"] == 1 and st["stopping"] == 1
+    assert st["ts_contact"] == 1 and st["ai_contact"] == 0 and st["gh_stability"] == pytest.approx(-0.731)
+    q = {k: v for d in dec if "tick8" in d for k, v in d.items() if k.startswith("q_")}
+    np.testing.assert_allclose([q[f"q_{n}"] for n in MODEL.dof_names], frame["q"], atol=1e-4)
+    forces = {k: v for d in dec for k, v in d.items() if k.endswith(("force_x", "force_y", "force_z"))}
+    assert forces["gh_force_y"] == pytest.approx(-45.6) and forces["ai_force_z"] == pytest.approx(3276.7)
+    assert all(d.get("tick8", 1234 & 0xFF) == 1234 & 0xFF for d in dec)
+
+
+def test_link_process_round_trip_over_udp_multicast(db):
+    """The link in its own process; the peer in this one (python-can udp_multicast crosses processes)."""
+    group = f"239.74.{random.randint(1, 250)}.{random.randint(1, 250)}"
+    args = dict(interface="udp_multicast", channel=group, dbc_path=str(DBC), muscle_names=list(MODEL.muscle_names),
+                groups=GROUPS)
+    drv = CanDriver(CanEndpoint, args, frame_dtype(), index=0)
+    peer = can.Bus(interface="udp_multicast", channel=group)
+    try:
+        assert drv.ports == {"can": f"udp_multicast:{group}"}
+        time.sleep(0.2)
+        send(peer, db, "FES_StimCmd", channel=3, mode=0, enable=1, counter=5, pulse_width=250, amplitude=30,
+             frequency=40)
+
+        class Sink:
+            got = []
+
+            def channel(self, *a):
+                self.got.append(a)
+                return True
+
+        sink = Sink()
+        t_end = time.monotonic() + 3
+        while not sink.got and time.monotonic() < t_end:
+            drv.fetch(0, 0, sink)
+            time.sleep(0.005)
+        assert sink.got and sink.got[0][2:] == (2, 250.0, 30.0, 40.0, 0)
+        assert drv.echo_seq == 5 and drv.connected()
+        frame = np.zeros(1, frame_dtype())
+        frame["tick"] = 9
+        drv.publish(frame)
+        msg = peer.recv(2.0)
+        while msg is not None and msg.arbitration_id != 0x300:
+            msg = peer.recv(2.0)
+        assert msg is not None
+        st = db.decode_message(0x300, msg.data)
+        assert st["tick"] == 9 and st["echo_counter"] == 5
+    finally:
+        drv.shutdown()
+        peer.shutdown()
+    assert not drv.link_alive
