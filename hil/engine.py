@@ -110,6 +110,8 @@ class TickEngine:
         return True
 
     def excitation(self, driver: int, receive_ns: int, muscle: int, value: float) -> bool:
+        if self.stim is not None:    # channel mode: excitations come from the stimulation model only
+            return self._reject_cmd(driver, receive_ns, KIND_EXCITATION, muscle, "wrong_mode", value)
         if not 0 <= muscle < self.direct.shape[0]:
             return self._reject_cmd(driver, receive_ns, KIND_EXCITATION, muscle, "unknown_muscle", value)
         if not math.isfinite(value):

@@ -223,3 +223,74 @@ def test_link_process_round_trip_over_udp_multicast(db):
         drv.shutdown()
         peer.shutdown()
     assert not drv.link_alive
+
+
+def test_hil_run_with_a_controller_in_another_process(tmp_path):
+    """`hil run` on configs/can.toml (its own multicast group) and examples/can_controller.py as the peer."""
+    group = f"239.75.{random.randint(1, 250)}.{random.randint(1, 250)}"
+    cfg = tmp_path / "can.toml"
+    cfg.write_text(textwrap.dedent(f"""
+        include = ["{ROOT / 'configs' / 'can.toml'}"]
+        [metrics]
+        enabled = false
+        [[driver]]
+        type = "can"
+        interface = "udp_multicast"
+        channel = "{group}"
+        dbc = "{DBC}"
+        """))
+    rec = tmp_path / "run.hilrec"
+    hil = subprocess.Popen([sys.executable, "-m", "hil", "run", "--config", str(cfg), "--duration", "6", "--json",
+                            "--record", str(rec), "--port-file", str(tmp_path / "ports.json")],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    ctl = subprocess.run([sys.executable, str(ROOT / "examples" / "can_controller.py"), "--channel", group,
+                          "--dbc", str(DBC), "--stim-channel", "4", "--amplitude-ma", "60", "--duration", "2.5"],
+                         capture_output=True, text=True, timeout=120)
+    out, err = hil.communicate(timeout=120)
+    assert ctl.returncode == 0, ctl.stderr
+    assert hil.returncode == 0, err
+    peer = json.loads(ctl.stdout)
+    summary = json.loads(out)
+    assert json.loads((tmp_path / "ports.json").read_text()) == {"0:can": {"can": f"udp_multicast:{group}"}}
+    assert summary["commands_received"] == peer["commands_sent"] > 50
+    assert not summary["commands_rejected"]
+    assert peer["frames"]["HIL_Status"] > 100 and abs(peer["frames"]["HIL_JointAngle"] - 4 * peer["frames"]["HIL_Status"]) <= 8
+    assert peer["elbow_last_deg"] > peer["elbow_first_deg"] + 30          # biceps stimulation flexes the elbow
+    assert peer["echoes"] > 0.9 * peer["commands_sent"]
+    assert summary["watchdog_trips"] >= 1                                 # the controller left before the end
+    from hil.recording import RecordingReader
+    commands = RecordingReader(str(rec)).read("commands")
+    assert np.count_nonzero((commands["status"] == 0) & (commands["index"] == 3)) == peer["commands_sent"]
+
+
+def _vcan_missing() -> str | None:
+    if not sys.platform.startswith("linux"):
+        return "SocketCAN is Linux only"
+    if not os.path.exists("/sys/class/net/vcan0"):
+        return ("no vcan0 interface (this kernel has no CAN/vcan support; on a lab PC: modprobe vcan; "
+                "ip link add dev vcan0 type vcan; ip link set up vcan0)")
+    return None
+
+
+@pytest.mark.skipif(_vcan_missing() is not None, reason=str(_vcan_missing()))
+def test_link_over_socketcan_vcan(db):
+    args = dict(interface="socketcan", channel="vcan0", dbc_path=str(DBC), muscle_names=list(MODEL.muscle_names),
+                groups=GROUPS)
+    drv = CanDriver(CanEndpoint, args, frame_dtype(), index=0)
+    peer = can.Bus(interface="socketcan", channel="vcan0")
+    try:
+        send(peer, db, "FES_Heartbeat", state=0, counter=1)
+        got = []
+
+        class Sink:
+            def heartbeat(self, d, ns):
+                got.append(ns)
+
+        t_end = time.monotonic() + 3
+        while not got and time.monotonic() < t_end:
+            drv.fetch(0, 0, Sink())
+            time.sleep(0.005)
+        assert got
+    finally:
+        drv.shutdown()
+        peer.shutdown()
