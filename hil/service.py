@@ -149,7 +149,6 @@ def rt_main(config_path: str, duration_s, status, result_queue, record_path=None
         status[_status_index("state")] = STATE_WARMING
         cfg = load_service_config(config_path)
         model, engine, drivers = build_engine(cfg)
-        announce_ports(drivers, port_file)
         engine.plant.warmup()
         n_ticks = ticks_for(duration_s, cfg.loop.period_s)
         loop = RealtimeLoop(engine, drivers, cfg.loop)
@@ -179,6 +178,7 @@ def rt_main(config_path: str, duration_s, status, result_queue, record_path=None
                 loop.request_stop()
 
         signal.signal(signal.SIGTERM, lambda *_: loop.request_stop())
+        announce_ports(drivers, port_file)      # announced when the loop is about to start: ready
         status[_status_index("state")] = STATE_RUNNING
         cpu0, wall0 = time.process_time(), time.monotonic()
         summary = loop.run(n_ticks, progress=progress)

@@ -1,0 +1,460 @@
+"""ScienceMode2 (Hasomed RehaStim2): frame codec and the device side of the protocol, as pure Python.
+
+Everything follows ``/work/shared/spec/sciencemode2.md`` ("the spec"); section names below refer to it.
+No I/O, no threads, no clocks: the caller passes the time in and writes the returned frames, so the same
+inputs always give the same outputs.
+
+Byte conventions (spec "Frame"):
+
+- DATA bytes in the stuffing set {F0, 0F, 81, 55, 0A} are sent as ``81, b ^ 55``.
+- COUNTER and CMD follow the client quirk: a value in the stuffing set is sent as ``b ^ 55`` *without* the
+  81 escape (GetStimulationMode 10 goes out as 5F). :func:`encode_frame` does the same for both sides, so
+  its output equals ``pysciencemode.utils.packet_construction`` byte for byte, and a device reply never
+  carries a raw 0F/F0 in COUNTER/CMD (pysciencemode splits replies at the first 0F after byte 8 and
+  reads the command at byte 6, so a 81-escaped reply counter would break it).
+- On receipt, an unescaped COUNTER/CMD byte 5F, 5A, A5 or D4 is mapped back to 0A, 0F, F0 or 81. The
+  quirk makes 00 ambiguous (0 or 55) and likewise 5F (10 or 95), ...; 00 stays 0 and the others map to
+  the stuffing-set value. Re-encoding a decoded frame always gives the bytes that were received, so a
+  reply echoes the request's COUNTER byte exactly. A properly escaped COUNTER/CMD (81 xx) is accepted too.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Union
+
+BAUD_RATE = 460800
+CMD_INIT, CMD_INIT_ACK, CMD_UNKNOWN, CMD_WATCHDOG = 1, 2, 3, 4
+CMD_GET_MODE, CMD_GET_MODE_ACK = 10, 11
+CMD_INIT_CLM, CMD_INIT_CLM_ACK = 30, 31
+CMD_START_CLM, CMD_START_CLM_ACK = 32, 33
+CMD_STOP_CLM, CMD_STOP_CLM_ACK = 34, 35
+CMD_STIM_ERROR = 38
+RESULT_OK, RESULT_TRANSFER_ERROR, RESULT_PARAMETER_ERROR, RESULT_WRONG_MODE, RESULT_BUSY = 0, -1, -2, -3, -8
+MODE_START, MODE_INITIALISED, MODE_RUNNING = 0, 1, 2
+
+START_BYTE, STOP_BYTE, STUFFING_BYTE, STUFFING_KEY = 0xF0, 0x0F, 0x81, 0x55
+STUFFED_BYTES = frozenset({0xF0, 0x0F, 0x81, 0x55, 0x0A})
+MIN_LEN, MAX_LEN = 2, 2 * 64          # LEN counts COUNTER + CMD + stuffed DATA as sent
+HEADER_SIZE = 5                       # F0 81 CRC^55 81 LEN^55
+MAX_FRAME_SIZE = HEADER_SIZE + MAX_LEN + 1
+
+# Unescaped COUNTER/CMD bytes that stand for a stuffing-set value (client quirk); 00 is kept as 0.
+_UNQUIRK = {b ^ STUFFING_KEY: b for b in STUFFED_BYTES if b != STUFFING_KEY}
+# Init counters the device never uses, so that the client's raw echo (it copies byte 5 of the Init frame)
+# decodes to the same value without any ambiguity.
+_AMBIGUOUS_COUNTERS = frozenset(STUFFED_BYTES | set(_UNQUIRK) | {0x00})
+
+COUNTER_KEYS = ("frames_in", "replies_out", "watchdogs", "inits_sent", "bad_frame", "bad_checksum",
+                "bad_length", "unknown_command", "wrong_mode", "out_of_range")
+
+
+def _crc_table() -> tuple[int, ...]:
+    table = []
+    for byte in range(256):
+        crc = byte
+        for _ in range(8):
+            crc = ((crc << 1) ^ 0x07) & 0xFF if crc & 0x80 else (crc << 1) & 0xFF
+        table.append(crc)
+    return tuple(table)
+
+
+_CRC_TABLE = _crc_table()
+
+
+def crc8(data: bytes) -> int:
+    """CRC-8, polynomial 0x07, init 0, no reflection, no final XOR (spec "Frame"); crc8(b"123456789") == 0xF4."""
+    crc = 0
+    for b in data:
+        crc = _CRC_TABLE[crc ^ b]
+    return crc
+
+
+def signed8(value: int) -> int:
+    """A result byte (0..255) as the signed int8 of spec "Commands" (e.g. 0xFE -> -2)."""
+    return value - 256 if value >= 128 else value
+
+
+def stuff(data: bytes) -> bytes:
+    """Byte-stuff DATA: every byte of the stuffing set becomes ``81, b ^ 55`` (spec "Frame")."""
+    out = bytearray()
+    for b in data:
+        if b in STUFFED_BYTES:
+            out += bytes((STUFFING_BYTE, b ^ STUFFING_KEY))
+        else:
+            out.append(b)
+    return bytes(out)
+
+
+def _quirk(value: int) -> int:
+    return value ^ STUFFING_KEY if value in STUFFED_BYTES else value
+
+
+def encode_frame(counter: int, command: int, data: bytes = b"") -> bytes:
+    """One whole frame ``F0 81 CRC^55 81 LEN^55 COUNTER CMD DATA 0F`` (spec "Frame"), PC or device side.
+
+    COUNTER and CMD use the client quirk (XOR 55 without escape), DATA is stuffed; CRC and LEN cover the
+    payload as sent. Raises ValueError for values out of 0..255 or a payload longer than 128 bytes.
+    """
+    if not (0 <= counter <= 255 and 0 <= command <= 255):
+        raise ValueError(f"counter {counter} / command {command} out of 0..255")
+    payload = bytes((_quirk(counter), _quirk(command))) + stuff(bytes(data))
+    if len(payload) > MAX_LEN:
+        raise ValueError(f"payload of {len(payload)} bytes exceeds {MAX_LEN}")
+    return (bytes((START_BYTE, STUFFING_BYTE, crc8(payload) ^ STUFFING_KEY, STUFFING_BYTE,
+                   len(payload) ^ STUFFING_KEY)) + payload + bytes((STOP_BYTE,)))
+
+
+@dataclass(frozen=True)
+class Frame:
+    """A valid frame: COUNTER and CMD decoded (quirk undone), DATA un-stuffed."""
+    counter: int
+    command: int
+    data: bytes
+
+
+@dataclass(frozen=True)
+class FrameError:
+    """A rejected byte sequence. ``reason``: "bad_frame" (garbage, missing 81 escapes, frame cut short
+    without its 0F, bad stuffing), "bad_checksum", or "bad_length" (LEN outside 2..128, or no 0F where
+    LEN puts the end)."""
+    reason: str
+    raw: bytes
+
+
+def _decode_payload(payload: bytes) -> Frame | None:
+    """Un-stuff COUNTER, CMD and DATA; None on bad stuffing (raw stuffing-set byte, dangling or bad escape)."""
+    out: list[int] = []
+    i = 0
+    while i < len(payload):
+        b = payload[i]
+        if b == STUFFING_BYTE:
+            if i + 1 >= len(payload) or payload[i + 1] ^ STUFFING_KEY not in STUFFED_BYTES:
+                return None
+            out.append(payload[i + 1] ^ STUFFING_KEY)
+            i += 2
+            continue
+        if b in STUFFED_BYTES:
+            return None
+        out.append(_UNQUIRK.get(b, b) if len(out) < 2 else b)
+        i += 1
+    if len(out) < 2:
+        return None
+    return Frame(out[0], out[1], bytes(out[2:]))
+
+
+class FrameParser:
+    """Incremental parser (spec "Frame": parse by structure, never by scanning for 0F).
+
+    Feed arbitrary chunks; a frame split across feeds is waited for. Bytes before an F0 are skipped and
+    reported as one "bad_frame". After a structural error (bad escapes, bad LEN, frame cut short by a new
+    F0, no 0F at the end) only the F0 is dropped and parsing resumes silently at the next F0; after a bad
+    CRC or bad stuffing inside a well-delimited frame the whole frame is dropped. A valid payload never
+    contains a raw F0, so an F0 inside the LEN window ends the frame at once: the buffer never holds more
+    than one incomplete frame (under 134 bytes), so no size cap is needed.
+    """
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+        self._resync = False   # skipping the rest of a broken frame: skipped bytes are not reported again
+
+    @property
+    def pending(self) -> int:
+        """Bytes buffered (an incomplete frame)."""
+        return len(self._buf)
+
+    def reset(self) -> None:
+        self._buf.clear()
+        self._resync = False
+
+    def feed(self, chunk: bytes) -> list[Frame | FrameError]:
+        buf = self._buf
+        buf += chunk
+        out: list[Frame | FrameError] = []
+        pos = 0
+        while pos < len(buf):
+            start = buf.find(START_BYTE, pos)
+            skip_to = len(buf) if start < 0 else start
+            if skip_to > pos:
+                if not self._resync:
+                    out.append(FrameError("bad_frame", bytes(buf[pos:skip_to])))
+                pos = skip_to
+            if start < 0:
+                break
+            self._resync = False
+            result = self._parse_at(buf, start)
+            if result is None:
+                break
+            item, consumed = result
+            out.append(item)
+            self._resync = consumed == 1
+            pos = start + consumed
+        del buf[:pos]
+        return out
+
+    @staticmethod
+    def _parse_at(buf: bytearray, s: int) -> tuple[Frame | FrameError, int] | None:
+        """Parse the frame whose F0 is at ``s``: (item, bytes consumed), or None if incomplete."""
+        n = len(buf) - s
+        if (n >= 2 and buf[s + 1] != STUFFING_BYTE) or (n >= 4 and buf[s + 3] != STUFFING_BYTE):
+            return FrameError("bad_frame", bytes(buf[s:s + min(n, HEADER_SIZE)])), 1
+        if n < HEADER_SIZE:
+            return None
+        length = buf[s + 4] ^ STUFFING_KEY
+        if not MIN_LEN <= length <= MAX_LEN:
+            return FrameError("bad_length", bytes(buf[s:s + HEADER_SIZE])), 1
+        end = s + HEADER_SIZE + length                     # index of the 0F
+        stray = buf.find(START_BYTE, s + HEADER_SIZE, min(end + 1, len(buf)))
+        if stray >= 0:   # a new frame starts first: LEN too long (0F just before it) or frame cut short
+            ended_early = stray - 1 > s + HEADER_SIZE and buf[stray - 1] == STOP_BYTE
+            reason = "bad_length" if ended_early else "bad_frame"
+            return FrameError(reason, bytes(buf[s:stray])), 1
+        if len(buf) <= end:
+            return None
+        raw = bytes(buf[s:end + 1])
+        if raw[-1] != STOP_BYTE:
+            return FrameError("bad_length", raw), 1
+        payload = raw[HEADER_SIZE:-1]
+        if crc8(payload) != raw[2] ^ STUFFING_KEY:
+            return FrameError("bad_checksum", raw), len(raw)
+        frame = _decode_payload(payload)
+        if frame is None:
+            return FrameError("bad_frame", raw), len(raw)
+        return frame, len(raw)
+
+
+@dataclass(frozen=True)
+class ChannelSetting:
+    channel: int          # 1..8
+    mode: int             # 0 single, 1 doublet, 2 triplet
+    pulse_width_us: int
+    amplitude_ma: int
+
+
+@dataclass(frozen=True)
+class Stimulation:
+    """Applied stimulation: InitChannelListMode timing + StartChannelListMode channels (spec "Commands")."""
+    channels: tuple[ChannelSetting, ...]   # every active channel, ascending
+    period_ms: float                       # main stimulation interval T
+    inter_pulse_interval_ms: float
+    low_frequency_factor: int
+    low_frequency_mask: int
+    counter: int                           # COUNTER of the StartChannelListMode frame (decoded)
+
+    @property
+    def frequency_hz(self) -> float:
+        return 1000.0 / self.period_ms
+
+
+@dataclass(frozen=True)
+class Connected:
+    counter: int
+
+
+@dataclass(frozen=True)
+class StimulationChanged:
+    stimulation: Stimulation | None
+
+
+@dataclass(frozen=True)
+class Rejected:
+    reason: str
+    command: int | None
+
+
+@dataclass(frozen=True)
+class Activity:
+    """A Watchdog arrived."""
+
+
+Event = Union[Connected, StimulationChanged, Rejected, Activity]
+
+
+@dataclass(frozen=True)
+class _ChannelList:
+    channels: tuple[int, ...]
+    period_ms: float
+    inter_pulse_interval_ms: float
+    low_frequency_factor: int
+    low_frequency_mask: int
+
+
+class Rehastim2Emulator:
+    """The device side of ScienceMode2 (spec "Commands" and "What the client does").
+
+    - :meth:`poll` sends Init (data [version]) immediately and then every ``init_resend_s`` until a
+      matching InitAck (step 1). Init counters skip 00, the stuffing set and its XOR-55 images, so the
+      client's echo is unambiguous; an InitAck must carry the counter of the *last* Init.
+    - Every command gets exactly one reply, with the request's COUNTER (step 3); Watchdog and InitAck
+      get none. Every reply has at least one data byte (step 2; UnknownCommand carries the unknown id).
+    - Commands before InitAck are served normally but do not make the link "connected".
+    - Frame-level errors (bad structure, CRC or LEN) are counted and reported as ``Rejected(reason,
+      None)`` but get **no reply**: the command cannot be trusted, and the client times out or resends.
+      Command-level problems get the negative result of step 6 (−2 for a bad data length or value,
+      −3 for the wrong mode) or UnknownCommand.
+    - Stop is always honoured with result 0 (also in the start mode, where the client sends it first).
+    - The emulator has no timeout of its own: the caller compares ``last_activity_s`` with its timeout
+      (step 4) and calls :meth:`reset` when the client is gone.
+    """
+
+    def __init__(self, version: int = 1, n_channels: int = 8, max_pulse_width_us: int = 500,
+                 max_amplitude_ma: int = 130, min_period_ms: float = 8.0, max_period_ms: float = 1025.0,
+                 init_resend_s: float = 0.2) -> None:
+        if not 0 <= version <= 255 or not 1 <= n_channels <= 8 or init_resend_s <= 0:
+            raise ValueError("version 0..255, n_channels 1..8 and init_resend_s > 0 required")
+        if not 0 < min_period_ms <= max_period_ms:
+            raise ValueError("0 < min_period_ms <= max_period_ms required")
+        self.version, self.n_channels = version, n_channels
+        self.max_pulse_width_us, self.max_amplitude_ma = max_pulse_width_us, max_amplitude_ma
+        self.min_period_ms, self.max_period_ms = min_period_ms, max_period_ms
+        self.init_resend_s = init_resend_s
+        self.counters = dict.fromkeys(COUNTER_KEYS, 0)
+        self._parser = FrameParser()
+        self._init_counter: int | None = None      # counter of the last Init sent
+        self._previous_init_counter: int | None = None
+        self._handlers = {
+            CMD_INIT_ACK: self._on_init_ack, CMD_WATCHDOG: self._on_watchdog,
+            CMD_GET_MODE: self._on_get_mode, CMD_INIT_CLM: self._on_init_clm,
+            CMD_START_CLM: self._on_start_clm, CMD_STOP_CLM: self._on_stop_clm,
+        }
+        self.reset()
+
+    def reset(self) -> None:
+        """Client gone: not connected, start mode, no stimulation, Init resent at the next poll()."""
+        self.connected = False
+        self.mode = MODE_START
+        self.stimulation: Stimulation | None = None
+        self.last_activity_s: float | None = None
+        self._channel_list: _ChannelList | None = None
+        self._last_init_s: float | None = None
+        self._parser.reset()
+
+    def poll(self, now_s: float) -> list[bytes]:
+        """Frames to write now: an Init while not connected, at most every ``init_resend_s``."""
+        if self.connected or (self._last_init_s is not None
+                              and now_s - self._last_init_s < self.init_resend_s - 1e-9):
+            return []
+        counter = 0 if self._init_counter is None else self._init_counter
+        counter = (counter + 1) % 256
+        while counter in _AMBIGUOUS_COUNTERS:
+            counter = (counter + 1) % 256
+        # an InitAck may answer the Init sent just before this one: both counters are accepted
+        self._previous_init_counter = self._init_counter
+        self._init_counter, self._last_init_s = counter, now_s
+        self.counters["inits_sent"] += 1
+        return [encode_frame(counter, CMD_INIT, bytes((self.version,)))]
+
+    def receive(self, chunk: bytes, now_s: float) -> tuple[list[bytes], list[Event]]:
+        """Parse ``chunk``; return (reply frames, one write() each; events for the caller)."""
+        replies: list[bytes] = []
+        events: list[Event] = []
+        for item in self._parser.feed(chunk):
+            if isinstance(item, FrameError):
+                self._reject(events, item.reason, None)
+                reply = self._transfer_error(item)
+                if reply is not None:
+                    replies.append(reply)
+                    self.counters["replies_out"] += 1
+                continue
+            self.counters["frames_in"] += 1
+            self.last_activity_s = now_s
+            handler = self._handlers.get(item.command)
+            if handler is None:
+                self._reject(events, "unknown_command", item.command)
+                reply = encode_frame(item.counter, CMD_UNKNOWN, bytes((item.command,)))
+            else:
+                reply = handler(item, events)
+            if reply is not None:
+                replies.append(reply)
+                self.counters["replies_out"] += 1
+        return replies, events
+
+    # -- helpers -----------------------------------------------------------------------------------------
+    _ACKS = {CMD_GET_MODE: CMD_GET_MODE_ACK, CMD_INIT_CLM: CMD_INIT_CLM_ACK, CMD_START_CLM: CMD_START_CLM_ACK,
+             CMD_STOP_CLM: CMD_STOP_CLM_ACK}
+
+    def _transfer_error(self, error: FrameError) -> bytes | None:
+        """Spec step 6: a complete frame with a bad CRC whose command byte is still readable gets its
+        acknowledgement with result -1 (transfer error); frames without a readable command get none."""
+        raw = error.raw
+        if error.reason != "bad_checksum" or len(raw) < HEADER_SIZE + 3:
+            return None
+        head = _decode_payload(raw[HEADER_SIZE:HEADER_SIZE + 2])
+        if head is None or head.command not in self._ACKS:
+            return None
+        return encode_frame(head.counter, self._ACKS[head.command], bytes((RESULT_TRANSFER_ERROR & 0xFF,)))
+
+    def _reject(self, events: list[Event], reason: str, command: int | None) -> None:
+        self.counters[reason] += 1
+        events.append(Rejected(reason, command))
+
+    @staticmethod
+    def _reply(frame: Frame, command: int, *values: int) -> bytes:
+        return encode_frame(frame.counter, command, bytes(v & 0xFF for v in values))
+
+    def _fail(self, frame: Frame, events: list[Event], ack: int, result: int, reason: str) -> bytes:
+        self._reject(events, reason, frame.command)
+        return self._reply(frame, ack, result)
+
+    # -- commands (spec "Commands") ----------------------------------------------------------------------
+    def _on_init_ack(self, frame: Frame, events: list[Event]) -> None:
+        if len(frame.data) != 1:
+            self._reject(events, "bad_length", frame.command)
+        elif frame.data[0] != 0 or frame.counter not in (self._init_counter, self._previous_init_counter):
+            self._reject(events, "out_of_range", frame.command)
+        elif not self.connected:
+            self.connected = True
+            events.append(Connected(frame.counter))
+
+    def _on_watchdog(self, frame: Frame, events: list[Event]) -> None:
+        self.counters["watchdogs"] += 1
+        events.append(Activity())
+
+    def _on_get_mode(self, frame: Frame, events: list[Event]) -> bytes:
+        return self._reply(frame, CMD_GET_MODE_ACK, RESULT_OK, self.mode)
+
+    def _on_init_clm(self, frame: Frame, events: list[Event]) -> bytes:
+        """InitChannelListMode: [lf factor, active mask, lf mask, IPI code, T MSB, T LSB, 0]."""
+        ack = CMD_INIT_CLM_ACK
+        if self.mode == MODE_RUNNING:
+            return self._fail(frame, events, ack, RESULT_WRONG_MODE, "wrong_mode")
+        if len(frame.data) != 7:
+            return self._fail(frame, events, ack, RESULT_PARAMETER_ERROR, "bad_length")
+        lf_factor, active, lf_mask, ipi_code, msb, lsb, last = frame.data
+        ipi_ms = ipi_code / 2 + 1.5
+        period_ms = (msb * 256 + lsb) / 2 + 1
+        existing = (1 << self.n_channels) - 1
+        if not (lf_factor <= 7 and active and not active & ~existing and not lf_mask & ~active
+                and 2 <= ipi_ms <= 129 and self.min_period_ms <= period_ms <= self.max_period_ms
+                and last == 0):
+            return self._fail(frame, events, ack, RESULT_PARAMETER_ERROR, "out_of_range")
+        channels = tuple(ch for ch in range(1, self.n_channels + 1) if active >> (ch - 1) & 1)
+        self._channel_list = _ChannelList(channels, period_ms, ipi_ms, lf_factor, lf_mask)
+        self.mode, self.stimulation = MODE_INITIALISED, None
+        events.append(StimulationChanged(None))
+        return self._reply(frame, ack, RESULT_OK)
+
+    def _on_start_clm(self, frame: Frame, events: list[Event]) -> bytes:
+        """StartChannelListMode: [mode, PW MSB, PW LSB, amplitude] per active channel, ascending."""
+        ack, config = CMD_START_CLM_ACK, self._channel_list
+        if self.mode == MODE_START or config is None:
+            return self._fail(frame, events, ack, RESULT_WRONG_MODE, "wrong_mode")
+        if len(frame.data) != 4 * len(config.channels):
+            return self._fail(frame, events, ack, RESULT_PARAMETER_ERROR, "bad_length")
+        settings = []
+        for i, channel in enumerate(config.channels):
+            mode, pw_msb, pw_lsb, amplitude = frame.data[4 * i:4 * i + 4]
+            pulse_width = pw_msb * 256 + pw_lsb
+            if mode > 2 or pulse_width > self.max_pulse_width_us or amplitude > self.max_amplitude_ma:
+                return self._fail(frame, events, ack, RESULT_PARAMETER_ERROR, "out_of_range")
+            settings.append(ChannelSetting(channel, mode, pulse_width, amplitude))
+        self.stimulation = Stimulation(tuple(settings), config.period_ms, config.inter_pulse_interval_ms,
+                                       config.low_frequency_factor, config.low_frequency_mask, frame.counter)
+        self.mode = MODE_RUNNING
+        events.append(StimulationChanged(self.stimulation))
+        return self._reply(frame, ack, RESULT_OK)
+
+    def _on_stop_clm(self, frame: Frame, events: list[Event]) -> bytes:
+        if self.mode != MODE_START:
+            events.append(StimulationChanged(None))
+        self.mode, self.stimulation, self._channel_list = MODE_START, None, None
+        return self._reply(frame, CMD_STOP_CLM_ACK, RESULT_OK)

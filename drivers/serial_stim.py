@@ -1,0 +1,243 @@
+"""Serial transport: a RehaStim2 (ScienceMode2) stimulator emulator and a sensor-feedback stream.
+
+Config (one ``[[driver]]`` table)::
+
+    type = "sciencemode2"
+    port = "pty"                 # "pty": create and announce a pseudo-terminal; or a tty (/dev/ttyUSB0)
+    sensor_port = "pty"          # the sensor stream (drivers.sensor_stream): "pty", a tty, or "none"
+    sensor_every = 1             # send every N-th sensor frame (a 460800-baud line carries ~130/s)
+    channel_map = [1, 2, 3, 4, 5, 6, 7, 8]   # stimulator channel n -> [[stimulation.channel]] number or
+                                             # name; 0 = not connected to a muscle
+    client_timeout_ms = 2500     # no frame (command or watchdog) for this long: the client is gone
+    baudrate = 460800            # real ttys only (8E1); a pty ignores it
+
+The protocol runs in the link process (:mod:`drivers.link`) in :class:`drivers.sciencemode2.Rehastim2Emulator`:
+Init is resent until InitAck, every command gets exactly one reply, protocol errors get the protocol's
+negative replies and are counted by reason. Each accepted StartChannelListMode becomes one channel
+command per mapped channel (frequency = 1000 / main interval; channels in the low-frequency mask run at
+that frequency / (low-frequency factor + 1)); Stop/Init and a vanished client set every mapped channel to
+zero. Watchdog frames feed the loop's controller watchdog. Values within the RehaStim2's ranges but
+outside the configured channel limits are acknowledged, as the device would, and then rejected or clamped
+by the loop's limits like commands from any transport (counted and recorded).
+"""
+from __future__ import annotations
+
+import errno
+import os
+import select
+import termios
+import threading
+import time
+import tty
+
+import numpy as np
+
+from drivers.link import AUX_FRAMES_OUT, AUX_SEND_ERRORS, Inbound, LinkDriver, LinkEndpoint
+from drivers.sensor_stream import encode_packet
+
+N_STIMULATOR_CHANNELS = 8
+
+
+class _Port:
+    """A pseudo-terminal we create (the peer opens ``path``) or a tty we open; non-blocking fd."""
+
+    def __init__(self, spec: str, baudrate: int) -> None:
+        self.serial = None
+        self.slave_fd = None
+        if spec == "pty":
+            self.fd, self.slave_fd = os.openpty()
+            tty.setraw(self.slave_fd)          # raw (no echo) before the client opens it
+            self.path = os.ttyname(self.slave_fd)
+        else:
+            import serial
+            self.serial = serial.Serial(spec, baudrate, bytesize=serial.EIGHTBITS, parity=serial.PARITY_EVEN,
+                                        stopbits=serial.STOPBITS_ONE, timeout=0)
+            self.fd = self.serial.fileno()
+            self.path = spec
+        os.set_blocking(self.fd, False)
+
+    def write(self, data: bytes) -> bool:
+        """One whole frame in one write; False when the line is full (nobody reading)."""
+        try:
+            return os.write(self.fd, data) == len(data)
+        except BlockingIOError:
+            if self.slave_fd is not None:      # drop what nobody read, so a new reader starts fresh
+                termios.tcflush(self.slave_fd, termios.TCIFLUSH)
+            return False
+        except OSError as exc:
+            if exc.errno in (errno.EIO, errno.EAGAIN):
+                return False
+            raise
+
+    def read(self) -> bytes:
+        try:
+            return os.read(self.fd, 4096)
+        except (BlockingIOError, InterruptedError):
+            return b""
+        except OSError as exc:
+            if exc.errno == errno.EIO:          # pty without an open slave
+                return b""
+            raise
+
+    def close(self) -> None:
+        if self.serial is not None:
+            self.serial.close()
+        else:
+            os.close(self.fd)
+            os.close(self.slave_fd)
+
+
+class ScienceModeEndpoint(LinkEndpoint):
+    """Link-process side: the emulator on the stimulator port, the packet writer on the sensor port."""
+
+    def __init__(self, port: str, sensor_port: str | None, channel_map: list[int], client_timeout_s: float,
+                 baudrate: int = 460800, sensor_every: int = 1) -> None:
+        self.port_spec, self.sensor_spec = port, sensor_port
+        self.channel_map = list(channel_map)      # stimulator channel n (1-based) -> loop channel index or -1
+        self.client_timeout_s = client_timeout_s
+        self.baudrate = baudrate
+        self.sensor_every = sensor_every
+        self.port = self.sensor = None
+        self.lock = threading.Lock()              # the emulator is used by the receiver thread only
+
+    def open(self) -> dict[str, str]:
+        from drivers.sciencemode2 import Rehastim2Emulator
+        self.emulator = Rehastim2Emulator()
+        self.port = _Port(self.port_spec, self.baudrate)
+        ports = {"stimulator": self.port.path}
+        if self.sensor_spec:
+            self.sensor = _Port(self.sensor_spec, self.baudrate)
+            ports["sensors"] = self.sensor.path
+        return ports
+
+    def _write_all(self, frames, stats) -> None:
+        for f in frames:
+            if not self.port.write(f):
+                stats[AUX_SEND_ERRORS] += 1
+
+    def _zero(self, inbound: Inbound, now: int, seq: int) -> None:
+        for idx in self.channel_map:
+            if idx >= 0:
+                inbound.channel(now, seq, idx, 0.0, 0.0, 0.0, 0)
+
+    def _apply(self, stim, inbound: Inbound, now: int) -> None:
+        settings = {c.channel: c for c in stim.channels}
+        base = stim.frequency_hz
+        for n, idx in enumerate(self.channel_map, start=1):
+            c = settings.get(n)
+            if idx < 0:
+                if c is not None and c.amplitude_ma > 0:
+                    inbound.reject(now, "unknown_channel", stim.counter)
+                continue
+            if c is None:
+                inbound.channel(now, stim.counter, idx, 0.0, 0.0, 0.0, 0)
+                continue
+            slow = (stim.low_frequency_mask >> (n - 1)) & 1
+            freq = base / (stim.low_frequency_factor + 1) if slow else base
+            inbound.channel(now, stim.counter, idx, float(c.pulse_width_us), float(c.amplitude_ma), freq, int(c.mode))
+
+    def receive_forever(self, inbound: Inbound, stop: threading.Event) -> None:
+        from drivers.sciencemode2 import Activity, Connected, Rejected, StimulationChanged
+        em, stats = self.emulator, inbound.ring.aux
+        last_seq = -1
+        while not stop.is_set():
+            readable, _, _ = select.select([self.port.fd], [], [], 0.05)
+            now_s = time.monotonic()
+            now = int(now_s * 1e9)
+            if readable:
+                chunk = self.port.read()
+                if chunk:
+                    replies, events = em.receive(chunk, now_s)
+                    self._write_all(replies, stats)
+                    stats[AUX_FRAMES_OUT] += len(replies)
+                    for ev in events:
+                        if isinstance(ev, StimulationChanged):
+                            if ev.stimulation is None:
+                                self._zero(inbound, now, last_seq)
+                            else:
+                                last_seq = ev.stimulation.counter
+                                self._apply(ev.stimulation, inbound, now)
+                        elif isinstance(ev, Rejected):
+                            inbound.reject(now, ev.reason)
+                        elif isinstance(ev, Connected):
+                            inbound.set_connected(True)
+                            inbound.heartbeat(now)
+                        elif isinstance(ev, Activity):
+                            inbound.heartbeat(now)
+                    inbound.count_in()
+            if em.connected and em.last_activity_s is not None and now_s - em.last_activity_s > self.client_timeout_s:
+                em.reset()                               # the client is gone: zero, and offer Init again
+                self._zero(inbound, now, last_seq)
+                inbound.set_connected(False)
+            self._write_all(em.poll(now_s), stats)
+
+    def send_feedback(self, records: np.ndarray, stats: np.ndarray) -> None:
+        if self.sensor is None:
+            return
+        for rec in records:
+            frame = rec["frame"]
+            if int(frame["tick"]) % self.sensor_every:
+                continue
+            if self.sensor.write(encode_packet(frame.tobytes(), int(rec["echo_seq"]))):
+                stats[AUX_FRAMES_OUT] += 1
+            else:
+                stats[AUX_SEND_ERRORS] += 1
+
+    def close(self) -> None:
+        for p in (self.port, self.sensor):
+            if p is not None:
+                p.close()
+
+
+_KEYS = {"type", "port", "sensor_port", "sensor_every", "channel_map", "client_timeout_ms", "baudrate", "name"}
+
+
+class ScienceModeDriver(LinkDriver):
+    """Loop side of the ScienceMode2 emulator (config keys in the module docstring)."""
+
+    name = "sciencemode2"
+
+    @classmethod
+    def from_config(cls, spec: dict, engine, index: int, base_dir: str, file: str | None = None):
+        from sim.config import ConfigError
+        key = f"driver[{index}]"
+
+        def fail(k, msg):
+            raise ConfigError(msg, file=file, key=f"{key}.{k}")
+
+        for k in spec:
+            if k not in _KEYS:
+                fail(k, f"unknown key {k!r}; valid: {', '.join(sorted(_KEYS))}")
+        if engine.stim is None:
+            fail("type", "a stimulator drives stimulation channels: set [stimulation] mode = \"channels\"")
+        port = spec.get("port", "pty")
+        if not isinstance(port, str) or not port:
+            fail("port", "must be \"pty\" or a serial device path")
+        sensor = spec.get("sensor_port", "pty")
+        if not isinstance(sensor, str) or not sensor:
+            fail("sensor_port", "must be \"pty\", a serial device path or \"none\"")
+        names = [c.name for c in engine.stim.channels]
+        raw_map = spec.get("channel_map", list(range(1, N_STIMULATOR_CHANNELS + 1)))
+        if not isinstance(raw_map, list) or len(raw_map) != N_STIMULATOR_CHANNELS:
+            fail("channel_map", f"must list {N_STIMULATOR_CHANNELS} entries (stimulator channels 1..8)")
+        channel_map = []
+        for n, entry in enumerate(raw_map, start=1):
+            if isinstance(entry, str) and entry in names:
+                channel_map.append(names.index(entry))
+            elif isinstance(entry, int) and not isinstance(entry, bool) and 0 <= entry <= len(names):
+                channel_map.append(entry - 1)      # 0 -> -1: not connected
+            else:
+                fail("channel_map", f"entry {n} ({entry!r}) must be 0, a channel number 1..{len(names)} or one "
+                                    f"of {names}")
+        timeout = spec.get("client_timeout_ms", 2500)
+        if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not timeout >= 2000:
+            fail("client_timeout_ms", "must be >= 2000 ms (pysciencemode sends watchdogs up to 1.6 s apart)")
+        every = spec.get("sensor_every", 1)
+        if not isinstance(every, int) or isinstance(every, bool) or every < 1:
+            fail("sensor_every", "must be an integer >= 1")
+        baud = spec.get("baudrate", 460800)
+        if not isinstance(baud, int) or isinstance(baud, bool) or baud <= 0:
+            fail("baudrate", "must be a positive integer")
+        args = dict(port=port, sensor_port=None if sensor == "none" else sensor, channel_map=channel_map,
+                    client_timeout_s=timeout / 1000.0, baudrate=baud, sensor_every=every)
+        return cls(ScienceModeEndpoint, args, engine.sensor.dtype, index=index)

@@ -1,0 +1,178 @@
+"""Serial transport: the ScienceMode2 emulator on a pseudo-terminal, driven by an unmodified pysciencemode
+Rehastim2 client in its own process, and the sensor stream with its reader."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import serial
+
+from drivers.sciencemode2 import CMD_INIT, CMD_START_CLM_ACK, FrameParser, encode_frame
+from drivers.sensor_stream import SensorStreamReader, crc16, encode_packet
+from drivers.serial_stim import ScienceModeDriver, ScienceModeEndpoint
+from hil.sensor import frame_dtype
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_crc16_check_value():
+    assert crc16(b"123456789") == 0x29B1
+
+
+def test_sensor_stream_round_trip_resync_and_errors():
+    frames = np.zeros(3, frame_dtype())
+    frames["tick"] = (5, 6, 7)
+    frames["q"][:, 9] = (0.1, 0.2, 0.3)
+    packets = [encode_packet(f.tobytes(), 40 + i) for i, f in enumerate(frames)]
+    corrupt = bytearray(packets[1])
+    corrupt[40] ^= 0xFF
+    stream = b"junk\xa5" + packets[0] + bytes(corrupt) + b"\xa5\x5a\x01\x05\x00" + packets[2]
+    reader = SensorStreamReader()
+    got = [item for i in range(0, len(stream), 7) for item in reader.feed(stream[i:i + 7])]
+    assert [(e, int(f["tick"])) for e, f in got] == [(40, 5), (42, 7)]
+    assert got[1][1]["q"][9] == 0.3 and got[1][1].tobytes() == frames[2].tobytes()
+    assert reader.crc_errors == 1 and reader.length_errors == 1 and reader.skipped_bytes > 0
+
+
+def test_endpoint_on_a_pty_answers_and_streams(tmp_path):
+    """The link-side endpoint in this process: Init on the pty, a raw ScienceMode2 session, sensor packets."""
+    from drivers.link import KIND_CHANNEL, LINK_RECORD, Inbound
+    from hil.shm_ring import ShmRing
+    ring = ShmRing.create(LINK_RECORD, 1024)
+    ep = ScienceModeEndpoint("pty", "pty", channel_map=[0, 1, 2, 3, -1, -1, -1, -1], client_timeout_s=0.5)
+    ports = ep.open()
+    stop = threading.Event()
+    thread = threading.Thread(target=ep.receive_forever, args=(Inbound(ring), stop), daemon=True)
+    thread.start()
+    client = serial.Serial(ports["stimulator"], timeout=0.5)
+    sensors = serial.Serial(ports["sensors"], timeout=0.5)
+    try:
+        parser = FrameParser()
+        init = None
+        while init is None:
+            init = next((f for f in parser.feed(client.read(9)) if f.command == CMD_INIT), None)
+        client.write(encode_frame(init.counter, 2, b"\x00"))                       # InitAck
+        client.write(encode_frame(1, 30, bytes([0, 0b1001, 0, 1, 0, 38, 0])))       # ch1+ch4, T = 20 ms
+        client.write(encode_frame(2, 32, bytes([0, 1, 44, 40, 1, 0, 200, 70])))     # ch1 300us 40mA, ch4 doublet
+        replies = []
+        while len(replies) < 2:
+            replies += parser.feed(client.read(1))
+        assert [r.command for r in replies] == [31, CMD_START_CLM_ACK] and all(r.data == b"\x00" for r in replies)
+        time.sleep(0.1)
+        rec = ring.pop_available()
+        chans = rec[rec["kind"] == KIND_CHANNEL]
+        last = {int(r["index"]): tuple(r["values"]) for r in chans}
+        assert last[0] == (300, 40, 50, 0) and last[3] == (200, 70, 50, 1) and last[1] == (0, 0, 0, 0)
+        assert ring.aux[0] == 1
+        time.sleep(0.7)                                                           # client silent: gone
+        rec = ring.pop_available()
+        assert ring.aux[0] == 0 and all(tuple(r["values"]) == (0, 0, 0, 0) for r in rec if r["kind"] == KIND_CHANNEL)
+        assert any(f.command == CMD_INIT for f in parser.feed(client.read(9)))    # offered again
+        out = np.zeros(2, [("echo_seq", "<i4"), ("frame", frame_dtype())])
+        out["frame"]["tick"] = (1, 2)
+        out["echo_seq"] = 2
+        ep.send_feedback(out, ring.aux)
+        reader = SensorStreamReader()
+        got = []
+        while len(got) < 2:
+            got += reader.feed(sensors.read(1))
+        assert [(e, int(f["tick"])) for e, f in got] == [(2, 1), (2, 2)]
+    finally:
+        stop.set()
+        thread.join(2)
+        client.close()
+        sensors.close()
+        ep.close()
+        ring.release()
+
+
+def _wait_for(path: Path, proc, timeout: float = 120.0) -> dict:
+    t_end = time.monotonic() + timeout
+    while not path.exists():
+        if proc.poll() is not None:
+            raise AssertionError(f"hil run exited early: {proc.communicate()[1]}")
+        if time.monotonic() > t_end:
+            raise AssertionError("no port file")
+        time.sleep(0.05)
+    return json.loads(path.read_text())
+
+
+def test_unmodified_pysciencemode_client_flexes_the_elbow(tmp_path):
+    cfg = tmp_path / "serial.toml"
+    cfg.write_text(textwrap.dedent(f"""
+        include = ["{ROOT / 'configs' / 'serial.toml'}"]
+        [metrics]
+        enabled = false
+        """))
+    ports_file = tmp_path / "ports.json"
+    rec = tmp_path / "run.hilrec"
+    hil = subprocess.Popen([sys.executable, "-m", "hil", "run", "--config", str(cfg), "--duration", "6", "--json",
+                            "--record", str(rec), "--port-file", str(ports_file)],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    ports = _wait_for(ports_file, hil)["0:sciencemode2"]
+    sensors = serial.Serial(ports["sensors"], timeout=0.1)
+    reader = SensorStreamReader()
+    frames = []
+
+    def read_sensors():
+        while hil.poll() is None:
+            try:
+                frames.extend(reader.feed(sensors.read(4096)))
+            except serial.SerialException:      # the service closed the pty at the end of the run
+                break
+
+    t = threading.Thread(target=read_sensors, daemon=True)
+    t.start()
+    client = subprocess.run([sys.executable, str(ROOT / "examples" / "rehastim2_client.py"), "--port",
+                             ports["stimulator"], "--channel", "4", "--amplitude", "60", "--hold", "1.0"],
+                            capture_output=True, text=True, timeout=60)
+    out, err = hil.communicate(timeout=60)
+    t.join(2)
+    sensors.close()
+    assert client.returncode == 0, client.stderr
+    steps = [s for s, _ in json.loads(client.stdout.splitlines()[-1])]
+    assert steps == ["connected", "initialised", "ramped", "hold done", "paused", "resumed", "stopped"]
+    assert hil.returncode == 0, err
+    summary = json.loads(out)
+    assert not summary["commands_rejected"], summary["commands_rejected"]
+    assert summary["commands_received"] >= 8 * 8
+    # the sensor stream: every frame, in order, intact, and the elbow flexes while channel 4 (biceps) is on
+    ticks = np.array([int(f["tick"]) for _, f in frames])
+    assert len(ticks) > 1000 and np.all(np.diff(ticks) == 1) and reader.crc_errors == 0
+    elbow = np.degrees([float(f["elbow_flexion"]) for _, f in frames])
+    assert elbow.max() > elbow[0] + 30
+    assert max(e for e, _ in frames) >= 0                       # COUNTER of the applied commands echoed
+    from hil.recording import RecordingReader
+    r = RecordingReader(str(rec))
+    ticks_rec = r.read("ticks")
+    assert np.array_equal(ticks_rec["frame"][ticks[0]:ticks[-1] + 1].tobytes(),
+                          np.array([f for _, f in frames]).tobytes())  # the stream carries the recorded frames
+    amp = ticks_rec["applied"][:, 3, 1]
+    assert amp.max() == 60 and amp[-1] == 0                      # ramped to 60 mA, stopped at the end
+    assert math.isclose(ticks_rec["applied"][np.argmax(amp), 3, 2], 40.0)   # 25 ms channel-list period
+
+
+def test_config_errors_name_the_key(tmp_path):
+    from hil.config import load_service_config
+    from hil.service import build_engine
+    from sim.config import ConfigError
+    for extra, key in [('channel_map = [1, 2]', "channel_map"), ('client_timeout_ms = 500', "client_timeout_ms"),
+                       ('colour = "red"', "colour"), ('sensor_every = 0', "sensor_every")]:
+        cfg = tmp_path / "bad.toml"
+        cfg.write_text(textwrap.dedent(f"""
+            include = ["{ROOT / 'configs' / 'serial.toml'}"]
+            [[driver]]
+            type = "sciencemode2"
+            {extra}
+            """))
+        with pytest.raises(ConfigError, match=key):
+            build_engine(load_service_config(cfg))
