@@ -29,7 +29,7 @@ import numpy as np
 
 from drivers.can_dbc import (FRAME_ID_EXCITATION, FRAME_ID_GROUP, FRAME_ID_HEARTBEAT, FRAME_ID_STATUS,
                              FRAME_ID_STIM, STATUS_SIGNALS)
-from drivers.link import AUX_FRAMES_OUT, AUX_SEND_ERRORS, Inbound, LinkDriver, LinkEndpoint
+from drivers.link import link_settings, AUX_FRAMES_OUT, AUX_SEND_ERRORS, Inbound, LinkDriver, LinkEndpoint
 
 CONTROLLER_ID_BASE, CONTROLLER_ID_MASK = 0x200, 0x700
 FEEDBACK_MESSAGES = ("HIL_Status", "HIL_JointAngle", "HIL_JointVelocity", "HIL_Arm", "HIL_Force")
@@ -203,7 +203,7 @@ class CanEndpoint(LinkEndpoint):
             self.bus = None
 
 
-_KEYS = {"type", "interface", "channel", "dbc", "feedback", "feedback_every", "counter_reset_s", "bus", "name"}
+_KEYS = {"priority", "type", "interface", "channel", "dbc", "feedback", "feedback_every", "counter_reset_s", "bus", "name"}
 
 
 class CanDriver(LinkDriver):
@@ -212,7 +212,7 @@ class CanDriver(LinkDriver):
     name = "can"
 
     @classmethod
-    def from_config(cls, spec: dict, engine, index: int, base_dir: str, file: str | None = None) -> "CanDriver":
+    def from_config(cls, spec: dict, engine, index: int, base_dir: str, file: str | None = None, loop=None) -> "CanDriver":
         from hil.service import muscle_groups
         from sim.config import ConfigError
         key = f"driver[{index}]"
@@ -245,4 +245,5 @@ class CanDriver(LinkDriver):
         args = dict(interface=interface, channel=spec.get("channel"), dbc_path=dbc_path, muscle_names=list(names),
                     groups=groups, bus_kwargs=bus_kwargs, feedback=feedback, feedback_every=every,
                     counter_reset_s=float(reset))
-        return cls(CanEndpoint, args, engine.sensor.dtype, index=index)
+        priority, loop_cpu = link_settings(spec, loop, file, key)
+        return cls(CanEndpoint, args, engine.sensor.dtype, index=index, priority=priority, loop_cpu=loop_cpu)

@@ -32,7 +32,7 @@ import tty
 
 import numpy as np
 
-from drivers.link import AUX_FRAMES_OUT, AUX_SEND_ERRORS, Inbound, LinkDriver, LinkEndpoint
+from drivers.link import link_settings, AUX_FRAMES_OUT, AUX_SEND_ERRORS, Inbound, LinkDriver, LinkEndpoint
 from drivers.sensor_stream import encode_packet
 
 N_STIMULATOR_CHANNELS = 8
@@ -189,7 +189,7 @@ class ScienceModeEndpoint(LinkEndpoint):
                 p.close()
 
 
-_KEYS = {"type", "port", "sensor_port", "sensor_every", "channel_map", "client_timeout_ms", "baudrate", "name"}
+_KEYS = {"priority", "type", "port", "sensor_port", "sensor_every", "channel_map", "client_timeout_ms", "baudrate", "name"}
 
 
 class ScienceModeDriver(LinkDriver):
@@ -198,7 +198,7 @@ class ScienceModeDriver(LinkDriver):
     name = "sciencemode2"
 
     @classmethod
-    def from_config(cls, spec: dict, engine, index: int, base_dir: str, file: str | None = None):
+    def from_config(cls, spec: dict, engine, index: int, base_dir: str, file: str | None = None, loop=None):
         from sim.config import ConfigError
         key = f"driver[{index}]"
 
@@ -240,4 +240,5 @@ class ScienceModeDriver(LinkDriver):
             fail("baudrate", "must be a positive integer")
         args = dict(port=port, sensor_port=None if sensor == "none" else sensor, channel_map=channel_map,
                     client_timeout_s=timeout / 1000.0, baudrate=baud, sensor_every=every)
-        return cls(ScienceModeEndpoint, args, engine.sensor.dtype, index=index)
+        priority, loop_cpu = link_settings(spec, loop, file, key)
+        return cls(ScienceModeEndpoint, args, engine.sensor.dtype, index=index, priority=priority, loop_cpu=loop_cpu)

@@ -790,6 +790,65 @@ def bench_loop(
                     f"CPU {doc['cpu']}")
 
 
+@bench_app.command("link")
+def bench_link(
+    transport: Annotated[str, typer.Option(help="can or serial.")] = "can",
+    rate: Annotated[Optional[list[float]], typer.Option(help="Loop rate(s), Hz (default: 250 and 1000).")] = None,
+    duration: Annotated[float, typer.Option(help="Measured length per rate, s.")] = 30.0,
+    feedback: Annotated[str, typer.Option(
+        help="CAN feedback set: auto (full up to 250 Hz, status above), status, angles (status + joint "
+             "angles) or full.")] = "auto",
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Round trip through a transport: an external controller process sends a command every tick and
+    times the feedback that echoes it; prints round-trip p50/p99/max and lost feedback frames."""
+    from hil.bench_link import run_link_bench
+
+    with _user_errors():
+        if transport not in ("can", "serial"):
+            raise BadInputError(f"--transport must be 'can' or 'serial', not {transport!r}")
+        _positive("--duration", duration)
+        from hil.bench_link import FEEDBACK_SETS
+        if feedback != "auto" and feedback not in FEEDBACK_SETS:
+            raise BadInputError(f"--feedback must be auto, {', '.join(FEEDBACK_SETS)}; not {feedback!r}")
+        rates = rate or [250.0, 1000.0]
+        for r in rates:
+            if not 100.0 <= r <= 1000.0:
+                raise BadInputError(f"--rate must be between 100 and 1000 Hz (1-10 ms periods), not {r!r}")
+    runs = []
+    for r in rates:
+        with _stderr().status(f"{transport} link at {r:g} Hz for {duration:g} s ..."):
+            runs.append(run_link_bench(transport, r, duration, feedback))
+    doc = {"transport": transport, "runs": runs, "cpu": _cpu_model()}
+    if json_out:
+        _print_json(doc)
+    else:
+        table = Table(title=f"hil bench link --transport {transport} ({duration:g} s per rate); round trip = "
+                            "command sent in answer to feedback -> feedback echoing it")
+        for col in ("rate (Hz)", "commands", "p50 (ms)", "p99 (ms)", "max (ms)", "goal p99 (ms)",
+                    "next tick %", "lost frames", "unanswered"):
+            table.add_column(col, justify="right")
+        for run in runs:
+            if "error" in run:
+                table.add_row("error", run["error"])
+                continue
+            table.add_row(f"{run['rate_hz']:g}", str(run["commands_sent"]),
+                          f"{run['rtt_p50_ms']:.2f}", f"{run['rtt_p99_ms']:.2f}", f"{run['rtt_max_ms']:.2f}",
+                          f"{run['goal_rtt_p99_ms']:.2f}", f"{run['applied_next_tick_percent']:.1f}",
+                          str(run["lost_frames"]), str(run["unanswered"]))
+        _stdout().print(table)
+        for run in runs:
+            if "feedback" in run:
+                _stdout().print(f"{run['rate_hz']:g} Hz feedback: {', '.join(run['feedback'])}; loop lateness p99 "
+                                f"{run['loop_lateness_p99_us']:.1f} µs, deadline misses {run['deadline_misses']}")
+        _stdout().print(f"CPU {doc['cpu']}")
+    if any("error" in r for r in runs):
+        for r in runs:
+            if "error" in r:
+                _error(r["error"])
+        raise typer.Exit(1)
+
+
 @bench_app.command("accuracy")
 def bench_accuracy(
     step: Annotated[float, typer.Option(help="Rosenbrock step size h, s.")] = 0.003,

@@ -58,7 +58,8 @@ def build_engine(cfg: ServiceConfig):
             drivers.append(LoopbackDriver(ctl, cfg.loop.period_s, index=i))
         else:
             cls = driver_class(kind)
-            drivers.append(cls.from_config(spec, engine=engine, index=i, base_dir=cfg.base_dir, file=cfg.path))
+            drivers.append(cls.from_config(spec, engine=engine, index=i, base_dir=cfg.base_dir, file=cfg.path,
+                                           loop=cfg.loop))
     return model, engine, drivers
 
 

@@ -1,0 +1,276 @@
+"""``hil bench link``: round trip through a real transport, measured by an external controller process.
+
+The service runs in its own real-time process (as ``hil run``) with one CAN or ScienceMode2 driver; a
+peer controller process (this module's :func:`can_peer` / :func:`serial_peer`, written against the wire
+protocol only: python-can + cantools, or pyserial + the ScienceMode2 frame format) closes the loop: it
+answers every feedback set (tick k) at once with a stimulation command carrying a rolling counter. The
+HIL echoes the counter of the newest command it applied (``HIL_Status.echo_counter`` / the sensor
+stream's ``echo_seq``), so
+
+    round trip = time the feedback echoing command c arrives - time command c was sent
+
+A command that reaches the loop before the next deadline is applied at tick k + 1 and its round trip is
+about one tick; one that misses it costs a tick more (``applied_next_tick_percent`` counts the good
+ones). Lost frames are gaps in the tick sequence of the feedback the peer received.
+"""
+from __future__ import annotations
+
+import collections
+import json
+import math
+import multiprocessing as mp
+import os
+import random
+import select
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+CONFIG = """
+[loop]
+period_ms = {period_ms}
+substeps = {substeps}
+{cpu_line}
+[safety]
+watchdog_timeout_ms = {watchdog_ms}
+[metrics]
+enabled = false
+[recording]
+enabled = false
+"""
+
+CAN_DRIVER = """
+[[driver]]
+type = "can"
+interface = "udp_multicast"
+channel = "{group}"
+dbc = "{dbc}"
+feedback = {feedback}
+"""
+#: CAN feedback sets. The full set is 14 frames a tick: 3500 frames/s (~0.46 Mbit/s) at 250 Hz but
+#: ~1.8 Mbit/s at 1 kHz, more than a 1 Mbit/s CAN bus carries. "auto" sends the full set up to 250 Hz and
+#: the status frame alone above (on the 2-vCPU VM the Python CAN stack of link and peer, ~30 µs a frame
+#: each side, cannot carry 5 frames a tick at 1 kHz without losses: README "Link latency").
+FEEDBACK_SETS = {"status": ["HIL_Status"], "angles": ["HIL_Status", "HIL_JointAngle"],
+                 "full": ["HIL_Status", "HIL_JointAngle", "HIL_JointVelocity", "HIL_Arm", "HIL_Force"]}
+
+
+def feedback_set(choice: str, rate_hz: float) -> list[str]:
+    if choice == "auto":
+        choice = "full" if rate_hz <= 250 else "status"
+    return FEEDBACK_SETS[choice]
+
+SERIAL_DRIVER = """
+[[driver]]
+type = "sciencemode2"
+port = "pty"
+sensor_port = "pty"
+"""
+
+STIM_CHANNEL = 4          # biceps in the default map
+AMPLITUDES_MA = [10.0 + (k % 20) for k in range(256)]
+
+
+class RoundTrips:
+    """Pending commands by counter; an echo completes every command up to and including it."""
+
+    def __init__(self) -> None:
+        self.pending: collections.deque = collections.deque()
+        self.samples: list[float] = []
+        self.tick_delays: list[int] = []
+        self.sent = 0
+        self.unanswered = 0
+        self.last_tick = None
+        self.feedback = 0
+        self.lost = 0
+
+    def sent_now(self, counter: int, t: float, trigger_tick: int) -> None:
+        self.pending.append((counter, t, trigger_tick))
+        self.sent += 1
+        while self.pending and t - self.pending[0][1] > 1.0:
+            self.pending.popleft()
+            self.unanswered += 1
+
+    def echo(self, counter: int, t: float, tick: int) -> None:
+        if not any(c == counter for c, _, _ in self.pending):
+            return
+        while self.pending:
+            c, t_sent, trigger = self.pending.popleft()
+            self.samples.append(t - t_sent)
+            self.tick_delays.append(tick - trigger)
+            if c == counter:
+                break
+
+    def tick(self, tick: int) -> bool:
+        """Count a feedback frame; True if it is a new tick (the controller's cue to act)."""
+        if self.last_tick is not None and tick <= self.last_tick:
+            return False
+        self.feedback += 1
+        if self.last_tick is not None and tick > self.last_tick + 1:
+            self.lost += tick - self.last_tick - 1
+        self.last_tick = tick
+        return True
+
+    def summary(self) -> dict:
+        s = np.array(self.samples) * 1e3
+        pct = (lambda p: float(np.percentile(s, p))) if s.size else (lambda p: math.nan)
+        d = np.array(self.tick_delays)
+        return {"commands_sent": self.sent, "round_trips": int(s.size), "unanswered": self.unanswered + len(self.pending),
+                "rtt_p50_ms": pct(50), "rtt_p99_ms": pct(99), "rtt_max_ms": float(s.max()) if s.size else math.nan,
+                "applied_next_tick_percent": float(100.0 * np.mean(d == 1)) if d.size else math.nan,
+                "feedback_frames": self.feedback, "lost_frames": self.lost}
+
+
+def can_peer(group: str, dbc: str, period_s: float, duration_s: float, out) -> None:
+    """A CAN controller: python-can udp_multicast + cantools only."""
+    import can
+    import cantools
+    db = cantools.database.load_file(dbc)
+    stim = db.get_message_by_name("FES_StimCmd")
+    status = db.get_message_by_name("HIL_Status")
+    frames = [can.Message(arbitration_id=stim.frame_id, is_extended_id=False, data=stim.encode(dict(
+        channel=STIM_CHANNEL, mode=0, enable=1, counter=c, pulse_width=200, amplitude=AMPLITUDES_MA[c],
+        frequency=40))) for c in range(256)]
+    bus = can.Bus(interface="udp_multicast", channel=group)
+    rt = RoundTrips()
+    try:
+        t_wait = time.monotonic() + 60
+        while time.monotonic() < t_wait:
+            msg = bus.recv(0.5)
+            if msg is not None and msg.arbitration_id == status.frame_id:
+                break
+        else:
+            out.put({"error": "no HIL_Status within 60 s"})
+            return
+        counter = 0
+        t_end = time.monotonic() + duration_s
+        while time.monotonic() < t_end:        # closed loop: one command in answer to every feedback set
+            msg = bus.recv(0.5)
+            if msg is None or msg.arbitration_id != status.frame_id:
+                continue
+            now = time.monotonic()
+            values = status.decode(msg.data)
+            rt.echo(values["echo_counter"], now, values["tick"])
+            if rt.tick(values["tick"]):
+                bus.send(frames[counter])
+                rt.sent_now(counter, time.monotonic(), values["tick"])
+                counter = (counter + 1) % 256
+    finally:
+        bus.shutdown()
+    out.put(rt.summary())
+
+
+def serial_peer(stim_port: str, sensor_port: str, period_s: float, duration_s: float, out) -> None:
+    """A ScienceMode2 controller written against the frame format (pysciencemode cannot update at 1 kHz:
+    it waits for every acknowledgement by spinning), reading the sensor stream."""
+    import serial
+
+    from drivers.sciencemode2 import (_AMBIGUOUS_COUNTERS, CMD_INIT, CMD_INIT_ACK, CMD_INIT_CLM, CMD_START_CLM,
+                                      FrameParser, encode_frame)
+    from drivers.sensor_stream import SensorStreamReader
+    stim = serial.Serial(stim_port, timeout=0)
+    sensors = serial.Serial(sensor_port, timeout=0)
+    parser, reader, rt = FrameParser(), SensorStreamReader(), RoundTrips()
+    counters = [c for c in range(256) if c not in _AMBIGUOUS_COUNTERS]
+    starts = {c: encode_frame(c, CMD_START_CLM, bytes([0, 0, 200, int(AMPLITUDES_MA[c])])) for c in counters}
+    acks = 0
+    try:
+        init = None
+        t_wait = time.monotonic() + 60
+        while init is None and time.monotonic() < t_wait:
+            select.select([stim.fileno()], [], [], 0.5)
+            init = next((f for f in parser.feed(stim.read(4096)) if f.command == CMD_INIT), None)
+        if init is None:
+            out.put({"error": "no Init within 60 s"})
+            return
+        stim.write(encode_frame(init.counter, CMD_INIT_ACK, b"\x00"))
+        # channel list: the stimulation channel only, 25 ms main interval
+        stim.write(encode_frame(1, CMD_INIT_CLM, bytes([0, 1 << (STIM_CHANNEL - 1), 0, 1, 0, 48, 0])))
+        k = 0
+        t_end = time.monotonic() + duration_s
+        fds = [stim.fileno(), sensors.fileno()]
+        while time.monotonic() < t_end:        # closed loop: one command in answer to every sensor frame
+            readable, _, _ = select.select(fds, [], [], 0.5)
+            if stim.fileno() in readable:
+                acks += len(parser.feed(stim.read(4096)))
+            if sensors.fileno() not in readable:
+                continue
+            now = time.monotonic()
+            newest = None
+            for echo, frame in reader.feed(sensors.read(65536)):
+                tick = int(frame["tick"])
+                rt.echo(echo, now, tick)
+                if rt.tick(tick):
+                    newest = tick
+            if newest is not None:
+                c = counters[k % len(counters)]
+                stim.write(starts[c])
+                rt.sent_now(c, time.monotonic(), newest)
+                k += 1
+    finally:
+        stim.close()
+        sensors.close()
+    out.put({**rt.summary(), "replies": acks, "stream_crc_errors": reader.crc_errors})
+
+
+def run_link_bench(transport: str, rate_hz: float, duration_s: float, feedback: str = "auto") -> dict:
+    """One measurement: service at ``rate_hz`` with the transport, the peer for ``duration_s``."""
+    from hil import service
+    period = 1.0 / rate_hz
+    work = Path(tempfile.mkdtemp(prefix="hil-bench-link-"))
+    cpu = os.cpu_count() or 1
+    text = CONFIG.format(period_ms=period * 1e3, substeps=max(1, math.ceil(period / 0.006 - 1e-9)),
+                         cpu_line=f"cpu = {cpu - 1}" if cpu > 1 else "",
+                         watchdog_ms=2500 if transport == "serial" else 500)
+    root = Path(__file__).resolve().parents[1]
+    group = f"239.76.{random.randint(1, 250)}.{random.randint(1, 250)}"
+    if transport == "can":
+        messages = feedback_set(feedback, rate_hz)
+        text += CAN_DRIVER.format(group=group, dbc=root / "configs" / "fes-hil.dbc", feedback=json.dumps(messages))
+    else:
+        text += SERIAL_DRIVER
+    cfg = work / "bench.toml"
+    cfg.write_text(f'include = ["{root / "configs" / "stimulation-default.toml"}"]\n' + text)
+    ctx = mp.get_context("spawn")
+    status = ctx.Array("d", len(service.STATUS_FIELDS), lock=False)
+    results = ctx.Queue()
+    port_file = work / "ports.json"
+    rt_proc = ctx.Process(target=service.rt_main, name="hil-rt",
+                          args=(str(cfg), duration_s + 4.0, status, results, None, str(port_file)))
+    rt_proc.start()
+    peer_out = ctx.Queue()
+    peer = None
+    try:
+        t_wait = time.monotonic() + 180
+        while not port_file.exists():
+            if not rt_proc.is_alive() or time.monotonic() > t_wait:
+                return {"error": results.get(timeout=5).get("error", "no ports") if not rt_proc.is_alive()
+                        else "the service did not announce its ports"}
+            time.sleep(0.05)
+        ports = json.loads(port_file.read_text())
+        p = next(iter(ports.values()))
+        if transport == "can":
+            peer = ctx.Process(target=can_peer, args=(group, str(root / "configs" / "fes-hil.dbc"), period,
+                                                      duration_s, peer_out), name="bench-peer")
+        else:
+            peer = ctx.Process(target=serial_peer, args=(p["stimulator"], p["sensors"], period, duration_s, peer_out),
+                               name="bench-peer")
+        peer.start()
+        peer_result = peer_out.get(timeout=duration_s + 120)
+        summary = results.get(timeout=duration_s + 120)
+    finally:
+        if peer is not None:
+            peer.join(10)
+        rt_proc.join(30)
+    if not summary.get("ok"):
+        return {"error": summary.get("error")}
+    lat = summary["lateness_us"]
+    return {"transport": transport, "rate_hz": rate_hz, "duration_s": duration_s,
+            "feedback": feedback_set(feedback, rate_hz) if transport == "can" else ["sensor stream (full frame)"],
+            **peer_result,
+            "goal_rtt_p99_ms": (period + 0.5e-3) * 1e3,
+            "loop_lateness_p99_us": lat.get("p99"), "loop_lateness_max_us": lat.get("max"),
+            "deadline_misses": summary["deadline_misses"], "commands_rejected": summary["commands_rejected"],
+            "realtime": summary["realtime"]["sched_fifo"] and summary["realtime"]["mlock"]}

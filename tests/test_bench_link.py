@@ -1,0 +1,31 @@
+"""`hil bench link` runs end to end for both transports (figures are printed, never asserted)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("transport", ["can", "serial"])
+def test_bench_link_reports_round_trips(transport):
+    out = subprocess.run([sys.executable, "-m", "hil", "bench", "link", "--transport", transport, "--rate", "250",
+                          "--duration", "2", "--json"], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    [run] = json.loads(out.stdout)["runs"]
+    assert run["rate_hz"] == 250 and run["commands_sent"] > 100
+    assert run["round_trips"] > 0.9 * run["commands_sent"]
+    for key in ("rtt_p50_ms", "rtt_p99_ms", "rtt_max_ms", "lost_frames", "applied_next_tick_percent"):
+        assert key in run
+    assert run["rtt_p50_ms"] <= run["rtt_p99_ms"] <= run["rtt_max_ms"]
+    assert not run["commands_rejected"]
+
+
+def test_bench_link_rejects_bad_options():
+    out = subprocess.run([sys.executable, "-m", "hil", "bench", "link", "--transport", "usb"], capture_output=True,
+                         text=True, timeout=60, cwd=ROOT)
+    assert out.returncode != 0 and "--transport" in out.stderr
