@@ -212,6 +212,10 @@ def service_config_from_dict(merged: dict, path: str) -> ServiceConfig:
     for i, d in enumerate(drivers):
         if not isinstance(d.get("type"), str):
             raise ConfigError("missing 'type' (e.g. \"loopback\")", file=path, key=f"driver[{i}].type")
+        from drivers.base import DRIVERS
+        if d["type"] not in DRIVERS:
+            raise ConfigError(f"unknown driver type {d['type']!r}; available: {', '.join(sorted(DRIVERS))}",
+                              file=path, key=f"driver[{i}].type")
     stimulation = merged.get("stimulation", {})
     if not isinstance(stimulation, dict):
         raise ConfigError("must be a table", file=path, key="stimulation")

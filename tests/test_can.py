@@ -294,3 +294,28 @@ def test_link_over_socketcan_vcan(db):
     finally:
         drv.shutdown()
         peer.shutdown()
+
+
+@pytest.mark.parametrize("extra, key, words", [
+    ('colour = "red"', "driver[0].colour", "unknown key"),
+    ('dbc = "missing.dbc"', "driver[0].dbc", "not found"),
+    ('feedback = ["HIL_Everything"]', "driver[0].feedback", "unknown feedback"),
+    ("feedback_every = 0", "driver[0].feedback_every", ">= 1"),
+    ("priority = 95", "driver[0].priority", "below the loop's priority"),
+    ("bus = 5", "driver[0].bus", "python-can Bus arguments"),
+])
+def test_can_config_errors_name_the_key(tmp_path, extra, key, words):
+    from hil.config import load_service_config
+    from hil.service import build_engine
+    from sim.config import ConfigError
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text(textwrap.dedent(f"""
+        include = ["{ROOT / 'configs' / 'can.toml'}"]
+        [[driver]]
+        type = "can"
+        {extra if extra.startswith("dbc") else f'dbc = "{DBC}"'}
+        {"" if extra.startswith("dbc") else extra}
+        """))
+    with pytest.raises(ConfigError) as err:
+        build_engine(load_service_config(cfg))
+    assert err.value.key == key and words in str(err.value)

@@ -44,6 +44,11 @@ def test_include_merges_tables_and_own_tables_win(tmp_path):
     ("[metrics]\nport = 70000\n", "metrics.port", "integer"),
     ("[[driver]]\ncontroller = \"x\"\n", "driver[0].type", "missing 'type'"),
     ("[sensor]\nangle_noise_deg = nan\n", "sensor.angle_noise_deg", "finite"),
+    ("[sensor]\ndelay_ms = -1\n", "sensor.delay_ms", "[0, 1000]"),
+    ("[recording]\nenabled = \"yes\"\n", "recording.enabled", "true or false"),
+    ("[recording]\ndirectory = 5\n", "recording.directory", "string"),
+    ("[metrics]\nhost = 5\n", "metrics.host", "string"),
+    ("[[driver]]\ntype = \"warp\"\n", "driver[0].type", "available: can, loopback, sciencemode2"),
 ])
 def test_errors_name_file_key_and_reason(tmp_path, text, key, words):
     path = write(tmp_path, text)
