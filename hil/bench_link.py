@@ -51,15 +51,14 @@ feedback = {feedback}
 """
 #: CAN feedback sets. The full set is 14 frames a tick: 3500 frames/s (~0.46 Mbit/s) at 250 Hz but
 #: ~1.8 Mbit/s at 1 kHz, more than a 1 Mbit/s CAN bus carries. "auto" sends the full set up to 250 Hz and
-#: the status frame alone above (on the 2-vCPU VM the Python CAN stack of link and peer, ~30 µs a frame
-#: each side, cannot carry 5 frames a tick at 1 kHz without losses: README "Link latency").
+#: status + joint angles (5 frames a tick, ~0.65 Mbit/s) above, as a real 1 Mbit/s bus would need.
 FEEDBACK_SETS = {"status": ["HIL_Status"], "angles": ["HIL_Status", "HIL_JointAngle"],
                  "full": ["HIL_Status", "HIL_JointAngle", "HIL_JointVelocity", "HIL_Arm", "HIL_Force"]}
 
 
 def feedback_set(choice: str, rate_hz: float) -> list[str]:
     if choice == "auto":
-        choice = "full" if rate_hz <= 250 else "status"
+        choice = "full" if rate_hz <= 250 else "angles"
     return FEEDBACK_SETS[choice]
 
 SERIAL_DRIVER = """

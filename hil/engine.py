@@ -54,8 +54,6 @@ class TickEngine:
         self.applied = np.zeros((self.n_channels, 4))
         self.direct = np.zeros(n_mus)
         self.u = np.zeros(n_mus)
-        self._pw_s = np.zeros(self.n_channels)
-        self._amp_a = np.zeros(self.n_channels)
         # safety
         self.watchdog = Watchdog(safety.watchdog_timeout_s, period_s)
         self.gh = GHMonitor(safety.gh_action, safety.gh_threshold)
@@ -171,9 +169,7 @@ class TickEngine:
         else:
             self.applied[:] = self.latched
             if self.stim is not None:
-                np.multiply(self.applied[:, 0], 1e-6, out=self._pw_s)
-                np.multiply(self.applied[:, 1], 1e-3, out=self._amp_a)
-                self.stim.excitation(self._pw_s, self._amp_a, self.applied[:, 2], self.applied[:, 3], self.u)
+                self.stim.excitation_from_applied(self.applied, self.u)
             else:
                 self.u[:] = self.direct
         for _ in range(self.substeps):

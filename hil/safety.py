@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numba import njit
 
 GH_ACTIONS = ("monitor", "zero", "stop")
 
@@ -67,6 +68,15 @@ class GHMonitor:
         return (self.unstable and self.action == "zero", self.unstable and self.action == "stop")
 
 
+@njit(cache=True, nogil=True)
+def _outside(q, lo, hi) -> bool:
+    """Any q_i < lo_i or q_i > hi_i (one compiled call per tick instead of four numpy calls)."""
+    for i in range(q.shape[0]):
+        if q[i] < lo[i] or q[i] > hi[i]:
+            return True
+    return False
+
+
 class RangeOfMotion:
     """Alarm when a joint leaves its range by more than a margin."""
 
@@ -78,13 +88,9 @@ class RangeOfMotion:
         self.action = action
         self.alarm_ticks = 0
         self.alarm = False
-        self._below = np.zeros(self.lo.shape, bool)
-        self._above = np.zeros(self.lo.shape, bool)
 
     def update(self, q: np.ndarray) -> tuple[bool, bool]:
-        np.less(q, self.lo, out=self._below)
-        np.greater(q, self.hi, out=self._above)
-        self.alarm = bool(self._below.any() or self._above.any())
+        self.alarm = _outside(q, self.lo, self.hi)
         if self.alarm:
             self.alarm_ticks += 1
         return (self.alarm and self.action == "zero", self.alarm and self.action == "stop")

@@ -63,6 +63,14 @@ class SensorModel:
         self._n3 = np.zeros(3)
         self._noisy = (config.angle_noise_rad > 0 or config.velocity_noise_rad_s > 0
                        or config.force_noise_n > 0 or config.angle_quantum_rad > 0)
+        # field views resolved once: a slice copy into a view is several times cheaper per tick than a
+        # structured-record field assignment
+        f = self.true_frame
+        self._views = tuple(f[name][0] for name in ("q", "qdot", "th_angles", "hand_position", "gh_force",
+                                                    "st_contact_force"))
+        self._scalars = {name: f[name] for name in ("tick", "time", "elbow_flexion", "forearm_pronation",
+                                                    "gh_stability", "status")}
+        self._in_contact = f["st_in_contact"][0]
 
     def reset(self) -> None:
         self.rng = np.random.Generator(np.random.PCG64(self.config.seed))
@@ -70,20 +78,23 @@ class SensorModel:
 
     def measure(self, tick: int, time_s: float, outputs, status: int) -> np.ndarray:
         """The frame for this tick (a 1-element view valid until the next call)."""
+        q, qdot, th, hand, gh_force, st_force = self._views
+        q[:] = outputs.q
+        qdot[:] = outputs.qdot
+        th[:] = outputs.th_angles
+        hand[:] = outputs.hand_position
+        gh_force[:] = outputs.gh_force
+        st_force[:] = outputs.st_contact_force
+        sc = self._scalars
+        sc["tick"][0] = tick
+        sc["time"][0] = time_s
+        sc["elbow_flexion"][0] = q[9]
+        sc["forearm_pronation"][0] = q[10]
+        sc["gh_stability"][0] = outputs.gh_stability
+        sc["status"][0] = status
+        for i in range(2):     # in contact: the contact force is more than 1 N (sum of |components|)
+            self._in_contact[i] = abs(st_force[i, 0]) + abs(st_force[i, 1]) + abs(st_force[i, 2]) > 1.0
         f = self.true_frame[0]
-        f["tick"] = tick
-        f["time"] = time_s
-        f["q"] = outputs.q
-        f["qdot"] = outputs.qdot
-        f["th_angles"] = outputs.th_angles
-        f["elbow_flexion"] = outputs.q[9]
-        f["forearm_pronation"] = outputs.q[10]
-        f["hand_position"] = outputs.hand_position
-        f["gh_stability"] = outputs.gh_stability
-        f["gh_force"] = outputs.gh_force
-        f["st_contact_force"] = outputs.st_contact_force
-        f["st_in_contact"] = (np.abs(outputs.st_contact_force).sum(axis=1) > 1.0)
-        f["status"] = status
         if self._noisy:
             self._apply_noise(f)
         if self.config.delay_ticks == 0:

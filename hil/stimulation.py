@@ -28,6 +28,7 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
+from numba import njit
 
 from sim.config import ConfigError
 
@@ -92,8 +93,32 @@ def expand_gains(gains: dict[str, float], muscle_names, where: str, file=None) -
     return row
 
 
+@njit(cache=True, nogil=True)
+def _excitation_kernel(applied, pw_scale, amp_scale, q_th, q_sat, f_c, fuse_norm, g_d, gains, out):
+    """The module docstring's equations for every channel (rows of ``applied``: pulse width, amplitude,
+    frequency, mode; pw * pw_scale in s, amp * amp_scale in A) and muscle element, into ``out``."""
+    n_ch, n_mus = gains.shape
+    out[:] = 0.0
+    for c in range(n_ch):
+        x = (applied[c, 0] * pw_scale * applied[c, 1] * amp_scale - q_th[c]) / (q_sat[c] - q_th[c])
+        x = min(1.0, max(0.0, x))
+        r = x * x * (3.0 - 2.0 * x)
+        f_eff = max(0.0, applied[c, 2] * (1.0 + g_d[c] * applied[c, 3]))
+        phi = min(1.0, -np.expm1(-f_eff / f_c[c]) / fuse_norm[c])
+        level = r * phi
+        if level <= 0.0:
+            continue
+        for k in range(n_mus):
+            v = gains[c, k] * level
+            if v > out[k]:
+                out[k] = v
+    for k in range(n_mus):
+        out[k] = min(1.0, max(0.0, out[k]))
+    return out
+
+
 class StimulationModel:
-    """Vectorised stimulation -> excitation map of a set of channels (allocation-free hot path)."""
+    """Stimulation -> excitation map of a set of channels (a compiled, allocation-free hot path)."""
 
     def __init__(self, config: StimulationConfig, muscle_names, file=None) -> None:
         self.config = config
@@ -107,42 +132,23 @@ class StimulationModel:
         self.q_th, self.q_sat = p("threshold_charge_c"), p("saturation_charge_c")
         self.f_c, self.f_fuse, self.g_d = p("frequency_constant_hz"), p("fusion_frequency_hz"), p("doublet_gain")
         self._fuse_norm = -np.expm1(-self.f_fuse / self.f_c)
-        self._a = np.zeros(self.n_channels)
-        self._b = np.zeros(self.n_channels)
-        self._work = np.zeros((self.n_channels, n))
+        self._si = np.zeros((self.n_channels, 4))
 
     def excitation(self, pw_s, amp_a, freq_hz, mode, out) -> np.ndarray:
-        """u (138,) into ``out`` from per-channel arrays (SI units); no allocation of data buffers."""
-        a, b = self._a, self._b
-        # recruitment
-        np.multiply(pw_s, amp_a, out=a)
-        np.subtract(a, self.q_th, out=a)
-        np.subtract(self.q_sat, self.q_th, out=b)
-        np.divide(a, b, out=a)
-        np.clip(a, 0.0, 1.0, out=a)
-        np.multiply(a, -2.0, out=b)
-        np.add(b, 3.0, out=b)
-        np.multiply(b, a, out=b)
-        np.multiply(b, a, out=b)            # b = r
-        # frequency factor with doublet/triplet gain
-        np.multiply(mode, self.g_d, out=a)
-        np.add(a, 1.0, out=a)
-        np.multiply(a, freq_hz, out=a)
-        np.maximum(a, 0.0, out=a)
-        np.divide(a, self.f_c, out=a)
-        np.negative(a, out=a)
-        np.expm1(a, out=a)
-        np.negative(a, out=a)
-        np.divide(a, self._fuse_norm, out=a)
-        np.minimum(a, 1.0, out=a)           # a = phi
-        np.multiply(a, b, out=a)            # per-channel activation level
-        if self.n_channels == 0:
-            out[:] = 0.0
-            return out
-        np.multiply(self.gains, a[:, None], out=self._work)
-        np.max(self._work, axis=0, out=out)
-        np.clip(out, 0.0, 1.0, out=out)
-        return out
+        """u (138,) into ``out`` from per-channel arrays in SI units (s, A, Hz, mode)."""
+        si = self._si
+        si[:, 0], si[:, 1], si[:, 2], si[:, 3] = pw_s, amp_a, freq_hz, mode
+        return self.excitation_from_applied(si, out, 1.0, 1.0)
+
+    def excitation_from_applied(self, applied, out, pw_scale: float = 1e-6, amp_scale: float = 1e-3) -> np.ndarray:
+        """u into ``out`` from the loop's (n_channels, 4) array: pulse width µs, amplitude mA, frequency
+        Hz, mode (one compiled kernel: no allocation, no per-channel Python)."""
+        return _excitation_kernel(applied, pw_scale, amp_scale, self.q_th, self.q_sat, self.f_c, self._fuse_norm,
+                                  self.g_d, self.gains, out)
+
+    def warmup(self) -> None:
+        """Compile (or load from cache) the kernel before the loop starts."""
+        self.excitation_from_applied(np.zeros((self.n_channels, 4)), np.zeros(self.gains.shape[1]))
 
     def check_command(self, channel: int, pw_us: float, amp_ma: float, freq_hz: float, mode: int):
         """((pw, amp, freq, mode), reason): reason None if within limits; with policy 'reject' an
