@@ -692,6 +692,7 @@ BENCH_LOOP_CONFIG = """
 [loop]
 period_ms = {period_ms}
 substeps = {substeps}
+spin_us = {spin_us}
 cpu = {cpu}
 [stimulation]
 mode = "direct"
@@ -724,6 +725,8 @@ def bench_loop(
     period: Annotated[float, typer.Option(help="Loop period, s (1-10 ms).")] = 0.001,
     duration: Annotated[float, typer.Option(help="Measured run length, s.")] = 30.0,
     scrape_interval: Annotated[float, typer.Option(help="Scrape /metrics every this many s (0: never).")] = 0.1,
+    spin_us: Annotated[float, typer.Option(help="[loop] spin_us: spin this long before each deadline "
+                                                "(>= the period: never sleep).")] = 200.0,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Loopback run at the given period while this process scrapes the metrics endpoint; prints tick
@@ -745,7 +748,11 @@ def bench_loop(
     substeps = max(1, math.ceil(period / 0.006 - 1e-9))
     cfg_path = work / "bench.toml"
     cpu = (os.cpu_count() or 1) - 1  # the loop on the last CPU; supervisor and exporter elsewhere
-    cfg_path.write_text(BENCH_LOOP_CONFIG.format(period_ms=period * 1e3, substeps=substeps, port=port, cpu=cpu))
+    if not 0.0 <= spin_us <= 5000.0:
+        _error(f"--spin-us must be between 0 and 5000, not {spin_us!r}")
+        raise typer.Exit(2)
+    cfg_path.write_text(BENCH_LOOP_CONFIG.format(period_ms=period * 1e3, substeps=substeps, port=port, cpu=cpu,
+                                                 spin_us=spin_us))
     ctx = mp.get_context("spawn")
     status = ctx.Array("d", len(service.STATUS_FIELDS), lock=False)
     results = ctx.Queue()
@@ -768,7 +775,7 @@ def bench_loop(
         _error(summary["error"])
         raise typer.Exit(1)
     lat = summary["lateness_us"]
-    doc = {"period_s": period, "duration_s": duration, "ticks": summary["ticks"],
+    doc = {"period_s": period, "duration_s": duration, "spin_us": spin_us, "ticks": summary["ticks"],
            "p50_us": lat["p50"], "p99_us": lat["p99"], "p999_us": lat["p99.9"], "max_us": lat["max"],
            "misses_over_1ms": summary["late_over_1ms"], "deadline_misses": summary["deadline_misses"],
            "scrapes": scrapes, "scrape_failures": failures,

@@ -148,6 +148,15 @@ class TickEngine:
         self._count(self.received, driver)
         self.watchdog.feed(self.tick)
 
+    def warmup(self) -> None:
+        """Compile (or load from numba's cache) and touch every kernel of a tick without changing any
+        state: the plant (stepped and restored), the stimulation map and the range check."""
+        from hil.safety import _outside
+        self.plant.warmup()
+        if self.stim is not None:
+            self.stim.warmup()
+        _outside(self.plant.outputs.q, self.rom.lo, self.rom.hi)
+
     # -- the tick ----------------------------------------------------------------------------
     def begin(self, tick: int, overrun: bool = False) -> None:
         """Start tick ``tick``: drivers hand their commands to this sink after this call."""

@@ -180,6 +180,7 @@ class RealtimeLoop:
         gc.collect()
         gc.freeze()
         gc.disable()
+        engine.warmup()             # touch every kernel and the plant's data right before the first tick
         clock = time.monotonic_ns
         t0 = clock() + 2 * period_ns
         slot = 0               # wall-clock deadline index

@@ -150,9 +150,7 @@ def rt_main(config_path: str, duration_s, status, result_queue, record_path=None
         status[_status_index("state")] = STATE_WARMING
         cfg = load_service_config(config_path)
         model, engine, drivers = build_engine(cfg)
-        engine.plant.warmup()
-        if engine.stim is not None:
-            engine.stim.warmup()
+        engine.warmup()
         n_ticks = ticks_for(duration_s, cfg.loop.period_s)
         loop = RealtimeLoop(engine, drivers, cfg.loop)
         ctx = mp.get_context("spawn")
