@@ -155,13 +155,9 @@ class MetricsBlock:
         return _Histogram(self.values, i, spec.buckets)
 
     def release(self) -> None:
+        from hil.shm_ring import close_shared_memory
         del self.values
-        self.shm.close()
-        if self.owner:
-            try:
-                self.shm.unlink()
-            except FileNotFoundError:
-                pass
+        close_shared_memory(self.shm, self.owner)
 
 
 class ShmCollector:
@@ -266,6 +262,7 @@ class LoopMetrics:
                          for i, n in enumerate(driver_names) for r in reasons}
         self.connected = {i: block.gauge("hil_controller_connected", driver=n) for i, n in enumerate(driver_names)}
         self.period_s = period_s
+        self.drivers = ()          # set by the loop: each driver's connected() feeds hil_controller_connected
         self.last_start = 0
         self.first_start = 0
         self.n = 0
@@ -298,8 +295,9 @@ class LoopMetrics:
         for key, n in engine.rejected.items():
             if key in self.rejected:
                 self.rejected[key].set(n)
-        alive = 0.0 if engine.watchdog.tripped else 1.0
-        for g in self.connected.values():
-            g.set(alive)
+        alive = not engine.watchdog.tripped
+        for i, g in self.connected.items():
+            link_up = self.drivers[i].connected() if i < len(self.drivers) else True
+            g.set(1.0 if alive and link_up else 0.0)
         if now_ns > self.first_start:
             self.rtf.set(self.n * self.period_s / ((now_ns - self.first_start) * 1e-9 + self.period_s))

@@ -113,9 +113,14 @@ class ShmRing:
     def release(self) -> None:
         """Close this process's mapping (and unlink the block if this side created it)."""
         del self._ctl, self._records, self._bytes, self.aux
-        self.shm.close()
-        if self.owner:
-            try:
-                self.shm.unlink()
-            except FileNotFoundError:
-                pass
+        close_shared_memory(self.shm, self.owner)
+
+
+def close_shared_memory(shm: shared_memory.SharedMemory, owner: bool) -> None:
+    """Close this process's mapping; the creating side also unlinks the block (once)."""
+    shm.close()
+    if owner:
+        try:
+            shm.unlink()
+        except FileNotFoundError:
+            pass

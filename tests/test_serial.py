@@ -76,7 +76,20 @@ def test_endpoint_on_a_pty_answers_and_streams(tmp_path):
         time.sleep(0.7)                                                           # client silent: gone
         rec = ring.pop_available()
         assert ring.aux[0] == 0 and all(tuple(r["values"]) == (0, 0, 0, 0) for r in rec if r["kind"] == KIND_CHANNEL)
-        assert any(f.command == CMD_INIT for f in parser.feed(client.read(9)))    # offered again
+        again = None
+        while again is None:                                                      # offered again ...
+            again = next((f for f in parser.feed(client.read(9)) if f.command == CMD_INIT), None)
+        client.write(encode_frame(again.counter, 2, b"\x00"))                      # ... and a new client
+        client.write(encode_frame(3, 30, bytes([0, 0b0010, 0, 1, 0, 48, 0])))      # ch2, T = 25 ms
+        client.write(encode_frame(4, 32, bytes([2, 0, 250, 20])))                  # triplet 250 us 20 mA
+        replies = []
+        while len(replies) < 2:
+            replies += [f for f in parser.feed(client.read(1)) if f.command != CMD_INIT]
+        assert [r.data for r in replies] == [b"\x00", b"\x00"]
+        time.sleep(0.1)
+        rec = ring.pop_available()
+        last = {int(r["index"]): tuple(r["values"]) for r in rec if r["kind"] == KIND_CHANNEL}
+        assert last[1] == (250, 20, 40, 2) and ring.aux[0] == 1                   # the link is usable again
         out = np.zeros(2, [("echo_seq", "<i4"), ("frame", frame_dtype())])
         out["frame"]["tick"] = (1, 2)
         out["echo_seq"] = 2
