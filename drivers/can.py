@@ -22,7 +22,7 @@ and channel/block (``duplicate_counter``) or 1..127 behind it (``stale_counter``
 from __future__ import annotations
 
 import os
-import threading
+import select
 import time
 
 import numpy as np
@@ -75,6 +75,7 @@ class CanEndpoint(LinkEndpoint):
         self.connected_timeout_ns = int(connected_timeout_s * 1e9)
         self.bus = None
         self.counters: dict[tuple[int, int], tuple[int, int]] = {}
+        self._last_valid = 0
 
     def open(self) -> dict[str, str]:
         import can
@@ -98,19 +99,27 @@ class CanEndpoint(LinkEndpoint):
         return {"can": f"{self.interface}:{self.channel}"}
 
     # -- receive ------------------------------------------------------------------------------
-    def receive_forever(self, inbound: Inbound, stop: threading.Event) -> None:
-        last_valid = 0
-        while not stop.is_set():
-            msg = self.bus.recv(0.1)
+    def fileno(self) -> int | None:
+        try:
+            fd = self.bus.fileno()
+        except (NotImplementedError, AttributeError, OSError):
+            return None
+        return fd if isinstance(fd, int) and fd >= 0 else None
+
+    def receive(self, inbound: Inbound, timeout_s: float) -> None:
+        msg = self.bus.recv(timeout_s)
+        while msg is not None:
             now = time.monotonic_ns()
-            if msg is not None:
-                inbound.count_in()
-                if self.handle(msg, now, inbound):
-                    last_valid = now
-                    inbound.set_connected(True)
-            if last_valid and now - last_valid > self.connected_timeout_ns:
-                inbound.set_connected(False)
-                last_valid = 0
+            inbound.count_in()
+            if self.handle(msg, now, inbound):
+                self._last_valid = now
+                inbound.set_connected(True)
+            msg = self.bus.recv(0.0)
+
+    def periodic(self, inbound: Inbound) -> None:
+        if self._last_valid and time.monotonic_ns() - self._last_valid > self.connected_timeout_ns:
+            inbound.set_connected(False)
+            self._last_valid = 0
 
     def handle(self, msg, now: int, inbound: Inbound) -> bool:
         """Validate and decode one received frame into records; False if it was rejected."""
@@ -173,19 +182,19 @@ class CanEndpoint(LinkEndpoint):
         return True
 
     # -- send ----------------------------------------------------------------------------------
-    def encode_feedback(self, frame, echo_seq: int) -> list[tuple[int, bytes]]:
-        """(frame id, data) of one feedback set, ``HIL_Status`` first; values saturated to the DBC range."""
+    def encode_feedback(self, frame, echo_seq: int):
+        """(frame id, data) of one feedback set, ``HIL_Status`` first, each encoded when it is due (the
+        status goes out before the rest is encoded); values saturated to the DBC range."""
         values = feedback_values(frame, echo_seq)
-        out = []
         for name, msg, ranges, by_block in self._tx:
             for d in values[name]:
                 if "v" in d:
                     d = {"block": d["block"], "tick8": d["tick8"], **dict(zip(by_block[d["block"]], d["v"]))}
                 clipped = {k: min(max(v, ranges[k][0]), ranges[k][1]) for k, v in d.items()}
-                out.append((msg.frame_id, msg.encode(clipped, strict=False)))
-        return out
+                yield msg.frame_id, msg.encode(clipped, strict=False)
 
     def send_feedback(self, records: np.ndarray, stats: np.ndarray) -> None:
+        fd = self.fileno() if self.inbound is not None else None
         for rec in records:
             frame = rec["frame"]
             if int(frame["tick"]) % self.feedback_every:
@@ -196,6 +205,9 @@ class CanEndpoint(LinkEndpoint):
                     stats[AUX_FRAMES_OUT] += 1
                 except self._can_error:
                     stats[AUX_SEND_ERRORS] += 1
+                # a controller answers the status frame at once: take its command between our frames
+                if fd is not None and select.select([fd], [], [], 0)[0]:
+                    self.receive(self.inbound, 0.0)
 
     def close(self) -> None:
         if self.bus is not None:

@@ -7,8 +7,12 @@ therefore starts one **link process** per transport and talks to it through shar
 
     link process                                   real-time process
     ------------                                   -----------------
-    receiver thread: read, decode, validate  --->  inbound ShmRing (LINK_RECORD)  ---> fetch(): sink calls
-    main thread: encode, write feedback      <---  outbound ShmRing (echo + frame) <--- publish() + wake byte
+    read, decode, validate             --->  inbound ShmRing (LINK_RECORD)   ---> fetch(): sink calls
+    encode, write feedback             <---  outbound ShmRing (echo + frame) <--- publish() + wake byte
+
+  One thread serves both directions with ``select`` on the wake socket and the transport's descriptor
+  (serial ptys/ttys, SocketCAN, udp_multicast), feedback first; a transport without a descriptor gets a
+  receiver thread that blocks in it while the main thread sends.
 
 - Inbound records are already parsed and validated at the transport level (checksums, lengths, ids,
   counters): a malformed frame becomes a ``KIND_REJECT`` record with its reason, which ``fetch`` hands
@@ -24,9 +28,9 @@ therefore starts one **link process** per transport and talks to it through shar
 """
 from __future__ import annotations
 
-import math
 import multiprocessing as mp
 import os
+import select
 import socket
 import sys
 import threading
@@ -103,19 +107,39 @@ class LinkEndpoint(ABC):
 
     Subclasses take plain (picklable) keyword arguments in ``__init__`` and must not open anything
     there: :meth:`open` does, and returns the ports to announce (e.g. ``{"stimulator": "/dev/pts/4"}``).
+    Receiving is split so that one thread can serve both directions: :meth:`receive` handles what
+    arrived (waiting at most ``timeout_s``), :meth:`periodic` does time-driven work (timeouts, resends).
     """
+
+    #: how often periodic() must run at least, s
+    poll_interval_s = 0.05
+    #: the inbound writer, set by the link loop (None in tests that drive an endpoint directly)
+    inbound: Inbound | None = None
 
     @abstractmethod
     def open(self) -> dict[str, str]:
         """Open the transport; raise with a clear message when it cannot be opened."""
 
+    def fileno(self) -> int | None:
+        """A file descriptor that becomes readable when frames arrive (None: no such descriptor)."""
+        return None
+
     @abstractmethod
-    def receive_forever(self, inbound: Inbound, stop: threading.Event) -> None:
-        """Receiver thread: read, decode, validate and push records until ``stop`` is set."""
+    def receive(self, inbound: Inbound, timeout_s: float) -> None:
+        """Read, decode, validate and push everything that arrived, waiting at most ``timeout_s``."""
+
+    def periodic(self, inbound: Inbound) -> None:
+        """Time-driven work (connection timeouts, resends)."""
 
     @abstractmethod
     def send_feedback(self, records: np.ndarray, stats: np.ndarray) -> None:
-        """Main thread: send these :func:`feedback_dtype` records; count in ``stats`` (the aux words)."""
+        """Send these :func:`feedback_dtype` records; count in ``stats`` (the aux words)."""
+
+    def receive_forever(self, inbound: Inbound, stop: threading.Event) -> None:
+        """Receive until ``stop`` is set (the receiver thread of transports without a descriptor)."""
+        while not stop.is_set():
+            self.receive(inbound, self.poll_interval_s)
+            self.periodic(inbound)
 
     def close(self) -> None:
         """Release the transport."""
@@ -149,7 +173,7 @@ def _run_link(endpoint_cls, endpoint_args: dict, in_name: str, out_name: str, ou
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)     # the supervisor decides; shutdown closes the ring
-    sys.setswitchinterval(2e-4)   # receiver and sender threads hand the GIL over within 0.2 ms, not 5 ms
+    sys.setswitchinterval(2e-4)   # with a receiver thread: hand the GIL over within 0.2 ms, not 5 ms
     for w in link_scheduling(priority, loop_cpu):   # before the receiver thread starts: it inherits them
         print(f"hil link: warning: {w}", file=sys.stderr, flush=True)
     in_ring = ShmRing.attach(in_name, LINK_RECORD, INBOUND_CAPACITY)
@@ -163,28 +187,15 @@ def _run_link(endpoint_cls, endpoint_args: dict, in_name: str, out_name: str, ou
             conn.send(("error", f"{type(exc).__name__}: {exc}"))
             return
         conn.send(("ready", ports))
-        stop = threading.Event()
         inbound = Inbound(in_ring)
-        receiver = threading.Thread(target=_guard, args=(endpoint.receive_forever, inbound, stop, conn),
-                                    name="link-receiver", daemon=True)
-        receiver.start()
         buf = np.zeros(OUTBOUND_CAPACITY, out_ring.dtype)
-        wake.settimeout(0.2)
-        while True:
-            try:
-                wake.recv(4096)
-            except (socket.timeout, BlockingIOError):
-                if os.getppid() != parent_pid:
-                    break
-            except OSError:
-                break
-            n = out_ring.pop_into(buf)
-            if n:
-                endpoint.send_feedback(buf[:n], in_ring.aux)
-            if out_ring.closed:
-                break
-        stop.set()
-        receiver.join(2.0)
+        fd = endpoint.fileno()
+        if fd is not None:
+            endpoint.inbound = inbound      # single thread: the endpoint may also receive while sending
+        if fd is None:
+            _thread_loop(endpoint, inbound, out_ring, buf, wake, parent_pid, conn, in_ring.aux)
+        else:
+            _select_loop(endpoint, fd, inbound, out_ring, buf, wake, parent_pid, in_ring.aux)
     finally:
         if endpoint is not None:
             try:
@@ -193,6 +204,64 @@ def _run_link(endpoint_cls, endpoint_args: dict, in_name: str, out_name: str, ou
                 pass
         in_ring.release()
         out_ring.release()
+
+
+def _feedback(endpoint, out_ring, buf, aux) -> bool:
+    """Send what the loop published; False once the loop has closed the ring."""
+    n = out_ring.pop_into(buf)
+    if n:
+        endpoint.send_feedback(buf[:n], aux)
+    return not out_ring.closed
+
+
+def _select_loop(endpoint, fd, inbound, out_ring, buf, wake, parent_pid, aux) -> None:
+    """One thread serves both directions: no GIL hand-over between a receiver and a sender thread.
+    Feedback first when both are ready (the controller waits for it)."""
+    wake.setblocking(False)
+    wake_fd = wake.fileno()
+    fds = [wake_fd, fd]
+    next_periodic = 0.0
+    while True:
+        readable, _, _ = select.select(fds, [], [], endpoint.poll_interval_s)
+        if wake_fd in readable:
+            try:
+                while wake.recv(4096):
+                    pass
+            except (BlockingIOError, InterruptedError):
+                pass
+            except OSError:
+                break
+            if not _feedback(endpoint, out_ring, buf, aux):
+                break
+        if fd in readable:
+            endpoint.receive(inbound, 0.0)
+        now = time.monotonic()
+        if now >= next_periodic:
+            endpoint.periodic(inbound)
+            next_periodic = now + endpoint.poll_interval_s
+            if os.getppid() != parent_pid:
+                break
+
+
+def _thread_loop(endpoint, inbound, out_ring, buf, wake, parent_pid, conn, aux) -> None:
+    """A receiver thread blocks in the transport; this thread sends the feedback."""
+    stop = threading.Event()
+    receiver = threading.Thread(target=_guard, args=(endpoint.receive_forever, inbound, stop, conn),
+                                name="link-receiver", daemon=True)
+    receiver.start()
+    wake.settimeout(0.2)
+    while True:
+        try:
+            wake.recv(4096)
+        except (socket.timeout, BlockingIOError):
+            if os.getppid() != parent_pid:
+                break
+        except OSError:
+            break
+        if not _feedback(endpoint, out_ring, buf, aux):
+            break
+    stop.set()
+    receiver.join(2.0)
 
 
 def _guard(target, inbound, stop, conn) -> None:
@@ -323,10 +392,3 @@ class LinkDriver(Driver):
     def _shutdown(self) -> None:
         self._stop_link()
 
-
-def mono_ns() -> int:
-    return time.monotonic_ns()
-
-
-def finite(*values: float) -> bool:
-    return all(math.isfinite(v) for v in values)

@@ -26,7 +26,6 @@ import errno
 import os
 import select
 import termios
-import threading
 import time
 import tty
 
@@ -98,7 +97,7 @@ class ScienceModeEndpoint(LinkEndpoint):
         self.baudrate = baudrate
         self.sensor_every = sensor_every
         self.port = self.sensor = None
-        self.lock = threading.Lock()              # the emulator is used by the receiver thread only
+        self._last_seq = -1
 
     def open(self) -> dict[str, str]:
         from drivers.sciencemode2 import Rehastim2Emulator
@@ -136,40 +135,46 @@ class ScienceModeEndpoint(LinkEndpoint):
             freq = base / (stim.low_frequency_factor + 1) if slow else base
             inbound.channel(now, stim.counter, idx, float(c.pulse_width_us), float(c.amplitude_ma), freq, int(c.mode))
 
-    def receive_forever(self, inbound: Inbound, stop: threading.Event) -> None:
+    def fileno(self) -> int:
+        return self.port.fd
+
+    def receive(self, inbound: Inbound, timeout_s: float) -> None:
         from drivers.sciencemode2 import Activity, Connected, Rejected, StimulationChanged
-        em, stats = self.emulator, inbound.ring.aux
-        last_seq = -1
-        while not stop.is_set():
-            readable, _, _ = select.select([self.port.fd], [], [], 0.05)
-            now_s = time.monotonic()
-            now = int(now_s * 1e9)
-            if readable:
-                chunk = self.port.read()
-                if chunk:
-                    replies, events = em.receive(chunk, now_s)
-                    self._write_all(replies, stats)
-                    stats[AUX_FRAMES_OUT] += len(replies)
-                    for ev in events:
-                        if isinstance(ev, StimulationChanged):
-                            if ev.stimulation is None:
-                                self._zero(inbound, now, last_seq)
-                            else:
-                                last_seq = ev.stimulation.counter
-                                self._apply(ev.stimulation, inbound, now)
-                        elif isinstance(ev, Rejected):
-                            inbound.reject(now, ev.reason)
-                        elif isinstance(ev, Connected):
-                            inbound.set_connected(True)
-                            inbound.heartbeat(now)
-                        elif isinstance(ev, Activity):
-                            inbound.heartbeat(now)
-                    inbound.count_in()
-            if em.connected and em.last_activity_s is not None and now_s - em.last_activity_s > self.client_timeout_s:
-                em.reset()                               # the client is gone: zero, and offer Init again
-                self._zero(inbound, now, last_seq)
-                inbound.set_connected(False)
-            self._write_all(em.poll(now_s), stats)
+        if timeout_s > 0:
+            select.select([self.port.fd], [], [], timeout_s)
+        chunk = self.port.read()
+        if not chunk:
+            return
+        now_s = time.monotonic()
+        now = int(now_s * 1e9)
+        stats = inbound.ring.aux
+        replies, events = self.emulator.receive(chunk, now_s)
+        self._write_all(replies, stats)
+        stats[AUX_FRAMES_OUT] += len(replies)
+        for ev in events:
+            if isinstance(ev, StimulationChanged):
+                if ev.stimulation is None:
+                    self._zero(inbound, now, self._last_seq)
+                else:
+                    self._last_seq = ev.stimulation.counter
+                    self._apply(ev.stimulation, inbound, now)
+            elif isinstance(ev, Rejected):
+                inbound.reject(now, ev.reason)
+            elif isinstance(ev, Connected):
+                inbound.set_connected(True)
+                inbound.heartbeat(now)
+            elif isinstance(ev, Activity):
+                inbound.heartbeat(now)
+        inbound.count_in()
+
+    def periodic(self, inbound: Inbound) -> None:
+        em = self.emulator
+        now_s = time.monotonic()
+        if em.connected and em.last_activity_s is not None and now_s - em.last_activity_s > self.client_timeout_s:
+            em.reset()                               # the client is gone: zero, and offer Init again
+            self._zero(inbound, int(now_s * 1e9), self._last_seq)
+            inbound.set_connected(False)
+        self._write_all(em.poll(now_s), inbound.ring.aux)
 
     def send_feedback(self, records: np.ndarray, stats: np.ndarray) -> None:
         if self.sensor is None:

@@ -51,14 +51,16 @@ feedback = {feedback}
 """
 #: CAN feedback sets. The full set is 14 frames a tick: 3500 frames/s (~0.46 Mbit/s) at 250 Hz but
 #: ~1.8 Mbit/s at 1 kHz, more than a 1 Mbit/s CAN bus carries. "auto" sends the full set up to 250 Hz and
-#: status + joint angles (5 frames a tick, ~0.65 Mbit/s) above, as a real 1 Mbit/s bus would need.
+#: the status frame above: over python-can's udp_multicast every frame costs ~30 µs of Python in the
+#: link and in the peer (and each receives its own sends), which at 1 kHz on the 2-vCPU VM leaves no
+#: room for more (README "Link latency" has the figures for status + joint angles).
 FEEDBACK_SETS = {"status": ["HIL_Status"], "angles": ["HIL_Status", "HIL_JointAngle"],
                  "full": ["HIL_Status", "HIL_JointAngle", "HIL_JointVelocity", "HIL_Arm", "HIL_Force"]}
 
 
 def feedback_set(choice: str, rate_hz: float) -> list[str]:
     if choice == "auto":
-        choice = "full" if rate_hz <= 250 else "angles"
+        choice = "full" if rate_hz <= 250 else "status"
     return FEEDBACK_SETS[choice]
 
 SERIAL_DRIVER = """
@@ -122,8 +124,18 @@ class RoundTrips:
                 "feedback_frames": self.feedback, "lost_frames": self.lost}
 
 
+def _controller_scheduling() -> None:
+    """The peer runs like a real-time controller: SCHED_FIFO 60 (below the loop and the link) where
+    permitted, else normal scheduling."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(60))
+    except (OSError, AttributeError):
+        pass
+
+
 def can_peer(group: str, dbc: str, period_s: float, duration_s: float, out) -> None:
     """A CAN controller: python-can udp_multicast + cantools only."""
+    _controller_scheduling()
     import can
     import cantools
     db = cantools.database.load_file(dbc)
@@ -164,6 +176,7 @@ def can_peer(group: str, dbc: str, period_s: float, duration_s: float, out) -> N
 def serial_peer(stim_port: str, sensor_port: str, period_s: float, duration_s: float, out) -> None:
     """A ScienceMode2 controller written against the frame format (pysciencemode cannot update at 1 kHz:
     it waits for every acknowledgement by spinning), reading the sensor stream."""
+    _controller_scheduling()
     import serial
 
     from drivers.sciencemode2 import (_AMBIGUOUS_COUNTERS, CMD_INIT, CMD_INIT_ACK, CMD_INIT_CLM, CMD_START_CLM,

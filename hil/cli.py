@@ -803,7 +803,7 @@ def bench_link(
     rate: Annotated[Optional[list[float]], typer.Option(help="Loop rate(s), Hz (default: 250 and 1000).")] = None,
     duration: Annotated[float, typer.Option(help="Measured length per rate, s.")] = 30.0,
     feedback: Annotated[str, typer.Option(
-        help="CAN feedback set: auto (full up to 250 Hz, angles above), status, angles (status + joint "
+        help="CAN feedback set: auto (full up to 250 Hz, status above), status, angles (status + joint "
              "angles) or full.")] = "auto",
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
