@@ -603,6 +603,20 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine() or "unknown"
 
 
+def _steal_s(cpu: int) -> float | None:
+    """Time the hypervisor ran something else while ``cpu`` had work (``steal`` column of
+    /proc/stat, proc(5)), s; None where the kernel does not report it."""
+    try:
+        with open("/proc/stat", encoding="utf-8") as fh:
+            for line in fh:
+                fields = line.split()
+                if fields[0] == f"cpu{cpu}" and len(fields) > 8:
+                    return int(fields[8]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError):
+        pass
+    return None
+
+
 def _time_steps(plant, u: np.ndarray, n_steps: int) -> np.ndarray:
     """Duration of each of ``n_steps`` plant steps, ns, with the cyclic GC off."""
     durations = np.empty(n_steps, dtype=np.int64)
@@ -758,6 +772,7 @@ def bench_loop(
     results = ctx.Queue()
     proc = ctx.Process(target=service.rt_main, args=(str(cfg_path), duration, status, results, None),
                        name="hil-rt")
+    steal_before = _steal_s(cpu)
     proc.start()
     scrapes = failures = 0
     state_i = service.STATUS_FIELDS.index("state")
@@ -770,17 +785,19 @@ def bench_loop(
                     scrapes += 1
                 except OSError:
                     failures += 1
+    steal_after = _steal_s(cpu)
     summary = results.get(timeout=5)
     if not summary.get("ok"):
         _error(summary["error"])
         raise typer.Exit(1)
     lat = summary["lateness_us"]
+    steal_ms = None if steal_before is None or steal_after is None else round((steal_after - steal_before) * 1e3, 1)
     doc = {"period_s": period, "duration_s": duration, "spin_us": spin_us, "ticks": summary["ticks"],
            "p50_us": lat["p50"], "p99_us": lat["p99"], "p999_us": lat["p99.9"], "max_us": lat["max"],
            "misses_over_1ms": summary["late_over_1ms"], "deadline_misses": summary["deadline_misses"],
            "scrapes": scrapes, "scrape_failures": failures,
            "cpu_percent": 100.0 * summary["cpu_s"] / max(summary["wall_s"], 1e-9),
-           "realtime": summary["realtime"], "cpu": _cpu_model()}
+           "steal_ms_loop_cpu": steal_ms, "realtime": summary["realtime"], "cpu": _cpu_model()}
     if json_out:
         _print_json(doc)
         return
@@ -795,6 +812,8 @@ def bench_loop(
     rt = doc["realtime"]
     _stdout().print(f"SCHED_FIFO {'yes' if rt['sched_fifo'] else 'no'}, mlock {'yes' if rt['mlock'] else 'no'}; "
                     f"CPU {doc['cpu']}")
+    if steal_ms is not None:
+        _stdout().print(f"hypervisor steal on the loop CPU (cpu{cpu}) during the run: {steal_ms:.0f} ms")
 
 
 @bench_app.command("link")
