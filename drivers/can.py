@@ -21,6 +21,7 @@ and channel/block (``duplicate_counter``) or 1..127 behind it (``stale_counter``
 """
 from __future__ import annotations
 
+import math
 import os
 import select
 import time
@@ -37,43 +38,42 @@ DEFAULT_DBC = "fes-hil.dbc"
 _RANGE_TOL = 1e-9
 
 
-def feedback_values(frame, echo_seq: int) -> dict[str, list[dict[str, float]]]:
-    """Signal values of every feedback message for one sensor frame (physical units, unclipped)."""
-    tick = int(frame["tick"])
+def status_values(frame, echo_seq: int) -> dict[str, float]:
+    """Signals of ``HIL_Status`` for one sensor frame."""
     status = int(frame["status"])
-    st = {"tick": tick & 0xFFFFFFFF, "echo_counter": max(echo_seq, 0) & 0xFF,
+    st = {"tick": int(frame["tick"]) & 0xFFFFFFFF, "echo_counter": max(echo_seq, 0) & 0xFF,
           "gh_stability": float(frame["gh_stability"])}
     for bit, name in enumerate(STATUS_SIGNALS[:6]):
         st[name] = (status >> bit) & 1
     st["ts_contact"], st["ai_contact"] = int(frame["st_in_contact"][0]), int(frame["st_in_contact"][1])
-    return {"HIL_Status": [st],
-            "HIL_JointAngle": _blocks(frame["q"], tick),
-            "HIL_JointVelocity": _blocks(frame["qdot"], tick),
-            "HIL_Arm": _blocks(np.concatenate([frame["th_angles"], frame["hand_position"]]), tick),
-            "HIL_Force": _blocks(np.concatenate([frame["gh_force"], frame["st_contact_force"].ravel()]), tick)}
+    return st
 
 
-def _blocks(values, tick: int) -> list[dict]:
-    return [{"block": b, "tick8": tick & 0xFF, "v": [float(x) for x in values[3 * b:3 * b + 3]]}
-            for b in range(-(-len(values) // 3))]
+#: The sensor-frame values each multiplexed feedback message carries, three per block, in block order.
+BLOCK_VALUES = {
+    "HIL_JointAngle": lambda f: f["q"],
+    "HIL_JointVelocity": lambda f: f["qdot"],
+    "HIL_Arm": lambda f: np.concatenate([f["th_angles"], f["hand_position"]]),
+    "HIL_Force": lambda f: np.concatenate([f["gh_force"], f["st_contact_force"].ravel()]),
+}
 
 
 class CanEndpoint(LinkEndpoint):
     """Link-process side of the CAN transport."""
 
     def __init__(self, interface: str, channel, dbc_path: str, muscle_names: list[str],
-                 groups: dict[int, list[int]], bus_kwargs: dict | None = None,
+                 bus_kwargs: dict | None = None,
                  feedback: tuple[str, ...] = FEEDBACK_MESSAGES, feedback_every: int = 1,
                  counter_reset_s: float = 0.5, connected_timeout_s: float = 1.0) -> None:
         self.interface, self.channel, self.dbc_path = interface, channel, dbc_path
         self.muscle_index = {f"u_{m}": i for i, m in enumerate(muscle_names)}
-        self.groups = groups
         self.bus_kwargs = dict(bus_kwargs or {})
         self.feedback = tuple(feedback)
         self.feedback_every = feedback_every
         self.counter_reset_ns = int(counter_reset_s * 1e9)
         self.connected_timeout_ns = int(connected_timeout_s * 1e9)
         self.bus = None
+        self._fd = None
         self.counters: dict[tuple[int, int], tuple[int, int]] = {}
         self._last_valid = 0
 
@@ -96,15 +96,21 @@ class CanEndpoint(LinkEndpoint):
                 for b in s.multiplexer_ids or ():
                     by_block.setdefault(b, []).append(s.name)
             self._tx.append((name, msg, ranges, by_block))
+        # accepted range of every signal of the controller's messages, by frame id
+        self._rx_ranges = {m.frame_id: {s.name: (-np.inf if s.minimum is None else s.minimum - _RANGE_TOL,
+                                                 np.inf if s.maximum is None else s.maximum + _RANGE_TOL)
+                                        for s in m.signals}
+                           for m in self.db.messages if m.frame_id < FRAME_ID_STATUS}
+        try:
+            fd = self.bus.fileno()
+        except (NotImplementedError, AttributeError, OSError):
+            fd = None
+        self._fd = fd if isinstance(fd, int) and fd >= 0 else None
         return {"can": f"{self.interface}:{self.channel}"}
 
     # -- receive ------------------------------------------------------------------------------
     def fileno(self) -> int | None:
-        try:
-            fd = self.bus.fileno()
-        except (NotImplementedError, AttributeError, OSError):
-            return None
-        return fd if isinstance(fd, int) and fd >= 0 else None
+        return self._fd
 
     def receive(self, inbound: Inbound, timeout_s: float) -> None:
         msg = self.bus.recv(timeout_s)
@@ -147,9 +153,10 @@ class CanEndpoint(LinkEndpoint):
         except (self._decode_error, ValueError, KeyError):
             inbound.reject(now, "out_of_range" if spec.is_multiplexed() else "bad_frame")
             return False
-        for s in spec.signals:
-            v = values.get(s.name)
-            if v is not None and not (s.minimum - _RANGE_TOL <= v <= s.maximum + _RANGE_TOL):
+        ranges = self._rx_ranges[fid]
+        for name, v in values.items():
+            lo, hi = ranges[name]
+            if not lo <= v <= hi:
                 inbound.reject(now, "out_of_range")
                 return False
         counter = int(values["counter"])
@@ -175,8 +182,7 @@ class CanEndpoint(LinkEndpoint):
                 if m is not None:
                     inbound.excitation(now, counter, m, float(v))
         elif fid == FRAME_ID_GROUP:
-            for m in self.groups.get(int(values["group"]), ()):
-                inbound.excitation(now, counter, m, float(values["value"]))
+            inbound.group_excitation(now, counter, int(values["group"]), float(values["value"]))
         elif fid == FRAME_ID_HEARTBEAT:
             inbound.heartbeat(now, counter)
         return True
@@ -185,16 +191,20 @@ class CanEndpoint(LinkEndpoint):
     def encode_feedback(self, frame, echo_seq: int):
         """(frame id, data) of one feedback set, ``HIL_Status`` first, each encoded when it is due (the
         status goes out before the rest is encoded); values saturated to the DBC range."""
-        values = feedback_values(frame, echo_seq)
+        tick8 = int(frame["tick"]) & 0xFF
         for name, msg, ranges, by_block in self._tx:
-            for d in values[name]:
-                if "v" in d:
-                    d = {"block": d["block"], "tick8": d["tick8"], **dict(zip(by_block[d["block"]], d["v"]))}
-                clipped = {k: min(max(v, ranges[k][0]), ranges[k][1]) for k, v in d.items()}
+            if name == "HIL_Status":
+                blocks = [status_values(frame, echo_seq)]
+            else:
+                v = BLOCK_VALUES[name](frame)
+                blocks = [{"block": b, "tick8": tick8, **{k: float(x) for k, x in zip(names, v[3 * b:3 * b + 3])}}
+                          for b, names in sorted(by_block.items())]
+            for d in blocks:
+                clipped = {k: min(max(x, ranges[k][0]), ranges[k][1]) for k, x in d.items()}
                 yield msg.frame_id, msg.encode(clipped, strict=False)
 
     def send_feedback(self, records: np.ndarray, stats: np.ndarray) -> None:
-        fd = self.fileno() if self.inbound is not None else None
+        fd = self._fd if self.inbound is not None else None
         for rec in records:
             frame = rec["frame"]
             if int(frame["tick"]) % self.feedback_every:
@@ -215,7 +225,7 @@ class CanEndpoint(LinkEndpoint):
             self.bus = None
 
 
-_KEYS = {"priority", "type", "interface", "channel", "dbc", "feedback", "feedback_every", "counter_reset_s", "bus", "name"}
+_KEYS = {"priority", "type", "interface", "channel", "dbc", "feedback", "feedback_every", "counter_reset_s", "bus"}
 
 
 class CanDriver(LinkDriver):
@@ -225,7 +235,6 @@ class CanDriver(LinkDriver):
 
     @classmethod
     def from_config(cls, spec: dict, engine, index: int, base_dir: str, file: str | None = None, loop=None) -> "CanDriver":
-        from hil.service import muscle_groups
         from sim.config import ConfigError
         key = f"driver[{index}]"
         for k in spec:
@@ -247,15 +256,14 @@ class CanDriver(LinkDriver):
         if not isinstance(every, int) or isinstance(every, bool) or every < 1:
             raise ConfigError("must be an integer >= 1", file=file, key=f"{key}.feedback_every")
         reset = spec.get("counter_reset_s", 0.5)
-        if not isinstance(reset, (int, float)) or isinstance(reset, bool) or not reset > 0:
-            raise ConfigError("must be a number of seconds > 0", file=file, key=f"{key}.counter_reset_s")
+        if not isinstance(reset, (int, float)) or isinstance(reset, bool) or not 0 < reset < math.inf:
+            raise ConfigError("must be a finite number of seconds > 0", file=file, key=f"{key}.counter_reset_s")
         bus_kwargs = spec.get("bus", {})
         if not isinstance(bus_kwargs, dict):
             raise ConfigError("must be a table of python-can Bus arguments", file=file, key=f"{key}.bus")
-        names = engine.plant.model.muscle_names
-        groups = {i: [int(m) for m in members] for i, members in enumerate(muscle_groups(names).values())}
-        args = dict(interface=interface, channel=spec.get("channel"), dbc_path=dbc_path, muscle_names=list(names),
-                    groups=groups, bus_kwargs=bus_kwargs, feedback=feedback, feedback_every=every,
-                    counter_reset_s=float(reset))
+        args = dict(interface=interface, channel=spec.get("channel"), dbc_path=dbc_path,
+                    muscle_names=list(engine.plant.model.muscle_names), bus_kwargs=bus_kwargs, feedback=feedback,
+                    feedback_every=every, counter_reset_s=float(reset))
         priority, loop_cpu = link_settings(spec, loop, file, key)
-        return cls(CanEndpoint, args, engine.sensor.dtype, index=index, priority=priority, loop_cpu=loop_cpu)
+        return cls(CanEndpoint, args, engine.sensor.dtype, index=index, priority=priority, loop_cpu=loop_cpu,
+                   group_names=tuple(engine.groups))

@@ -88,6 +88,11 @@ class Inbound:
     def excitation(self, receive_ns: int, seq: int, muscle: int, value: float) -> None:
         self._push(receive_ns, seq, KIND_EXCITATION, 0, muscle, value)
 
+    def group_excitation(self, receive_ns: int, seq: int, group: int, value: float) -> None:
+        """One excitation for every element of muscle group ``group`` (index into the driver's
+        ``group_names``), recorded as index -1 - group (``drivers.base.KIND_EXCITATION``)."""
+        self._push(receive_ns, seq, KIND_EXCITATION, 0, -1 - group, value)
+
     def heartbeat(self, receive_ns: int, seq: int = -1) -> None:
         self._push(receive_ns, seq, KIND_HEARTBEAT, 0, -1)
 
@@ -176,11 +181,11 @@ def _run_link(endpoint_cls, endpoint_args: dict, in_name: str, out_name: str, ou
     sys.setswitchinterval(2e-4)   # with a receiver thread: hand the GIL over within 0.2 ms, not 5 ms
     for w in link_scheduling(priority, loop_cpu):   # before the receiver thread starts: it inherits them
         print(f"hil link: warning: {w}", file=sys.stderr, flush=True)
-    in_ring = ShmRing.attach(in_name, LINK_RECORD, INBOUND_CAPACITY)
-    out_ring = ShmRing.attach(out_name, np.dtype(out_descr), OUTBOUND_CAPACITY)
-    endpoint = None
+    in_ring = out_ring = endpoint = None
     try:
         try:
+            in_ring = ShmRing.attach(in_name, LINK_RECORD, INBOUND_CAPACITY)
+            out_ring = ShmRing.attach(out_name, np.dtype(out_descr), OUTBOUND_CAPACITY)
             endpoint = endpoint_cls(**endpoint_args)
             ports = endpoint.open()
         except Exception as exc:  # reported to the driver's constructor, which raises it
@@ -193,17 +198,22 @@ def _run_link(endpoint_cls, endpoint_args: dict, in_name: str, out_name: str, ou
         if fd is not None:
             endpoint.inbound = inbound      # single thread: the endpoint may also receive while sending
         if fd is None:
-            _thread_loop(endpoint, inbound, out_ring, buf, wake, parent_pid, conn, in_ring.aux)
+            _thread_loop(endpoint, inbound, out_ring, buf, wake, parent_pid, in_ring.aux)
         else:
             _select_loop(endpoint, fd, inbound, out_ring, buf, wake, parent_pid, in_ring.aux)
+    except Exception as exc:  # the loop goes on without this link: shown as disconnected, error on stderr
+        print(f"hil link: stopped: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
     finally:
         if endpoint is not None:
             try:
                 endpoint.close()
             except Exception:
                 pass
-        in_ring.release()
-        out_ring.release()
+        if in_ring is not None:
+            in_ring.aux[AUX_CONNECTED] = 0
+            in_ring.release()
+        if out_ring is not None:
+            out_ring.release()
 
 
 def _feedback(endpoint, out_ring, buf, aux) -> bool:
@@ -243,10 +253,10 @@ def _select_loop(endpoint, fd, inbound, out_ring, buf, wake, parent_pid, aux) ->
                 break
 
 
-def _thread_loop(endpoint, inbound, out_ring, buf, wake, parent_pid, conn, aux) -> None:
+def _thread_loop(endpoint, inbound, out_ring, buf, wake, parent_pid, aux) -> None:
     """A receiver thread blocks in the transport; this thread sends the feedback."""
     stop = threading.Event()
-    receiver = threading.Thread(target=_guard, args=(endpoint.receive_forever, inbound, stop, conn),
+    receiver = threading.Thread(target=_guard, args=(endpoint.receive_forever, inbound, stop),
                                 name="link-receiver", daemon=True)
     receiver.start()
     wake.settimeout(0.2)
@@ -264,7 +274,7 @@ def _thread_loop(endpoint, inbound, out_ring, buf, wake, parent_pid, conn, aux) 
     receiver.join(2.0)
 
 
-def _guard(target, inbound, stop, conn) -> None:
+def _guard(target, inbound, stop) -> None:
     try:
         target(inbound, stop)
     except Exception as exc:  # the loop sees the link as disconnected; the error goes to stderr
@@ -292,8 +302,9 @@ class LinkDriver(Driver):
 
     def __init__(self, endpoint_cls: type[LinkEndpoint], endpoint_args: dict, frame_dtype: np.dtype,
                  index: int = 0, start_timeout_s: float = 30.0, priority: int | None = None,
-                 loop_cpu: int | None = None) -> None:
+                 loop_cpu: int | None = None, group_names: tuple[str, ...] = ()) -> None:
         self._proc = None
+        self.group_names = tuple(group_names)   # muscle groups by the index a group record carries
         self._in = ShmRing.create(LINK_RECORD, INBOUND_CAPACITY)
         self._out_rec = np.zeros(1, feedback_dtype(frame_dtype))
         self._outring = ShmRing.create(self._out_rec.dtype, OUTBOUND_CAPACITY)
@@ -307,15 +318,23 @@ class LinkDriver(Driver):
         try:
             self._proc.start()
             far.close()
+            child_conn.close()        # the child's end only: EOF here once the link process is gone
             if not parent_conn.poll(start_timeout_s):
                 raise DriverInitializationError(f"{endpoint_cls.__name__}: the link process did not start "
                                                 f"within {start_timeout_s:g} s")
-            status, info = parent_conn.recv()
+            try:
+                status, info = parent_conn.recv()
+            except EOFError:
+                self._proc.join(2.0)
+                raise DriverInitializationError(f"{endpoint_cls.__name__}: the link process exited during "
+                                                f"start-up (exit code {self._proc.exitcode})") from None
             if status != "ready":
                 raise DriverInitializationError(info)
         except BaseException:
             self._stop_link()
             raise
+        finally:
+            parent_conn.close()
         self.ports: dict[str, str] = dict(info)
         self._buf = np.zeros(MAX_RECORDS_PER_FETCH, LINK_RECORD)
         self.echo_seq = -1
@@ -334,7 +353,14 @@ class LinkDriver(Driver):
                 v = r["values"]
                 ok = sink.channel(d, ns, int(r["index"]), float(v[0]), float(v[1]), float(v[2]), int(v[3]))
             elif kind == KIND_EXCITATION:
-                ok = sink.excitation(d, ns, int(r["index"]), float(r["values"][0]))
+                m = int(r["index"])
+                if m >= 0:
+                    ok = sink.excitation(d, ns, m, float(r["values"][0]))
+                elif -1 - m < len(self.group_names):
+                    ok = sink.group_excitation(d, ns, self.group_names[-1 - m], float(r["values"][0]))
+                else:
+                    sink.reject(d, ns, "unknown_muscle")
+                    ok = False
             elif kind == KIND_HEARTBEAT:
                 sink.heartbeat(d, ns)
                 ok = True

@@ -23,6 +23,7 @@ by the loop's limits like commands from any transport (counted and recorded).
 from __future__ import annotations
 
 import errno
+import math
 import os
 import select
 import termios
@@ -32,6 +33,7 @@ import tty
 import numpy as np
 
 from drivers.link import link_settings, AUX_FRAMES_OUT, AUX_SEND_ERRORS, Inbound, LinkDriver, LinkEndpoint
+from drivers.sciencemode2 import BAUD_RATE, Activity, Connected, Rehastim2Emulator, Rejected, StimulationChanged
 from drivers.sensor_stream import encode_packet
 
 N_STIMULATOR_CHANNELS = 8
@@ -90,7 +92,7 @@ class ScienceModeEndpoint(LinkEndpoint):
     """Link-process side: the emulator on the stimulator port, the packet writer on the sensor port."""
 
     def __init__(self, port: str, sensor_port: str | None, channel_map: list[int], client_timeout_s: float,
-                 baudrate: int = 460800, sensor_every: int = 1) -> None:
+                 baudrate: int = BAUD_RATE, sensor_every: int = 1) -> None:
         self.port_spec, self.sensor_spec = port, sensor_port
         self.channel_map = list(channel_map)      # stimulator channel n (1-based) -> loop channel index or -1
         self.client_timeout_s = client_timeout_s
@@ -100,7 +102,6 @@ class ScienceModeEndpoint(LinkEndpoint):
         self._last_seq = -1
 
     def open(self) -> dict[str, str]:
-        from drivers.sciencemode2 import Rehastim2Emulator
         self.emulator = Rehastim2Emulator()
         self.port = _Port(self.port_spec, self.baudrate)
         ports = {"stimulator": self.port.path}
@@ -111,7 +112,9 @@ class ScienceModeEndpoint(LinkEndpoint):
 
     def _write_all(self, frames, stats) -> None:
         for f in frames:
-            if not self.port.write(f):
+            if self.port.write(f):
+                stats[AUX_FRAMES_OUT] += 1
+            else:
                 stats[AUX_SEND_ERRORS] += 1
 
     def _zero(self, inbound: Inbound, now: int, seq: int) -> None:
@@ -139,7 +142,6 @@ class ScienceModeEndpoint(LinkEndpoint):
         return self.port.fd
 
     def receive(self, inbound: Inbound, timeout_s: float) -> None:
-        from drivers.sciencemode2 import Activity, Connected, Rejected, StimulationChanged
         if timeout_s > 0:
             select.select([self.port.fd], [], [], timeout_s)
         chunk = self.port.read()
@@ -147,10 +149,10 @@ class ScienceModeEndpoint(LinkEndpoint):
             return
         now_s = time.monotonic()
         now = int(now_s * 1e9)
-        stats = inbound.ring.aux
+        frames_before = self.emulator.counters["frames_in"]
         replies, events = self.emulator.receive(chunk, now_s)
-        self._write_all(replies, stats)
-        stats[AUX_FRAMES_OUT] += len(replies)
+        self._write_all(replies, inbound.ring.aux)
+        inbound.count_in(self.emulator.counters["frames_in"] - frames_before)
         for ev in events:
             if isinstance(ev, StimulationChanged):
                 if ev.stimulation is None:
@@ -165,7 +167,6 @@ class ScienceModeEndpoint(LinkEndpoint):
                 inbound.heartbeat(now)
             elif isinstance(ev, Activity):
                 inbound.heartbeat(now)
-        inbound.count_in()
 
     def periodic(self, inbound: Inbound) -> None:
         em = self.emulator
@@ -194,7 +195,7 @@ class ScienceModeEndpoint(LinkEndpoint):
                 p.close()
 
 
-_KEYS = {"priority", "type", "port", "sensor_port", "sensor_every", "channel_map", "client_timeout_ms", "baudrate", "name"}
+_KEYS = {"priority", "type", "port", "sensor_port", "sensor_every", "channel_map", "client_timeout_ms", "baudrate"}
 
 
 class ScienceModeDriver(LinkDriver):
@@ -235,12 +236,13 @@ class ScienceModeDriver(LinkDriver):
                 fail("channel_map", f"entry {n} ({entry!r}) must be 0, a channel number 1..{len(names)} or one "
                                     f"of {names}")
         timeout = spec.get("client_timeout_ms", 2500)
-        if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not timeout >= 2000:
-            fail("client_timeout_ms", "must be >= 2000 ms (pysciencemode sends watchdogs up to 1.6 s apart)")
+        if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not 2000 <= timeout < math.inf:
+            fail("client_timeout_ms", "must be a finite number >= 2000 ms (pysciencemode sends watchdogs up to "
+                                      "1.6 s apart)")
         every = spec.get("sensor_every", 1)
         if not isinstance(every, int) or isinstance(every, bool) or every < 1:
             fail("sensor_every", "must be an integer >= 1")
-        baud = spec.get("baudrate", 460800)
+        baud = spec.get("baudrate", BAUD_RATE)
         if not isinstance(baud, int) or isinstance(baud, bool) or baud <= 0:
             fail("baudrate", "must be a positive integer")
         args = dict(port=port, sensor_port=None if sensor == "none" else sensor, channel_map=channel_map,

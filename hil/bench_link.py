@@ -127,16 +127,12 @@ class RoundTrips:
 def _controller_scheduling() -> None:
     """The peer runs like a real-time controller on its own machine as far as this one allows:
     SCHED_FIFO 60 (below the loop and the link) and off the loop's CPU (the last one) where permitted."""
-    try:
-        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(60))
-        n = os.cpu_count() or 1
-        if n > 1:
-            os.sched_setaffinity(0, set(range(n - 1)))
-    except (OSError, AttributeError):
-        pass
+    from drivers.link import link_scheduling
+    n = os.cpu_count() or 1
+    link_scheduling(60, n - 1 if n > 1 else None)
 
 
-def can_peer(group: str, dbc: str, period_s: float, duration_s: float, out) -> None:
+def can_peer(group: str, dbc: str, duration_s: float, out) -> None:
     """A CAN controller: python-can udp_multicast + cantools only."""
     _controller_scheduling()
     import can
@@ -176,7 +172,7 @@ def can_peer(group: str, dbc: str, period_s: float, duration_s: float, out) -> N
     out.put(rt.summary())
 
 
-def serial_peer(stim_port: str, sensor_port: str, period_s: float, duration_s: float, out) -> None:
+def serial_peer(stim_port: str, sensor_port: str, duration_s: float, out) -> None:
     """A ScienceMode2 controller written against the frame format (pysciencemode cannot update at 1 kHz:
     it waits for every acknowledgement by spinning), reading the sensor stream."""
     _controller_scheduling()
@@ -233,10 +229,11 @@ def serial_peer(stim_port: str, sensor_port: str, period_s: float, duration_s: f
 def run_link_bench(transport: str, rate_hz: float, duration_s: float, feedback: str = "auto") -> dict:
     """One measurement: service at ``rate_hz`` with the transport, the peer for ``duration_s``."""
     from hil import service
+    from hil.config import min_substeps
     period = 1.0 / rate_hz
     work = Path(tempfile.mkdtemp(prefix="hil-bench-link-"))
     cpu = os.cpu_count() or 1
-    text = CONFIG.format(period_ms=period * 1e3, substeps=max(1, math.ceil(period / 0.006 - 1e-9)),
+    text = CONFIG.format(period_ms=period * 1e3, substeps=min_substeps(period),
                          cpu_line=f"cpu = {cpu - 1}" if cpu > 1 else "",
                          watchdog_ms=2500 if transport == "serial" else 500)
     root = Path(__file__).resolve().parents[1]
@@ -267,10 +264,10 @@ def run_link_bench(transport: str, rate_hz: float, duration_s: float, feedback: 
         ports = json.loads(port_file.read_text())
         p = next(iter(ports.values()))
         if transport == "can":
-            peer = ctx.Process(target=can_peer, args=(group, str(root / "configs" / "fes-hil.dbc"), period,
-                                                      duration_s, peer_out), name="bench-peer")
+            peer = ctx.Process(target=can_peer, args=(group, str(root / "configs" / "fes-hil.dbc"), duration_s,
+                                                      peer_out), name="bench-peer")
         else:
-            peer = ctx.Process(target=serial_peer, args=(p["stimulator"], p["sensors"], period, duration_s, peer_out),
+            peer = ctx.Process(target=serial_peer, args=(p["stimulator"], p["sensors"], duration_s, peer_out),
                                name="bench-peer")
         peer.start()
         peer_result = peer_out.get(timeout=duration_s + 120)

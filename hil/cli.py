@@ -750,6 +750,7 @@ def bench_loop(
     import urllib.request
 
     from hil import service
+    from hil.config import min_substeps
 
     with _user_errors():
         if not (0.001 <= period <= 0.010):
@@ -759,7 +760,7 @@ def bench_loop(
     (work / "excitation.csv").write_text("time,bicl,bicb1,bicb2,triclong1\n0,0.05,0.05,0.05,0.02\n"
                                          "1,0.3,0.3,0.3,0.1\n2,0.05,0.05,0.05,0.02\n")
     port = _free_port()
-    substeps = max(1, math.ceil(period / 0.006 - 1e-9))
+    substeps = min_substeps(period)
     cfg_path = work / "bench.toml"
     cpu = (os.cpu_count() or 1) - 1  # the loop on the last CPU; supervisor and exporter elsewhere
     if not 0.0 <= spin_us <= 5000.0:

@@ -156,6 +156,15 @@ def _merged_document(path: str, depth: int) -> dict:
     return merged
 
 
+#: Longest plant step the service accepts (the Rosenbrock scheme's tested range, README "Accuracy").
+MAX_PLANT_STEP_S = 0.006
+
+
+def min_substeps(period_s: float) -> int:
+    """Fewest plant sub-steps per tick that keep the step within MAX_PLANT_STEP_S."""
+    return max(1, math.ceil(period_s / MAX_PLANT_STEP_S - 1e-9))
+
+
 def service_config_from_dict(merged: dict, path: str) -> ServiceConfig:
     """Validate an already merged config document (e.g. the one recorded in a run's header)."""
     for key in merged:
@@ -170,9 +179,10 @@ def service_config_from_dict(merged: dict, path: str) -> ServiceConfig:
                       cpu=t.integer("cpu", None, 0, 1023), mlock=t.boolean("mlock", True))
     t.done()
     step = period / substeps
-    if step > 0.006 + 1e-12:
-        raise ConfigError(f"plant step period/substeps = {step * 1e3:g} ms exceeds 6 ms, beyond the "
-                          "Rosenbrock scheme's tested range; raise substeps", file=path, key="loop.substeps")
+    if substeps < min_substeps(period):
+        raise ConfigError(f"plant step period/substeps = {step * 1e3:g} ms exceeds {MAX_PLANT_STEP_S * 1e3:g} ms, "
+                          "beyond the Rosenbrock scheme's tested range; raise substeps", file=path,
+                          key="loop.substeps")
 
     t = _Table(merged, "plant", path)
     plant = PlantConfig(initial=t.string("initial", "equilibrium"), scheme=t.string("scheme", "activation", SCHEMES))

@@ -123,6 +123,8 @@ class TickEngine:
         return True
 
     def group_excitation(self, driver: int, receive_ns: int, group: str, value: float) -> bool:
+        if self.stim is not None:    # one rejection for the command, not one per element
+            return self._reject_cmd(driver, receive_ns, KIND_EXCITATION, -1, "wrong_mode", value)
         members = self.groups.get(group)
         if members is None:
             return self._reject_cmd(driver, receive_ns, KIND_EXCITATION, -1, "unknown_muscle", value)
@@ -151,11 +153,10 @@ class TickEngine:
     def warmup(self) -> None:
         """Compile (or load from numba's cache) and touch every kernel of a tick without changing any
         state: the plant (stepped and restored), the stimulation map and the range check."""
-        from hil.safety import _outside
         self.plant.warmup()
         if self.stim is not None:
             self.stim.warmup()
-        _outside(self.plant.outputs.q, self.rom.lo, self.rom.hi)
+        self.rom.warmup(self.plant.outputs.q)
 
     # -- the tick ----------------------------------------------------------------------------
     def begin(self, tick: int, overrun: bool = False) -> None:

@@ -89,6 +89,10 @@ class RangeOfMotion:
         self.alarm_ticks = 0
         self.alarm = False
 
+    def warmup(self, q: np.ndarray) -> None:
+        """Compile/load the range-check kernel (no state change)."""
+        _outside(q, self.lo, self.hi)
+
     def update(self, q: np.ndarray) -> tuple[bool, bool]:
         self.alarm = _outside(q, self.lo, self.hi)
         if self.alarm:

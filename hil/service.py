@@ -50,16 +50,21 @@ def build_engine(cfg: ServiceConfig):
     engine = TickEngine(plant, stimulation, cfg.safety, SensorModel(cfg.sensor), cfg.loop.period_s,
                         cfg.loop.substeps, REJECT_REASONS, muscle_groups(model.muscle_names))
     drivers = []
-    for i, spec in enumerate(cfg.drivers):
-        kind = spec["type"]
-        if kind == "loopback":
-            ctl = make_controller(spec, n_channels=engine.n_channels, muscle_names=model.muscle_names,
-                                  period_s=cfg.loop.period_s, base_dir=cfg.base_dir)
-            drivers.append(LoopbackDriver(ctl, cfg.loop.period_s, index=i))
-        else:
-            cls = driver_class(kind)
-            drivers.append(cls.from_config(spec, engine=engine, index=i, base_dir=cfg.base_dir, file=cfg.path,
-                                           loop=cfg.loop))
+    try:
+        for i, spec in enumerate(cfg.drivers):
+            kind = spec["type"]
+            if kind == "loopback":
+                ctl = make_controller(spec, n_channels=engine.n_channels, muscle_names=model.muscle_names,
+                                      period_s=cfg.loop.period_s, base_dir=cfg.base_dir)
+                drivers.append(LoopbackDriver(ctl, cfg.loop.period_s, index=i))
+            else:
+                cls = driver_class(kind)
+                drivers.append(cls.from_config(spec, engine=engine, index=i, base_dir=cfg.base_dir,
+                                               file=cfg.path, loop=cfg.loop))
+    except BaseException:   # a later driver failed: stop the link processes the earlier ones started
+        for d in drivers:
+            d.shutdown()
+        raise
     return model, engine, drivers
 
 

@@ -73,16 +73,9 @@ class ShmRing:
 
     # -- consumer ------------------------------------------------------------------------------
     def pop_available(self) -> np.ndarray:
-        """A copy of every committed, unconsumed record, in order."""
-        head, tail = int(self._ctl[_HEAD]), int(self._ctl[_TAIL])
-        n = head - tail
-        if n <= 0:
-            return self._records[:0].copy()
-        start = tail % self.capacity
-        first = min(n, self.capacity - start)
-        out = np.concatenate([self._records[start:start + first], self._records[: n - first]])
-        self._ctl[_TAIL] = head
-        return out
+        """A copy of every committed, unconsumed record, in order (allocates: not for the tick)."""
+        out = np.empty(max(self.pending, 0), self.dtype)
+        return out[:self.pop_into(out)]
 
     def pop_into(self, out: np.ndarray) -> int:
         """Copy up to ``len(out)`` committed records into ``out`` (no allocation); returns how many."""

@@ -16,7 +16,7 @@ import cantools
 import numpy as np
 import pytest
 
-from drivers.base import REJECT_REASONS
+from drivers.base import REJECT_REASONS, DriverInitializationError
 from drivers.can import CanDriver, CanEndpoint
 from drivers.can_dbc import generate_dbc
 from drivers.link import KIND_CHANNEL, KIND_EXCITATION, KIND_HEARTBEAT, KIND_REJECT, LINK_RECORD, Inbound
@@ -49,7 +49,7 @@ class Harness:
     def __init__(self, channel: str, **kw) -> None:
         self.ring = ShmRing.create(LINK_RECORD, 4096)
         self.inbound = Inbound(self.ring)
-        self.ep = CanEndpoint("virtual", channel, str(DBC), list(MODEL.muscle_names), GROUPS, **kw)
+        self.ep = CanEndpoint("virtual", channel, str(DBC), list(MODEL.muscle_names), **kw)
         self.ep.open()
         self.peer = can.Bus(interface="virtual", channel=channel)
         self.stop = threading.Event()
@@ -94,17 +94,17 @@ def test_stimulation_excitation_group_and_heartbeat_frames_decode(harness, db):
     group = list(muscle_groups(MODEL.muscle_names)).index("bicb")
     send(harness.peer, db, "FES_GroupExcitation", group=group, counter=1, value=0.25)
     send(harness.peer, db, "FES_Heartbeat", state=0, counter=9)
-    n_bicb = len(GROUPS[group])
-    rec = harness.records(2 + 6 + n_bicb + 1)
-    assert len(rec) == 2 + 6 + n_bicb + 1 and not np.any(rec["kind"] == KIND_REJECT)
+    rec = harness.records(2 + 6 + 1 + 1)
+    assert len(rec) == 2 + 6 + 1 + 1 and not np.any(rec["kind"] == KIND_REJECT)
     assert rec[0]["kind"] == KIND_CHANNEL and rec[0]["index"] == 3 and rec[0]["seq"] == 7
     np.testing.assert_allclose(rec[0]["values"], [300, 42.5, 33.33, 1])
     np.testing.assert_allclose(rec[1]["values"], [200, 0.0, 40, 0])          # enable = 0: amplitude 0
     exc = rec[2:8]
     assert list(exc["index"]) == list(range(6, 12)) and np.all(exc["kind"] == KIND_EXCITATION)
     assert exc[2]["values"][0] == pytest.approx(0.5, abs=0.004)
-    grp = rec[8:8 + n_bicb]
-    assert sorted(grp["index"]) == sorted(GROUPS[group]) and np.allclose(grp["values"][:, 0], 0.25)
+    grp = rec[8]           # one record for the group: the loop expands it (index -1 - group)
+    assert grp["kind"] == KIND_EXCITATION and grp["index"] == -1 - group and grp["seq"] == 1
+    assert grp["values"][0] == pytest.approx(0.25)
     assert rec[-1]["kind"] == KIND_HEARTBEAT and rec[-1]["seq"] == 9
     assert harness.ring.aux[0] == 1   # connected
 
@@ -186,21 +186,27 @@ def test_feedback_set_encodes_the_sensor_frame(harness, db):
 def test_link_process_round_trip_over_udp_multicast(db):
     """The link in its own process; the peer in this one (python-can udp_multicast crosses processes)."""
     group = f"239.74.{random.randint(1, 250)}.{random.randint(1, 250)}"
-    args = dict(interface="udp_multicast", channel=group, dbc_path=str(DBC), muscle_names=list(MODEL.muscle_names),
-                groups=GROUPS)
-    drv = CanDriver(CanEndpoint, args, frame_dtype(), index=0)
+    args = dict(interface="udp_multicast", channel=group, dbc_path=str(DBC), muscle_names=list(MODEL.muscle_names))
+    group_names = tuple(muscle_groups(MODEL.muscle_names))
+    drv = CanDriver(CanEndpoint, args, frame_dtype(), index=0, group_names=group_names)
     peer = can.Bus(interface="udp_multicast", channel=group)
     try:
         assert drv.ports == {"can": f"udp_multicast:{group}"}
         time.sleep(0.2)
+        send(peer, db, "FES_GroupExcitation", group=group_names.index("bicb"), counter=4, value=0.25)
         send(peer, db, "FES_StimCmd", channel=3, mode=0, enable=1, counter=5, pulse_width=250, amplitude=30,
              frequency=40)
 
         class Sink:
             got = []
+            groups = []
 
             def channel(self, *a):
                 self.got.append(a)
+                return True
+
+            def group_excitation(self, *a):
+                self.groups.append(a)
                 return True
 
         sink = Sink()
@@ -209,6 +215,7 @@ def test_link_process_round_trip_over_udp_multicast(db):
             drv.fetch(0, 0, sink)
             time.sleep(0.005)
         assert sink.got and sink.got[0][2:] == (2, 250.0, 30.0, 40.0, 0)
+        assert [g[2:] for g in sink.groups] == [("bicb", pytest.approx(0.25))]
         assert drv.echo_seq == 5 and drv.connected()
         frame = np.zeros(1, frame_dtype())
         frame["tick"] = 9
@@ -274,8 +281,7 @@ def _vcan_missing() -> str | None:
 
 @pytest.mark.skipif(_vcan_missing() is not None, reason=str(_vcan_missing()))
 def test_link_over_socketcan_vcan(db):
-    args = dict(interface="socketcan", channel="vcan0", dbc_path=str(DBC), muscle_names=list(MODEL.muscle_names),
-                groups=GROUPS)
+    args = dict(interface="socketcan", channel="vcan0", dbc_path=str(DBC), muscle_names=list(MODEL.muscle_names))
     drv = CanDriver(CanEndpoint, args, frame_dtype(), index=0)
     peer = can.Bus(interface="socketcan", channel="vcan0")
     try:
@@ -303,6 +309,7 @@ def test_link_over_socketcan_vcan(db):
     ("feedback_every = 0", "driver[0].feedback_every", ">= 1"),
     ("priority = 95", "driver[0].priority", "below the loop's priority"),
     ("bus = 5", "driver[0].bus", "python-can Bus arguments"),
+    ("counter_reset_s = inf", "driver[0].counter_reset_s", "finite number of seconds"),
 ])
 def test_can_config_errors_name_the_key(tmp_path, extra, key, words):
     from hil.config import load_service_config
@@ -319,3 +326,38 @@ def test_can_config_errors_name_the_key(tmp_path, extra, key, words):
     with pytest.raises(ConfigError) as err:
         build_engine(load_service_config(cfg))
     assert err.value.key == key and words in str(err.value)
+
+
+def test_a_link_process_that_dies_during_start_up_is_reported_at_once():
+    """No 30 s wait for a 'ready' that cannot come: EOF on the pipe ends the start-up."""
+    t0 = time.monotonic()
+    with pytest.raises(DriverInitializationError, match="exited during start-up .exit code 3"):
+        CanDriver(os._exit, {"status": 3}, frame_dtype(), index=0)
+    assert time.monotonic() - t0 < 20
+
+
+def test_drivers_built_before_a_failing_one_are_shut_down(tmp_path):
+    import multiprocessing
+
+    from hil.config import load_service_config
+    from hil.service import build_engine
+    from sim.config import ConfigError
+    group = f"239.77.{random.randint(1, 250)}.{random.randint(1, 250)}"
+    cfg = tmp_path / "two.toml"
+    cfg.write_text(textwrap.dedent(f"""
+        include = ["{ROOT / 'configs' / 'can.toml'}"]
+        [[driver]]
+        type = "can"
+        channel = "{group}"
+        dbc = "{DBC}"
+        [[driver]]
+        type = "can"
+        channel = "{group}"
+        dbc = "{DBC}"
+        feedback_every = 0
+        """))
+    before = {p.pid for p in multiprocessing.active_children()}
+    with pytest.raises(ConfigError, match="feedback_every"):
+        build_engine(load_service_config(cfg))
+    links = [p for p in multiprocessing.active_children() if p.pid not in before and p.name.startswith("hil-link")]
+    assert links == []

@@ -136,6 +136,23 @@ def test_bad_commands_are_rejected_counted_and_recorded(model):
     assert log["kind"][2] == KIND_CHANNEL and log["kind"][5] == KIND_EXCITATION
 
 
+def test_channel_mode_rejects_excitations_once_per_command(model):
+    import tomllib
+    from pathlib import Path
+
+    from hil.stimulation import StimulationModel, load_stimulation_config
+    path = Path(__file__).resolve().parents[1] / "configs/stimulation-default.toml"
+    table = tomllib.loads(path.read_text())["stimulation"]
+    stim = StimulationModel(load_stimulation_config(table, model.muscle_names), model.muscle_names)
+    engine = TickEngine(Plant(model, step_s=H), stim, SafetyConfig(), SensorModel(SensorModelConfig()), H, 1,
+                        REASONS, group_index={"bic": np.array([model.muscle_index("bicl"), model.muscle_index("bicb1")])})
+    engine.begin(0)
+    assert not engine.excitation(0, 1, 3, 0.5)
+    assert not engine.group_excitation(0, 2, "bic", 0.5)           # one rejection, not one per element
+    assert engine.rejected == {(0, "wrong_mode"): 2} and engine.n_log == 2
+    assert not engine.direct.any()
+
+
 def test_watchdog_and_monitors_units():
     wd = Watchdog(timeout_s=0.01, period_s=0.004)  # 2 ticks (rounded from 2.5)
     assert wd.update(0)                            # never fed: tripped, not counted

@@ -17,7 +17,7 @@ import pytest
 import serial
 
 from drivers.sciencemode2 import CMD_INIT, CMD_START_CLM_ACK, FrameParser, encode_frame
-from drivers.sensor_stream import SensorStreamReader, crc16, encode_packet
+from drivers.sensor_stream import SensorStreamReader, crc16, encode_packet, read_frames
 from drivers.serial_stim import ScienceModeDriver, ScienceModeEndpoint
 from hil.sensor import frame_dtype
 
@@ -94,10 +94,7 @@ def test_endpoint_on_a_pty_answers_and_streams(tmp_path):
         out["frame"]["tick"] = (1, 2)
         out["echo_seq"] = 2
         ep.send_feedback(out, ring.aux)
-        reader = SensorStreamReader()
-        got = []
-        while len(got) < 2:
-            got += reader.feed(sensors.read(1))
+        got = read_frames(sensors, 2, timeout_s=5.0)
         assert [(e, int(f["tick"])) for e, f in got] == [(2, 1), (2, 2)]
     finally:
         stop.set()
@@ -179,6 +176,7 @@ def test_config_errors_name_the_key(tmp_path):
     from hil.service import build_engine
     from sim.config import ConfigError
     for extra, key in [('channel_map = [1, 2]', "channel_map"), ('client_timeout_ms = 500', "client_timeout_ms"),
+                       ('client_timeout_ms = inf', "client_timeout_ms"),
                        ('colour = "red"', "colour"), ('sensor_every = 0', "sensor_every")]:
         cfg = tmp_path / "bad.toml"
         cfg.write_text(textwrap.dedent(f"""
