@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import socket
 import subprocess
 import sys
 import textwrap
@@ -19,7 +20,8 @@ import pytest
 from drivers.base import REJECT_REASONS, DriverInitializationError
 from drivers.can import CanDriver, CanEndpoint
 from drivers.can_dbc import generate_dbc
-from drivers.link import KIND_CHANNEL, KIND_EXCITATION, KIND_HEARTBEAT, KIND_REJECT, LINK_RECORD, Inbound
+from drivers.link import (KIND_CHANNEL, KIND_EXCITATION, KIND_HEARTBEAT, KIND_REJECT, LINK_RECORD, Inbound,
+                          LinkEndpoint)
 from hil.sensor import frame_dtype
 from hil.service import muscle_groups
 from hil.shm_ring import ShmRing
@@ -361,3 +363,35 @@ def test_drivers_built_before_a_failing_one_are_shut_down(tmp_path):
         build_engine(load_service_config(cfg))
     links = [p for p in multiprocessing.active_children() if p.pid not in before and p.name.startswith("hil-link")]
     assert links == []
+
+
+class FailingTransport(LinkEndpoint):
+    """Opens, sees its controller, then fails as an unplugged adapter does (runs in the link process)."""
+
+    def open(self) -> dict[str, str]:
+        self.near, far = socket.socketpair()
+        far.send(b"frame")
+        self.far = far
+        return {"fake": "adapter"}
+
+    def fileno(self) -> int:
+        return self.near.fileno()
+
+    def receive(self, inbound, timeout_s: float) -> None:
+        inbound.set_connected(True)
+        raise OSError(19, "No such device")
+
+    def send_feedback(self, records, stats) -> None:
+        pass
+
+
+def test_a_link_that_fails_while_running_shows_as_disconnected():
+    drv = CanDriver(FailingTransport, {}, frame_dtype(), index=0)
+    try:
+        t_end = time.monotonic() + 10
+        while drv.link_alive and time.monotonic() < t_end:
+            time.sleep(0.02)
+        assert not drv.link_alive
+        assert not drv.connected() and drv.stats["connected"] is False
+    finally:
+        drv.shutdown()
