@@ -21,7 +21,6 @@ and channel/block (``duplicate_counter``) or 1..127 behind it (``stale_counter``
 """
 from __future__ import annotations
 
-import math
 import os
 import select
 import time
@@ -30,6 +29,7 @@ import numpy as np
 
 from drivers.can_dbc import (FRAME_ID_EXCITATION, FRAME_ID_GROUP, FRAME_ID_HEARTBEAT, FRAME_ID_STATUS,
                              FRAME_ID_STIM, STATUS_SIGNALS)
+from sim.config import ConfigTable
 from drivers.link import link_settings, AUX_FRAMES_OUT, AUX_SEND_ERRORS, Inbound, LinkDriver, LinkEndpoint
 
 CONTROLLER_ID_BASE, CONTROLLER_ID_MASK = 0x200, 0x700
@@ -225,9 +225,6 @@ class CanEndpoint(LinkEndpoint):
             self.bus = None
 
 
-_KEYS = {"priority", "type", "interface", "channel", "dbc", "feedback", "feedback_every", "counter_reset_s", "bus"}
-
-
 class CanDriver(LinkDriver):
     """The loop side of the CAN transport (see the module docstring for the config keys)."""
 
@@ -235,35 +232,20 @@ class CanDriver(LinkDriver):
 
     @classmethod
     def from_config(cls, spec: dict, engine, index: int, base_dir: str, file: str | None = None, loop=None) -> "CanDriver":
-        from sim.config import ConfigError
-        key = f"driver[{index}]"
-        for k in spec:
-            if k not in _KEYS:
-                raise ConfigError(f"unknown key {k!r}; valid: {', '.join(sorted(_KEYS))}", file=file, key=f"{key}.{k}")
-        interface = spec.get("interface", "udp_multicast")
-        if not isinstance(interface, str) or not interface:
-            raise ConfigError("must be a python-can interface name", file=file, key=f"{key}.interface")
-        dbc = spec.get("dbc", DEFAULT_DBC)
+        t = ConfigTable(spec, f"driver[{index}]", file)
+        t.get("type")
+        interface = t.string("interface", "udp_multicast")
+        dbc = t.string("dbc", DEFAULT_DBC)
         dbc_path = dbc if os.path.isabs(dbc) else os.path.join(base_dir, dbc)
         if not os.path.isfile(dbc_path):
-            raise ConfigError(f"DBC file {dbc_path} not found", file=file, key=f"{key}.dbc")
-        feedback = tuple(spec.get("feedback", FEEDBACK_MESSAGES))
-        bad = [f for f in feedback if f not in FEEDBACK_MESSAGES]
-        if bad:
-            raise ConfigError(f"unknown feedback messages {bad}; valid: {', '.join(FEEDBACK_MESSAGES)}",
-                              file=file, key=f"{key}.feedback")
-        every = spec.get("feedback_every", 1)
-        if not isinstance(every, int) or isinstance(every, bool) or every < 1:
-            raise ConfigError("must be an integer >= 1", file=file, key=f"{key}.feedback_every")
-        reset = spec.get("counter_reset_s", 0.5)
-        if not isinstance(reset, (int, float)) or isinstance(reset, bool) or not 0 < reset < math.inf:
-            raise ConfigError("must be a finite number of seconds > 0", file=file, key=f"{key}.counter_reset_s")
-        bus_kwargs = spec.get("bus", {})
-        if not isinstance(bus_kwargs, dict):
-            raise ConfigError("must be a table of python-can Bus arguments", file=file, key=f"{key}.bus")
-        args = dict(interface=interface, channel=spec.get("channel"), dbc_path=dbc_path,
-                    muscle_names=list(engine.plant.model.muscle_names), bus_kwargs=bus_kwargs, feedback=feedback,
-                    feedback_every=every, counter_reset_s=float(reset))
-        priority, loop_cpu = link_settings(spec, loop, file, key)
+            raise t.error("dbc", f"DBC file {dbc_path} not found")
+        args = dict(interface=interface, channel=t.get("channel"), dbc_path=dbc_path,
+                    muscle_names=list(engine.plant.model.muscle_names),
+                    bus_kwargs=t.table("bus", "python-can Bus arguments"),
+                    feedback=t.strings("feedback", FEEDBACK_MESSAGES, FEEDBACK_MESSAGES),
+                    feedback_every=t.integer("feedback_every", 1, 1, 1_000_000),
+                    counter_reset_s=t.number("counter_reset_s", 0.5, 0.0, lo_exclusive=True))
+        priority, loop_cpu = link_settings(t, loop)
+        t.done()
         return cls(CanEndpoint, args, engine.sensor.dtype, index=index, priority=priority, loop_cpu=loop_cpu,
                    group_names=tuple(engine.groups))

@@ -282,16 +282,14 @@ def _guard(target, inbound, stop) -> None:
         print(f"hil link: receiver stopped: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
 
 
-def link_settings(spec: dict, loop, file, key: str) -> tuple[int | None, int | None]:
-    """(priority, loop CPU) of a link from its driver table (``priority``: SCHED_FIFO priority of the link
-    process, default 10 below the loop's, 0 = normal scheduling) and the loop config."""
-    from sim.config import ConfigError
+def link_settings(table, loop) -> tuple[int | None, int | None]:
+    """(priority, loop CPU) of a link from its driver table (a :class:`sim.config.ConfigTable`;
+    ``priority``: SCHED_FIFO priority of the link process, default 10 below the loop's, 0 = normal
+    scheduling) and the loop config."""
     default = max(1, loop.priority - 10) if loop is not None and loop.sched_fifo else 0
-    priority = spec.get("priority", default)
-    if not isinstance(priority, int) or isinstance(priority, bool) or not 0 <= priority <= 99:
-        raise ConfigError("must be an integer 0..99 (0: normal scheduling)", file=file, key=f"{key}.priority")
+    priority = table.integer("priority", default, 0, 99)
     if loop is not None and loop.sched_fifo and priority >= loop.priority:
-        raise ConfigError(f"must be below the loop's priority {loop.priority}", file=file, key=f"{key}.priority")
+        raise table.error("priority", f"must be below the loop's priority {loop.priority}")
     return priority or None, None if loop is None else loop.cpu
 
 

@@ -21,6 +21,7 @@ from typing import Sequence
 import numpy as np
 
 from drivers.base import CommandSink, Driver
+from sim.config import REQUIRED, ConfigTable
 from sim.excitations import load_excitation_csv
 
 
@@ -141,26 +142,50 @@ class LoopbackDriver(Driver):
         self.frames_published += 1
 
 
+CONTROLLERS = ("playback", "elbow_hold")
+
+
 def make_controller(spec: dict, *, n_channels: int, muscle_names: Sequence[str], period_s: float,
-                    base_dir: str = ".") -> Controller:
-    """Build a controller from its config table (``[[driver]] type = "loopback"``)."""
+                    base_dir: str = ".", file: str | None = None, index: int = 0) -> Controller:
+    """Build a controller from its config table (``[[driver]] type = "loopback"``); every error names
+    the file, the key ``driver[index].<key>`` and the reason.
+
+    Keys: ``controller`` (playback | elbow_hold), ``rate_hz``; playback: ``file`` (CSV, relative to the
+    config), ``direct``; elbow_hold: ``target_deg``, ``flexor_channel`` and ``extensor_channel`` (1-based),
+    ``kp_ma_per_rad``, ``ki_ma_per_rad_s``, ``pulse_width_us``, ``frequency_hz``, ``max_amplitude_ma``.
+    """
     import os
 
-    kind = spec.get("controller", "playback")
-    rate = float(spec.get("rate_hz", 50.0))
+    t = ConfigTable(spec, f"driver[{index}]", file)
+    t.get("type")
+    kind = t.string("controller", "playback", CONTROLLERS)
+    rate = t.number("rate_hz", 50.0, 0.0, 1.0 / period_s, lo_exclusive=True, why="at most one command set a tick")
     if kind == "playback":
-        path = spec["file"]
+        path = t.string("file", REQUIRED)
         if not os.path.isabs(path):
             path = os.path.join(base_dir, path)
-        return PlaybackController(path, n_channels, muscle_names, period_s, rate_hz=rate,
-                                  direct=bool(spec.get("direct", False)))
-    if kind == "elbow_hold":
-        return ElbowHoldController(math.radians(float(spec.get("target_deg", 90.0))),
-                                   int(spec["flexor_channel"]) - 1, int(spec["extensor_channel"]) - 1,
-                                   period_s, kp_ma_per_rad=float(spec.get("kp_ma_per_rad", 150.0)),
-                                   ki_ma_per_rad_s=float(spec.get("ki_ma_per_rad_s", 300.0)),
-                                   pulse_width_us=float(spec.get("pulse_width_us", 300.0)),
-                                   frequency_hz=float(spec.get("frequency_hz", 40.0)),
-                                   max_amplitude_ma=float(spec.get("max_amplitude_ma", 80.0)),
-                                   rate_hz=rate)
-    raise ValueError(f"unknown loopback controller {kind!r} (playback, elbow_hold)")
+        direct = t.boolean("direct", False)
+        t.done()
+        if not os.path.isfile(path):
+            raise t.error("file", f"schedule {path} not found")
+        if not direct and n_channels == 0:
+            raise t.error("direct", "a channel schedule needs [stimulation] mode = \"channels\" (or set direct = true)")
+        if direct and n_channels:
+            raise t.error("direct", "an excitation schedule needs [stimulation] mode = \"direct\"")
+        return PlaybackController(path, n_channels, muscle_names, period_s, rate_hz=rate, direct=direct)
+    if n_channels == 0:
+        raise t.error("controller", "elbow_hold drives stimulation channels: set [stimulation] mode = \"channels\"")
+    flexor = t.integer("flexor_channel", REQUIRED, 1, n_channels)
+    extensor = t.integer("extensor_channel", REQUIRED, 1, n_channels)
+    if flexor == extensor:
+        raise t.error("extensor_channel", "must differ from flexor_channel")
+    controller = ElbowHoldController(
+        math.radians(t.number("target_deg", 90.0, 0.0, 180.0)), flexor - 1, extensor - 1, period_s,
+        kp_ma_per_rad=t.number("kp_ma_per_rad", 150.0, 0.0, 1e4),
+        ki_ma_per_rad_s=t.number("ki_ma_per_rad_s", 300.0, 0.0, 1e5),
+        pulse_width_us=t.number("pulse_width_us", 300.0, 0.0, 1000.0, lo_exclusive=True),
+        frequency_hz=t.number("frequency_hz", 40.0, 0.0, 1000.0, lo_exclusive=True),
+        max_amplitude_ma=t.number("max_amplitude_ma", 80.0, 0.0, 200.0, lo_exclusive=True),
+        rate_hz=rate)
+    t.done()
+    return controller

@@ -23,7 +23,6 @@ by the loop's limits like commands from any transport (counted and recorded).
 from __future__ import annotations
 
 import errno
-import math
 import os
 import select
 import termios
@@ -35,6 +34,7 @@ import numpy as np
 from drivers.link import link_settings, AUX_FRAMES_OUT, AUX_SEND_ERRORS, Inbound, LinkDriver, LinkEndpoint
 from drivers.sciencemode2 import BAUD_RATE, Activity, Connected, Rehastim2Emulator, Rejected, StimulationChanged
 from drivers.sensor_stream import encode_packet
+from sim.config import ConfigTable
 
 N_STIMULATOR_CHANNELS = 8
 
@@ -195,9 +195,6 @@ class ScienceModeEndpoint(LinkEndpoint):
                 p.close()
 
 
-_KEYS = {"priority", "type", "port", "sensor_port", "sensor_every", "channel_map", "client_timeout_ms", "baudrate"}
-
-
 class ScienceModeDriver(LinkDriver):
     """Loop side of the ScienceMode2 emulator (config keys in the module docstring)."""
 
@@ -205,27 +202,16 @@ class ScienceModeDriver(LinkDriver):
 
     @classmethod
     def from_config(cls, spec: dict, engine, index: int, base_dir: str, file: str | None = None, loop=None):
-        from sim.config import ConfigError
-        key = f"driver[{index}]"
-
-        def fail(k, msg):
-            raise ConfigError(msg, file=file, key=f"{key}.{k}")
-
-        for k in spec:
-            if k not in _KEYS:
-                fail(k, f"unknown key {k!r}; valid: {', '.join(sorted(_KEYS))}")
+        t = ConfigTable(spec, f"driver[{index}]", file)
+        t.get("type")
         if engine.stim is None:
-            fail("type", "a stimulator drives stimulation channels: set [stimulation] mode = \"channels\"")
-        port = spec.get("port", "pty")
-        if not isinstance(port, str) or not port:
-            fail("port", "must be \"pty\" or a serial device path")
-        sensor = spec.get("sensor_port", "pty")
-        if not isinstance(sensor, str) or not sensor:
-            fail("sensor_port", "must be \"pty\", a serial device path or \"none\"")
+            raise t.error("type", "a stimulator drives stimulation channels: set [stimulation] mode = \"channels\"")
+        port = t.string("port", "pty")
+        sensor = t.string("sensor_port", "pty")
         names = [c.name for c in engine.stim.channels]
-        raw_map = spec.get("channel_map", list(range(1, N_STIMULATOR_CHANNELS + 1)))
+        raw_map = t.get("channel_map", list(range(1, N_STIMULATOR_CHANNELS + 1)))
         if not isinstance(raw_map, list) or len(raw_map) != N_STIMULATOR_CHANNELS:
-            fail("channel_map", f"must list {N_STIMULATOR_CHANNELS} entries (stimulator channels 1..8)")
+            raise t.error("channel_map", f"must list {N_STIMULATOR_CHANNELS} entries (stimulator channels 1..8)")
         channel_map = []
         for n, entry in enumerate(raw_map, start=1):
             if isinstance(entry, str) and entry in names:
@@ -233,19 +219,14 @@ class ScienceModeDriver(LinkDriver):
             elif isinstance(entry, int) and not isinstance(entry, bool) and 0 <= entry <= len(names):
                 channel_map.append(entry - 1)      # 0 -> -1: not connected
             else:
-                fail("channel_map", f"entry {n} ({entry!r}) must be 0, a channel number 1..{len(names)} or one "
-                                    f"of {names}")
-        timeout = spec.get("client_timeout_ms", 2500)
-        if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not 2000 <= timeout < math.inf:
-            fail("client_timeout_ms", "must be a finite number >= 2000 ms (pysciencemode sends watchdogs up to "
-                                      "1.6 s apart)")
-        every = spec.get("sensor_every", 1)
-        if not isinstance(every, int) or isinstance(every, bool) or every < 1:
-            fail("sensor_every", "must be an integer >= 1")
-        baud = spec.get("baudrate", BAUD_RATE)
-        if not isinstance(baud, int) or isinstance(baud, bool) or baud <= 0:
-            fail("baudrate", "must be a positive integer")
+                raise t.error("channel_map", f"entry {n} ({entry!r}) must be 0, a channel number 1..{len(names)} "
+                                             f"or one of {names}")
+        timeout_ms = t.number("client_timeout_ms", 2500.0, 2000.0,
+                              why="pysciencemode sends its watchdog commands up to 1.6 s apart")
+        every = t.integer("sensor_every", 1, 1, 1_000_000)
+        baud = t.integer("baudrate", BAUD_RATE, 1, 100_000_000)
+        priority, loop_cpu = link_settings(t, loop)
+        t.done()
         args = dict(port=port, sensor_port=None if sensor == "none" else sensor, channel_map=channel_map,
-                    client_timeout_s=timeout / 1000.0, baudrate=baud, sensor_every=every)
-        priority, loop_cpu = link_settings(spec, loop, file, key)
+                    client_timeout_s=timeout_ms / 1000.0, baudrate=baud, sensor_every=every)
         return cls(ScienceModeEndpoint, args, engine.sensor.dtype, index=index, priority=priority, loop_cpu=loop_cpu)

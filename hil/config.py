@@ -7,7 +7,6 @@ Units in the file are labelled in the key names (``period_ms``, ``watchdog_timeo
 """
 from __future__ import annotations
 
-import difflib
 import math
 import os
 import tomllib
@@ -17,7 +16,7 @@ from os import PathLike
 from hil.loop import LoopConfig
 from hil.safety import GH_ACTIONS, SafetyConfig
 from hil.sensor import SensorModelConfig
-from sim.config import ConfigError, ModelConfig, model_config_from_table
+from sim.config import ConfigError, ConfigTable, ModelConfig, model_config_from_table, unknown_name
 
 SCHEMES = ("activation", "paper")
 TABLES = ("loop", "plant", "model", "stimulation", "safety", "sensor", "metrics", "recording", "driver",
@@ -60,65 +59,6 @@ class ServiceConfig:
     @property
     def base_dir(self) -> str:
         return os.path.dirname(os.path.abspath(self.path))
-
-
-def _unknown(kind: str, name: str, valid) -> str:
-    close = difflib.get_close_matches(name, list(valid), n=1)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
-    return f"unknown {kind} {name!r}{hint}; valid: {', '.join(sorted(valid))}"
-
-
-class _Table:
-    """Typed, range-checked access to one TOML table; unknown keys are errors."""
-
-    def __init__(self, doc: dict, name: str, file: str) -> None:
-        value = doc.get(name, {})
-        if not isinstance(value, dict):
-            raise ConfigError("must be a table", file=file, key=name)
-        self.values, self.name, self.file = value, name, file
-        self.used: set[str] = set()
-
-    def _err(self, key: str, reason: str) -> ConfigError:
-        return ConfigError(reason, file=self.file, key=f"{self.name}.{key}")
-
-    def number(self, key: str, default: float, lo: float = -math.inf, hi: float = math.inf) -> float:
-        self.used.add(key)
-        v = self.values.get(key, default)
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise self._err(key, f"must be a number, not {v!r}")
-        if not math.isfinite(v) or not lo <= v <= hi:
-            raise self._err(key, f"must be a finite number in [{lo:g}, {hi:g}], not {v!r}")
-        return float(v)
-
-    def integer(self, key: str, default, lo: int, hi: int):
-        self.used.add(key)
-        v = self.values.get(key, default)
-        if v is None:
-            return None
-        if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
-            raise self._err(key, f"must be an integer in [{lo}, {hi}], not {v!r}")
-        return v
-
-    def boolean(self, key: str, default: bool) -> bool:
-        self.used.add(key)
-        v = self.values.get(key, default)
-        if not isinstance(v, bool):
-            raise self._err(key, f"must be true or false, not {v!r}")
-        return v
-
-    def string(self, key: str, default: str, choices=None) -> str:
-        self.used.add(key)
-        v = self.values.get(key, default)
-        if not isinstance(v, str):
-            raise self._err(key, f"must be a string, not {v!r}")
-        if choices is not None and v not in choices:
-            raise self._err(key, f"must be one of {', '.join(choices)}, not {v!r}")
-        return v
-
-    def done(self) -> None:
-        for key in self.values:
-            if key not in self.used:
-                raise self._err(key, _unknown("key", key, self.used))
 
 
 def _read_toml(path: str) -> dict:
@@ -169,9 +109,9 @@ def service_config_from_dict(merged: dict, path: str) -> ServiceConfig:
     """Validate an already merged config document (e.g. the one recorded in a run's header)."""
     for key in merged:
         if key not in TABLES:
-            raise ConfigError(_unknown("table", key, TABLES), file=path, key=key)
+            raise ConfigError(unknown_name("table", key, TABLES), file=path, key=key)
 
-    t = _Table(merged, "loop", path)
+    t = ConfigTable.section(merged, "loop", path)
     period = t.number("period_ms", 4.0, 1.0, 10.0) / 1000.0
     substeps = t.integer("substeps", 1, 1, 20)
     loop = LoopConfig(period_s=period, substeps=substeps, spin_us=t.number("spin_us", 200.0, 0.0, 5000.0),
@@ -184,12 +124,12 @@ def service_config_from_dict(merged: dict, path: str) -> ServiceConfig:
                           "beyond the Rosenbrock scheme's tested range; raise substeps", file=path,
                           key="loop.substeps")
 
-    t = _Table(merged, "plant", path)
+    t = ConfigTable.section(merged, "plant", path)
     plant = PlantConfig(initial=t.string("initial", "equilibrium"), scheme=t.string("scheme", "activation", SCHEMES))
     t.done()
     model = model_config_from_table(merged.get("model", {}), file=path, prefix="model.")
 
-    t = _Table(merged, "safety", path)
+    t = ConfigTable.section(merged, "safety", path)
     safety = SafetyConfig(
         watchdog_timeout_s=t.number("watchdog_timeout_ms", 500.0, 1.0, 60000.0) / 1000.0,
         gh_action=t.string("gh_action", "monitor", GH_ACTIONS),
@@ -198,7 +138,7 @@ def service_config_from_dict(merged: dict, path: str) -> ServiceConfig:
         rom_action=t.string("rom_action", "monitor", GH_ACTIONS))
     t.done()
 
-    t = _Table(merged, "sensor", path)
+    t = ConfigTable.section(merged, "sensor", path)
     sensor = SensorModelConfig(
         seed=t.integer("seed", 0, 0, 2**63 - 1),
         angle_noise_rad=math.radians(t.number("angle_noise_deg", 0.0, 0.0, 45.0)),
@@ -208,11 +148,11 @@ def service_config_from_dict(merged: dict, path: str) -> ServiceConfig:
         delay_ticks=int(round(t.number("delay_ms", 0.0, 0.0, 1000.0) / 1000.0 / period)))
     t.done()
 
-    t = _Table(merged, "metrics", path)
+    t = ConfigTable.section(merged, "metrics", path)
     metrics = MetricsConfig(enabled=t.boolean("enabled", True), host=t.string("host", "127.0.0.1"),
                             port=t.integer("port", 9108, 1, 65535))
     t.done()
-    t = _Table(merged, "recording", path)
+    t = ConfigTable.section(merged, "recording", path)
     recording = RecordingConfig(enabled=t.boolean("enabled", True), directory=t.string("directory", "runs"))
     t.done()
 

@@ -171,7 +171,6 @@ class RealtimeLoop:
         summary.realtime = setup_realtime(cfg)
         metrics = self.sinks.metrics
         if metrics is not None:
-            metrics.drivers = self.drivers
             metrics.privileged.set(1.0 if summary.realtime.privileged else 0.0)
             metrics.running.set(1.0)
         lateness_log = np.zeros(n_ticks if (n_ticks and keep_lateness) else 0)

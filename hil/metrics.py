@@ -242,7 +242,9 @@ def start_exporter(block: MetricsBlock, host: str, port: int, ctx):
 class LoopMetrics:
     """What the loop updates each tick (histograms) and every 25 ticks (mirrored counters)."""
 
-    def __init__(self, block: MetricsBlock, driver_names: list[str], reasons, period_s: float) -> None:
+    def __init__(self, block: MetricsBlock, driver_names: list[str], reasons, period_s: float,
+                 drivers=()) -> None:
+        """``drivers``: the loop's drivers, whose ``connected()`` feeds ``hil_controller_connected``."""
         self.block = block
         self.lateness = block.histogram("hil_tick_lateness_seconds")
         self.step = block.histogram("hil_plant_step_seconds")
@@ -262,7 +264,7 @@ class LoopMetrics:
                          for i, n in enumerate(driver_names) for r in reasons}
         self.connected = {i: block.gauge("hil_controller_connected", driver=n) for i, n in enumerate(driver_names)}
         self.period_s = period_s
-        self.drivers = ()          # set by the loop: each driver's connected() feeds hil_controller_connected
+        self.drivers = tuple(drivers)
         self.last_start = 0
         self.first_start = 0
         self.n = 0

@@ -55,7 +55,7 @@ def build_engine(cfg: ServiceConfig):
             kind = spec["type"]
             if kind == "loopback":
                 ctl = make_controller(spec, n_channels=engine.n_channels, muscle_names=model.muscle_names,
-                                      period_s=cfg.loop.period_s, base_dir=cfg.base_dir)
+                                      period_s=cfg.loop.period_s, base_dir=cfg.base_dir, file=cfg.path, index=i)
                 drivers.append(LoopbackDriver(ctl, cfg.loop.period_s, index=i))
             else:
                 cls = driver_class(kind)
@@ -169,7 +169,7 @@ def rt_main(config_path: str, duration_s, status, result_queue, record_path=None
             names = [f"{i}:{d['type']}" for i, d in enumerate(cfg.drivers)]
             block = MetricsBlock.create(MetricsSchema(default_schema(names, list(REJECT_REASONS))))
             exporter = start_exporter(block, cfg.metrics.host, cfg.metrics.port, ctx)
-            sinks.metrics = LoopMetrics(block, names, REJECT_REASONS, cfg.loop.period_s)
+            sinks.metrics = LoopMetrics(block, names, REJECT_REASONS, cfg.loop.period_s, drivers)
         loop.sinks = sinks
         i_ticks, i_miss, i_lat = _status_index("ticks"), _status_index("deadline_misses"), _status_index("max_lateness_s")
         i_gh, i_el, i_stop, i_wd = (_status_index("gh_stability"), _status_index("elbow_deg"),

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numba import njit
 
-from sim.config import ConfigError
+from sim.config import REQUIRED, ConfigError, ConfigTable
 
 LIMIT_REASONS = ("pulse_width_limit", "amplitude_limit", "frequency_limit", "mode_not_allowed", "non_finite")
 HW_MAX_PULSE_WIDTH_US = 500.0   # RehaStim2 range
@@ -173,74 +173,46 @@ class StimulationModel:
                 min(max(freq_hz, ch.min_frequency_hz), ch.max_frequency_hz), mode), reason
 
 
-_CHANNEL_KEYS = {"name", "muscles", "max_pulse_width_us", "max_amplitude_ma", "min_frequency_hz",
-                 "max_frequency_hz", "modes", "limit_policy", "threshold_charge_uc", "saturation_charge_uc",
-                 "frequency_constant_hz", "fusion_frequency_hz", "doublet_gain"}
-
-
 def load_stimulation_config(table: dict, muscle_names, file=None) -> StimulationConfig:
     """Parse the ``[stimulation]`` table (``mode``, ``[[stimulation.channel]]``) with precise errors."""
-    for key in table:
-        if key not in ("mode", "channel"):
-            raise ConfigError(f"unknown key {key!r}; valid: mode, channel", file=file, key=f"stimulation.{key}")
-    mode = table.get("mode", "channels")
-    if mode not in ("channels", "direct"):
-        raise ConfigError(f"must be 'channels' or 'direct', not {mode!r}", file=file, key="stimulation.mode")
-    raw = table.get("channel", [])
+    top = ConfigTable(table, "stimulation", file)
+    mode = top.string("mode", "channels", ("channels", "direct"))
+    raw = top.get("channel", [])
+    top.done()
     if not isinstance(raw, list) or len(raw) > MAX_CHANNELS:
-        raise ConfigError(f"must be an array of at most {MAX_CHANNELS} tables", file=file, key="stimulation.channel")
+        raise top.error("channel", f"must be an array of at most {MAX_CHANNELS} tables")
     if mode == "channels" and not raw:
-        raise ConfigError("channel mode needs at least one [[stimulation.channel]]", file=file,
-                          key="stimulation.channel")
+        raise top.error("channel", "channel mode needs at least one [[stimulation.channel]]")
     channels, names = [], set()
-    for i, ch in enumerate(raw):
-        where = f"stimulation.channel[{i}]"
-        if not isinstance(ch, dict):
-            raise ConfigError("must be a table", file=file, key=where)
-        for key in ch:
-            if key not in _CHANNEL_KEYS:
-                close = difflib.get_close_matches(key, sorted(_CHANNEL_KEYS), n=1)
-                hint = f" (did you mean {close[0]!r}?)" if close else ""
-                raise ConfigError(f"unknown key {key!r}{hint}", file=file, key=f"{where}.{key}")
-        name = ch.get("name", f"ch{i + 1}")
+    for i, values in enumerate(raw):
+        ch = ConfigTable(values, f"stimulation.channel[{i}]", file)
+        name = ch.string("name", f"ch{i + 1}")
         if name in names:
-            raise ConfigError(f"duplicate channel name {name!r}", file=file, key=f"{where}.name")
+            raise ch.error("name", f"duplicate channel name {name!r}")
         names.add(name)
-        muscles = ch.get("muscles")
+        muscles = ch.get("muscles", REQUIRED)
         if not isinstance(muscles, dict) or not muscles:
-            raise ConfigError("must be a table of muscle element or group -> gain", file=file, key=f"{where}.muscles")
-        expand_gains(muscles, muscle_names, f"{where}.muscles", file)  # validates names and gains
-
-        def num(key, default, lo, hi):
-            v = ch.get(key, default)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not lo <= v <= hi:
-                raise ConfigError(f"must be a finite number in [{lo:g}, {hi:g}], not {v!r}", file=file,
-                                  key=f"{where}.{key}")
-            return float(v)
-
+            raise ch.error("muscles", "must be a table of muscle element or group -> gain")
+        expand_gains(muscles, muscle_names, f"{ch.name}.muscles", file)  # validates names and gains
         modes = ch.get("modes", [0, 1, 2])
         if not isinstance(modes, list) or not modes or not all(m in (0, 1, 2) and not isinstance(m, bool) for m in modes):
-            raise ConfigError("must be a non-empty list of 0 (single), 1 (doublet), 2 (triplet)", file=file,
-                              key=f"{where}.modes")
-        policy = ch.get("limit_policy", "reject")
-        if policy not in ("reject", "clamp"):
-            raise ConfigError(f"must be 'reject' or 'clamp', not {policy!r}", file=file, key=f"{where}.limit_policy")
-        q_th = num("threshold_charge_uc", 5.0, 0.0, 100.0) * 1e-6
-        q_sat = num("saturation_charge_uc", 24.0, 0.0, 100.0) * 1e-6
+            raise ch.error("modes", "must be a non-empty list of 0 (single), 1 (doublet), 2 (triplet)")
+        policy = ch.string("limit_policy", "reject", ("reject", "clamp"))
+        q_th = ch.number("threshold_charge_uc", 5.0, 0.0, 100.0) * 1e-6
+        q_sat = ch.number("saturation_charge_uc", 24.0, 0.0, 100.0) * 1e-6
         if not q_th < q_sat:
-            raise ConfigError("threshold_charge_uc must be below saturation_charge_uc", file=file,
-                              key=f"{where}.threshold_charge_uc")
-        f_min, f_max = num("min_frequency_hz", 0.0, 0.0, 1000.0), num("max_frequency_hz", 100.0, 0.0, 1000.0)
+            raise ch.error("threshold_charge_uc", "threshold_charge_uc must be below saturation_charge_uc")
+        f_min, f_max = ch.number("min_frequency_hz", 0.0, 0.0, 1000.0), ch.number("max_frequency_hz", 100.0, 0.0, 1000.0)
         if f_min > f_max:
-            raise ConfigError("min_frequency_hz must not exceed max_frequency_hz", file=file,
-                              key=f"{where}.min_frequency_hz")
+            raise ch.error("min_frequency_hz", "min_frequency_hz must not exceed max_frequency_hz")
         channels.append(ChannelConfig(
             name=name, gains=dict(muscles),
-            max_pulse_width_us=num("max_pulse_width_us", 500.0, 0.0, HW_MAX_PULSE_WIDTH_US),
-            max_amplitude_ma=num("max_amplitude_ma", 100.0, 0.0, HW_MAX_AMPLITUDE_MA),
+            max_pulse_width_us=ch.number("max_pulse_width_us", 500.0, 0.0, HW_MAX_PULSE_WIDTH_US),
+            max_amplitude_ma=ch.number("max_amplitude_ma", 100.0, 0.0, HW_MAX_AMPLITUDE_MA),
             min_frequency_hz=f_min, max_frequency_hz=f_max, modes=tuple(modes), limit_policy=policy,
             threshold_charge_c=q_th, saturation_charge_c=q_sat,
-            frequency_constant_hz=num("frequency_constant_hz", 12.0, 0.1, 1000.0),
-            fusion_frequency_hz=num("fusion_frequency_hz", 50.0, 1.0, 1000.0),
-            doublet_gain=num("doublet_gain", 0.5, 0.0, 2.0)))
+            frequency_constant_hz=ch.number("frequency_constant_hz", 12.0, 0.1, 1000.0),
+            fusion_frequency_hz=ch.number("fusion_frequency_hz", 50.0, 1.0, 1000.0),
+            doublet_gain=ch.number("doublet_gain", 0.5, 0.0, 2.0)))
+        ch.done()
     return StimulationConfig(mode=mode, channels=tuple(channels))

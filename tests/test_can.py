@@ -307,11 +307,15 @@ def test_link_over_socketcan_vcan(db):
 @pytest.mark.parametrize("extra, key, words", [
     ('colour = "red"', "driver[0].colour", "unknown key"),
     ('dbc = "missing.dbc"', "driver[0].dbc", "not found"),
-    ('feedback = ["HIL_Everything"]', "driver[0].feedback", "unknown feedback"),
-    ("feedback_every = 0", "driver[0].feedback_every", ">= 1"),
+    ('feedback = ["HIL_Everything"]', "driver[0].feedback", "unknown entries ['HIL_Everything']"),
+    ("feedback_every = 0", "driver[0].feedback_every", "integer in [1,"),
+    ('interface = ""', "driver[0].interface", "non-empty string"),
+    ("priority = 1.5", "driver[0].priority", "integer in [0, 99]"),
+    ("feedbak_every = 2", "driver[0].feedbak_every", "did you mean 'feedback_every'"),
     ("priority = 95", "driver[0].priority", "below the loop's priority"),
     ("bus = 5", "driver[0].bus", "python-can Bus arguments"),
-    ("counter_reset_s = inf", "driver[0].counter_reset_s", "finite number of seconds"),
+    ("counter_reset_s = inf", "driver[0].counter_reset_s", "finite number > 0"),
+    ("counter_reset_s = 0", "driver[0].counter_reset_s", "finite number > 0"),
 ])
 def test_can_config_errors_name_the_key(tmp_path, extra, key, words):
     from hil.config import load_service_config

@@ -1,5 +1,6 @@
 """Service configuration loading (hil.config): defaults, units, includes and precise errors."""
 import math
+from pathlib import Path
 
 import pytest
 
@@ -63,3 +64,43 @@ def test_unreadable_and_corrupt_files(tmp_path):
         load_service_config(tmp_path / "missing.toml")
     with pytest.raises(ConfigError, match="invalid TOML"):
         load_service_config(write(tmp_path, "[loop\nperiod_ms = 4\n"))
+
+
+ELBOW = 'controller = "elbow_hold"\nflexor_channel = 4\nextensor_channel = 5\n'
+
+
+@pytest.mark.parametrize("driver, key, words", [
+    (ELBOW + "target_degs = 45\n", "driver[0].target_degs", "did you mean 'target_deg'"),
+    ('controller = "elbow_hold"\nflexor_chanel = 4\nextensor_channel = 5\n', "driver[0].flexor_channel",
+     "is required (found 'flexor_chanel')"),
+    (ELBOW.replace("= 5", "= 9"), "driver[0].extensor_channel", "integer in [1, 8]"),
+    (ELBOW.replace("= 5", "= 4"), "driver[0].extensor_channel", "differ"),
+    (ELBOW + 'target_deg = "ninety"\n', "driver[0].target_deg", "must be a number"),
+    (ELBOW + "rate_hz = 500\n", "driver[0].rate_hz", "one command set a tick"),
+    (ELBOW + "max_amplitude_ma = 0\n", "driver[0].max_amplitude_ma", "(0, 200]"),
+    ('controller = "pid"\n', "driver[0].controller", "playback, elbow_hold"),
+    ('controller = "playback"\n', "driver[0].file", "is required"),
+    ('file = "nowhere.csv"\n', "driver[0].file", "not found"),
+    ('file = "sched.csv"\ndirect = true\n', "driver[0].direct", "mode = \"direct\""),
+])
+def test_loopback_controller_errors_name_the_key(tmp_path, driver, key, words):
+    """A typo in a controller table is an error, never a silently used default."""
+    from hil.service import build_engine
+    (tmp_path / "sched.csv").write_text("time,ch1_amp_ma\n0,10\n")
+    root = Path(__file__).resolve().parents[1]
+    path = write(tmp_path, f'include = ["{root / "configs" / "loopback.toml"}", '
+                           f'"{root / "configs" / "stimulation-default.toml"}"]\n'
+                           f'[[driver]]\ntype = "loopback"\n{driver}')
+    with pytest.raises(ConfigError) as err:
+        build_engine(load_service_config(path))
+    assert err.value.key == key and str(path) in str(err.value) and words in str(err.value), str(err.value)
+
+
+def test_loopback_controller_config_is_applied(tmp_path):
+    from hil.service import build_engine
+    root = Path(__file__).resolve().parents[1]
+    path = write(tmp_path, f'include = ["{root / "configs" / "elbow-hold.toml"}"]\n')
+    _, _, drivers = build_engine(load_service_config(path))
+    ctl = drivers[0].controller
+    assert (ctl.flexor, ctl.extensor) == (3, 4) and ctl.target == pytest.approx(math.radians(90))
+    assert ctl.every == 5 and ctl.max_amp == 80
