@@ -7,8 +7,8 @@ frame, so a loopback run is fully deterministic. Two controllers:
   (columns ``time`` and ``ch<N>_pw_us``, ``ch<N>_amp_ma``, ``ch<N>_freq_hz``, ``ch<N>_mode``; missing
   columns are 0, and mode follows ScienceMode: 0 single, 1 doublet, 2 triplet)
   or, in direct mode, of per-muscle-element excitations (the ``hil simulate`` excitation format).
-- :class:`ElbowHoldController`: a PI controller on the sensed elbow flexion angle that drives a flexor
-  and an extensor channel's amplitude (e.g. biceps / triceps) to hold a target angle.
+- :class:`ElbowHoldController`: a PID controller on the sensed elbow flexion angle and velocity that
+  drives a flexor and an extensor channel's amplitude (e.g. biceps / triceps) to hold a target angle.
 
 Both send at ``rate_hz`` (commands every round(1 / (rate_hz T)) ticks), like a real controller.
 """
@@ -21,8 +21,12 @@ from typing import Sequence
 import numpy as np
 
 from drivers.base import CommandSink, Driver
+from sim.model import DOF_NAMES
 from sim.config import REQUIRED, ConfigTable
 from sim.excitations import load_excitation_csv
+
+
+ELBOW_DOF = DOF_NAMES.index("ELx")
 
 
 class Controller(ABC):
@@ -88,19 +92,26 @@ class PlaybackController(Controller):
 
 
 class ElbowHoldController(Controller):
-    """PI control of elbow flexion (rad internally; degrees at the config edge) with two channels.
+    """PID control of elbow flexion with two antagonist channels (rad inside; degrees at the config edge).
 
-    e = target - ELx; command = kp e + ki integral(e); a positive command drives the flexor channel's
-    amplitude, a negative one the extensor's (0..max_amplitude_ma), at fixed pulse width and frequency.
+    e = target - ELx, u = kp e + ki integral(e) - kd dELx/dt (derivative on the sensed velocity, so a
+    set-point change gives no kick). A positive u drives the flexor channel, a negative one the
+    extensor, with amplitude threshold + |u| (at most ``max_amplitude_ma``) at fixed pulse width and
+    frequency. Adding the stimulation threshold (the amplitude where the muscle starts to respond at
+    that pulse width, measured per subject) inverts the recruitment dead zone: without it the output
+    must wind through 0..threshold mA, where no muscle responds, whenever it changes sign, and the loop
+    limit-cycles (±20 deg at 3 Hz with the default channel map, whose threshold at 300 µs is 16.7 mA). The integrator stops while the output saturates in the
+    direction of the error (anti-windup).
     """
 
     def __init__(self, target_rad: float, flexor_channel: int, extensor_channel: int, period_s: float,
-                 kp_ma_per_rad: float = 150.0, ki_ma_per_rad_s: float = 300.0,
-                 pulse_width_us: float = 300.0, frequency_hz: float = 40.0,
+                 kp_ma_per_rad: float = 80.0, ki_ma_per_rad_s: float = 200.0, kd_ma_s_per_rad: float = 10.0,
+                 threshold_ma: float = 15.0, pulse_width_us: float = 300.0, frequency_hz: float = 40.0,
                  max_amplitude_ma: float = 80.0, rate_hz: float = 50.0) -> None:
         self.target = target_rad
         self.flexor, self.extensor = flexor_channel, extensor_channel
-        self.kp, self.ki = kp_ma_per_rad, ki_ma_per_rad_s
+        self.kp, self.ki, self.kd = kp_ma_per_rad, ki_ma_per_rad_s, kd_ma_s_per_rad
+        self.threshold = threshold_ma
         self.pw, self.freq, self.max_amp = pulse_width_us, frequency_hz, max_amplitude_ma
         self.every = max(1, int(round(1.0 / (rate_hz * period_s))))
         self.dt = self.every * period_s
@@ -113,11 +124,12 @@ class ElbowHoldController(Controller):
             emit.heartbeat()
             return
         error = self.target - float(frame["elbow_flexion"][0])
-        command = self.kp * error + self.ki * self.integral
-        # anti-windup: integrate only while the command is not saturated in the same direction
-        if abs(command) < self.max_amp or (command > 0) != (error > 0):
+        velocity = float(frame["qdot"][0][ELBOW_DOF])
+        command = self.kp * error + self.ki * self.integral - self.kd * velocity
+        headroom = self.max_amp - self.threshold
+        if abs(command) < headroom or (command > 0) != (error > 0):
             self.integral += error * self.dt
-        amp = min(self.max_amp, abs(command))
+        amp = min(self.max_amp, self.threshold + abs(command)) if command != 0.0 else 0.0
         flex, ext = (amp, 0.0) if command > 0 else (0.0, amp)
         emit.channel(self.flexor, self.pw, flex, self.freq, 0)
         emit.channel(self.extensor, self.pw, ext, self.freq, 0)
@@ -152,7 +164,8 @@ def make_controller(spec: dict, *, n_channels: int, muscle_names: Sequence[str],
 
     Keys: ``controller`` (playback | elbow_hold), ``rate_hz``; playback: ``file`` (CSV, relative to the
     config), ``direct``; elbow_hold: ``target_deg``, ``flexor_channel`` and ``extensor_channel`` (1-based),
-    ``kp_ma_per_rad``, ``ki_ma_per_rad_s``, ``pulse_width_us``, ``frequency_hz``, ``max_amplitude_ma``.
+    ``kp_ma_per_rad``, ``ki_ma_per_rad_s``, ``kd_ma_s_per_rad``, ``threshold_ma``, ``pulse_width_us``,
+    ``frequency_hz``, ``max_amplitude_ma``.
     """
     import os
 
@@ -179,13 +192,15 @@ def make_controller(spec: dict, *, n_channels: int, muscle_names: Sequence[str],
     extensor = t.integer("extensor_channel", REQUIRED, 1, n_channels)
     if flexor == extensor:
         raise t.error("extensor_channel", "must differ from flexor_channel")
+    max_amplitude = t.number("max_amplitude_ma", 80.0, 0.0, 200.0, lo_exclusive=True)
     controller = ElbowHoldController(
         math.radians(t.number("target_deg", 90.0, 0.0, 180.0)), flexor - 1, extensor - 1, period_s,
-        kp_ma_per_rad=t.number("kp_ma_per_rad", 150.0, 0.0, 1e4),
-        ki_ma_per_rad_s=t.number("ki_ma_per_rad_s", 300.0, 0.0, 1e5),
+        kp_ma_per_rad=t.number("kp_ma_per_rad", 80.0, 0.0, 1e4),
+        ki_ma_per_rad_s=t.number("ki_ma_per_rad_s", 200.0, 0.0, 1e5),
+        kd_ma_s_per_rad=t.number("kd_ma_s_per_rad", 10.0, 0.0, 1e3),
+        threshold_ma=t.number("threshold_ma", 15.0, 0.0, max_amplitude, why="below max_amplitude_ma"),
         pulse_width_us=t.number("pulse_width_us", 300.0, 0.0, 1000.0, lo_exclusive=True),
         frequency_hz=t.number("frequency_hz", 40.0, 0.0, 1000.0, lo_exclusive=True),
-        max_amplitude_ma=t.number("max_amplitude_ma", 80.0, 0.0, 200.0, lo_exclusive=True),
-        rate_hz=rate)
+        max_amplitude_ma=max_amplitude, rate_hz=rate)
     t.done()
     return controller

@@ -384,7 +384,7 @@ def export(
 @app.command()
 def report(
     run_file: Annotated[Path, typer.Argument(help="Recording (.hilrec).")],
-    out: Annotated[Optional[Path], typer.Option(help="Directory for the PNG files (default: next to the recording).")] = None,
+    out: Annotated[Optional[Path], typer.Option(help="Directory for the PNG files and summary.json (default: next to the recording, without .hilrec).")] = None,
     json_out: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """PNG plots (joint angles, GH force in the glenoid ellipse, tick lateness) and a summary."""
@@ -432,11 +432,14 @@ def replay(run_file: Annotated[Path, typer.Argument(help="Recording (.hilrec).")
             raise BadInputError(str(exc)) from None
     if json_out:
         _print_json(result)
-    elif result["identical"]:
-        _stdout().print(f"[green]bit-identical[/green]: {result['ticks']} ticks replayed")
     else:
-        _stdout().print(f"[red]differs[/red] at tick {result['first_tick']}, field {result['field']!r} "
-                        f"({result['ticks']} ticks compared)")
+        if result["identical"]:
+            _stdout().print(f"[green]bit-identical[/green]: {result['ticks']} ticks replayed")
+        else:
+            _stdout().print(f"[red]differs[/red] at tick {result['first_tick']}, field {result['field']!r} "
+                            f"({result['ticks']} ticks compared)")
+        for w in result["warnings"]:
+            _stderr().print(Text(f"warning: {w}", style="yellow"))
     if not result["identical"]:
         raise typer.Exit(1)
 

@@ -220,11 +220,12 @@ class RealtimeLoop:
                     summary.skipped_deadlines += missed
                     slot += missed
                 rec["skipped_deadlines"] = missed
-                if self.sinks.tick_ring is not None:
-                    self.sinks.tick_ring.push(self.record)
+                # commands before their tick record: the recorder relies on this order (hil.recording)
                 if self.sinks.command_ring is not None:
                     for i in range(engine.n_log):
                         self.sinks.command_ring.push(engine.log[i:i + 1])
+                if self.sinks.tick_ring is not None:
+                    self.sinks.tick_ring.push(self.record)
                 if metrics is not None:
                     oldest = int(engine.log["receive_ns"][: engine.n_log].min()) if engine.n_log else None
                     metrics.on_tick(engine, start, lateness / NS, (t_done - t_compute) / NS, overrun,

@@ -13,7 +13,9 @@ a block: the reader returns every complete block and reports ``truncated``. Corr
 stops reading there, with a warning. The recorder writes a block per stream whenever it drains its
 rings (every ~50 ms) and flushes + fsyncs at least every 0.5 s, so a SIGKILL of the recorder loses at
 most the last ~0.5 s; a SIGKILL of the real-time process loses nothing that reached the ring (the
-recorder notices its parent is gone, drains and closes).
+recorder notices its parent is gone, drains and closes). Each drain writes the ``commands`` block
+before the ``ticks`` block it belongs to, so wherever a file is cut, every tick it holds comes with all
+of its commands and the part that is left replays bit-identically.
 """
 from __future__ import annotations
 
@@ -180,8 +182,13 @@ def run_recorder(spec: RecorderSpec, parent_pid: int, ready) -> None:
     last_flush = time.monotonic()
 
     def drain() -> None:
-        for name, ring in rings.items():
-            writer.append(name, ring.pop_available())
+        # Pop in the spec's order (ticks, then commands) and write in reverse. The loop pushes a tick's
+        # commands before its tick record, so every command of a popped tick is popped too, and in the
+        # file every tick record comes after all of its commands: a recording cut anywhere (SIGKILL,
+        # power loss) never holds a tick whose commands are missing, and replays bit-identically.
+        batches = [(name, ring.pop_available()) for name, ring in rings.items()]
+        for name, records in reversed(batches):
+            writer.append(name, records)
 
     try:
         while True:

@@ -46,6 +46,6 @@ def replay_recording(path: str) -> dict:
         if got.tobytes() != want.tobytes():
             field = next(n for n in want.dtype.names if got[n].tobytes() != want[n].tobytes())
             return {"identical": False, "ticks": k + 1, "first_tick": tick, "field": field,
-                    "truncated": reader.truncated}
+                    "truncated": reader.truncated, "warnings": reader.warnings}
     return {"identical": True, "ticks": len(ticks), "first_tick": None, "field": None,
-            "truncated": reader.truncated}
+            "truncated": reader.truncated, "warnings": reader.warnings}

@@ -1,20 +1,24 @@
 """``hil report``: PNG plots and a summary of a recording.
 
-- ``joint_angles.png``: the 11 joint angles (deg) over time;
+- ``joint_angles.png``: the 11 joint angles (deg) over time, one panel each for the clavicle and
+  scapula (SC, AC), the humerus (GH) and the elbow and forearm (EL, PS);
 - ``glenoid.png``: the GH joint force direction inside the glenoid ellipse (theta superior-inferior vs
   phi anterior-posterior, deg, rim half-angles from the recorded model config), as in the inset of
   Chadwick et al. 2014 Fig. 3, coloured by time;
-- ``lateness.png``: histogram of tick lateness (us, log scale).
+- ``lateness.png``: histogram of tick lateness (us, log scale);
+- ``summary.json``: the summary ``hil report`` prints (also its ``--json`` output).
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 
 import numpy as np
 
 from hil.config import service_config_from_dict
-from hil.recording import RecordingReader
+from hil.recording import RecordingError, RecordingReader
+from hil.sensor import STATUS_GH_UNSTABLE, STATUS_WATCHDOG
 from sim.model import load_model
 
 
@@ -35,18 +39,24 @@ def make_report(path: str, out_dir: str) -> dict:
     cfg = service_config_from_dict(h["config"], h["config_path"])
     model = load_model(cfg.model)
     ticks = reader.read("ticks")
+    if len(ticks) == 0:
+        raise RecordingError(f"{path}: no ticks recorded (the run ended before its first tick); nothing to plot")
     frame = ticks["frame"]
     t = frame["time"]
     os.makedirs(out_dir, exist_ok=True)
     files = {}
 
-    fig, ax = plt.subplots(figsize=(9, 5))
-    for j, name in enumerate(h["dof_names"]):
-        ax.plot(t, np.degrees(frame["q"][:, j]), label=name)
-    ax.set_xlabel("time (s)")
-    ax.set_ylabel("joint angle (deg)")
-    ax.legend(ncol=4, fontsize=8)
-    ax.set_title(f"Joint angles — {os.path.basename(path)}")
+    panels = (("clavicle and scapula", ("SC", "AC")), ("humerus", ("GH",)), ("elbow and forearm", ("EL", "PS")))
+    fig, axes = plt.subplots(len(panels), 1, figsize=(9, 8), sharex=True)
+    for ax, (title, joints) in zip(axes, panels):
+        for j, name in enumerate(h["dof_names"]):
+            if name.startswith(joints):
+                ax.plot(t, np.degrees(frame["q"][:, j]), label=name)
+        ax.set_ylabel(f"{title} (deg)")
+        ax.legend(ncol=3, fontsize=8, loc="best")
+        ax.grid(alpha=0.3)
+    axes[-1].set_xlabel("time (s)")
+    axes[0].set_title(f"Joint angles — {os.path.basename(path)}")
     files["joint_angles"] = os.path.join(out_dir, "joint_angles.png")
     fig.tight_layout()
     fig.savefig(files["joint_angles"], dpi=100)
@@ -88,17 +98,21 @@ def make_report(path: str, out_dir: str) -> dict:
     plt.close(fig)
 
     status = frame["status"]
-    return {
-        "recording": path, "ticks": int(len(ticks)), "duration_s": float(t[-1]) if len(t) else 0.0,
+    files["summary"] = os.path.join(out_dir, "summary.json")
+    summary = {
+        "recording": path, "ticks": int(len(ticks)), "duration_s": float(t[-1]),
         "truncated": reader.truncated, "warnings": reader.warnings,
         "lateness_us": {"p50": float(np.percentile(lat_us, 50)), "p99": float(np.percentile(lat_us, 99)),
-                        "max": float(lat_us.max())} if len(lat_us) else {},
+                        "max": float(lat_us.max())},
         "deadline_misses": int(np.count_nonzero(ticks["skipped_deadlines"])),
-        "gh_unstable_ticks": int(np.count_nonzero(status & 2)),
-        "watchdog_ticks": int(np.count_nonzero(status & 1)),
-        "gh_stability_max": float(frame["gh_stability"].max()) if len(t) else math.nan,
+        "gh_unstable_ticks": int(np.count_nonzero(status & STATUS_GH_UNSTABLE)),
+        "watchdog_ticks": int(np.count_nonzero(status & STATUS_WATCHDOG)),
+        "gh_stability_max": float(frame["gh_stability"].max()),
         "elbow_deg_range": [float(np.degrees(frame["elbow_flexion"].min())),
-                            float(np.degrees(frame["elbow_flexion"].max()))] if len(t) else [],
+                            float(np.degrees(frame["elbow_flexion"].max()))],
         "commands": int(len(reader.read("commands"))),
         "files": files,
     }
+    with open(files["summary"], "w", encoding="utf-8") as fh:
+        json.dump(summary, fh, indent=2)
+    return summary

@@ -234,8 +234,9 @@ def test_hil_check_config_reports_the_key(tmp_path):
 
 
 def test_elbow_hold_closed_loop_through_the_stimulation_model():
-    """configs/elbow-hold.toml: the PI controller drives the biceps/triceps channels of the default map
-    and brings the elbow from 37.6 deg towards the 90 deg target."""
+    """configs/elbow-hold.toml: the PID controller drives the biceps/triceps channels of the default map,
+    brings the elbow from 37.6 deg to the 90 deg target without a limit cycle and keeps the GH joint
+    stable (the PI controller without threshold compensation swung ±20 deg and was GH-unstable 73 %)."""
     from pathlib import Path
 
     from hil.config import load_service_config
@@ -244,15 +245,18 @@ def test_elbow_hold_closed_loop_through_the_stimulation_model():
     cfg = load_service_config(Path(__file__).resolve().parents[1] / "configs/elbow-hold.toml")
     model, engine, drivers = build_engine(cfg)
     assert engine.n_channels == 8
-    for tick in range(500):  # 2 s
+    elbow = np.zeros(750)   # 3 s
+    for tick in range(elbow.size):
         engine.begin(tick)
         for d in drivers:
             d.fetch(tick, tick, engine)
         result = engine.step()
         for d in drivers:
             d.publish(result.frame)
-    elbow = math.degrees(float(result.frame["elbow_flexion"][0]))
-    assert 75.0 < elbow < 110.0, elbow
+        elbow[tick] = math.degrees(float(result.frame["elbow_flexion"][0]))
+    assert elbow[0] < 40.0 and elbow.max() < 100.0                       # overshoot under 10 deg
+    assert np.all(np.abs(elbow[500:] - 90.0) < 1.0), (elbow[500:].min(), elbow[500:].max())
+    assert engine.gh.unstable_ticks == 0
     assert engine.watchdog.trips == 0 and not engine.rejected
     for d in drivers:
         d.shutdown()

@@ -109,6 +109,32 @@ def test_run_record_replay_export(tmp_path):
     assert "biceps_amp_ma" in header and len(csv.read_text().splitlines()) == 251
 
 
+def test_a_recording_cut_anywhere_holds_every_command_of_the_ticks_it_holds(tmp_path):
+    """The recorder writes each drain's commands before its ticks, so a file cut at any byte (SIGKILL,
+    power loss) never has a tick without its commands, and what is left replays bit-identically."""
+    rec = tmp_path / "run.hilrec"
+    assert hil("run", "--config", REPO / "configs/elbow-hold.toml", "--duration", "1", "--record", rec).returncode == 0
+    full = RecordingReader(rec)
+    all_commands = full.read("commands")
+    data = rec.read_bytes()
+    cuts = range(len(data) - 1, len(data) // 2, -97)
+    for cut in cuts:
+        part = tmp_path / "cut.hilrec"
+        part.write_bytes(data[:cut])
+        rd = RecordingReader(part)
+        ticks = rd.read("ticks")
+        if len(ticks) == 0:
+            continue
+        last = int(ticks["tick"][-1])
+        want = all_commands[all_commands["tick"] <= last]
+        got = rd.read("commands")
+        assert got[got["tick"] <= last].tobytes() == want.tobytes(), f"cut at {cut} of {len(data)} bytes"
+    part.write_bytes(data[:len(data) - 60])
+    rep = hil("replay", part)
+    assert rep.returncode == 0 and "bit-identical" in rep.stdout, rep.stdout + rep.stderr
+    assert "ends inside a block" in rep.stderr
+
+
 def test_replay_detects_a_tampered_frame(tmp_path):
     rec = tmp_path / "run.hilrec"
     assert hil("run", "--config", REPO / "configs/elbow-hold.toml", "--duration", "0.3", "--record", rec).returncode == 0
@@ -164,5 +190,18 @@ def test_report_writes_pngs_and_a_summary(tmp_path):
     out_dir = tmp_path / "run"
     for name in ("joint_angles.png", "glenoid.png", "lateness.png"):
         assert (out_dir / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert json.loads((out_dir / "summary.json").read_text())["ticks"] == 125
     doc = json.loads(hil("report", rec, "--out", tmp_path / "r2", "--json").stdout)
     assert doc["ticks"] == 125 and doc["elbow_deg_range"][1] > doc["elbow_deg_range"][0]
+    assert doc["gh_unstable_ticks"] == 0 and doc["files"]["summary"] == str(tmp_path / "r2" / "summary.json")
+
+
+def test_report_of_a_recording_without_ticks_is_a_clear_error(tmp_path):
+    rec = tmp_path / "run.hilrec"
+    assert hil("run", "--config", REPO / "configs/elbow-hold.toml", "--duration", "0.1", "--record", rec).returncode == 0
+    header = RecordingReader(rec)
+    empty = tmp_path / "empty.hilrec"
+    with RecordingWriter(empty, header.header, header.streams):
+        pass
+    out = hil("report", empty, "--out", tmp_path / "r")
+    assert out.returncode == 2 and "no ticks recorded" in out.stderr and "Traceback" not in out.stderr
