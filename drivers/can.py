@@ -29,7 +29,7 @@ import numpy as np
 
 from drivers.can_dbc import (FRAME_ID_EXCITATION, FRAME_ID_GROUP, FRAME_ID_HEARTBEAT, FRAME_ID_STATUS,
                              FRAME_ID_STIM, STATUS_SIGNALS)
-from sim.config import ConfigTable
+from sim.config import ConfigTable, unknown_name
 from drivers.link import link_settings, AUX_FRAMES_OUT, AUX_SEND_ERRORS, Inbound, LinkDriver, LinkEndpoint
 
 CONTROLLER_ID_BASE, CONTROLLER_ID_MASK = 0x200, 0x700
@@ -235,6 +235,9 @@ class CanDriver(LinkDriver):
         t = ConfigTable(spec, f"driver[{index}]", file)
         t.get("type")
         interface = t.string("interface", "udp_multicast")
+        from can.interfaces import VALID_INTERFACES     # python-can's built-in and plug-in interfaces
+        if interface not in VALID_INTERFACES:
+            raise t.error("interface", unknown_name("python-can interface", interface, VALID_INTERFACES))
         dbc = t.string("dbc", DEFAULT_DBC)
         dbc_path = dbc if os.path.isabs(dbc) else os.path.join(base_dir, dbc)
         if not os.path.isfile(dbc_path):

@@ -23,7 +23,7 @@ import numpy as np
 from drivers.base import CommandSink, Driver
 from sim.model import DOF_NAMES
 from sim.config import REQUIRED, ConfigTable
-from sim.excitations import load_excitation_csv
+from sim.excitations import ExcitationFileError, load_excitation_csv
 
 
 ELBOW_DOF = DOF_NAMES.index("ELx")
@@ -70,6 +70,14 @@ class PlaybackController(Controller):
         columns = tuple(muscle_names) if direct else channel_columns(n_channels)
         self.schedule = load_excitation_csv(path, columns, column_kind="muscle element" if direct
                                             else "stimulation column (chN_pw_us/amp_ma/freq_hz/mode)")
+        if not direct:
+            modes = self.schedule.values[:, 3::4]
+            bad = np.argwhere(~np.isin(modes, (0.0, 1.0, 2.0)))
+            if bad.size:
+                row, ch = bad[0]
+                raise ExcitationFileError(path, f"{float(modes[row, ch]):g} at time {self.schedule.times[row]:g} s is not "
+                                                "a pulse mode: 0 single, 1 doublet, 2 triplet",
+                                          column=f"ch{ch + 1}_mode")
         self.every = max(1, int(round(1.0 / (rate_hz * period_s))))
         self.row = np.zeros(self.schedule.n_muscles)
         # in direct mode only the muscles the schedule ever excites are sent (the others stay at 0):

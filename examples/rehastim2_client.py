@@ -1,8 +1,10 @@
 """An unmodified pysciencemode RehaStim2 controller session against the testbed's serial stimulator.
 
-Usage (the port is announced by ``hil run --config configs/serial.toml --port-file ports.json``)::
+Usage, with the port a serial device (a tty, or the pty ``hil run`` announces) or read from the file
+``hil run --config configs/serial.toml --port-file ports.json`` writes once the loop is about to start::
 
     python3 examples/rehastim2_client.py --port /dev/pts/5 --channel 4 --amplitude 60
+    python3 examples/rehastim2_client.py --port-file ports.json --wait 60
 
 Connects, initialises channel-list mode (25 ms period = 40 Hz), starts stimulation, ramps the amplitude
 with repeated updates, pauses, resumes, stops and disconnects; prints a JSON log of the steps.
@@ -12,26 +14,47 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
 import time
 
 from pysciencemode import Channel, Device, Rehastim2
 
 
+def stimulator_port(port_file: str, wait_s: float) -> str:
+    """The first announced ``stimulator`` port in ``port_file``, waiting up to ``wait_s`` for it."""
+    deadline = time.monotonic() + wait_s
+    while not os.path.exists(port_file):
+        if time.monotonic() > deadline:
+            sys.exit(f"{port_file} did not appear within {wait_s:g} s: is `hil run --port-file {port_file}` running?")
+        time.sleep(0.1)
+    with open(port_file, encoding="utf-8") as fh:
+        ports = json.load(fh)
+    for driver, announced in ports.items():
+        if "stimulator" in announced:
+            return announced["stimulator"]
+    sys.exit(f"{port_file} announces no stimulator port: {ports}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--port", required=True)
+    where = ap.add_mutually_exclusive_group(required=True)
+    where.add_argument("--port", help="serial device of the stimulator")
+    where.add_argument("--port-file", help="JSON written by `hil run --port-file`: use its stimulator port")
+    ap.add_argument("--wait", type=float, default=60.0, help="how long to wait for --port-file to appear, s")
     ap.add_argument("--channel", type=int, default=4)
     ap.add_argument("--amplitude", type=int, default=60)
     ap.add_argument("--pulse-width", type=int, default=300)
     ap.add_argument("--hold", type=float, default=1.0, help="seconds at full amplitude")
     args = ap.parse_args()
+    port = args.port or stimulator_port(args.port_file, args.wait)
     log = []
 
     def step(name: str) -> None:
         log.append([name, round(time.monotonic() - t0, 3)])
 
     t0 = time.monotonic()
-    stim = Rehastim2(args.port)
+    stim = Rehastim2(port)
     step("connected")
     channel = Channel(mode="Single", no_channel=args.channel, amplitude=0, pulse_width=args.pulse_width,
                       name="muscle", device_type=Device.Rehastim2)

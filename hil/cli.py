@@ -63,8 +63,9 @@ def _error(message: str) -> None:
 
 def _exit_code(exc: BaseException) -> int | None:
     """Exit code for an error caused by the input or the plant, None for anything else (a bug)."""
+    from drivers.base import DriverInitializationError
     bad_input: tuple[type[BaseException], ...] = (
-        ConfigError, ExcitationFileError, StateFileError, BadInputError, OSError)
+        ConfigError, ExcitationFileError, StateFileError, BadInputError, OSError, DriverInitializationError)
     try:
         from sim.plant import InvalidInputError, PlantDivergedError
     except ImportError:
@@ -113,6 +114,14 @@ def _check_output_path(path: Path, option: str) -> None:
         raise BadInputError(f"{option} {path}: directory {parent} does not exist")
     if path.is_dir():
         raise BadInputError(f"{option} {path} is a directory")
+
+
+def _clear_port_file(port_file: Optional[Path]) -> None:
+    """Check where ``--port-file`` goes and remove an earlier run's file, so that a controller waiting
+    for the file never reads stale ports (it appears once the loop is about to start)."""
+    if port_file is not None:
+        _check_output_path(port_file, "--port-file")
+        port_file.unlink(missing_ok=True)
 
 
 def _print_json(doc) -> None:
@@ -252,7 +261,8 @@ def run(
     make_report: Annotated[bool, typer.Option("--report", help="Write the PNG report next to the recording.")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print the run summary as JSON.")] = False,
     port_file: Annotated[Optional[Path], typer.Option(
-        help="Write the ports controllers connect to (JSON, e.g. the announced serial ptys) to this file.")] = None,
+        help="Write the ports controllers connect to (JSON, e.g. the announced serial ptys) to this file once "
+             "the loop is about to start; an existing file is removed first.")] = None,
 ) -> None:
     """Run a real-time experiment: the loop runs in its own process, this one shows progress.
 
@@ -273,6 +283,7 @@ def run(
             _check_output_path(record, "--record")
             if record.exists():
                 raise BadInputError(f"--record {record} exists; recordings are never overwritten")
+        _clear_port_file(port_file)
     from hil.supervisor import supervise
 
     err = _stderr()
@@ -334,7 +345,8 @@ def run(
 def serve(
     config: Annotated[Path, typer.Option(help="Service config (TOML).")],
     port_file: Annotated[Optional[Path], typer.Option(
-        help="Write the ports controllers connect to (JSON) to this file.")] = None,
+        help="Write the ports controllers connect to (JSON) to this file once the loop is about to start; an "
+             "existing file is removed first.")] = None,
 ) -> None:
     """Service mode (systemd Type=notify): run until SIGTERM; READY=1 once the loop runs, WATCHDOG=1
     while its ticks advance, STOPPING=1 on SIGTERM; the recording is closed before exiting."""
@@ -349,6 +361,7 @@ def serve(
         if cfg.recording.enabled:
             record = Path(cfg.recording.directory) / time.strftime("run-%Y%m%dT%H%M%SZ.hilrec", time.gmtime())
             record.parent.mkdir(parents=True, exist_ok=True)
+        _clear_port_file(port_file)
     summary = supervise(str(config), None, record, notify=True, port_file=port_file)
     if not summary.get("ok"):
         _error(summary["error"])

@@ -91,6 +91,8 @@ def _merged_document(path: str, depth: int) -> dict:
     merged: dict = {}
     for inc in includes:
         inc_path = inc if os.path.isabs(inc) else os.path.join(os.path.dirname(os.path.abspath(path)), inc)
+        if not os.path.isfile(inc_path):
+            raise ConfigError(f"included file {inc_path} not found", file=path, key="include")
         merged.update(_merged_document(inc_path, depth + 1))
     merged.update(doc)
     return merged

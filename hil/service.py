@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 
-from drivers.base import REJECT_REASONS, driver_class
+from drivers.base import REJECT_REASONS, DriverInitializationError, driver_class
 from drivers.loopback import LoopbackDriver, make_controller
 from hil.config import ServiceConfig
 from hil.engine import TickEngine
@@ -59,8 +59,11 @@ def build_engine(cfg: ServiceConfig):
                 drivers.append(LoopbackDriver(ctl, cfg.loop.period_s, index=i))
             else:
                 cls = driver_class(kind)
-                drivers.append(cls.from_config(spec, engine=engine, index=i, base_dir=cfg.base_dir,
-                                               file=cfg.path, loop=cfg.loop))
+                try:
+                    drivers.append(cls.from_config(spec, engine=engine, index=i, base_dir=cfg.base_dir,
+                                                   file=cfg.path, loop=cfg.loop))
+                except DriverInitializationError as exc:   # say which driver of which file
+                    raise DriverInitializationError(f"{cfg.path}, driver[{i}] ({kind}): {exc}") from None
     except BaseException:   # a later driver failed: stop the link processes the earlier ones started
         for d in drivers:
             d.shutdown()
@@ -214,8 +217,8 @@ def rt_main(config_path: str, duration_s, status, result_queue, record_path=None
     except Exception as exc:  # reported to the supervisor, which prints it and sets the exit code
         status[_status_index("state")] = STATE_FAILED
         result_queue.put({"ok": False, "error": f"{type(exc).__name__}: {exc}",
-                          "config_error": type(exc).__name__ in ("ConfigError", "ExcitationFileError",
-                                                                 "StateFileError", "MetricsError"),
+                          "config_error": type(exc).__name__ in ("ConfigError", "ExcitationFileError", "StateFileError",
+                                                                 "MetricsError", "DriverInitializationError"),
                           "traceback": traceback.format_exc()})
     finally:
         for d in drivers:

@@ -8,6 +8,7 @@ by systemd), ``STOPPING=1`` when a stop is requested, sent to the AF_UNIX socket
 """
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 import signal
@@ -78,6 +79,9 @@ def supervise(config_path: str, duration, record, on_poll=None, notify: bool = F
             signal.signal(sig, handler)
         if notifier is not None:
             notifier.close()
+        if port_file is not None and not proc.is_alive():   # the ports are gone: so is their announcement
+            with contextlib.suppress(OSError):
+                os.unlink(port_file)
     try:
         return results.get(timeout=2.0)
     except Exception:

@@ -255,12 +255,14 @@ def test_hil_run_with_a_controller_in_another_process(tmp_path):
     ctl = subprocess.run([sys.executable, str(ROOT / "examples" / "can_controller.py"), "--channel", group,
                           "--dbc", str(DBC), "--stim-channel", "4", "--amplitude-ma", "60", "--duration", "2.5"],
                          capture_output=True, text=True, timeout=120)
+    announced = json.loads((tmp_path / "ports.json").read_text())      # the run goes on for ~3 s
     out, err = hil.communicate(timeout=120)
     assert ctl.returncode == 0, ctl.stderr
     assert hil.returncode == 0, err
     peer = json.loads(ctl.stdout)
     summary = json.loads(out)
-    assert json.loads((tmp_path / "ports.json").read_text()) == {"0:can": {"can": f"udp_multicast:{group}"}}
+    assert announced == {"0:can": {"can": f"udp_multicast:{group}"}}
+    assert not (tmp_path / "ports.json").exists()                       # removed with the ports at the end
     assert summary["commands_received"] == peer["commands_sent"] > 50
     assert not summary["commands_rejected"]
     assert peer["frames"]["HIL_Status"] > 100 and abs(peer["frames"]["HIL_JointAngle"] - 4 * peer["frames"]["HIL_Status"]) <= 8
@@ -310,6 +312,7 @@ def test_link_over_socketcan_vcan(db):
     ('feedback = ["HIL_Everything"]', "driver[0].feedback", "unknown entries ['HIL_Everything']"),
     ("feedback_every = 0", "driver[0].feedback_every", "integer in [1,"),
     ('interface = ""', "driver[0].interface", "non-empty string"),
+    ('interface = "udp_multicst"', "driver[0].interface", "did you mean 'udp_multicast'"),
     ("priority = 1.5", "driver[0].priority", "integer in [0, 99]"),
     ("feedbak_every = 2", "driver[0].feedbak_every", "did you mean 'feedback_every'"),
     ("priority = 95", "driver[0].priority", "below the loop's priority"),

@@ -205,3 +205,19 @@ def test_report_of_a_recording_without_ticks_is_a_clear_error(tmp_path):
         pass
     out = hil("report", empty, "--out", tmp_path / "r")
     assert out.returncode == 2 and "no ticks recorded" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_port_file_checked_before_the_run_and_removed_after_it(tmp_path):
+    """A controller waiting for --port-file must never read an earlier run's ports."""
+    stale = tmp_path / "ports.json"
+    stale.write_text('{"0:sciencemode2": {"stimulator": "/dev/pts/99"}}')
+    rec = tmp_path / "run.hilrec"
+    out = hil("run", "--config", REPO / "configs/elbow-hold.toml", "--duration", "0.2", "--record", rec,
+              "--port-file", stale)
+    assert out.returncode == 0, out.stderr
+    assert not stale.exists()
+    t0 = time.monotonic()
+    out = hil("run", "--config", REPO / "configs/elbow-hold.toml", "--duration", "0.2", "--record",
+              tmp_path / "run2.hilrec", "--port-file", tmp_path / "missing" / "ports.json")
+    assert out.returncode == 2 and "--port-file" in out.stderr and "does not exist" in out.stderr
+    assert not (tmp_path / "run2.hilrec").exists() and time.monotonic() - t0 < 60

@@ -142,8 +142,8 @@ def test_unmodified_pysciencemode_client_flexes_the_elbow(tmp_path):
 
     t = threading.Thread(target=read_sensors, daemon=True)
     t.start()
-    client = subprocess.run([sys.executable, str(ROOT / "examples" / "rehastim2_client.py"), "--port",
-                             ports["stimulator"], "--channel", "4", "--amplitude", "60", "--hold", "1.0"],
+    client = subprocess.run([sys.executable, str(ROOT / "examples" / "rehastim2_client.py"), "--port-file",
+                             str(ports_file), "--channel", "4", "--amplitude", "60", "--hold", "1.0"],
                             capture_output=True, text=True, timeout=60)
     out, err = hil.communicate(timeout=60)
     t.join(2)
@@ -187,3 +187,17 @@ def test_config_errors_name_the_key(tmp_path):
             """))
         with pytest.raises(ConfigError, match=key):
             build_engine(load_service_config(cfg))
+
+
+def test_a_port_that_cannot_be_opened_is_a_one_line_error_naming_the_driver(tmp_path):
+    cfg = tmp_path / "serial.toml"
+    cfg.write_text(textwrap.dedent(f"""
+        include = ["{ROOT / 'configs' / 'serial.toml'}"]
+        [[driver]]
+        type = "sciencemode2"
+        port = "{tmp_path / 'ttyNONE'}"
+        """))
+    out = subprocess.run([sys.executable, "-m", "hil", "check-config", str(cfg)], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert f"{cfg}, driver[0] (sciencemode2)" in out.stderr and "ttyNONE" in out.stderr

@@ -59,6 +59,13 @@ def test_errors_name_file_key_and_reason(tmp_path, text, key, words):
     assert str(path) in str(err.value) and words in str(err.value)
 
 
+def test_a_missing_include_names_the_including_file(tmp_path):
+    path = write(tmp_path, 'include = ["loopbak.toml"]\n')
+    with pytest.raises(ConfigError) as err:
+        load_service_config(path)
+    assert err.value.key == "include" and err.value.file == str(path) and "loopbak.toml not found" in str(err.value)
+
+
 def test_unreadable_and_corrupt_files(tmp_path):
     with pytest.raises(ConfigError, match="cannot read"):
         load_service_config(tmp_path / "missing.toml")
@@ -82,18 +89,21 @@ ELBOW = 'controller = "elbow_hold"\nflexor_channel = 4\nextensor_channel = 5\n'
     ('controller = "playback"\n', "driver[0].file", "is required"),
     ('file = "nowhere.csv"\n', "driver[0].file", "not found"),
     ('file = "sched.csv"\ndirect = true\n', "driver[0].direct", "mode = \"direct\""),
+    ('file = "modes.csv"\n', None, "1.5 at time 1 s is not a pulse mode"),
 ])
 def test_loopback_controller_errors_name_the_key(tmp_path, driver, key, words):
     """A typo in a controller table is an error, never a silently used default."""
     from hil.service import build_engine
     (tmp_path / "sched.csv").write_text("time,ch1_amp_ma\n0,10\n")
+    (tmp_path / "modes.csv").write_text("time,ch4_amp_ma,ch4_mode\n0,10,0\n1,20,1.5\n")
     root = Path(__file__).resolve().parents[1]
     path = write(tmp_path, f'include = ["{root / "configs" / "loopback.toml"}", '
                            f'"{root / "configs" / "stimulation-default.toml"}"]\n'
                            f'[[driver]]\ntype = "loopback"\n{driver}')
-    with pytest.raises(ConfigError) as err:
+    with pytest.raises(ValueError) as err:      # ConfigError; ExcitationFileError (key None) for the CSV
         build_engine(load_service_config(path))
-    assert err.value.key == key and str(path) in str(err.value) and words in str(err.value), str(err.value)
+    where = str(path) if key else str(tmp_path / "modes.csv")
+    assert getattr(err.value, "key", None) == key and where in str(err.value) and words in str(err.value), str(err.value)
 
 
 def test_loopback_controller_config_is_applied(tmp_path):
