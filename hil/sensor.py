@@ -94,30 +94,41 @@ class SensorModel:
         sc["status"][0] = status
         for i in range(2):     # in contact: the contact force is more than 1 N (sum of |components|)
             self._in_contact[i] = abs(st_force[i, 0]) + abs(st_force[i, 1]) + abs(st_force[i, 2]) > 1.0
-        f = self.true_frame[0]
         if self._noisy:
-            self._apply_noise(f)
+            self._apply_noise()
         if self.config.delay_ticks == 0:
             return self.true_frame
         # a delayed sensor: the frame sent at tick k is the one measured at tick k - delay (the first
         # frame until then); its tick and time fields say when it was measured
         n = self._history.shape[0]
-        self._history[tick % n] = f
+        self._history[tick % n] = self.true_frame[0]
         src = max(tick - self.config.delay_ticks, 0) % n
         return self._history[src:src + 1]
 
-    def _apply_noise(self, f) -> None:
+    def _apply_noise(self) -> None:
+        """Gaussian noise (standard deviations from the config) on q, the thoracohumeral angles (measured
+        on their own, e.g. by IMUs), q-dot and the GH force; then angles quantised to ``angle_quantum``.
+        In place on preallocated buffers (no allocation in the tick)."""
         c = self.config
+        q, qdot, th, _, gh_force, _ = self._views
+        n11, n3 = self._n11, self._n3
         if c.angle_noise_rad > 0:
-            self.rng.standard_normal(out=self._n11)
-            f["q"] += c.angle_noise_rad * self._n11
+            self._add_noise(q, n11, c.angle_noise_rad)
+            self._add_noise(th, n3, c.angle_noise_rad)
         if c.velocity_noise_rad_s > 0:
-            self.rng.standard_normal(out=self._n11)
-            f["qdot"] += c.velocity_noise_rad_s * self._n11
+            self._add_noise(qdot, n11, c.velocity_noise_rad_s)
         if c.force_noise_n > 0:
-            self.rng.standard_normal(out=self._n3)
-            f["gh_force"] += c.force_noise_n * self._n3
+            self._add_noise(gh_force, n3, c.force_noise_n)
         if c.angle_quantum_rad > 0:
-            f["q"] = np.round(f["q"] / c.angle_quantum_rad) * c.angle_quantum_rad
-        f["elbow_flexion"] = f["q"][9]
-        f["forearm_pronation"] = f["q"][10]
+            for angles in (q, th):
+                np.divide(angles, c.angle_quantum_rad, out=angles)
+                np.round(angles, out=angles)
+                np.multiply(angles, c.angle_quantum_rad, out=angles)
+        sc = self._scalars
+        sc["elbow_flexion"][0] = q[9]
+        sc["forearm_pronation"][0] = q[10]
+
+    def _add_noise(self, values: np.ndarray, scratch: np.ndarray, std: float) -> None:
+        self.rng.standard_normal(out=scratch)
+        np.multiply(scratch, std, out=scratch)
+        np.add(values, scratch, out=values)
