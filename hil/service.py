@@ -163,16 +163,16 @@ def rt_main(config_path: str, duration_s, status, result_queue, record_path=None
         loop = RealtimeLoop(engine, drivers, cfg.loop)
         ctx = mp.get_context("spawn")
         sinks = Sinks()
-        if record_path:
-            rings, recorder = start_recording(record_path, recording_header(cfg, model, engine),
-                                              loop.record.dtype, ctx)
-            sinks.tick_ring, sinks.command_ring = rings["ticks"], rings["commands"]
-        if cfg.metrics.enabled:
+        if cfg.metrics.enabled:     # before the recording: a busy port must not leave an empty recording
             from hil.metrics import LoopMetrics, MetricsBlock, MetricsSchema, default_schema, start_exporter
             names = [f"{i}:{d['type']}" for i, d in enumerate(cfg.drivers)]
             block = MetricsBlock.create(MetricsSchema(default_schema(names, list(REJECT_REASONS))))
             exporter = start_exporter(block, cfg.metrics.host, cfg.metrics.port, ctx)
             sinks.metrics = LoopMetrics(block, names, REJECT_REASONS, cfg.loop.period_s, drivers)
+        if record_path:
+            rings, recorder = start_recording(record_path, recording_header(cfg, model, engine),
+                                              loop.record.dtype, ctx)
+            sinks.tick_ring, sinks.command_ring = rings["ticks"], rings["commands"]
         loop.sinks = sinks
         i_ticks, i_miss, i_lat = _status_index("ticks"), _status_index("deadline_misses"), _status_index("max_lateness_s")
         i_gh, i_el, i_stop, i_wd = (_status_index("gh_stability"), _status_index("elbow_deg"),

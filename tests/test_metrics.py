@@ -92,3 +92,21 @@ def test_bench_loop_reports_lateness_while_scraping():
     assert doc["ticks"] == 250 and doc["scrapes"] > 0 and doc["scrape_failures"] == 0
     for key in ("p50_us", "p99_us", "p999_us", "max_us", "misses_over_1ms"):
         assert doc[key] >= 0
+
+
+def test_hil_run_with_the_metrics_port_in_use_exits_2_without_an_empty_recording(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        cfg = tmp_path / "busy.toml"
+        cfg.write_text(f'include = ["{root / "configs" / "elbow-hold.toml"}"]\n[metrics]\nport = {port}\n')
+        rec = tmp_path / "run.hilrec"
+        out = subprocess.run([sys.executable, "-m", "hil", "run", "--config", str(cfg), "--duration", "0.2",
+                              "--record", str(rec)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2 and f"127.0.0.1:{port}" in out.stderr, out.stderr
+    assert not rec.exists()
