@@ -191,9 +191,27 @@ class FrameParser:
         del buf[:pos]
         return out
 
+    @classmethod
+    def _parse_at(cls, buf: bytearray, s: int) -> tuple[Frame | FrameError, int] | None:
+        """Parse the frame whose F0 is at ``s``: (item, bytes consumed), or None if incomplete.
+
+        The CRC byte may be F0, so a frame cut off after ``F0 81`` and followed by a frame reads as a
+        header whose CRC byte is the next frame's F0: its LEN window would hold that frame back until
+        more bytes arrive, or swallow it as a bad CRC. When the frame at ``s`` is not valid and a valid
+        frame at ``s + 2`` is complete before the one at ``s`` was decided, the F0 81 is a cut-off frame.
+        """
+        result = cls._parse_one(buf, s)
+        if ((result is None or not isinstance(result[0], Frame)) and len(buf) - s > 2
+                and buf[s + 2] == START_BYTE):
+            after = cls._parse_one(buf, s + 2)
+            if (after is not None and isinstance(after[0], Frame)
+                    and cls._parse_one(buf[s:s + 1 + after[1]], 0) is None):
+                return FrameError("bad_frame", bytes(buf[s:s + 2])), 1
+        return result
+
     @staticmethod
-    def _parse_at(buf: bytearray, s: int) -> tuple[Frame | FrameError, int] | None:
-        """Parse the frame whose F0 is at ``s``: (item, bytes consumed), or None if incomplete."""
+    def _parse_one(buf: bytearray, s: int) -> tuple[Frame | FrameError, int] | None:
+        """:meth:`_parse_at` without the cut-off check."""
         n = len(buf) - s
         if (n >= 2 and buf[s + 1] != STUFFING_BYTE) or (n >= 4 and buf[s + 3] != STUFFING_BYTE):
             return FrameError("bad_frame", bytes(buf[s:s + min(n, HEADER_SIZE)])), 1

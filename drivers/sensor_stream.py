@@ -56,6 +56,11 @@ class SensorStreamReader:
         self._buf = bytearray()
         self.crc_errors = self.length_errors = self.skipped_bytes = self.packets = 0
 
+    @property
+    def pending(self) -> int:
+        """Bytes held back until the packet they start is complete (less than one packet)."""
+        return len(self._buf)
+
     def feed(self, chunk: bytes) -> list[tuple[int, np.void]]:
         self._buf += chunk
         out = []
