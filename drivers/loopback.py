@@ -15,6 +15,7 @@ Both send at ``rate_hz`` (commands every round(1 / (rate_hz T)) ticks), like a r
 from __future__ import annotations
 
 import math
+import os
 from abc import ABC, abstractmethod
 from typing import Sequence
 
@@ -175,8 +176,6 @@ def make_controller(spec: dict, *, n_channels: int, muscle_names: Sequence[str],
     ``kp_ma_per_rad``, ``ki_ma_per_rad_s``, ``kd_ma_s_per_rad``, ``threshold_ma``, ``pulse_width_us``,
     ``frequency_hz``, ``max_amplitude_ma``.
     """
-    import os
-
     t = ConfigTable(spec, f"driver[{index}]", file)
     t.get("type")
     kind = t.string("controller", "playback", CONTROLLERS)
@@ -206,7 +205,7 @@ def make_controller(spec: dict, *, n_channels: int, muscle_names: Sequence[str],
         kp_ma_per_rad=t.number("kp_ma_per_rad", 80.0, 0.0, 1e4),
         ki_ma_per_rad_s=t.number("ki_ma_per_rad_s", 200.0, 0.0, 1e5),
         kd_ma_s_per_rad=t.number("kd_ma_s_per_rad", 10.0, 0.0, 1e3),
-        threshold_ma=t.number("threshold_ma", 15.0, 0.0, max_amplitude, why="below max_amplitude_ma"),
+        threshold_ma=t.number("threshold_ma", 15.0, 0.0, max_amplitude, why="at most max_amplitude_ma"),
         pulse_width_us=t.number("pulse_width_us", 300.0, 0.0, 1000.0, lo_exclusive=True),
         frequency_hz=t.number("frequency_hz", 40.0, 0.0, 1000.0, lo_exclusive=True),
         max_amplitude_ma=max_amplitude, rate_hz=rate)
