@@ -136,6 +136,7 @@ def service_config_from_dict(merged: dict, path: str) -> ServiceConfig:
         watchdog_timeout_s=t.number("watchdog_timeout_ms", 500.0, 1.0, 60000.0) / 1000.0,
         gh_action=t.string("gh_action", "monitor", GH_ACTIONS),
         gh_threshold=t.number("gh_threshold", 0.0, -1.0, 10.0),
+        gh_zero_hold_s=t.number("gh_zero_hold_ms", 250.0, 0.0, 10000.0) / 1000.0,
         rom_margin_rad=math.radians(t.number("rom_margin_deg", 5.0, 0.0, 90.0)),
         rom_action=t.string("rom_action", "monitor", GH_ACTIONS))
     t.done()

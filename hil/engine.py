@@ -56,8 +56,11 @@ class TickEngine:
         self.u = np.zeros(n_mus)
         # safety
         self.watchdog = Watchdog(safety.watchdog_timeout_s, period_s)
-        self.gh = GHMonitor(safety.gh_action, safety.gh_threshold)
+        self.gh = GHMonitor(safety.gh_action, safety.gh_threshold,
+                            hold_ticks=int(round(safety.gh_zero_hold_s / period_s)))
         self.rom = RangeOfMotion(plant.model.dof_ranges, safety.rom_margin_rad, safety.rom_action)
+        self.gh.prime(plant.outputs.gh_stability)
+        self.rom.prime(plant.outputs.q)
         # per-tick command log (recorded) and counters
         self.log = np.zeros(MAX_COMMANDS_PER_TICK, COMMAND_DTYPE)
         self.n_log = 0
@@ -169,10 +172,8 @@ class TickEngine:
         """Safety, stimulation -> excitation, plant sub-steps, sensor frame."""
         out = self.plant.outputs
         wd = self.watchdog.update(self.tick)
-        zero_gh, stop_gh = self.gh.update(out.gh_stability)
-        zero_rom, stop_rom = self.rom.update(out.q)
-        stop = stop_gh or stop_rom
-        zero = wd or zero_gh or zero_rom or stop
+        zero_gh, zero_rom = self.gh.zero_now(), self.rom.zero_now()   # from the last frame
+        zero = wd or zero_gh or zero_rom
         if zero:
             self.applied[:] = 0.0
             self.u[:] = 0.0
@@ -184,6 +185,9 @@ class TickEngine:
                 self.u[:] = self.direct
         for _ in range(self.substeps):
             self.plant.step(self.u)
+        stop_gh = self.gh.observe(out.gh_stability)                    # this tick's frame
+        stop_rom = self.rom.observe(out.q)
+        stop = stop_gh or stop_rom
         status = 0
         if wd:
             status |= STATUS_WATCHDOG

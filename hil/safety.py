@@ -5,8 +5,9 @@ of the recorded inputs reproduces them exactly.
 
 - Watchdog: no valid command or heartbeat from any controller for ``timeout_ticks`` ticks -> all
   stimulation forced to zero (counted once per trip); it recovers on the next valid command.
-- GH monitor (paper eq. 9 stability value, every tick): action ``monitor`` (count, report), ``zero``
-  (stimulation to zero while unstable) or ``stop`` (end the run, non-zero exit status).
+- GH monitor (paper eq. 9 stability value of every frame): action ``monitor`` (count, report),
+  ``zero`` (stimulation to zero while unstable and for ``gh_zero_hold_s`` after) or ``stop`` (end the run
+  at the first unstable frame, non-zero exit status).
 - Range-of-motion alarm: a joint beyond its range by more than ``rom_margin_rad``.
 """
 from __future__ import annotations
@@ -24,6 +25,7 @@ class SafetyConfig:
     watchdog_timeout_s: float = 0.5
     gh_action: str = "monitor"
     gh_threshold: float = 0.0          # stability value above which the joint counts as unstable
+    gh_zero_hold_s: float = 0.25       # action 'zero': stimulation stays zero this long after the last unstable frame
     rom_margin_rad: float = 0.0873     # 5 deg beyond the model's DOF range
     rom_action: str = "monitor"        # monitor | zero | stop
 
@@ -50,22 +52,43 @@ class Watchdog:
 
 
 class GHMonitor:
-    """Applies the configured action to the GH stability value of the last plant step."""
+    """Applies the configured action to the GH stability value (paper eq. 9) of each sensor frame.
 
-    def __init__(self, action: str, threshold: float = 0.0) -> None:
+    The value of a frame is known only after its plant step, so: :meth:`observe` classifies the new
+    frame (status bit, counter, ``stop`` at once), and :meth:`zero_now` decides before the next step
+    whether stimulation must be zero - while the last frame was unstable and for ``hold_ticks`` stable
+    frames after it, so that ``zero`` does not switch full stimulation back on for single ticks while
+    the joint hovers at the rim.
+    """
+
+    def __init__(self, action: str, threshold: float = 0.0, hold_ticks: int = 0) -> None:
         if action not in GH_ACTIONS:
             raise ValueError(f"GH action must be one of {GH_ACTIONS}, not {action!r}")
         self.action = action
         self.threshold = threshold
+        self.hold_ticks = hold_ticks
         self.unstable_ticks = 0
         self.unstable = False
+        self._hold_left = 0
 
-    def update(self, gh_stability: float) -> tuple[bool, bool]:
-        """(zero stimulation, stop the run) for this stability value."""
+    def prime(self, gh_stability: float) -> None:
+        """The state before the first tick (not counted)."""
+        self.unstable = not (gh_stability <= self.threshold)
+        self._hold_left = self.hold_ticks if self.unstable else 0
+
+    def zero_now(self) -> bool:
+        """Stimulation must be zero in the coming tick (actions ``zero`` and ``stop``)."""
+        return self.action != "monitor" and (self.unstable or self._hold_left > 0)
+
+    def observe(self, gh_stability: float) -> bool:
+        """Classify a new frame; True: end the run (action ``stop``)."""
         self.unstable = not (gh_stability <= self.threshold)  # NaN counts as unstable
         if self.unstable:
             self.unstable_ticks += 1
-        return (self.unstable and self.action == "zero", self.unstable and self.action == "stop")
+            self._hold_left = self.hold_ticks
+        elif self._hold_left:
+            self._hold_left -= 1
+        return self.unstable and self.action == "stop"
 
 
 @njit(cache=True, nogil=True)
@@ -93,8 +116,17 @@ class RangeOfMotion:
         """Compile/load the range-check kernel (no state change)."""
         _outside(q, self.lo, self.hi)
 
-    def update(self, q: np.ndarray) -> tuple[bool, bool]:
+    def prime(self, q: np.ndarray) -> None:
+        """The posture before the first tick (not counted)."""
+        self.alarm = _outside(q, self.lo, self.hi)
+
+    def zero_now(self) -> bool:
+        """Stimulation must be zero in the coming tick: the last frame was out of range (``zero``/``stop``)."""
+        return self.alarm and self.action != "monitor"
+
+    def observe(self, q: np.ndarray) -> bool:
+        """Classify a new frame; True: end the run (action ``stop``)."""
         self.alarm = _outside(q, self.lo, self.hi)
         if self.alarm:
             self.alarm_ticks += 1
-        return (self.alarm and self.action == "zero", self.alarm and self.action == "stop")
+        return self.alarm and self.action == "stop"

@@ -106,6 +106,7 @@ def test_gh_actions(model, action):
     driver = LoopbackDriver(ConstantExcitation(biceps(model), 0.5), H)
     frames, u, result = run_ticks(engine, driver, 10)
     assert (frames["status"] & STATUS_GH_UNSTABLE).all()
+    assert np.array_equal((frames["status"] & STATUS_GH_UNSTABLE) != 0, frames["gh_stability"] > -1.0)
     if action == "monitor":
         assert len(frames) == 10 and u[-1].max() == 0.5 and not result.stop
     elif action == "zero":
@@ -158,16 +159,25 @@ def test_watchdog_and_monitors_units():
     assert wd.update(0)                            # never fed: tripped, not counted
     wd.feed(1)
     assert not wd.update(1) and not wd.update(2) and wd.update(3) and wd.trips == 1
-    gh = GHMonitor("zero")
-    assert gh.update(-0.5) == (False, False) and gh.update(0.2) == (True, False)
-    assert gh.update(math.nan) == (True, False) and gh.unstable_ticks == 2
+    gh = GHMonitor("zero", hold_ticks=2)
+    gh.prime(-0.5)
+    assert not gh.zero_now() and not gh.observe(-0.5) and not gh.zero_now()
+    assert not gh.observe(0.2) and gh.zero_now() and gh.unstable and gh.unstable_ticks == 1
+    assert not gh.observe(math.nan) and gh.unstable_ticks == 2      # NaN counts as unstable
+    # zero for hold_ticks = 2 ticks after the last unstable frame: the next tick, and one more
+    assert not gh.observe(-0.5) and gh.zero_now() and not gh.unstable
+    assert not gh.observe(-0.5) and not gh.zero_now()
+    stop = GHMonitor("stop")
+    stop.prime(-0.5)
+    assert not stop.observe(-0.1) and stop.observe(0.1) and stop.unstable_ticks == 1
     with pytest.raises(ValueError):
         GHMonitor("explode")
     rom = RangeOfMotion(np.array([[0.0, 1.0]] * 11), 0.1, "stop")
-    assert rom.update(np.full(11, 0.5)) == (False, False)
+    rom.prime(np.full(11, 0.5))
+    assert not rom.zero_now() and not rom.observe(np.full(11, 0.5))
     q = np.full(11, 0.5)
     q[4] = 1.2
-    assert rom.update(q) == (False, True) and rom.alarm_ticks == 1
+    assert rom.observe(q) and rom.alarm and rom.zero_now() and rom.alarm_ticks == 1
 
 
 def test_playback_controller_direct_mode(model, tmp_path):
