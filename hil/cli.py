@@ -377,8 +377,9 @@ def export(
     run_file: Annotated[Path, typer.Argument(help="Recording (.hilrec).")],
     csv_out: Annotated[Path, typer.Option("--csv", help="Output CSV: one row per tick.")],
 ) -> None:
-    """Export a recording to CSV: tick, time, the 11 DOFs (rad), gh_stability, u_<muscle> per muscle
-    element, and per stimulation channel its applied pulse width (us), amplitude (mA), frequency (Hz)."""
+    """Export a recording to CSV: tick, time, the 11 DOFs (rad), gh_stability, status (bits: 1 watchdog,
+    2 GH unstable, 4 overrun, 8 ROM alarm, 16 GH zeroed, 32 stopping), u_<muscle> per muscle element, and
+    per stimulation channel its applied pulse width (us), amplitude (mA), frequency (Hz)."""
     with _user_errors():
         from hil.recording import RecordingError, RecordingReader, export_csv
 

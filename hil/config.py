@@ -88,6 +88,8 @@ def _merged_document(path: str, depth: int) -> dict:
         includes = [includes]
     if not isinstance(includes, list) or not all(isinstance(i, str) for i in includes):
         raise ConfigError("must be a file name or a list of file names", file=path, key="include")
+    if depth:
+        _anchor_relative_paths(doc, os.path.dirname(os.path.abspath(path)))
     merged: dict = {}
     for inc in includes:
         inc_path = inc if os.path.isabs(inc) else os.path.join(os.path.dirname(os.path.abspath(path)), inc)
@@ -96,6 +98,21 @@ def _merged_document(path: str, depth: int) -> dict:
         merged.update(_merged_document(inc_path, depth + 1))
     merged.update(doc)
     return merged
+
+
+#: File-name keys: (table, key); a relative name means relative to the file that sets it.
+_PATH_KEYS = (("plant", "initial"), ("driver", "file"), ("driver", "dbc"))
+
+
+def _anchor_relative_paths(doc: dict, base: str) -> None:
+    """Make an included file's relative file names absolute, so they keep meaning "relative to this
+    file" wherever it is included from (``plant.initial = "equilibrium"`` is not a file)."""
+    for table, key in _PATH_KEYS:
+        entries = doc.get(table)
+        for entry in entries if isinstance(entries, list) else [entries]:
+            value = entry.get(key) if isinstance(entry, dict) else None
+            if isinstance(value, str) and value and value != "equilibrium" and not os.path.isabs(value):
+                entry[key] = os.path.join(base, value)
 
 
 #: Longest plant step the service accepts (the Rosenbrock scheme's tested range, README "Accuracy").

@@ -210,15 +210,16 @@ def run_recorder(spec: RecorderSpec, parent_pid: int, ready) -> None:
 
 
 def export_csv(reader: RecordingReader, out_path: str, muscle_names, dof_names, channel_names) -> int:
-    """One row per tick: tick, time, the DOFs (rad), gh_stability, u_<muscle>, and per channel the
-    applied pulse width (us), amplitude (mA) and frequency (Hz). Returns the number of rows."""
+    """One row per tick: tick, time, the DOFs (rad), gh_stability, status (the frame's STATUS_* bits:
+    1 watchdog, 2 GH unstable, 4 overrun, 8 ROM alarm, 16 GH zeroed, 32 stopping), u_<muscle>, and per
+    channel the applied pulse width (us), amplitude (mA) and frequency (Hz). Returns the number of rows."""
     ticks = reader.read("ticks")
     frame = ticks["frame"]
-    cols = ["tick", "time", *dof_names, "gh_stability", *[f"u_{m}" for m in muscle_names]]
+    cols = ["tick", "time", *dof_names, "gh_stability", "status", *[f"u_{m}" for m in muscle_names]]
     for ch in channel_names:
         cols += [f"{ch}_pw_us", f"{ch}_amp_ma", f"{ch}_freq_hz"]
     table = np.column_stack([ticks["tick"].astype(float), frame["time"], frame["q"], frame["gh_stability"],
-                             ticks["u"], *[ticks["applied"][:, c, :3] for c in range(len(channel_names))]])
+                             frame["status"].astype(float), ticks["u"], *[ticks["applied"][:, c, :3] for c in range(len(channel_names))]])
     with open(out_path, "w", encoding="utf-8") as fh:
         fh.write(",".join(cols) + "\n")
         np.savetxt(fh, table, delimiter=",", fmt="%.17g")

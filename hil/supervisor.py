@@ -69,7 +69,8 @@ def supervise(config_path: str, duration, record, on_poll=None, notify: bool = F
                     notifier.send("READY=1")
                     ready = True
                 now = time.monotonic()
-                if notifier.watchdog_s and now - last_ping >= notifier.watchdog_s and status[0] > last_ticks:
+                if (notifier.watchdog_s and not status[stop_i] and now - last_ping >= notifier.watchdog_s
+                        and status[0] > last_ticks):                 # no pings once STOPPING=1 went out
                     notifier.send("WATCHDOG=1")
                     last_ping, last_ticks = now, status[0]
             if on_poll is not None:

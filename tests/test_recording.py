@@ -106,6 +106,7 @@ def test_run_record_replay_export(tmp_path):
     assert hil("export", rec, "--csv", csv).returncode == 0
     header = csv.read_text().splitlines()[0].split(",")
     assert header[:3] == ["tick", "time", "SCy"] and "gh_stability" in header and "u_bicl" in header
+    assert header[header.index("gh_stability") + 1] == "status"
     assert "biceps_amp_ma" in header and len(csv.read_text().splitlines()) == 251
 
 

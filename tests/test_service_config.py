@@ -59,6 +59,17 @@ def test_errors_name_file_key_and_reason(tmp_path, text, key, words):
     assert str(path) in str(err.value) and words in str(err.value)
 
 
+def test_relative_file_names_in_an_included_file_are_relative_to_that_file(tmp_path):
+    """configs/loopback.toml and can.toml included from elsewhere still find their CSV and DBC."""
+    from hil.service import build_engine
+    root = Path(__file__).resolve().parents[1]
+    cfg = load_service_config(write(tmp_path, f'include = ["{root / "configs" / "loopback.toml"}"]\n'))
+    assert cfg.drivers[0]["file"] == str(root / "configs" / "../examples/elbow_flexion.csv")
+    _, _, drivers = build_engine(cfg)
+    can_cfg = load_service_config(write(tmp_path, f'include = ["{root / "configs" / "can.toml"}"]\n', "c.toml"))
+    assert can_cfg.drivers[0]["dbc"] == str(root / "configs" / "fes-hil.dbc")
+
+
 def test_a_missing_include_names_the_including_file(tmp_path):
     path = write(tmp_path, 'include = ["loopbak.toml"]\n')
     with pytest.raises(ConfigError) as err:

@@ -62,11 +62,17 @@ def test_serve_notifies_ready_watchdog_stopping_and_exits_cleanly(tmp_path):
             except socket.timeout:
                 pass
         assert proc.wait(60) == 0, proc.stderr.read()
+        sock.settimeout(0.2)
+        while True:                                # whatever was sent after STOPPING=1
+            try:
+                got.append(sock.recv(4096).decode())
+            except socket.timeout:
+                break
     finally:
         if proc.poll() is None:
             proc.kill()
         sock.close()
-    assert "STOPPING=1" in got
+    assert "STOPPING=1" in got and "WATCHDOG=1" not in got[got.index("STOPPING=1"):], got
     runs = list((tmp_path / "runs").glob("*.hilrec"))
     assert len(runs) == 1
     rd = RecordingReader(runs[0])
