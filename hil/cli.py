@@ -328,7 +328,8 @@ def run(
         table.add_row("safety", f"watchdog trips {summary['watchdog_trips']}, GH unstable ticks "
                                 f"{summary['gh_unstable_ticks']}, ROM alarm ticks {summary['rom_alarm_ticks']}")
         table.add_row("commands", f"{summary['commands_received']} accepted, rejected "
-                                  f"{summary['commands_rejected'] or 'none'}")
+                                  f"{summary['commands_rejected'] or 'none'}, clamped "
+                                  f"{summary['commands_clamped'] or 'none'}")
         table.add_row("final elbow flexion", f"{summary['final_elbow_deg']:.1f} deg")
         if summary.get("recording"):
             table.add_row("recording", f"{summary['recording']} (ring overflows: {summary['records_dropped']})")

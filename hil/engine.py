@@ -66,7 +66,8 @@ class TickEngine:
         self.n_log = 0
         self.log_overflow = 0
         self.received = {}
-        self.rejected = {}
+        self.rejected = {}     # (driver, reason) -> commands not applied
+        self.clamped = {}      # (driver, reason) -> commands applied clamped to the limits
         self.tick = 0
         self.overrun = False
 
@@ -103,10 +104,11 @@ class TickEngine:
         self.latched[channel, 1] = amp
         self.latched[channel, 2] = freq
         self.latched[channel, 3] = md
-        status = 0 if reason is None else self.reason_code.get(reason, 255)  # clamped: accepted, noted
-        if reason is not None:
-            self._count(self.rejected, (driver, reason))
-        self._record(driver, receive_ns, KIND_CHANNEL, status, channel, pw, amp, freq, md)
+        status = 0 if reason is None else self.reason_code.get(reason, 255)
+        if reason is not None:     # clamped: applied within the limits, counted; the log keeps the request
+            self._count(self.clamped, (driver, reason))
+        self._record(driver, receive_ns, KIND_CHANNEL, status, channel, pulse_width_us, amplitude_ma,
+                     frequency_hz, mode)
         self._accept(driver)
         return True
 
@@ -118,10 +120,10 @@ class TickEngine:
         if not math.isfinite(value):
             return self._reject_cmd(driver, receive_ns, KIND_EXCITATION, muscle, "non_finite", value)
         clipped = min(1.0, max(0.0, value))
-        if clipped != value:
-            self._count(self.rejected, (driver, "excitation_clipped"))
+        if clipped != value:       # applied clipped to [0, 1], counted; the log keeps the request
+            self._count(self.clamped, (driver, "excitation_clipped"))
         self.direct[muscle] = clipped
-        self._record(driver, receive_ns, KIND_EXCITATION, 0, muscle, clipped)
+        self._record(driver, receive_ns, KIND_EXCITATION, 0, muscle, value)
         self._accept(driver)
         return True
 

@@ -55,7 +55,9 @@ def default_schema(drivers: list[str], reasons: list[str]) -> tuple[MetricSpec, 
         MetricSpec("hil_ticks_total", "counter", "Ticks run."),
         MetricSpec("hil_deadline_misses_total", "counter", "Ticks that overran into the next period."),
         MetricSpec("hil_commands_received_total", "counter", "Valid commands latched.", ("driver",), d),
-        MetricSpec("hil_commands_rejected_total", "counter", "Commands rejected or clamped, by reason.",
+        MetricSpec("hil_commands_rejected_total", "counter", "Commands not applied, by reason.",
+                   ("driver", "reason"), dr),
+        MetricSpec("hil_commands_clamped_total", "counter", "Commands applied clamped to their limits, by reason.",
                    ("driver", "reason"), dr),
         MetricSpec("hil_watchdog_trips_total", "counter", "Controller watchdog trips."),
         MetricSpec("hil_gh_unstable_ticks_total", "counter", "Ticks with GH stability above the threshold."),
@@ -262,6 +264,8 @@ class LoopMetrics:
         self.received = {i: block.counter("hil_commands_received_total", driver=n) for i, n in enumerate(driver_names)}
         self.rejected = {(i, r): block.counter("hil_commands_rejected_total", driver=n, reason=r)
                          for i, n in enumerate(driver_names) for r in reasons}
+        self.clamped = {(i, r): block.counter("hil_commands_clamped_total", driver=n, reason=r)
+                        for i, n in enumerate(driver_names) for r in reasons}
         self.connected = {i: block.gauge("hil_controller_connected", driver=n) for i, n in enumerate(driver_names)}
         self.period_s = period_s
         self.drivers = tuple(drivers)
@@ -294,9 +298,10 @@ class LoopMetrics:
         self.clipped.set(engine.plant.clipped_total)
         for d, c in self.received.items():
             c.set(engine.received.get(d, 0))
-        for key, n in engine.rejected.items():
-            if key in self.rejected:
-                self.rejected[key].set(n)
+        for counts, series in ((engine.rejected, self.rejected), (engine.clamped, self.clamped)):
+            for key, n in counts.items():
+                if key in series:
+                    series[key].set(n)
         alive = not engine.watchdog.tripped
         for i, g in self.connected.items():
             link_up = self.drivers[i].connected() if i < len(self.drivers) else True

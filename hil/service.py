@@ -209,6 +209,7 @@ def rt_main(config_path: str, duration_s, status, result_queue, record_path=None
             "rom_alarm_ticks": engine.rom.alarm_ticks, "clipped_excitations": engine.plant.clipped_total,
             "commands_received": sum(engine.received.values()),
             "commands_rejected": {f"{d}:{r}": n for (d, r), n in engine.rejected.items()},
+            "commands_clamped": {f"{d}:{r}": n for (d, r), n in engine.clamped.items()},
             "final_elbow_deg": math.degrees(engine.plant.outputs.q[9]),
             "drivers": {f"{d.index}:{d.name}": d.stats for d in drivers},
             "recording": record_path, "records_dropped": {n: r.dropped for n, r in rings.items()},

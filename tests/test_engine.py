@@ -130,7 +130,8 @@ def test_bad_commands_are_rejected_counted_and_recorded(model):
     assert engine.direct[3] == 1.0
     assert engine.group_excitation(0, 129, "bic", 0.25)
     assert engine.rejected == {(0, "unknown_muscle"): 2, (0, "non_finite"): 1, (0, "unknown_channel"): 1,
-                               (0, "bad_frame"): 1, (0, "excitation_clipped"): 1}
+                               (0, "bad_frame"): 1}
+    assert engine.clamped == {(0, "excitation_clipped"): 1}                # applied, so not "rejected"
     log = engine.log[: engine.n_log]
     assert list(log["receive_ns"]) == [123, 124, 125, 126, 127, 128, 129, 129]
     assert list(log["status"][:5] > 0) == [True] * 5 and not log["status"][5:].any()
@@ -270,3 +271,19 @@ def test_elbow_hold_closed_loop_through_the_stimulation_model():
     assert engine.watchdog.trips == 0 and not engine.rejected
     for d in drivers:
         d.shutdown()
+
+
+def test_clamped_commands_are_applied_counted_apart_and_logged_as_requested(model):
+    from hil.stimulation import StimulationModel, load_stimulation_config
+    table = {"mode": "channels", "channel": [
+        {"name": "rej", "muscles": {"bicl": 1.0}, "max_amplitude_ma": 50, "limit_policy": "reject"},
+        {"name": "clamp", "muscles": {"bicl": 1.0}, "max_amplitude_ma": 50, "limit_policy": "clamp"}]}
+    stim = StimulationModel(load_stimulation_config(table, model.muscle_names), model.muscle_names)
+    engine = TickEngine(Plant(model, step_s=H), stim, SafetyConfig(), SensorModel(SensorModelConfig()), H, 1, REASONS)
+    engine.begin(0)
+    assert not engine.channel(0, 1, 0, 300.0, 120.0, 40.0, 0)
+    assert engine.channel(0, 2, 1, 300.0, 120.0, 40.0, 0)
+    assert engine.rejected == {(0, "amplitude_limit"): 1} and engine.clamped == {(0, "amplitude_limit"): 1}
+    assert engine.latched[1, 1] == 50.0 and engine.latched[0, 1] == 0.0
+    log = engine.log[:engine.n_log]
+    assert list(log["values"][:, 1]) == [120.0, 120.0] and all(log["status"] > 0)   # what was asked for
