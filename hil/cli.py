@@ -419,8 +419,7 @@ def report(
     table.add_column(style="bold")
     table.add_column()
     table.add_row("ticks", f"{doc['ticks']} ({doc['duration_s']:.3f} s simulated)")
-    if doc["lateness_us"]:
-        table.add_row("lateness (us)", "p50 {p50:.1f}  p99 {p99:.1f}  max {max:.1f}".format(**doc["lateness_us"]))
+    table.add_row("lateness (us)", "p50 {p50:.1f}  p99 {p99:.1f}  max {max:.1f}".format(**doc["lateness_us"]))
     table.add_row("deadline misses", str(doc["deadline_misses"]))
     table.add_row("GH", f"max stability {doc['gh_stability_max']:+.3f}, unstable ticks {doc['gh_unstable_ticks']}")
     table.add_row("watchdog ticks", str(doc["watchdog_ticks"]))

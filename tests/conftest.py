@@ -1,4 +1,8 @@
-"""Shared fixtures for the numerical tests of the DAS3 plant (``sim``)."""
+"""Shared fixtures: the DAS3 model for the numerical tests of the plant (``sim``), and configs built
+on the shipped ones for the service tests."""
+import textwrap
+from pathlib import Path
+
 import pytest
 
 from sim.config import ModelConfig
@@ -15,3 +19,17 @@ def model():
 def model_hw():
     """The DAS3 model with the hand's weight switched on (``ModelConfig.hand_weight``)."""
     return load_model(ModelConfig(hand_weight=True))
+
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+
+
+@pytest.fixture
+def config_over(tmp_path):
+    """``config_over(base, text, name)``: write ``tmp_path/name``, a config that includes the shipped
+    ``configs/<base>`` and adds ``text`` (dedented), and return its path."""
+    def write(base: str, text: str = "", name: str = "test.toml") -> Path:
+        path = tmp_path / name
+        path.write_text(f'include = ["{CONFIGS / base}"]\n' + textwrap.dedent(text))
+        return path
+    return write

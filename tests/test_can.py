@@ -7,7 +7,6 @@ import random
 import socket
 import subprocess
 import sys
-import textwrap
 import threading
 import time
 from pathlib import Path
@@ -234,12 +233,10 @@ def test_link_process_round_trip_over_udp_multicast(db):
     assert not drv.link_alive
 
 
-def test_hil_run_with_a_controller_in_another_process(tmp_path):
+def test_hil_run_with_a_controller_in_another_process(tmp_path, config_over):
     """`hil run` on configs/can.toml (its own multicast group) and examples/can_controller.py as the peer."""
     group = f"239.75.{random.randint(1, 250)}.{random.randint(1, 250)}"
-    cfg = tmp_path / "can.toml"
-    cfg.write_text(textwrap.dedent(f"""
-        include = ["{ROOT / 'configs' / 'can.toml'}"]
+    cfg = config_over("can.toml", f"""
         [metrics]
         enabled = false
         [[driver]]
@@ -247,7 +244,7 @@ def test_hil_run_with_a_controller_in_another_process(tmp_path):
         interface = "udp_multicast"
         channel = "{group}"
         dbc = "{DBC}"
-        """))
+        """)
     rec = tmp_path / "run.hilrec"
     hil = subprocess.Popen([sys.executable, "-m", "hil", "run", "--config", str(cfg), "--duration", "6", "--json",
                             "--record", str(rec), "--port-file", str(tmp_path / "ports.json")],
@@ -320,18 +317,16 @@ def test_link_over_socketcan_vcan(db):
     ("counter_reset_s = inf", "driver[0].counter_reset_s", "finite number > 0"),
     ("counter_reset_s = 0", "driver[0].counter_reset_s", "finite number > 0"),
 ])
-def test_can_config_errors_name_the_key(tmp_path, extra, key, words):
+def test_can_config_errors_name_the_key(config_over, extra, key, words):
     from hil.config import load_service_config
     from hil.service import build_engine
     from sim.config import ConfigError
-    cfg = tmp_path / "bad.toml"
-    cfg.write_text(textwrap.dedent(f"""
-        include = ["{ROOT / 'configs' / 'can.toml'}"]
+    cfg = config_over("can.toml", f"""
         [[driver]]
         type = "can"
         {extra if extra.startswith("dbc") else f'dbc = "{DBC}"'}
         {"" if extra.startswith("dbc") else extra}
-        """))
+        """)
     with pytest.raises(ConfigError) as err:
         build_engine(load_service_config(cfg))
     assert err.value.key == key and words in str(err.value)
@@ -345,16 +340,14 @@ def test_a_link_process_that_dies_during_start_up_is_reported_at_once():
     assert time.monotonic() - t0 < 20
 
 
-def test_drivers_built_before_a_failing_one_are_shut_down(tmp_path):
+def test_drivers_built_before_a_failing_one_are_shut_down(config_over):
     import multiprocessing
 
     from hil.config import load_service_config
     from hil.service import build_engine
     from sim.config import ConfigError
     group = f"239.77.{random.randint(1, 250)}.{random.randint(1, 250)}"
-    cfg = tmp_path / "two.toml"
-    cfg.write_text(textwrap.dedent(f"""
-        include = ["{ROOT / 'configs' / 'can.toml'}"]
+    cfg = config_over("can.toml", f"""
         [[driver]]
         type = "can"
         channel = "{group}"
@@ -364,7 +357,7 @@ def test_drivers_built_before_a_failing_one_are_shut_down(tmp_path):
         channel = "{group}"
         dbc = "{DBC}"
         feedback_every = 0
-        """))
+        """)
     before = {p.pid for p in multiprocessing.active_children()}
     with pytest.raises(ConfigError, match="feedback_every"):
         build_engine(load_service_config(cfg))

@@ -94,17 +94,14 @@ def test_bench_loop_reports_lateness_while_scraping():
         assert doc[key] >= 0
 
 
-def test_hil_run_with_the_metrics_port_in_use_exits_2_without_an_empty_recording(tmp_path):
+def test_hil_run_with_the_metrics_port_in_use_exits_2_without_an_empty_recording(tmp_path, config_over):
     import subprocess
     import sys
-    from pathlib import Path
-    root = Path(__file__).resolve().parents[1]
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         s.listen()
         port = s.getsockname()[1]
-        cfg = tmp_path / "busy.toml"
-        cfg.write_text(f'include = ["{root / "configs" / "elbow-hold.toml"}"]\n[metrics]\nport = {port}\n')
+        cfg = config_over("elbow-hold.toml", f"[metrics]\nport = {port}\n")
         rec = tmp_path / "run.hilrec"
         out = subprocess.run([sys.executable, "-m", "hil", "run", "--config", str(cfg), "--duration", "0.2",
                               "--record", str(rec)], capture_output=True, text=True, timeout=300)

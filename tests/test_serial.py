@@ -7,7 +7,6 @@ import math
 import os
 import subprocess
 import sys
-import textwrap
 import threading
 import time
 from pathlib import Path
@@ -116,13 +115,11 @@ def _wait_for(path: Path, proc, timeout: float = 120.0) -> dict:
     return json.loads(path.read_text())
 
 
-def test_unmodified_pysciencemode_client_flexes_the_elbow(tmp_path):
-    cfg = tmp_path / "serial.toml"
-    cfg.write_text(textwrap.dedent(f"""
-        include = ["{ROOT / 'configs' / 'serial.toml'}"]
+def test_unmodified_pysciencemode_client_flexes_the_elbow(tmp_path, config_over):
+    cfg = config_over("serial.toml", """
         [metrics]
         enabled = false
-        """))
+        """)
     ports_file = tmp_path / "ports.json"
     rec = tmp_path / "run.hilrec"
     hil = subprocess.Popen([sys.executable, "-m", "hil", "run", "--config", str(cfg), "--duration", "6", "--json",
@@ -171,32 +168,28 @@ def test_unmodified_pysciencemode_client_flexes_the_elbow(tmp_path):
     assert math.isclose(ticks_rec["applied"][np.argmax(amp), 3, 2], 40.0)   # 25 ms channel-list period
 
 
-def test_config_errors_name_the_key(tmp_path):
+def test_config_errors_name_the_key(config_over):
     from hil.config import load_service_config
     from hil.service import build_engine
     from sim.config import ConfigError
     for extra, key in [('channel_map = [1, 2]', "channel_map"), ('client_timeout_ms = 500', "client_timeout_ms"),
                        ('client_timeout_ms = inf', "client_timeout_ms"),
                        ('colour = "red"', "colour"), ('sensor_every = 0', "sensor_every")]:
-        cfg = tmp_path / "bad.toml"
-        cfg.write_text(textwrap.dedent(f"""
-            include = ["{ROOT / 'configs' / 'serial.toml'}"]
+        cfg = config_over("serial.toml", f"""
             [[driver]]
             type = "sciencemode2"
             {extra}
-            """))
+            """)
         with pytest.raises(ConfigError, match=key):
             build_engine(load_service_config(cfg))
 
 
-def test_a_port_that_cannot_be_opened_is_a_one_line_error_naming_the_driver(tmp_path):
-    cfg = tmp_path / "serial.toml"
-    cfg.write_text(textwrap.dedent(f"""
-        include = ["{ROOT / 'configs' / 'serial.toml'}"]
+def test_a_port_that_cannot_be_opened_is_a_one_line_error_naming_the_driver(tmp_path, config_over):
+    cfg = config_over("serial.toml", f"""
         [[driver]]
         type = "sciencemode2"
         port = "{tmp_path / 'ttyNONE'}"
-        """))
+        """)
     out = subprocess.run([sys.executable, "-m", "hil", "check-config", str(cfg)], capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr

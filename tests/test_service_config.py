@@ -59,15 +59,15 @@ def test_errors_name_file_key_and_reason(tmp_path, text, key, words):
     assert str(path) in str(err.value) and words in str(err.value)
 
 
-def test_relative_file_names_in_an_included_file_are_relative_to_that_file(tmp_path):
+def test_relative_file_names_in_an_included_file_are_relative_to_that_file(config_over):
     """configs/loopback.toml and can.toml included from elsewhere still find their CSV and DBC."""
+    from conftest import CONFIGS
     from hil.service import build_engine
-    root = Path(__file__).resolve().parents[1]
-    cfg = load_service_config(write(tmp_path, f'include = ["{root / "configs" / "loopback.toml"}"]\n'))
-    assert cfg.drivers[0]["file"] == str(root / "configs" / "../examples/elbow_flexion.csv")
-    _, _, drivers = build_engine(cfg)
-    can_cfg = load_service_config(write(tmp_path, f'include = ["{root / "configs" / "can.toml"}"]\n', "c.toml"))
-    assert can_cfg.drivers[0]["dbc"] == str(root / "configs" / "fes-hil.dbc")
+    cfg = load_service_config(config_over("loopback.toml"))
+    assert cfg.drivers[0]["file"] == str(CONFIGS / "../examples/elbow_flexion.csv")
+    build_engine(cfg)                                    # the playback CSV is found and loaded
+    can_cfg = load_service_config(config_over("can.toml", name="c.toml"))
+    assert can_cfg.drivers[0]["dbc"] == str(CONFIGS / "fes-hil.dbc")
 
 
 def test_a_missing_include_names_the_including_file(tmp_path):
@@ -117,11 +117,9 @@ def test_loopback_controller_errors_name_the_key(tmp_path, driver, key, words):
     assert getattr(err.value, "key", None) == key and where in str(err.value) and words in str(err.value), str(err.value)
 
 
-def test_loopback_controller_config_is_applied(tmp_path):
+def test_loopback_controller_config_is_applied(config_over):
     from hil.service import build_engine
-    root = Path(__file__).resolve().parents[1]
-    path = write(tmp_path, f'include = ["{root / "configs" / "elbow-hold.toml"}"]\n')
-    _, _, drivers = build_engine(load_service_config(path))
+    _, _, drivers = build_engine(load_service_config(config_over("elbow-hold.toml")))
     ctl = drivers[0].controller
     assert (ctl.flexor, ctl.extensor) == (3, 4) and ctl.target == pytest.approx(math.radians(90))
     assert ctl.every == 5 and ctl.max_amp == 80
