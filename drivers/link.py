@@ -55,6 +55,15 @@ LINK_RECORD = np.dtype([
     ("values", "<f8", (4,)),  # channel: pw us, amp mA, freq Hz, mode; excitation: u
 ])
 
+#: The same bytes as :data:`LINK_RECORD` with the four values as scalar fields: ``.item(i)`` of a view
+#: with this dtype gives one tuple of Python numbers per record (one numpy call instead of one per field).
+_LINK_RECORD_FLAT = np.dtype({
+    "names": ["receive_ns", "seq", "kind", "reason", "index", "v0", "v1", "v2", "v3"],
+    "formats": ["<i8", "<i4", "u1", "u1", "<i2", "<f8", "<f8", "<f8", "<f8"],
+    "offsets": [LINK_RECORD.fields[f][1] for f in ("receive_ns", "seq", "kind", "reason", "index")]
+    + [LINK_RECORD.fields["values"][1] + 8 * k for k in range(4)],
+    "itemsize": LINK_RECORD.itemsize})
+
 AUX_CONNECTED, AUX_FRAMES_IN, AUX_FRAMES_OUT, AUX_SEND_ERRORS = range(4)
 INBOUND_CAPACITY = 8192
 OUTBOUND_CAPACITY = 1024
@@ -335,6 +344,7 @@ class LinkDriver(Driver):
             parent_conn.close()
         self.ports: dict[str, str] = dict(info)
         self._buf = np.zeros(MAX_RECORDS_PER_FETCH, LINK_RECORD)
+        self._flat = self._buf.view(_LINK_RECORD_FLAT)
         self.echo_seq = -1
         self.wake_errors = 0
         super().__init__(index)
@@ -342,20 +352,16 @@ class LinkDriver(Driver):
     # -- loop side ---------------------------------------------------------------------------
     def fetch(self, tick: int, now_ns: int, sink: CommandSink) -> None:
         n = self._in.pop_into(self._buf)
-        d = self.index
+        d, flat = self.index, self._flat
         for i in range(n):
-            r = self._buf[i]
-            kind = r["kind"]
-            ns = int(r["receive_ns"])
+            ns, seq, kind, reason, index, v0, v1, v2, v3 = flat.item(i)
             if kind == KIND_CHANNEL:
-                v = r["values"]
-                ok = sink.channel(d, ns, int(r["index"]), float(v[0]), float(v[1]), float(v[2]), int(v[3]))
+                ok = sink.channel(d, ns, index, v0, v1, v2, int(v3))
             elif kind == KIND_EXCITATION:
-                m = int(r["index"])
-                if m >= 0:
-                    ok = sink.excitation(d, ns, m, float(r["values"][0]))
-                elif -1 - m < len(self.group_names):
-                    ok = sink.group_excitation(d, ns, self.group_names[-1 - m], float(r["values"][0]))
+                if index >= 0:
+                    ok = sink.excitation(d, ns, index, v0)
+                elif -1 - index < len(self.group_names):
+                    ok = sink.group_excitation(d, ns, self.group_names[-1 - index], v0)
                 else:
                     sink.reject(d, ns, "unknown_muscle")
                     ok = False
@@ -363,10 +369,10 @@ class LinkDriver(Driver):
                 sink.heartbeat(d, ns)
                 ok = True
             else:
-                sink.reject(d, ns, REJECT_REASONS[r["reason"]])
+                sink.reject(d, ns, REJECT_REASONS[reason])
                 ok = False
-            if ok and r["seq"] >= 0:
-                self.echo_seq = int(r["seq"])
+            if ok and seq >= 0:
+                self.echo_seq = seq
         self.frames_received += n
 
     def publish(self, frame: np.ndarray) -> None:

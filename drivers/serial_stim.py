@@ -100,6 +100,7 @@ class ScienceModeEndpoint(LinkEndpoint):
         self.sensor_every = sensor_every
         self.port = self.sensor = None
         self._last_seq = -1
+        self._listed: tuple[int, ...] | None = None   # stimulator channels (1-8) of the last update
 
     def open(self) -> dict[str, str]:
         self.emulator = Rehastim2Emulator()
@@ -121,9 +122,15 @@ class ScienceModeEndpoint(LinkEndpoint):
         for idx in self.channel_map:
             if idx >= 0:
                 inbound.channel(now, seq, idx, 0.0, 0.0, 0.0, 0)
+        self._listed = None
 
     def _apply(self, stim, inbound: Inbound, now: int) -> None:
+        """One channel command per channel of the update (the channel list). The mapped channels outside
+        the list are set to zero by the first update of a new list only, not by every update: at 1 kHz
+        each command costs the loop time."""
         settings = {c.channel: c for c in stim.channels}
+        listed = tuple(sorted(settings))
+        new_list, self._listed = listed != self._listed, listed
         base = stim.frequency_hz
         for n, idx in enumerate(self.channel_map, start=1):
             c = settings.get(n)
@@ -132,7 +139,8 @@ class ScienceModeEndpoint(LinkEndpoint):
                     inbound.reject(now, "unknown_channel", stim.counter)
                 continue
             if c is None:
-                inbound.channel(now, stim.counter, idx, 0.0, 0.0, 0.0, 0)
+                if new_list:
+                    inbound.channel(now, stim.counter, idx, 0.0, 0.0, 0.0, 0)
                 continue
             slow = (stim.low_frequency_mask >> (n - 1)) & 1
             freq = base / (stim.low_frequency_factor + 1) if slow else base
@@ -151,7 +159,6 @@ class ScienceModeEndpoint(LinkEndpoint):
         now = int(now_s * 1e9)
         frames_before = self.emulator.counters["frames_in"]
         replies, events = self.emulator.receive(chunk, now_s)
-        self._write_all(replies, inbound.ring.aux)
         inbound.count_in(self.emulator.counters["frames_in"] - frames_before)
         for ev in events:
             if isinstance(ev, StimulationChanged):
@@ -167,6 +174,9 @@ class ScienceModeEndpoint(LinkEndpoint):
                 inbound.heartbeat(now)
             elif isinstance(ev, Activity):
                 inbound.heartbeat(now)
+        # the commands go to the loop before the replies go out: a pty write can block for a while (the
+        # tty layer hands the bytes over in a kernel worker), and the command must make the next tick
+        self._write_all(replies, inbound.ring.aux)
 
     def periodic(self, inbound: Inbound) -> None:
         em = self.emulator

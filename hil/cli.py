@@ -725,6 +725,7 @@ period_ms = {period_ms}
 substeps = {substeps}
 spin_us = {spin_us}
 cpu = {cpu}
+priority = {priority}
 [stimulation]
 mode = "direct"
 [safety]
@@ -743,6 +744,28 @@ rate_hz = 50
 """
 
 
+BENCH_LOOP_PRIORITY = 80
+"""SCHED_FIFO priority of the benchmark's loop (the ``[loop] priority`` default)."""
+
+
+def _platform_baseline(cpu: int, period: float, duration: float) -> dict:
+    """cyclictest on ``cpu`` at the loop's priority and period (:mod:`hil.bench_platform`), with the
+    hypervisor steal during it; ``{"error": ...}`` where cyclictest is missing or fails."""
+    import subprocess
+
+    from hil import bench_platform
+
+    before = _steal_s(cpu)
+    try:
+        with _stderr().status(f"platform baseline: cyclictest on cpu{cpu} for {duration:g} s"):
+            result = bench_platform.run_cyclictest(cpu, BENCH_LOOP_PRIORITY, period, duration).as_dict()
+    except (RuntimeError, ValueError, OSError, subprocess.TimeoutExpired) as exc:
+        return {"error": str(exc)}
+    after = _steal_s(cpu)
+    result["steal_ms"] = None if before is None or after is None else round((after - before) * 1e3, 1)
+    return result
+
+
 def _free_port() -> int:
     import socket
 
@@ -758,6 +781,9 @@ def bench_loop(
     scrape_interval: Annotated[float, typer.Option(help="Scrape /metrics every this many s (0: never).")] = 0.1,
     spin_us: Annotated[float, typer.Option(help="[loop] spin_us: spin this long before each deadline "
                                                 "(>= the period: never sleep).")] = 200.0,
+    baseline: Annotated[bool, typer.Option(help="First run cyclictest (rt-tests) on the loop's CPU with the same "
+                                               "priority, period and duration: the platform's own wake-up "
+                                               "latency, for comparison.")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Loopback run at the given period while this process scrapes the metrics endpoint; prints tick
@@ -784,7 +810,8 @@ def bench_loop(
         _error(f"--spin-us must be between 0 and 5000, not {spin_us!r}")
         raise typer.Exit(2)
     cfg_path.write_text(BENCH_LOOP_CONFIG.format(period_ms=period * 1e3, substeps=substeps, port=port, cpu=cpu,
-                                                 spin_us=spin_us))
+                                                 spin_us=spin_us, priority=BENCH_LOOP_PRIORITY))
+    floor = _platform_baseline(cpu, period, duration) if baseline else None
     ctx = mp.get_context("spawn")
     status = ctx.Array("d", len(service.STATUS_FIELDS), lock=False)
     results = ctx.Queue()
@@ -816,6 +843,8 @@ def bench_loop(
            "scrapes": scrapes, "scrape_failures": failures,
            "cpu_percent": 100.0 * summary["cpu_s"] / max(summary["wall_s"], 1e-9),
            "steal_ms_loop_cpu": steal_ms, "realtime": summary["realtime"], "cpu": _cpu_model()}
+    if floor is not None:
+        doc["baseline"] = floor
     if json_out:
         _print_json(doc)
         return
@@ -832,6 +861,14 @@ def bench_loop(
                     f"CPU {doc['cpu']}")
     if steal_ms is not None:
         _stdout().print(f"hypervisor steal on the loop CPU (cpu{cpu}) during the run: {steal_ms:.0f} ms")
+    if floor is not None and "error" in floor:
+        _stdout().print(f"platform baseline: {floor['error']}")
+    elif floor is not None:
+        steal = "" if floor["steal_ms"] is None else f", steal {floor['steal_ms']:.0f} ms"
+        _stdout().print(f"platform baseline (cyclictest, cpu{cpu}, FIFO {BENCH_LOOP_PRIORITY}, {duration:g} s before "
+                        f"the run): p50 {floor['p50_us']:.0f} µs, p99 {floor['p99_us']:.0f} µs, p99.9 "
+                        f"{floor['p999_us']:.0f} µs, max {floor['max_us']:.0f} µs, "
+                        f"late > 1 ms {floor['over_1ms']}{steal}")
 
 
 @bench_app.command("link")
@@ -859,11 +896,20 @@ def bench_link(
         for r in rates:
             if not 100.0 <= r <= 1000.0:
                 raise BadInputError(f"--rate must be between 100 and 1000 Hz (1-10 ms periods), not {r!r}")
+    from hil.bench_platform import unbound_workqueue_cpus
+
     runs = []
+    n_cpus = os.cpu_count() or 1
     for r in rates:
         with _stderr().status(f"{transport} link at {r:g} Hz for {duration:g} s ..."):
-            runs.append(run_link_bench(transport, r, duration, feedback))
-    doc = {"transport": transport, "runs": runs, "cpu": _cpu_model()}
+            before = [_steal_s(c) for c in range(n_cpus)]
+            run = run_link_bench(transport, r, duration, feedback)
+            after = [_steal_s(c) for c in range(n_cpus)]
+        run["steal_ms"] = {f"cpu{c}": round((a - b) * 1e3, 1) for c, (b, a) in enumerate(zip(before, after))
+                           if a is not None and b is not None}
+        runs.append(run)
+    doc = {"transport": transport, "runs": runs, "cpu": _cpu_model(), "loop_cpu": n_cpus - 1 if n_cpus > 1 else None,
+           "workqueue_cpus": unbound_workqueue_cpus()}
     if json_out:
         _print_json(doc)
     else:
@@ -883,9 +929,16 @@ def bench_link(
         _stdout().print(table)
         for run in runs:
             if "feedback" in run:
+                steal = ", ".join(f"{c} {ms:.0f} ms" for c, ms in run["steal_ms"].items())
                 _stdout().print(f"{run['rate_hz']:g} Hz feedback: {', '.join(run['feedback'])}; loop lateness p99 "
-                                f"{run['loop_lateness_p99_us']:.1f} µs, deadline misses {run['deadline_misses']}")
+                                f"{run['loop_lateness_p99_us']:.1f} µs, deadline misses {run['deadline_misses']}"
+                                + (f"; hypervisor steal {steal}" if steal else ""))
         _stdout().print(f"CPU {doc['cpu']}")
+        wq = doc["workqueue_cpus"]
+        if wq is not None and doc["loop_cpu"] in wq:
+            _stdout().print(f"note: kernel workers (unbound workqueues) may run on the loop's CPU {doc['loop_cpu']} "
+                            f"(CPUs {wq}); serial round trips then wait for the loop - see systemd/README.md, "
+                            "'Tuning the lab PC'")
     if any("error" in r for r in runs):
         for r in runs:
             if "error" in r:

@@ -77,14 +77,8 @@ class TickEngine:
         if self.n_log >= MAX_COMMANDS_PER_TICK:
             self.log_overflow += 1
             return
-        rec = self.log[self.n_log]
-        rec["tick"] = self.tick
-        rec["receive_ns"] = receive_ns
-        rec["driver"] = driver
-        rec["kind"] = kind
-        rec["status"] = status
-        rec["index"] = index
-        rec["values"] = (v0, v1, v2, v3)
+        # one item assignment (a numpy call per field costs ~0.6 µs warm, several µs in a cold tick)
+        self.log[self.n_log] = (self.tick, receive_ns, driver, kind, status, index, (v0, v1, v2, v3))
         self.n_log += 1
 
     def _count(self, table: dict, key) -> None:

@@ -154,7 +154,7 @@ class StimulationModel:
         """((pw, amp, freq, mode), reason): reason None if within limits; with policy 'reject' an
         out-of-limit command returns (None, reason), with 'clamp' the clamped values and the reason."""
         ch = self.channels[channel]
-        if not all(math.isfinite(v) for v in (pw_us, amp_ma, freq_hz, mode)):
+        if not (math.isfinite(pw_us) and math.isfinite(amp_ma) and math.isfinite(freq_hz) and math.isfinite(mode)):
             return None, "non_finite"
         reason = None
         if mode not in ch.modes:

@@ -72,6 +72,12 @@ def test_endpoint_on_a_pty_answers_and_streams(tmp_path):
         last = {int(r["index"]): tuple(r["values"]) for r in chans}
         assert last[0] == (300, 40, 50, 0) and last[3] == (200, 70, 50, 1) and last[1] == (0, 0, 0, 0)
         assert ring.aux[0] == 1
+        client.write(encode_frame(3, 32, bytes([0, 1, 44, 30, 1, 0, 200, 60])))     # an update of the same list:
+        while not parser.feed(client.read(1)):                                    # commands for ch1 and ch4 only
+            pass
+        time.sleep(0.05)
+        rec = ring.pop_available()
+        assert [(int(r["index"]), r["values"][1]) for r in rec if r["kind"] == KIND_CHANNEL] == [(0, 30), (3, 60)]
         time.sleep(0.7)                                                           # client silent: gone
         rec = ring.pop_available()
         assert ring.aux[0] == 0 and all(tuple(r["values"]) == (0, 0, 0, 0) for r in rec if r["kind"] == KIND_CHANNEL)
@@ -151,7 +157,14 @@ def test_unmodified_pysciencemode_client_flexes_the_elbow(tmp_path, config_over)
     assert hil.returncode == 0, err
     summary = json.loads(out)
     assert not summary["commands_rejected"], summary["commands_rejected"]
-    assert summary["commands_received"] >= 8 * 8
+    # every update of the channel list (channel 4 only) is one recorded command for that channel: the
+    # five ramp updates and the one after the pause
+    from drivers.base import KIND_CHANNEL
+    from hil.recording import RecordingReader
+    cmds = RecordingReader(str(rec)).read("commands")
+    stimulated = cmds[(cmds["kind"] == KIND_CHANNEL) & (cmds["values"][:, 1] > 0)]
+    assert stimulated["values"][:, 1].tolist() == [12, 24, 36, 48, 60, 60]
+    assert set(stimulated["index"].tolist()) == {3}
     # the sensor stream: every frame, in order, intact, and the elbow flexes while channel 4 (biceps) is on
     ticks = np.array([int(f["tick"]) for _, f in frames])
     assert len(ticks) > 1000 and np.all(np.diff(ticks) == 1) and reader.crc_errors == 0
