@@ -28,7 +28,7 @@ import time
 import numpy as np
 
 from drivers.can_dbc import (FRAME_ID_EXCITATION, FRAME_ID_GROUP, FRAME_ID_HEARTBEAT, FRAME_ID_STATUS,
-                             FRAME_ID_STIM, STATUS_SIGNALS)
+                             FRAME_ID_STIM, STATUS_SIGNALS, STATUS_SIGNALS_HIGH)
 from sim.config import ConfigTable, unknown_name
 from drivers.link import link_settings, AUX_FRAMES_OUT, AUX_SEND_ERRORS, Inbound, LinkDriver, LinkEndpoint
 
@@ -44,6 +44,8 @@ def status_values(frame, echo_seq: int) -> dict[str, float]:
     st = {"tick": int(frame["tick"]) & 0xFFFFFFFF, "echo_counter": max(echo_seq, 0) & 0xFF,
           "gh_stability": float(frame["gh_stability"])}
     for bit, name in enumerate(STATUS_SIGNALS[:6]):
+        st[name] = (status >> bit) & 1
+    for bit, name in enumerate(STATUS_SIGNALS_HIGH, start=6):
         st[name] = (status >> bit) & 1
     st["ts_contact"], st["ai_contact"] = int(frame["st_in_contact"][0]), int(frame["st_in_contact"][1])
     return st

@@ -42,6 +42,8 @@ CONTROLLER, PLANT = "CTRL", "HIL"
 #: status byte of HIL_Status: the sensor frame's STATUS_* bits 0..5, then the two contact flags
 STATUS_SIGNALS = ("watchdog", "gh_unstable", "overrun", "rom_alarm", "gh_zeroed", "stopping",
                   "ts_contact", "ai_contact")
+#: the sensor frame's STATUS_* bits from 6 on, in HIL_Status from bit 48 (after echo_counter)
+STATUS_SIGNALS_HIGH = ("rom_zeroed",)
 
 
 @dataclass(frozen=True)
@@ -84,10 +86,11 @@ def _u(name, start, length, maximum, scale=1.0, unit="", mux=None, comment="", i
     return Signal(name, start, length, False, scale, 0.0, minimum, maximum, unit, mux, is_mux, comment)
 
 
-def _s16(name, start, scale, unit, mux=None, comment=""):
-    span = 32767 * scale
-    return Signal(name, start, 16, True, scale, 0.0, -round(32768 * scale, 10), round(span, 10), unit, mux,
-                  False, comment)
+def _signed(name, start, scale, unit, mux=None, comment="", length=16):
+    """A signed signal (two's complement, ``length`` bits) spanning its full raw range."""
+    half = 1 << (length - 1)
+    return Signal(name, start, length, True, scale, 0.0, -round(half * scale, 10), round((half - 1) * scale, 10),
+                  unit, mux, False, comment)
 
 
 def message_set(dof_names, muscle_names, group_names, n_channels: int = 8) -> list[Message]:
@@ -125,7 +128,9 @@ def message_set(dof_names, muscle_names, group_names, n_channels: int = 8) -> li
               *[_u(n, 32 + i, 1, 1, comment=f"status bit: {n}") for i, n in enumerate(STATUS_SIGNALS)],
               _u("echo_counter", 40, 8, 255, comment="counter of the newest command this driver accepted "
                  "before the tick (round-trip measurement)"),
-              _s16("gh_stability", 48, 0.001, "", comment="GH stability value (> 0: force outside the glenoid)")]
+              *[_u(n, 48 + i, 1, 1, comment=f"status bit: {n}") for i, n in enumerate(STATUS_SIGNALS_HIGH)],
+              _signed("gh_stability", 48 + len(STATUS_SIGNALS_HIGH), 0.001, "", length=16 - len(STATUS_SIGNALS_HIGH),
+                   comment="GH stability value (> 0: force outside the glenoid; saturated at the range)")]
     out = [Message(FRAME_ID_STATUS, "HIL_Status", PLANT, tuple(status), "Sent first in every feedback set.")]
 
     def multiplexed(frame_id, name, groups, scale, unit, comment):
@@ -133,7 +138,7 @@ def message_set(dof_names, muscle_names, group_names, n_channels: int = 8) -> li
                _u("tick8", 8, 8, 255, comment="tick index mod 256")]
         for b, names in enumerate(groups):
             for k, n in enumerate(names):
-                sig.append(_s16(n, 16 + 16 * k, scale, unit if isinstance(unit, str) else unit[b], mux=b))
+                sig.append(_signed(n, 16 + 16 * k, scale, unit if isinstance(unit, str) else unit[b], mux=b))
         return Message(frame_id, name, PLANT, tuple(sig), comment)
 
     def chunks(names):

@@ -155,7 +155,8 @@ def service_config_from_dict(merged: dict, path: str) -> ServiceConfig:
         gh_threshold=t.number("gh_threshold", 0.0, -1.0, 10.0),
         gh_zero_hold_s=t.number("gh_zero_hold_ms", 250.0, 0.0, 10000.0) / 1000.0,
         rom_margin_rad=math.radians(t.number("rom_margin_deg", 5.0, 0.0, 90.0)),
-        rom_action=t.string("rom_action", "monitor", GH_ACTIONS))
+        rom_action=t.string("rom_action", "monitor", GH_ACTIONS),
+        rom_zero_hold_s=t.number("rom_zero_hold_ms", 250.0, 0.0, 10000.0) / 1000.0)
     t.done()
 
     t = ConfigTable.section(merged, "sensor", path)

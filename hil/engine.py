@@ -17,7 +17,7 @@ import numpy as np
 
 from drivers.base import COMMAND_DTYPE, KIND_CHANNEL, KIND_EXCITATION, KIND_HEARTBEAT
 from hil.safety import GHMonitor, RangeOfMotion, SafetyConfig, Watchdog
-from hil.sensor import (STATUS_GH_UNSTABLE, STATUS_GH_ZEROED, STATUS_OVERRUN, STATUS_ROM,
+from hil.sensor import (STATUS_GH_UNSTABLE, STATUS_GH_ZEROED, STATUS_OVERRUN, STATUS_ROM, STATUS_ROM_ZEROED,
                         STATUS_STOPPING, STATUS_WATCHDOG, SensorModel)
 from sim.plant import Plant
 
@@ -58,7 +58,8 @@ class TickEngine:
         self.watchdog = Watchdog(safety.watchdog_timeout_s, period_s)
         self.gh = GHMonitor(safety.gh_action, safety.gh_threshold,
                             hold_ticks=int(round(safety.gh_zero_hold_s / period_s)))
-        self.rom = RangeOfMotion(plant.model.dof_ranges, safety.rom_margin_rad, safety.rom_action)
+        self.rom = RangeOfMotion(plant.model.dof_ranges, safety.rom_margin_rad, safety.rom_action,
+                                 hold_ticks=int(round(safety.rom_zero_hold_s / period_s)))
         self.gh.prime(plant.outputs.gh_stability)
         self.rom.prime(plant.outputs.q)
         # per-tick command log (recorded) and counters
@@ -191,6 +192,8 @@ class TickEngine:
             status |= STATUS_GH_UNSTABLE
         if zero_gh:
             status |= STATUS_GH_ZEROED
+        if zero_rom:
+            status |= STATUS_ROM_ZEROED
         if self.rom.alarm:
             status |= STATUS_ROM
         if self.overrun:

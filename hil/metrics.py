@@ -61,6 +61,7 @@ def default_schema(drivers: list[str], reasons: list[str]) -> tuple[MetricSpec, 
                    ("driver", "reason"), dr),
         MetricSpec("hil_watchdog_trips_total", "counter", "Controller watchdog trips."),
         MetricSpec("hil_gh_unstable_ticks_total", "counter", "Ticks with GH stability above the threshold."),
+        MetricSpec("hil_rom_alarm_ticks_total", "counter", "Ticks with a joint beyond its range plus the margin."),
         MetricSpec("hil_excitation_clipped_total", "counter", "Excitations clipped to [0, 1] by the plant."),
         MetricSpec("hil_gh_stability", "gauge", "GH stability value (paper eq. 9): < 0 inside the glenoid."),
         MetricSpec("hil_realtime_factor", "gauge", "Simulated time / wall time of the run so far."),
@@ -256,6 +257,7 @@ class LoopMetrics:
         self.misses = block.counter("hil_deadline_misses_total")
         self.wd = block.counter("hil_watchdog_trips_total")
         self.gh_unstable = block.counter("hil_gh_unstable_ticks_total")
+        self.rom_alarm = block.counter("hil_rom_alarm_ticks_total")
         self.clipped = block.counter("hil_excitation_clipped_total")
         self.gh = block.gauge("hil_gh_stability")
         self.rtf = block.gauge("hil_realtime_factor")
@@ -295,6 +297,7 @@ class LoopMetrics:
         self.gh.set(engine.plant.outputs.gh_stability)
         self.wd.set(engine.watchdog.trips)
         self.gh_unstable.set(engine.gh.unstable_ticks)
+        self.rom_alarm.set(engine.rom.alarm_ticks)
         self.clipped.set(engine.plant.clipped_total)
         for d, c in self.received.items():
             c.set(engine.received.get(d, 0))

@@ -8,7 +8,8 @@ of the recorded inputs reproduces them exactly.
 - GH monitor (paper eq. 9 stability value of every frame): action ``monitor`` (count, report),
   ``zero`` (stimulation to zero while unstable and for ``gh_zero_hold_s`` after) or ``stop`` (end the run
   at the first unstable frame, non-zero exit status).
-- Range-of-motion alarm: a joint beyond its range by more than ``rom_margin_rad``.
+- Range-of-motion alarm: a joint beyond its range by more than ``rom_margin_rad``, with the same three
+  actions (``zero`` holds for ``rom_zero_hold_s`` after the last frame out of range).
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ class SafetyConfig:
     gh_zero_hold_s: float = 0.25       # action 'zero': stimulation stays zero this long after the last unstable frame
     rom_margin_rad: float = 0.0873     # 5 deg beyond the model's DOF range
     rom_action: str = "monitor"        # monitor | zero | stop
+    rom_zero_hold_s: float = 0.25      # action 'zero': stimulation stays zero this long after the last alarm frame
 
 
 class Watchdog:
@@ -51,44 +53,66 @@ class Watchdog:
         return expired
 
 
-class GHMonitor:
-    """Applies the configured action to the GH stability value (paper eq. 9) of each sensor frame.
+class _AlarmAction:
+    """The action of an alarm evaluated on every sensor frame (GH monitor, ROM alarm).
 
-    The value of a frame is known only after its plant step, so: :meth:`observe` classifies the new
-    frame (status bit, counter, ``stop`` at once), and :meth:`zero_now` decides before the next step
-    whether stimulation must be zero - while the last frame was unstable and for ``hold_ticks`` stable
-    frames after it, so that ``zero`` does not switch full stimulation back on for single ticks while
-    the joint hovers at the rim.
+    A frame's value is known only after its plant step, so :meth:`_classify` takes the new frame
+    (alarm flag, counter, ``stop`` at once), and :meth:`zero_now` decides before the next step whether
+    stimulation must be zero: while the last frame was in alarm and for ``hold_ticks`` frames after it,
+    so that ``zero`` does not switch full stimulation back on for single ticks while the joint hovers at
+    the limit (on a patient: a train of jerks).
     """
 
-    def __init__(self, action: str, threshold: float = 0.0, hold_ticks: int = 0) -> None:
+    def __init__(self, kind: str, action: str, hold_ticks: int) -> None:
         if action not in GH_ACTIONS:
-            raise ValueError(f"GH action must be one of {GH_ACTIONS}, not {action!r}")
+            raise ValueError(f"{kind} action must be one of {GH_ACTIONS}, not {action!r}")
         self.action = action
-        self.threshold = threshold
         self.hold_ticks = hold_ticks
-        self.unstable_ticks = 0
-        self.unstable = False
+        self.alarm = False
+        self.alarm_ticks = 0
         self._hold_left = 0
 
-    def prime(self, gh_stability: float) -> None:
-        """The state before the first tick (not counted)."""
-        self.unstable = not (gh_stability <= self.threshold)
-        self._hold_left = self.hold_ticks if self.unstable else 0
+    def _prime(self, alarm: bool) -> None:
+        self.alarm = alarm
+        self._hold_left = self.hold_ticks if alarm else 0
 
     def zero_now(self) -> bool:
         """Stimulation must be zero in the coming tick (actions ``zero`` and ``stop``)."""
-        return self.action != "monitor" and (self.unstable or self._hold_left > 0)
+        return self.action != "monitor" and (self.alarm or self._hold_left > 0)
 
-    def observe(self, gh_stability: float) -> bool:
-        """Classify a new frame; True: end the run (action ``stop``)."""
-        self.unstable = not (gh_stability <= self.threshold)  # NaN counts as unstable
-        if self.unstable:
-            self.unstable_ticks += 1
+    def _classify(self, alarm: bool) -> bool:
+        self.alarm = alarm
+        if alarm:
+            self.alarm_ticks += 1
             self._hold_left = self.hold_ticks
         elif self._hold_left:
             self._hold_left -= 1
-        return self.unstable and self.action == "stop"
+        return alarm and self.action == "stop"
+
+
+class GHMonitor(_AlarmAction):
+    """Applies the configured action to the GH stability value (paper eq. 9) of each sensor frame:
+    unstable above ``threshold`` (NaN counts as unstable)."""
+
+    def __init__(self, action: str, threshold: float = 0.0, hold_ticks: int = 0) -> None:
+        super().__init__("GH", action, hold_ticks)
+        self.threshold = threshold
+
+    @property
+    def unstable(self) -> bool:
+        return self.alarm
+
+    @property
+    def unstable_ticks(self) -> int:
+        return self.alarm_ticks
+
+    def prime(self, gh_stability: float) -> None:
+        """The state before the first tick (not counted)."""
+        self._prime(not (gh_stability <= self.threshold))
+
+    def observe(self, gh_stability: float) -> bool:
+        """Classify a new frame; True: end the run (action ``stop``)."""
+        return self._classify(not (gh_stability <= self.threshold))
 
 
 @njit(cache=True, nogil=True)
@@ -100,17 +124,13 @@ def _outside(q, lo, hi) -> bool:
     return False
 
 
-class RangeOfMotion:
-    """Alarm when a joint leaves its range by more than a margin."""
+class RangeOfMotion(_AlarmAction):
+    """Alarm when a joint leaves its range by more than a margin; same actions as the GH monitor."""
 
-    def __init__(self, ranges: np.ndarray, margin_rad: float, action: str = "monitor") -> None:
-        if action not in GH_ACTIONS:
-            raise ValueError(f"ROM action must be one of {GH_ACTIONS}, not {action!r}")
+    def __init__(self, ranges: np.ndarray, margin_rad: float, action: str = "monitor", hold_ticks: int = 0) -> None:
+        super().__init__("ROM", action, hold_ticks)
         self.lo = np.asarray(ranges)[:, 0] - margin_rad
         self.hi = np.asarray(ranges)[:, 1] + margin_rad
-        self.action = action
-        self.alarm_ticks = 0
-        self.alarm = False
 
     def warmup(self, q: np.ndarray) -> None:
         """Compile/load the range-check kernel (no state change)."""
@@ -118,15 +138,8 @@ class RangeOfMotion:
 
     def prime(self, q: np.ndarray) -> None:
         """The posture before the first tick (not counted)."""
-        self.alarm = _outside(q, self.lo, self.hi)
-
-    def zero_now(self) -> bool:
-        """Stimulation must be zero in the coming tick: the last frame was out of range (``zero``/``stop``)."""
-        return self.alarm and self.action != "monitor"
+        self._prime(_outside(q, self.lo, self.hi))
 
     def observe(self, q: np.ndarray) -> bool:
         """Classify a new frame; True: end the run (action ``stop``)."""
-        self.alarm = _outside(q, self.lo, self.hi)
-        if self.alarm:
-            self.alarm_ticks += 1
-        return self.alarm and self.action == "stop"
+        return self._classify(_outside(q, self.lo, self.hi))

@@ -18,6 +18,7 @@ STATUS_OVERRUN = 1 << 2      # the previous tick missed its deadline
 STATUS_ROM = 1 << 3          # a joint is outside its range of motion (+ margin)
 STATUS_GH_ZEROED = 1 << 4    # GH action 'zero' is holding stimulation at zero
 STATUS_STOPPING = 1 << 5     # a 'stop' action ends the run after this frame
+STATUS_ROM_ZEROED = 1 << 6   # ROM action 'zero' is holding stimulation at zero
 
 
 def frame_dtype() -> np.dtype:

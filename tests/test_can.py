@@ -165,7 +165,7 @@ def test_feedback_set_encodes_the_sensor_frame(harness, db):
     frame["gh_force"] = (12.3, -45.6, 7.8)
     frame["st_contact_force"] = ((1, 2, 3), (4, 5, 6000))           # saturates at 3276.7 N
     frame["st_in_contact"] = (1, 0)
-    frame["status"] = 0b100001
+    frame["status"] = 0b1100001                                      # watchdog, stopping, ROM zeroed
     rec = np.zeros(1, [("echo_seq", "<i4"), ("frame", frame_dtype())])
     rec["frame"] = frame
     rec["echo_seq"] = 77
@@ -176,6 +176,7 @@ def test_feedback_set_encodes_the_sensor_frame(harness, db):
     dec = [db.decode_message(m.arbitration_id, m.data) for m in got]
     st = dec[0]
     assert st["tick"] == 1234 and st["echo_counter"] == 77 and st["watchdog"] == 1 and st["stopping"] == 1
+    assert st["rom_zeroed"] == 1 and st["gh_zeroed"] == 0 and st["overrun"] == 0
     assert st["ts_contact"] == 1 and st["ai_contact"] == 0 and st["gh_stability"] == pytest.approx(-0.731)
     q = {k: v for d in dec if "tick8" in d for k, v in d.items() if k.startswith("q_")}
     np.testing.assert_allclose([q[f"q_{n}"] for n in MODEL.dof_names], frame["q"], atol=1e-4)

@@ -9,8 +9,8 @@ from drivers.loopback import Controller, LoopbackDriver, PlaybackController
 from hil.engine import TickEngine
 from hil.loop import LoopConfig, RealtimeLoop
 from hil.safety import GHMonitor, RangeOfMotion, SafetyConfig, Watchdog
-from hil.sensor import (STATUS_GH_UNSTABLE, STATUS_GH_ZEROED, STATUS_STOPPING, STATUS_WATCHDOG,
-                        SensorModel, SensorModelConfig)
+from hil.sensor import (STATUS_GH_UNSTABLE, STATUS_GH_ZEROED, STATUS_ROM, STATUS_ROM_ZEROED, STATUS_STOPPING,
+                        STATUS_WATCHDOG, SensorModel, SensorModelConfig)
 from sim.plant import Plant
 
 H = 0.004
@@ -115,6 +115,47 @@ def test_gh_actions(model, action):
         assert len(frames) == 1 and result.stop and result.stop_reason == "gh_unstable"
         assert frames["status"][0] & STATUS_STOPPING and not u.any()
     assert engine.gh.unstable_ticks == len(frames)
+    driver.shutdown()
+
+
+@pytest.mark.parametrize("action", ["monitor", "zero", "stop"])
+def test_rom_actions_when_full_triceps_stimulation_extends_the_elbow_past_its_range(model, action):
+    """The triceps at 1.0 extend the elbow to -0.5 deg; the model's range starts at 5 deg. The margin is
+    3.5 deg because the published equilibrium itself has ACz 3.1 deg outside its range."""
+    margin = math.radians(3.5)
+    engine = make_engine(model, safety=SafetyConfig(rom_margin_rad=margin, rom_action=action))
+    triceps = [i for i, n in enumerate(model.muscle_names) if n.startswith("tri")]
+    driver = LoopbackDriver(ConstantExcitation(triceps, 1.0), H)
+    frames, u, result = run_ticks(engine, driver, 400)
+    q = frames["q"]
+    outside = (q < model.dof_ranges[:, 0] - margin) | (q > model.dof_ranges[:, 1] + margin)
+    out = outside.any(axis=1)
+    alarm = (frames["status"] & STATUS_ROM) != 0
+    assert outside[:, 9].any() and np.array_equal(alarm, out)    # the bit follows each frame's own posture
+    first = int(np.argmax(out))
+    assert engine.rom.alarm_ticks == int(out.sum())
+    if action == "monitor":
+        assert len(frames) == 400 and not result.stop and (u[first:, triceps] == 1.0).all()
+        assert np.degrees(q[:, 9].min()) < 0.0
+        from hil.metrics import LoopMetrics, MetricsBlock, MetricsSchema, default_schema
+        block = MetricsBlock.create(MetricsSchema(default_schema(["0:loopback"], list(REASONS))))
+        try:
+            LoopMetrics(block, ["0:loopback"], REASONS, H).sync(engine, 0)
+            rom_counter = block.counter("hil_rom_alarm_ticks_total")
+            assert rom_counter.a[rom_counter.i] == int(out.sum())   # hil_rom_alarm_ticks_total
+        finally:
+            block.release()
+    elif action == "zero":   # zero from the tick after an alarm frame until rom_zero_hold_ms after the last one
+        assert len(frames) == 400 and not result.stop
+        hold = engine.rom.hold_ticks
+        assert hold == 62                                        # 250 ms at 4 ms
+        expected = np.array([out[max(0, k - hold):k].any() for k in range(400)])
+        zeroed = (frames["status"] & STATUS_ROM_ZEROED) != 0
+        assert np.array_equal(zeroed, expected) and np.array_equal(~u.any(axis=1)[1:], expected[1:])
+        assert out.sum() < 100           # 67 frames out of range (monitor: 378; zero without the hold: 300)
+    else:
+        assert len(frames) == first + 1 and result.stop and result.stop_reason == "range_of_motion"
+        assert frames["status"][-1] & STATUS_STOPPING
     driver.shutdown()
 
 
