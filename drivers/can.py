@@ -34,6 +34,8 @@ from drivers.link import link_settings, AUX_FRAMES_OUT, AUX_SEND_ERRORS, Inbound
 
 CONTROLLER_ID_BASE, CONTROLLER_ID_MASK = 0x200, 0x700
 FEEDBACK_MESSAGES = ("HIL_Status", "HIL_JointAngle", "HIL_JointVelocity", "HIL_Arm", "HIL_Force")
+FD_MESSAGES = ("HIL_SensorFD",)
+
 DEFAULT_DBC = "fes-hil.dbc"
 _RANGE_TOL = 1e-9
 
@@ -92,12 +94,23 @@ class CanEndpoint(LinkEndpoint):
         self._tx = []
         for name in self.feedback:
             msg = self.db.get_message_by_name(name)
-            ranges = {s.name: (s.minimum, s.maximum) for s in msg.signals}
+            if msg.is_fd and getattr(self.bus, "protocol", None) == can.CanProtocol.CAN_20:
+                self.bus.shutdown()
+                raise ValueError(f"feedback {name} is a CAN FD frame but the {self.interface} bus is classic CAN: "
+                                 "set fd = true in [driver.bus] (udp_multicast is FD by default)")
             by_block = {}
             for s in msg.signals:
                 for b in s.multiplexer_ids or ():
                     by_block.setdefault(b, []).append(s.name)
-            self._tx.append((name, msg, ranges, by_block))
+            if msg.is_fd:     # not multiplexed: one "block" with every value signal in order
+                by_block = {0: [s.name for s in msg.signals if s.name.startswith(("q_", "qd_", "th_"))]}
+            sig = {s.name: s for s in msg.signals}
+            # per block: value signal names and their ranges as arrays (one np.clip saturates a block)
+            blocks = [(b, names, np.array([sig[n].minimum for n in names]), np.array([sig[n].maximum for n in names]))
+                      for b, names in sorted(by_block.items())]
+            gh = sig.get("gh_stability")
+            gh_range = (gh.minimum, gh.maximum) if gh is not None else None
+            self._tx.append((name, msg, blocks, gh_range))
         # accepted range of every signal of the controller's messages, by frame id
         self._rx_ranges = {m.frame_id: {s.name: (-np.inf if s.minimum is None else s.minimum - _RANGE_TOL,
                                                  np.inf if s.maximum is None else s.maximum + _RANGE_TOL)
@@ -191,19 +204,23 @@ class CanEndpoint(LinkEndpoint):
 
     # -- send ----------------------------------------------------------------------------------
     def encode_feedback(self, frame, echo_seq: int):
-        """(frame id, data) of one feedback set, ``HIL_Status`` first, each encoded when it is due (the
+        """(frame id, data, CAN FD?) of one feedback set, ``HIL_Status`` first, each encoded when it is due (the
         status goes out before the rest is encoded); values saturated to the DBC range."""
         tick8 = int(frame["tick"]) & 0xFF
-        for name, msg, ranges, by_block in self._tx:
+        for name, msg, blocks, gh_range in self._tx:
+            if gh_range is not None:          # HIL_Status, HIL_SensorFD
+                status = status_values(frame, echo_seq)
+                status["gh_stability"] = min(max(status["gh_stability"], gh_range[0]), gh_range[1])
             if name == "HIL_Status":
-                blocks = [status_values(frame, echo_seq)]
-            else:
-                v = BLOCK_VALUES[name](frame)
-                blocks = [{"block": b, "tick8": tick8, **{k: float(x) for k, x in zip(names, v[3 * b:3 * b + 3])}}
-                          for b, names in sorted(by_block.items())]
-            for d in blocks:
-                clipped = {k: min(max(x, ranges[k][0]), ranges[k][1]) for k, x in d.items()}
-                yield msg.frame_id, msg.encode(clipped, strict=False)
+                yield msg.frame_id, msg.encode(status, strict=False), False
+                continue
+            values = (np.concatenate([frame["q"], frame["qdot"], frame["th_angles"]]) if msg.is_fd
+                      else BLOCK_VALUES[name](frame))
+            for b, names, lo, hi in blocks:
+                part = np.clip(values if msg.is_fd else values[3 * b:3 * b + 3], lo, hi).tolist()
+                signals = {**status} if msg.is_fd else {"block": b, "tick8": tick8}
+                signals.update(zip(names, part))
+                yield msg.frame_id, msg.encode(signals, strict=False), msg.is_fd
 
     def send_feedback(self, records: np.ndarray, stats: np.ndarray) -> None:
         fd = self._fd if self.inbound is not None else None
@@ -211,9 +228,10 @@ class CanEndpoint(LinkEndpoint):
             frame = rec["frame"]
             if int(frame["tick"]) % self.feedback_every:
                 continue
-            for fid, data in self.encode_feedback(frame, int(rec["echo_seq"])):
+            for fid, data, fd_frame in self.encode_feedback(frame, int(rec["echo_seq"])):
                 try:
-                    self.bus.send(self._can_message(arbitration_id=fid, data=data, is_extended_id=False))
+                    self.bus.send(self._can_message(arbitration_id=fid, data=data, is_extended_id=False,
+                                                    is_fd=fd_frame, bitrate_switch=fd_frame))
                     stats[AUX_FRAMES_OUT] += 1
                 except self._can_error:
                     stats[AUX_SEND_ERRORS] += 1
@@ -247,7 +265,7 @@ class CanDriver(LinkDriver):
         args = dict(interface=interface, channel=t.get("channel"), dbc_path=dbc_path,
                     muscle_names=list(engine.plant.model.muscle_names),
                     bus_kwargs=t.table("bus", "python-can Bus arguments"),
-                    feedback=t.strings("feedback", FEEDBACK_MESSAGES, FEEDBACK_MESSAGES),
+                    feedback=t.strings("feedback", FEEDBACK_MESSAGES, FEEDBACK_MESSAGES + FD_MESSAGES),
                     feedback_every=t.integer("feedback_every", 1, 1, 1_000_000),
                     counter_reset_s=t.number("counter_reset_s", 0.5, 0.0, lo_exclusive=True))
         priority, loop_cpu = link_settings(t, loop)

@@ -17,6 +17,9 @@ HIL -> controller (every ``feedback_every`` ticks, ``HIL_Status`` first):
 - ``HIL_JointAngle`` / ``HIL_JointVelocity`` (multiplexed, 3 DOFs a frame), ``HIL_Arm`` (thoracohumeral
   angles; hand position), ``HIL_Force`` (GH force; scapulothoracic contact forces at TS and AI). Each
   frame carries the tick's low byte so a controller can assemble one tick's frames.
+- ``HIL_SensorFD`` (CAN FD, 64 bytes): tick, status bits, echo counter, GH stability, q, q̇ and the
+  thoracohumeral angles in one frame, with the signal names and resolutions of the classic frames.
+  One frame a tick instead of ten: what makes 1 kHz feedback fit a bus (and a link process).
 
 A value outside a sensor signal's range is saturated to the range when encoding (documented per signal).
 """
@@ -33,6 +36,8 @@ FRAME_ID_ANGLE = 0x301
 FRAME_ID_VELOCITY = 0x302
 FRAME_ID_ARM = 0x303
 FRAME_ID_FORCE = 0x304
+FRAME_ID_SENSOR_FD = 0x310
+FD_LENGTH = 64
 
 EXCITATION_PER_FRAME = 6
 EXCITATION_RESOLUTION = 1.0 / 250.0
@@ -76,6 +81,7 @@ class Message:
     signals: tuple[Signal, ...]
     comment: str
     length: int = 8
+    fd: bool = False           # a CAN FD frame (DBC attribute VFrameFormat = StandardCAN_FD)
 
 
 def _num(x: float) -> str:
@@ -124,8 +130,8 @@ def message_set(dof_names, muscle_names, group_names, n_channels: int = 8) -> li
         _u("state", 0, 8, 255, comment="free for the controller (not interpreted)"), counter,
     ), "Controller alive; feeds the watchdog without changing the stimulation.", length=2)
 
-    status = [_u("tick", 0, 32, 4294967295, comment="tick index of this frame set"),
-              *[_u(n, 32 + i, 1, 1, comment=f"status bit: {n}") for i, n in enumerate(STATUS_SIGNALS)],
+    status_bits = [*[_u(n, 32 + i, 1, 1, comment=f"status bit: {n}") for i, n in enumerate(STATUS_SIGNALS)]]
+    status = [_u("tick", 0, 32, 4294967295, comment="tick index of this frame set"), *status_bits,
               _u("echo_counter", 40, 8, 255, comment="counter of the newest command this driver accepted "
                  "before the tick (round-trip measurement)"),
               *[_u(n, 48 + i, 1, 1, comment=f"status bit: {n}") for i, n in enumerate(STATUS_SIGNALS_HIGH)],
@@ -156,13 +162,34 @@ def message_set(dof_names, muscle_names, group_names, n_channels: int = 8) -> li
                                                          ["ai_force_x", "ai_force_y", "ai_force_z"]], 0.1, "N",
                            "block 0: GH joint force on the scapula (scapula frame); blocks 1, 2: thorax contact "
                            "force at TS and AI (thorax frame); 0.1 N."))
-    return [stim, excitation, group, heartbeat, *out]
+    # CAN FD: the values a controller closes a loop on, one frame a tick
+    fd = [_u("tick", 0, 32, 4294967295, comment="tick index of this frame"), *status_bits,
+          *[_u(n, 40 + i, 1, 1, comment=f"status bit: {n}") for i, n in enumerate(STATUS_SIGNALS_HIGH)],
+          _u("echo_counter", 48, 8, 255, comment="counter of the newest command this driver accepted before the tick"),
+          _signed("gh_stability", 56, 0.001, "", comment="GH stability value (> 0: force outside the glenoid)")]
+    bit = 72
+    for names, scale, unit in (([f"q_{d}" for d in dof_names], 1e-4, "rad"), ([f"qd_{d}" for d in dof_names], 1e-3, "rad/s"),
+                               (["th_plane_of_elevation", "th_elevation", "th_axial_rotation"], 1e-4, "rad")):
+        for n in names:
+            fd.append(_signed(n, bit, scale, unit))
+            bit += 16
+    assert bit <= 8 * FD_LENGTH, "HIL_SensorFD does not fit 64 bytes"
+    sensor_fd = Message(FRAME_ID_SENSOR_FD, "HIL_SensorFD", PLANT, tuple(fd),
+                        "CAN FD: status, q (1e-4 rad), q velocities (1e-3 rad/s) and thoracohumeral angles "
+                        "(1e-4 rad) of one tick in one frame.", length=FD_LENGTH, fd=True)
+    return [stim, excitation, group, heartbeat, *out, sensor_fd]
+
+
+#: values of the DBC message attribute VFrameFormat (Vector's definition)
+VFRAME_FORMATS = ("StandardCAN", "ExtendedCAN", "reserved", "J1939PG", *["reserved"] * 10, "StandardCAN_FD",
+                  "ExtendedCAN_FD")
 
 
 def generate_dbc(dof_names, muscle_names, group_names, n_channels: int = 8) -> str:
     """DBC text of :func:`message_set` (with comments and the muscle-group value table)."""
     msgs = message_set(dof_names, muscle_names, group_names, n_channels)
-    lines = ['VERSION "fes-hil 1"', "", "NS_ :", "    CM_", "    VAL_", "", "BS_:", "",
+    lines = ['VERSION "fes-hil 1"', "", "NS_ :", "    CM_", "    BA_DEF_", "    BA_", "    BA_DEF_DEF_", "    VAL_",
+             "", "BS_:", "",
              f"BU_: {CONTROLLER} {PLANT}", ""]
     for m in msgs:
         receiver = PLANT if m.sender == CONTROLLER else CONTROLLER
@@ -175,6 +202,12 @@ def generate_dbc(dof_names, muscle_names, group_names, n_channels: int = 8) -> s
         for s in m.signals:
             if s.comment:
                 lines.append(f'CM_ SG_ {m.frame_id} {s.name} "{s.comment}";')
+    fd = [m for m in msgs if m.fd]
+    if fd:      # the frame format attribute as cantools and Vector tools read it (14: StandardCAN_FD)
+        lines.append('BA_DEF_ BO_ "VFrameFormat" ENUM ' + ",".join(f'"{c}"' for c in VFRAME_FORMATS) + ";")
+        lines.append('BA_DEF_DEF_ "VFrameFormat" "StandardCAN";')
+        for m in fd:
+            lines.append(f'BA_ "VFrameFormat" BO_ {m.frame_id} {VFRAME_FORMATS.index("StandardCAN_FD")};')
     groups = " ".join(f'{i} "{g}"' for i, g in enumerate(group_names))
     lines.append(f"VAL_ {FRAME_ID_GROUP} group {groups} ;")
     return "\n".join(lines) + "\n"
@@ -191,5 +224,5 @@ def message_table(db) -> str:
         if n_u:
             text += f"; {n_u} × `u_<element>` (u8, 1/250, mux `block`)"
         direction = "ctrl→hil" if m.senders == [CONTROLLER] else "hil→ctrl"
-        rows.append(f"| 0x{m.frame_id:03X} | {m.name} | {direction} | {m.length} | {text} |")
+        rows.append(f"| 0x{m.frame_id:03X} | {m.name} | {direction} | {m.length}{' (FD)' if m.is_fd else ''} | {text} |")
     return "\n".join(rows) + "\n"

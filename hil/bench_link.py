@@ -55,7 +55,8 @@ feedback = {feedback}
 #: link and in the peer (and each receives its own sends), which at 1 kHz on the 2-vCPU VM leaves no
 #: room for more (README "Link latency" has the figures for status + joint angles).
 FEEDBACK_SETS = {"status": ["HIL_Status"], "angles": ["HIL_Status", "HIL_JointAngle"],
-                 "full": ["HIL_Status", "HIL_JointAngle", "HIL_JointVelocity", "HIL_Arm", "HIL_Force"]}
+                 "full": ["HIL_Status", "HIL_JointAngle", "HIL_JointVelocity", "HIL_Arm", "HIL_Force"],
+                 "fd": ["HIL_SensorFD"]}
 
 
 def feedback_set(choice: str, rate_hz: float) -> list[str]:
@@ -132,14 +133,15 @@ def _controller_scheduling() -> None:
     link_scheduling(60, n - 1 if n > 1 else None)
 
 
-def can_peer(group: str, dbc: str, duration_s: float, out) -> None:
-    """A CAN controller: python-can udp_multicast + cantools only."""
+def can_peer(group: str, dbc: str, duration_s: float, out, trigger: str = "HIL_Status") -> None:
+    """A CAN controller: python-can udp_multicast + cantools only. It answers every ``trigger`` frame
+    (the first message of the feedback set, which carries the tick and the echo counter)."""
     _controller_scheduling()
     import can
     import cantools
     db = cantools.database.load_file(dbc)
     stim = db.get_message_by_name("FES_StimCmd")
-    status = db.get_message_by_name("HIL_Status")
+    status = db.get_message_by_name(trigger)
     frames = [can.Message(arbitration_id=stim.frame_id, is_extended_id=False, data=stim.encode(dict(
         channel=STIM_CHANNEL, mode=0, enable=1, counter=c, pulse_width=200, amplitude=AMPLITUDES_MA[c],
         frequency=40))) for c in range(256)]
@@ -152,7 +154,7 @@ def can_peer(group: str, dbc: str, duration_s: float, out) -> None:
             if msg is not None and msg.arbitration_id == status.frame_id:
                 break
         else:
-            out.put({"error": "no HIL_Status within 60 s"})
+            out.put({"error": f"no {trigger} within 60 s"})
             return
         counter = 0
         t_end = time.monotonic() + duration_s
@@ -265,7 +267,7 @@ def run_link_bench(transport: str, rate_hz: float, duration_s: float, feedback: 
         p = next(iter(ports.values()))
         if transport == "can":
             peer = ctx.Process(target=can_peer, args=(group, str(root / "configs" / "fes-hil.dbc"), duration_s,
-                                                      peer_out), name="bench-peer")
+                                                      peer_out, feedback_set(feedback, rate_hz)[0]), name="bench-peer")
         else:
             peer = ctx.Process(target=serial_peer, args=(p["stimulator"], p["sensors"], duration_s, peer_out),
                                name="bench-peer")

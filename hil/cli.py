@@ -879,7 +879,8 @@ def bench_link(
     duration: Annotated[float, typer.Option(help="Measured length per rate, s.")] = 30.0,
     feedback: Annotated[str, typer.Option(
         help="CAN feedback set: auto (full up to 250 Hz, status above), status, angles (status + joint "
-             "angles) or full.")] = "auto",
+             "angles), full, or fd (HIL_SensorFD: status, q, q velocities and thoracohumeral angles in one "
+             "CAN FD frame).")] = "auto",
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Round trip through a transport: an external controller process sends a command every tick and
@@ -936,7 +937,7 @@ def bench_link(
                                 + (f"; hypervisor steal {steal}" if steal else ""))
         _stdout().print(f"CPU {doc['cpu']}")
         wq = doc["workqueue_cpus"]
-        if wq is not None and doc["loop_cpu"] in wq:
+        if transport == "serial" and wq is not None and doc["loop_cpu"] in wq:
             _stdout().print(f"note: kernel workers (unbound workqueues) may run on the loop's CPU {doc['loop_cpu']} "
                             f"(CPUs {wq}); serial round trips then wait for the loop - see systemd/README.md, "
                             "'Tuning the lab PC'")

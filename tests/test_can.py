@@ -185,6 +185,46 @@ def test_feedback_set_encodes_the_sensor_frame(harness, db):
     assert all(d.get("tick8", 1234 & 0xFF) == 1234 & 0xFF for d in dec)
 
 
+def test_can_fd_feedback_is_one_64_byte_frame_per_tick(request, db):
+    h = Harness(f"fd-{request.node.name}-{random.random()}", feedback=("HIL_SensorFD",),
+                bus_kwargs={"protocol": can.CanProtocol.CAN_FD})
+    try:
+        frame = np.zeros(1, frame_dtype())[0]
+        frame["tick"] = 70001
+        frame["q"] = np.linspace(-1.5, 1.5, 11)
+        frame["qdot"] = np.linspace(-3, 3, 11)
+        frame["th_angles"] = (0.1, 0.7, -0.2)
+        frame["gh_stability"] = 40.0                                   # saturates at 32.767
+        frame["status"] = 0b1000010                                    # GH unstable, ROM zeroed
+        rec = np.zeros(2, [("echo_seq", "<i4"), ("frame", frame_dtype())])
+        rec["frame"] = frame
+        rec["frame"]["tick"] = (70001, 70002)
+        rec["echo_seq"] = 9
+        stats = np.zeros(4, np.uint64)
+        h.ep.send_feedback(rec, stats)
+        got = [h.peer.recv(1.0) for _ in range(2)]
+        assert stats[2] == 2 and h.peer.recv(0.05) is None              # one frame per tick, nothing else
+        assert all(m.is_fd and m.bitrate_switch and len(m.data) == 64 and m.arbitration_id == 0x310 for m in got)
+        dec = [db.decode_message(m.arbitration_id, m.data) for m in got]
+        assert [d["tick"] for d in dec] == [70001, 70002]
+        d = dec[0]
+        assert d["gh_unstable"] == 1 and d["rom_zeroed"] == 1 and d["watchdog"] == 0 and d["echo_counter"] == 9
+        assert d["gh_stability"] == pytest.approx(32.767)
+        np.testing.assert_allclose([d[f"q_{n}"] for n in MODEL.dof_names], frame["q"], atol=1e-4)
+        np.testing.assert_allclose([d[f"qd_{n}"] for n in MODEL.dof_names], frame["qdot"], atol=1e-3)
+        np.testing.assert_allclose([d["th_plane_of_elevation"], d["th_elevation"], d["th_axial_rotation"]],
+                                   frame["th_angles"], atol=1e-4)
+    finally:
+        h.close()
+
+
+def test_can_fd_feedback_on_a_classic_bus_is_a_clear_error():
+    ep = CanEndpoint("virtual", f"classic-{random.random()}", str(DBC), list(MODEL.muscle_names),
+                     feedback=("HIL_Status", "HIL_SensorFD"))
+    with pytest.raises(ValueError, match="HIL_SensorFD is a CAN FD frame.*fd = true"):
+        ep.open()
+
+
 def test_link_process_round_trip_over_udp_multicast(db):
     """The link in its own process; the peer in this one (python-can udp_multicast crosses processes)."""
     group = f"239.74.{random.randint(1, 250)}.{random.randint(1, 250)}"
