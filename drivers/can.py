@@ -29,6 +29,7 @@ import numpy as np
 
 from drivers.can_dbc import (FRAME_ID_EXCITATION, FRAME_ID_GROUP, FRAME_ID_HEARTBEAT, FRAME_ID_STATUS,
                              FRAME_ID_STIM, STATUS_SIGNALS, STATUS_SIGNALS_HIGH)
+from hil.sensor import frame_dtype
 from sim.config import ConfigTable, unknown_name
 from drivers.link import link_settings, AUX_FRAMES_OUT, AUX_SEND_ERRORS, Inbound, LinkDriver, LinkEndpoint
 
@@ -104,6 +105,11 @@ class CanEndpoint(LinkEndpoint):
                     by_block.setdefault(b, []).append(s.name)
             if msg.is_fd:     # not multiplexed: one "block" with every value signal in order
                 by_block = {0: [s.name for s in msg.signals if s.name.startswith(("q_", "qd_", "th_"))]}
+                frame = frame_dtype()      # q, q velocities and thoracohumeral angles, in this order
+                n_values = sum(frame[f].shape[0] for f in ("q", "qdot", "th_angles"))
+                if len(by_block[0]) != n_values:
+                    raise ValueError(f"{name} in {self.dbc_path} has {len(by_block[0])} q_/qd_/th_ signals, "
+                                     f"not the sensor frame's {n_values}: regenerate it with `hil can dbc`")
             sig = {s.name: s for s in msg.signals}
             # per block: value signal names and their ranges as arrays (one np.clip saturates a block)
             blocks = [(b, names, np.array([sig[n].minimum for n in names]), np.array([sig[n].maximum for n in names]))
