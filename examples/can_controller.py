@@ -1,7 +1,8 @@
 """A minimal external CAN controller for the testbed, written only against python-can and cantools.
 
-It waits for the HIL's feedback (HIL_Status), then stimulates one channel with a ramp of amplitude
-and prints a JSON summary (frames seen, elbow flexion at the start and the end, echo round trips).
+It waits for the HIL's feedback (HIL_Status, or HIL_SensorFD on a CAN FD setup), then stimulates one
+channel with a ramp of amplitude and prints a JSON summary (frames seen, elbow flexion at the start and
+the end, echo round trips).
 Run it against ``hil run --config configs/can.toml`` in another terminal::
 
     python3 examples/can_controller.py --dbc configs/fes-hil.dbc --stim-channel 4 --duration 3
@@ -40,12 +41,12 @@ def main() -> None:
     round_trips = []
     try:
         t_wait = time.monotonic() + args.wait
-        while time.monotonic() < t_wait:                 # the HIL is up when its status frames arrive
+        while time.monotonic() < t_wait:                 # the HIL is up when its feedback arrives
             msg = bus.recv(0.5)
-            if msg is not None and msg.arbitration_id == 0x300:
+            if msg is not None and msg.arbitration_id >= 0x300:
                 break
         else:
-            raise SystemExit("no HIL_Status frame received")
+            raise SystemExit("no feedback frame from the HIL received")
         counter = 0
         t0 = time.monotonic()
         next_send = t0
@@ -65,7 +66,7 @@ def main() -> None:
             name = db.get_message_by_frame_id(msg.arbitration_id).name
             seen[name] = seen.get(name, 0) + 1
             values = db.decode_message(msg.arbitration_id, msg.data)
-            if name == "HIL_Status" and values["echo_counter"] in sent:
+            if values.get("echo_counter") in sent:         # HIL_Status and HIL_SensorFD carry it
                 round_trips.append(time.monotonic() - sent.pop(values["echo_counter"]))
             if "q_ELx" in values:
                 elbow.append(math.degrees(values["q_ELx"]))

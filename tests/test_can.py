@@ -274,8 +274,10 @@ def test_link_process_round_trip_over_udp_multicast(db):
     assert not drv.link_alive
 
 
-def test_hil_run_with_a_controller_in_another_process(tmp_path, config_over):
-    """`hil run` on configs/can.toml (its own multicast group) and examples/can_controller.py as the peer."""
+@pytest.mark.parametrize("fd", [False, True], ids=["classic", "fd"])
+def test_hil_run_with_a_controller_in_another_process(tmp_path, config_over, fd):
+    """`hil run` on configs/can.toml (its own multicast group) and examples/can_controller.py as the peer;
+    with the classic feedback set, and with HIL_SensorFD alone (CAN FD)."""
     group = f"239.75.{random.randint(1, 250)}.{random.randint(1, 250)}"
     cfg = config_over("can.toml", f"""
         [metrics]
@@ -285,7 +287,7 @@ def test_hil_run_with_a_controller_in_another_process(tmp_path, config_over):
         interface = "udp_multicast"
         channel = "{group}"
         dbc = "{DBC}"
-        """)
+        """ + ('feedback = ["HIL_SensorFD"]\n' if fd else ""))
     rec = tmp_path / "run.hilrec"
     hil = subprocess.Popen([sys.executable, "-m", "hil", "run", "--config", str(cfg), "--duration", "6", "--json",
                             "--record", str(rec), "--port-file", str(tmp_path / "ports.json")],
@@ -303,7 +305,11 @@ def test_hil_run_with_a_controller_in_another_process(tmp_path, config_over):
     assert not (tmp_path / "ports.json").exists()                       # removed with the ports at the end
     assert summary["commands_received"] == peer["commands_sent"] > 50
     assert not summary["commands_rejected"]
-    assert peer["frames"]["HIL_Status"] > 100 and abs(peer["frames"]["HIL_JointAngle"] - 4 * peer["frames"]["HIL_Status"]) <= 8
+    if fd:                                                                # one frame a tick
+        assert set(peer["frames"]) == {"HIL_SensorFD"} and peer["frames"]["HIL_SensorFD"] > 100
+    else:
+        assert peer["frames"]["HIL_Status"] > 100
+        assert abs(peer["frames"]["HIL_JointAngle"] - 4 * peer["frames"]["HIL_Status"]) <= 8
     assert peer["elbow_last_deg"] > peer["elbow_first_deg"] + 30          # biceps stimulation flexes the elbow
     assert peer["echoes"] > 0.9 * peer["commands_sent"]
     assert summary["watchdog_trips"] >= 1                                 # the controller left before the end
