@@ -93,30 +93,13 @@ class CanEndpoint(LinkEndpoint):
                            can_filters=[{"can_id": CONTROLLER_ID_BASE, "can_mask": CONTROLLER_ID_MASK,
                                          "extended": False}], **self.bus_kwargs)
         self._tx = []
-        for name in self.feedback:
-            msg = self.db.get_message_by_name(name)
-            if msg.is_fd and getattr(self.bus, "protocol", None) == can.CanProtocol.CAN_20:
-                self.bus.shutdown()
-                raise ValueError(f"feedback {name} is a CAN FD frame but the {self.interface} bus is classic CAN: "
-                                 "set fd = true in [driver.bus] (udp_multicast is FD by default)")
-            by_block = {}
-            for s in msg.signals:
-                for b in s.multiplexer_ids or ():
-                    by_block.setdefault(b, []).append(s.name)
-            if msg.is_fd:     # not multiplexed: one "block" with every value signal in order
-                by_block = {0: [s.name for s in msg.signals if s.name.startswith(("q_", "qd_", "th_"))]}
-                frame = frame_dtype()      # q, q velocities and thoracohumeral angles, in this order
-                n_values = sum(frame[f].shape[0] for f in ("q", "qdot", "th_angles"))
-                if len(by_block[0]) != n_values:
-                    raise ValueError(f"{name} in {self.dbc_path} has {len(by_block[0])} q_/qd_/th_ signals, "
-                                     f"not the sensor frame's {n_values}: regenerate it with `hil can dbc`")
-            sig = {s.name: s for s in msg.signals}
-            # per block: value signal names and their ranges as arrays (one np.clip saturates a block)
-            blocks = [(b, names, np.array([sig[n].minimum for n in names]), np.array([sig[n].maximum for n in names]))
-                      for b, names in sorted(by_block.items())]
-            gh = sig.get("gh_stability")
-            gh_range = (gh.minimum, gh.maximum) if gh is not None else None
-            self._tx.append((name, msg, blocks, gh_range))
+        try:
+            for name in self.feedback:
+                self._tx.append(self._feedback_spec(can, name))
+            self._check_feedback_signals()
+        except ValueError:
+            self.bus.shutdown()
+            raise
         # accepted range of every signal of the controller's messages, by frame id
         self._rx_ranges = {m.frame_id: {s.name: (-np.inf if s.minimum is None else s.minimum - _RANGE_TOL,
                                                  np.inf if s.maximum is None else s.maximum + _RANGE_TOL)
@@ -128,6 +111,47 @@ class CanEndpoint(LinkEndpoint):
             fd = None
         self._fd = fd if isinstance(fd, int) and fd >= 0 else None
         return {"can": f"{self.interface}:{self.channel}"}
+
+    def _feedback_spec(self, can, name: str):
+        """(name, cantools message, value blocks, GH stability range) of one feedback message."""
+        try:
+            msg = self.db.get_message_by_name(name)
+        except KeyError:
+            raise ValueError(f"feedback {name} is not in {self.dbc_path}: regenerate it with `hil can dbc`") from None
+        if msg.is_fd and getattr(self.bus, "protocol", None) == can.CanProtocol.CAN_20:
+            raise ValueError(f"feedback {name} is a CAN FD frame but the {self.interface} bus is classic CAN: in "
+                             "[driver.bus] set fd = true (socketcan, pcan, kvaser, ...; udp_multicast is FD by "
+                             'default) or protocol = "CAN_FD" (virtual)')
+        by_block = {}
+        for s in msg.signals:
+            for b in s.multiplexer_ids or ():
+                by_block.setdefault(b, []).append(s.name)
+        if msg.is_fd:     # not multiplexed: one "block" with every value signal in order
+            by_block = {0: [s.name for s in msg.signals if s.name.startswith(("q_", "qd_", "th_"))]}
+        sig = {s.name: s for s in msg.signals}
+        # per block: value signal names and their ranges as arrays (one np.clip saturates a block)
+        blocks = [(b, names, np.array([sig[n].minimum for n in names]), np.array([sig[n].maximum for n in names]))
+                  for b, names in sorted(by_block.items())]
+        gh = sig.get("gh_stability")
+        return name, msg, blocks, (gh.minimum, gh.maximum) if gh is not None else None
+
+    def _check_feedback_signals(self) -> None:
+        """Every feedback message of the DBC has exactly the signals this version fills (a DBC from an
+        older version would otherwise be encoded silently with shifted or missing values)."""
+        frame = np.zeros(1, frame_dtype())[0]
+        for spec in self._tx:
+            name, msg = spec[0], spec[1]
+            dbc_signals = {s.name for s in msg.signals}
+            try:
+                filled = set().union(*(signals for _, signals in self._feedback_signals(frame, 0, [spec])))
+            except ValueError:              # a block's signals and values differ in number
+                filled = None
+            if filled != dbc_signals:
+                detail = "" if filled is None else (
+                    f" (DBC signals not filled: {sorted(dbc_signals - filled) or 'none'}; values the DBC "
+                    f"lacks: {sorted(filled - dbc_signals) or 'none'})")
+                raise ValueError(f"{name} in {self.dbc_path} does not match this version's sensor frame{detail}: "
+                                 "regenerate it with `hil can dbc`")
 
     # -- receive ------------------------------------------------------------------------------
     def fileno(self) -> int | None:
@@ -210,23 +234,29 @@ class CanEndpoint(LinkEndpoint):
 
     # -- send ----------------------------------------------------------------------------------
     def encode_feedback(self, frame, echo_seq: int):
-        """(frame id, data, CAN FD?) of one feedback set, ``HIL_Status`` first, each encoded when it is due (the
-        status goes out before the rest is encoded); values saturated to the DBC range."""
+        """(frame id, data, CAN FD?) of one feedback set, ``HIL_Status`` first, each encoded when it is due
+        (the status goes out before the rest is encoded); values saturated to the DBC range."""
+        for msg, signals in self._feedback_signals(frame, echo_seq, self._tx):
+            yield msg.frame_id, msg.encode(signals, strict=False), msg.is_fd
+
+    @staticmethod
+    def _feedback_signals(frame, echo_seq: int, tx):
+        """(message, signal values) of each frame of a feedback set, in order."""
         tick8 = int(frame["tick"]) & 0xFF
-        for name, msg, blocks, gh_range in self._tx:
+        for name, msg, blocks, gh_range in tx:
             if gh_range is not None:          # HIL_Status, HIL_SensorFD
                 status = status_values(frame, echo_seq)
                 status["gh_stability"] = min(max(status["gh_stability"], gh_range[0]), gh_range[1])
             if name == "HIL_Status":
-                yield msg.frame_id, msg.encode(status, strict=False), False
+                yield msg, status
                 continue
             values = (np.concatenate([frame["q"], frame["qdot"], frame["th_angles"]]) if msg.is_fd
                       else BLOCK_VALUES[name](frame))
             for b, names, lo, hi in blocks:
                 part = np.clip(values if msg.is_fd else values[3 * b:3 * b + 3], lo, hi).tolist()
                 signals = {**status} if msg.is_fd else {"block": b, "tick8": tick8}
-                signals.update(zip(names, part))
-                yield msg.frame_id, msg.encode(signals, strict=False), msg.is_fd
+                signals.update(zip(names, part, strict=True))
+                yield msg, signals
 
     def send_feedback(self, records: np.ndarray, stats: np.ndarray) -> None:
         fd = self._fd if self.inbound is not None else None
@@ -268,10 +298,23 @@ class CanDriver(LinkDriver):
         dbc_path = dbc if os.path.isabs(dbc) else os.path.join(base_dir, dbc)
         if not os.path.isfile(dbc_path):
             raise t.error("dbc", f"DBC file {dbc_path} not found")
+        bus_kwargs = t.table("bus", "python-can Bus arguments")
+        if isinstance(bus_kwargs.get("protocol"), str):      # e.g. the virtual bus: protocol = "CAN_FD"
+            import can
+            names = [p.name for p in can.CanProtocol]
+            if bus_kwargs["protocol"] not in names:
+                raise t.error("bus", f"protocol must be one of {', '.join(names)}, not {bus_kwargs['protocol']!r}")
+            bus_kwargs = {**bus_kwargs, "protocol": can.CanProtocol[bus_kwargs["protocol"]]}
+        feedback = t.strings("feedback", FEEDBACK_MESSAGES, FEEDBACK_MESSAGES + FD_MESSAGES)
+        if not feedback:
+            raise t.error("feedback", "needs at least one message (the controller's tick and echo counter)")
+        twice = sorted({m for m in feedback if feedback.count(m) > 1})
+        if twice:
+            raise t.error("feedback", f"lists {', '.join(twice)} more than once (each would be sent twice a tick)")
         args = dict(interface=interface, channel=t.get("channel"), dbc_path=dbc_path,
                     muscle_names=list(engine.plant.model.muscle_names),
-                    bus_kwargs=t.table("bus", "python-can Bus arguments"),
-                    feedback=t.strings("feedback", FEEDBACK_MESSAGES, FEEDBACK_MESSAGES + FD_MESSAGES),
+                    bus_kwargs=bus_kwargs,
+                    feedback=feedback,
                     feedback_every=t.integer("feedback_every", 1, 1, 1_000_000),
                     counter_reset_s=t.number("counter_reset_s", 0.5, 0.0, lo_exclusive=True))
         priority, loop_cpu = link_settings(t, loop)

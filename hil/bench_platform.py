@@ -72,14 +72,15 @@ def cyclictest_available() -> bool:
 
 
 def run_cyclictest(cpu: int, priority: int, period_s: float, duration_s: float) -> LatencyBaseline:
-    """``cyclictest -m -p PRIO -a CPU -t 1 -i PERIOD_US -D DURATION -q -h 5000`` (one SCHED_FIFO thread
+    """``cyclictest -m -p PRIO -a CPU -t 1 -i PERIOD_US -l TICKS -q -h 5000`` (one SCHED_FIFO thread
     pinned to ``cpu``, memory locked, clock_nanosleep on absolute deadlines). Raises ``RuntimeError``
     with cyclictest's message if it fails (e.g. without the right to SCHED_FIFO)."""
     exe = shutil.which("cyclictest")
     if exe is None:
         raise RuntimeError("cyclictest not found (Debian/Ubuntu: apt install rt-tests)")
+    loops = max(1, round(duration_s / period_s))      # -l: exactly the loop's number of ticks
     cmd = [exe, "-m", "-p", str(priority), "-a", str(cpu), "-t", "1", "-i", str(round(period_s * 1e6)),
-           "-D", f"{max(1, round(duration_s))}s", "-q", "-h", str(HISTOGRAM_US)]
+           "-l", str(loops), "-q", "-h", str(HISTOGRAM_US)]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=duration_s + 60)
     if out.returncode != 0:
         raise RuntimeError(f"cyclictest failed ({out.returncode}): {out.stderr.strip() or out.stdout.strip()}")

@@ -61,6 +61,14 @@ def _error(message: str) -> None:
     _stderr().print(Text(f"Error: {message}", style="bold red"), soft_wrap=True)
 
 
+def _safety_stop_exit(summary: dict) -> None:
+    """A run ended by a GH or ROM ``stop`` action: say why on stderr and exit with EXIT_SAFETY_STOP."""
+    from hil import service
+    if summary["stopped_by"] in ("gh_unstable", "range_of_motion"):
+        _error(f"safety stop ({summary['stopped_by']}) at tick {summary['ticks'] - 1}: {summary['stop_detail']}")
+        raise typer.Exit(service.EXIT_SAFETY_STOP)
+
+
 def _exit_code(exc: BaseException) -> int | None:
     """Exit code for an error caused by the input or the plant, None for anything else (a bug)."""
     from drivers.base import DriverInitializationError
@@ -338,8 +346,7 @@ def run(
             err.print(Text(f"warning: {w}", style="yellow"))
     if make_report and summary.get("recording"):
         report(Path(summary["recording"]), out=None, json_out=False)
-    if summary["stopped_by"] in ("gh_unstable", "range_of_motion"):
-        raise typer.Exit(service.EXIT_SAFETY_STOP)
+    _safety_stop_exit(summary)
 
 
 @app.command()
@@ -369,8 +376,7 @@ def serve(
         raise typer.Exit(service.EXIT_CONFIG if summary.get("config_error") else service.EXIT_ERROR)
     _stderr().print(f"hil serve: stopped by {summary['stopped_by']} after {summary['ticks']} ticks"
                     + (f"; recording {summary['recording']}" if summary.get("recording") else ""))
-    if summary["stopped_by"] in ("gh_unstable", "range_of_motion"):
-        raise typer.Exit(service.EXIT_SAFETY_STOP)
+    _safety_stop_exit(summary)
 
 
 @app.command()
@@ -424,6 +430,8 @@ def report(
     table.add_row("deadline misses", str(doc["deadline_misses"]))
     table.add_row("GH", f"max stability {doc['gh_stability_max']:+.3f}, unstable ticks {doc['gh_unstable_ticks']}")
     table.add_row("watchdog ticks", str(doc["watchdog_ticks"]))
+    table.add_row("safety ticks", f"GH zeroed {doc['gh_zeroed_ticks']}, ROM alarm {doc['rom_alarm_ticks']}, "
+                                  f"ROM zeroed {doc['rom_zeroed_ticks']}")
     table.add_row("elbow flexion (deg)", "{:.1f} .. {:.1f}".format(*doc["elbow_deg_range"]))
     table.add_row("commands", str(doc["commands"]))
     for name, f in doc["files"].items():
@@ -479,7 +487,8 @@ def can_dbc(out: Annotated[Optional[Path], typer.Option(help="Write the DBC here
 
 
 @can_app.command("table")
-def can_table(dbc: Annotated[Path, typer.Option(help="DBC file.")] = Path("configs/fes-hil.dbc")) -> None:
+def can_table(dbc: Annotated[Path, typer.Option(help="DBC file (default: the project's configs/fes-hil.dbc).")]
+              = Path(__file__).resolve().parents[1] / "configs" / "fes-hil.dbc") -> None:
     """Print the message table of a DBC file as Markdown (the README's table)."""
     import cantools
 
@@ -761,6 +770,7 @@ def _platform_baseline(cpu: int, period: float, duration: float) -> dict:
         with _stderr().status(f"platform baseline: cyclictest on cpu{cpu} for {duration:g} s"):
             result = bench_platform.run_cyclictest(cpu, BENCH_LOOP_PRIORITY, period, duration).as_dict()
     except (RuntimeError, ValueError, OSError, subprocess.TimeoutExpired) as exc:
+        _stderr().print(Text(f"warning: no platform baseline: {exc}", style="yellow"))
         return {"error": str(exc)}
     after = _steal_s(cpu)
     result["steal_ms"] = None if before is None or after is None else round((after - before) * 1e3, 1)

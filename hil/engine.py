@@ -71,6 +71,7 @@ class TickEngine:
         self.clamped = {}      # (driver, reason) -> commands applied clamped to the limits
         self.tick = 0
         self.overrun = False
+        self.stop_detail = ""      # why a safety action ended the run
 
     # -- CommandSink --------------------------------------------------------------------------
     def _record(self, driver: int, receive_ns: int, kind: int, status: int, index: int,
@@ -202,4 +203,7 @@ class TickEngine:
             status |= STATUS_STOPPING
         frame = self.sensor.measure(self.tick, (self.tick + 1) * self.period_s, self.plant.outputs, status)
         reason = "gh_unstable" if stop_gh else ("range_of_motion" if stop_rom else "")
+        if stop:       # once, at the end of the run: what the operator is told
+            self.stop_detail = (self.gh.describe(out.gh_stability) if stop_gh
+                                else self.rom.describe(out.q, self.plant.model.dof_names))
         return TickResult(frame=frame, stop=stop, stop_reason=reason)

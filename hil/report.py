@@ -18,7 +18,7 @@ import numpy as np
 
 from hil.config import service_config_from_dict
 from hil.recording import RecordingError, RecordingReader
-from hil.sensor import STATUS_GH_UNSTABLE, STATUS_WATCHDOG
+from hil.sensor import STATUS_GH_UNSTABLE, STATUS_GH_ZEROED, STATUS_ROM, STATUS_ROM_ZEROED, STATUS_WATCHDOG
 from sim.model import load_model
 
 
@@ -107,6 +107,9 @@ def make_report(path: str, out_dir: str) -> dict:
         "deadline_misses": int(np.count_nonzero(ticks["skipped_deadlines"])),
         "gh_unstable_ticks": int(np.count_nonzero(status & STATUS_GH_UNSTABLE)),
         "watchdog_ticks": int(np.count_nonzero(status & STATUS_WATCHDOG)),
+        "gh_zeroed_ticks": int(np.count_nonzero(status & STATUS_GH_ZEROED)),
+        "rom_alarm_ticks": int(np.count_nonzero(status & STATUS_ROM)),
+        "rom_zeroed_ticks": int(np.count_nonzero(status & STATUS_ROM_ZEROED)),
         "gh_stability_max": float(frame["gh_stability"].max()),
         "elbow_deg_range": [float(np.degrees(frame["elbow_flexion"].min())),
                             float(np.degrees(frame["elbow_flexion"].max()))],

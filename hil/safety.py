@@ -114,6 +114,10 @@ class GHMonitor(_AlarmAction):
         """Classify a new frame; True: end the run (action ``stop``)."""
         return self._classify(not (gh_stability <= self.threshold))
 
+    def describe(self, gh_stability: float) -> str:
+        """Why a frame is unstable, for the operator (after a stop; not for the tick)."""
+        return f"GH stability {gh_stability:+.3f} above the threshold {self.threshold:+.3f}"
+
 
 @njit(cache=True, nogil=True)
 def _outside(q, lo, hi) -> bool:
@@ -129,6 +133,7 @@ class RangeOfMotion(_AlarmAction):
 
     def __init__(self, ranges: np.ndarray, margin_rad: float, action: str = "monitor", hold_ticks: int = 0) -> None:
         super().__init__("ROM", action, hold_ticks)
+        self.margin_rad = margin_rad
         self.lo = np.asarray(ranges)[:, 0] - margin_rad
         self.hi = np.asarray(ranges)[:, 1] + margin_rad
 
@@ -143,3 +148,10 @@ class RangeOfMotion(_AlarmAction):
     def observe(self, q: np.ndarray) -> bool:
         """Classify a new frame; True: end the run (action ``stop``)."""
         return self._classify(_outside(q, self.lo, self.hi))
+
+    def describe(self, q: np.ndarray, dof_names) -> str:
+        """Which joints are out of range and by how much, in degrees (after a stop; not for the tick)."""
+        out = [f"{n} {np.degrees(v):.2f} deg (range {np.degrees(lo + self.margin_rad):.1f}..."
+               f"{np.degrees(hi - self.margin_rad):.1f} deg, margin {np.degrees(self.margin_rad):.1f} deg)"
+               for n, v, lo, hi in zip(dof_names, q, self.lo, self.hi) if v < lo or v > hi]
+        return "; ".join(out) if out else "no joint out of range"

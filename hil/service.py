@@ -196,7 +196,7 @@ def rt_main(config_path: str, duration_s, status, result_queue, record_path=None
         status[i_lat] = summary.max_lateness_s
         lat = summary.lateness_s
         result_queue.put({
-            "ok": True, "ticks": summary.ticks, "stopped_by": summary.stopped_by,
+            "ok": True, "ticks": summary.ticks, "stopped_by": summary.stopped_by, "stop_detail": engine.stop_detail,
             "deadline_misses": summary.deadline_misses, "skipped_deadlines": summary.skipped_deadlines,
             "late_over_1ms": 0 if lat is None else int(np.count_nonzero(lat > 1e-3)),
             "cpu_s": time.process_time() - cpu0, "wall_s": time.monotonic() - wall0,

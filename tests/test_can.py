@@ -225,6 +225,26 @@ def test_can_fd_feedback_on_a_classic_bus_is_a_clear_error():
         ep.open()
 
 
+@pytest.mark.parametrize("edit, feedback, words", [
+    # a DBC from before the ROM-zeroed bit: HIL_Status would go out without it
+    (lambda t: "\n".join(l for l in t.split("\n") if " rom_zeroed " not in l), ("HIL_Status",),
+     "values the DBC lacks: ['rom_zeroed']"),
+    (lambda t: t.replace("HIL_SensorFD", "HIL_Other"), ("HIL_SensorFD",), "HIL_SensorFD is not in"),
+    # one q velocity fewer: the values after it would shift
+    (lambda t: t.replace(' SG_ qd_PSy : 408|16@1- (0.001,0) [-32.768|32.767] "rad/s" CTRL\n', ""), ("HIL_SensorFD",),
+     "HIL_SensorFD in"),
+], ids=["status-without-rom-zeroed", "no-fd-message", "fd-one-signal-short"])
+def test_a_dbc_that_does_not_match_the_feedback_is_refused(tmp_path, edit, feedback, words):
+    dbc = tmp_path / "old.dbc"
+    dbc.write_text(edit(DBC.read_text()))
+    assert dbc.read_text() != DBC.read_text()
+    ep = CanEndpoint("virtual", f"dbc-{random.random()}", str(dbc), list(MODEL.muscle_names), feedback=feedback,
+                     bus_kwargs={"protocol": can.CanProtocol.CAN_FD})
+    with pytest.raises(ValueError, match="regenerate it with `hil can dbc`") as err:
+        ep.open()
+    assert words in str(err.value)
+
+
 def test_link_process_round_trip_over_udp_multicast(db):
     """The link in its own process; the peer in this one (python-can udp_multicast crosses processes)."""
     group = f"239.74.{random.randint(1, 250)}.{random.randint(1, 250)}"
@@ -363,6 +383,9 @@ def test_link_over_socketcan_vcan(db):
     ("bus = 5", "driver[0].bus", "python-can Bus arguments"),
     ("counter_reset_s = inf", "driver[0].counter_reset_s", "finite number > 0"),
     ("counter_reset_s = 0", "driver[0].counter_reset_s", "finite number > 0"),
+    ('bus = { protocol = "CAN_FDX" }', "driver[0].bus", "protocol must be one of CAN_20, CAN_FD"),
+    ('feedback = ["HIL_Status", "HIL_SensorFD", "HIL_Status"]', "driver[0].feedback", "HIL_Status more than once"),
+    ("feedback = []", "driver[0].feedback", "at least one message"),
 ])
 def test_can_config_errors_name_the_key(config_over, extra, key, words):
     from hil.config import load_service_config

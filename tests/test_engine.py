@@ -328,3 +328,20 @@ def test_clamped_commands_are_applied_counted_apart_and_logged_as_requested(mode
     assert engine.latched[1, 1] == 50.0 and engine.latched[0, 1] == 0.0
     log = engine.log[:engine.n_log]
     assert list(log["values"][:, 1]) == [120.0, 120.0] and all(log["status"] > 0)   # what was asked for
+
+
+@pytest.mark.parametrize("safety, reason, words", [
+    ('gh_action = "stop"\ngh_threshold = -1.0\n', "gh_unstable", "GH stability"),
+    # the published equilibrium is 3.06 deg beyond the ACz range: with no margin the first frame alarms
+    ('rom_action = "stop"\nrom_margin_deg = 0.0\n', "range_of_motion", "ACz -24.94 deg (range -21.9...20.0 deg")])
+def test_hil_run_safety_stop_exits_4_and_says_why(config_over, safety, reason, words):
+    import json
+    import subprocess
+    import sys
+    cfg = config_over("loopback.toml", "[metrics]\nenabled = false\n[recording]\nenabled = false\n[safety]\n" + safety)
+    out = subprocess.run([sys.executable, "-m", "hil", "run", "--config", str(cfg), "--duration", "1", "--json"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 4, out.stderr
+    summary = json.loads(out.stdout)
+    assert summary["stopped_by"] == reason and summary["ticks"] == 1 and words in summary["stop_detail"]
+    assert f"safety stop ({reason}) at tick 0" in out.stderr and words in out.stderr.replace("\n", " ")

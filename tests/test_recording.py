@@ -195,6 +195,7 @@ def test_report_writes_pngs_and_a_summary(tmp_path):
     doc = json.loads(hil("report", rec, "--out", tmp_path / "r2", "--json").stdout)
     assert doc["ticks"] == 125 and doc["elbow_deg_range"][1] > doc["elbow_deg_range"][0]
     assert doc["gh_unstable_ticks"] == 0 and doc["files"]["summary"] == str(tmp_path / "r2" / "summary.json")
+    assert doc["gh_zeroed_ticks"] == doc["rom_alarm_ticks"] == doc["rom_zeroed_ticks"] == 0   # within range
 
 
 def test_report_of_a_recording_without_ticks_is_a_clear_error(tmp_path):
