@@ -47,7 +47,8 @@ def main() -> None:
                 break
         else:
             raise SystemExit("no feedback frame from the HIL received")
-        counter = 0
+        counter = 1        # echo_counter is 0 until a command is accepted: 0 would match too early
+        n_sent = 0
         t0 = time.monotonic()
         next_send = t0
         while (now := time.monotonic()) < t0 + args.duration:
@@ -59,6 +60,7 @@ def main() -> None:
                 bus.send(can.Message(arbitration_id=stim.frame_id, data=data, is_extended_id=False))
                 sent[counter] = time.monotonic()
                 counter = (counter + 1) % 256
+                n_sent += 1
                 next_send += 1.0 / args.rate_hz
             msg = bus.recv(0.002)
             if msg is None or msg.arbitration_id < 0x300:
@@ -72,7 +74,7 @@ def main() -> None:
                 elbow.append(math.degrees(values["q_ELx"]))
     finally:
         bus.shutdown()
-    print(json.dumps({"frames": seen, "commands_sent": counter, "elbow_first_deg": elbow[0] if elbow else None,
+    print(json.dumps({"frames": seen, "commands_sent": n_sent, "elbow_first_deg": elbow[0] if elbow else None,
                       "elbow_last_deg": elbow[-1] if elbow else None, "echoes": len(round_trips),
                       "round_trip_ms_median": sorted(round_trips)[len(round_trips) // 2] * 1e3 if round_trips else None}))
 
