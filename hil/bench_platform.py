@@ -67,10 +67,6 @@ def parse_cyclictest_histogram(text: str) -> LatencyBaseline:
                            p999_us=percentile(0.999), max_us=float(max_us), over_1ms=over_1ms)
 
 
-def cyclictest_available() -> bool:
-    return shutil.which("cyclictest") is not None
-
-
 def run_cyclictest(cpu: int, priority: int, period_s: float, duration_s: float) -> LatencyBaseline:
     """``cyclictest -m -p PRIO -a CPU -t 1 -i PERIOD_US -l TICKS -q -h 5000`` (one SCHED_FIFO thread
     pinned to ``cpu``, memory locked, clock_nanosleep on absolute deadlines). Raises ``RuntimeError``

@@ -386,8 +386,7 @@ def export(
 ) -> None:
     """Export a recording to CSV: tick, time, the 11 DOFs (rad), gh_stability, status (bits: 1 watchdog,
     2 GH unstable, 4 overrun, 8 ROM alarm, 16 GH zeroed, 32 stopping, 64 ROM zeroed), u_<muscle> per muscle
-    element, and
-    per stimulation channel its applied pulse width (us), amplitude (mA), frequency (Hz)."""
+    element, and per stimulation channel its applied pulse width (us), amplitude (mA), frequency (Hz)."""
     with _user_errors():
         from hil.recording import RecordingError, RecordingReader, export_csv
 
