@@ -27,8 +27,8 @@ import time
 
 import numpy as np
 
-from drivers.can_dbc import (FRAME_ID_EXCITATION, FRAME_ID_GROUP, FRAME_ID_HEARTBEAT, FRAME_ID_STATUS,
-                             FRAME_ID_STIM, STATUS_SIGNALS, STATUS_SIGNALS_HIGH)
+from drivers.can_dbc import FRAME_ID_EXCITATION, FRAME_ID_GROUP, FRAME_ID_HEARTBEAT, FRAME_ID_STATUS, FRAME_ID_STIM
+from drivers.can_feedback import FeedbackSet
 from hil.sensor import frame_dtype
 from sim.config import ConfigTable, unknown_name
 from drivers.link import link_settings, AUX_FRAMES_OUT, AUX_SEND_ERRORS, Inbound, LinkDriver, LinkEndpoint
@@ -39,28 +39,6 @@ FD_MESSAGES = ("HIL_SensorFD",)
 
 DEFAULT_DBC = "fes-hil.dbc"
 _RANGE_TOL = 1e-9
-
-
-def status_values(frame, echo_seq: int) -> dict[str, float]:
-    """Signals of ``HIL_Status`` for one sensor frame."""
-    status = int(frame["status"])
-    st = {"tick": int(frame["tick"]) & 0xFFFFFFFF, "echo_counter": max(echo_seq, 0) & 0xFF,
-          "gh_stability": float(frame["gh_stability"])}
-    for bit, name in enumerate(STATUS_SIGNALS[:6]):
-        st[name] = (status >> bit) & 1
-    for bit, name in enumerate(STATUS_SIGNALS_HIGH, start=6):
-        st[name] = (status >> bit) & 1
-    st["ts_contact"], st["ai_contact"] = int(frame["st_in_contact"][0]), int(frame["st_in_contact"][1])
-    return st
-
-
-#: The sensor-frame values each multiplexed feedback message carries, three per block, in block order.
-BLOCK_VALUES = {
-    "HIL_JointAngle": lambda f: f["q"],
-    "HIL_JointVelocity": lambda f: f["qdot"],
-    "HIL_Arm": lambda f: np.concatenate([f["th_angles"], f["hand_position"]]),
-    "HIL_Force": lambda f: np.concatenate([f["gh_force"], f["st_contact_force"].ravel()]),
-}
 
 
 class CanEndpoint(LinkEndpoint):
@@ -92,14 +70,13 @@ class CanEndpoint(LinkEndpoint):
         self.bus = can.Bus(interface=self.interface, channel=self.channel,
                            can_filters=[{"can_id": CONTROLLER_ID_BASE, "can_mask": CONTROLLER_ID_MASK,
                                          "extended": False}], **self.bus_kwargs)
-        self._tx = []
         try:
-            for name in self.feedback:
-                self._tx.append(self._feedback_spec(can, name))
-            self._check_feedback_signals()
-        except ValueError:
+            self.feedback_set = FeedbackSet([self._feedback_message(can, name) for name in self.feedback],
+                                            frame_dtype(), self.dbc_path)
+        except (ValueError, TypeError):
             self.bus.shutdown()
             raise
+        self._frame_ids = [(msg.frame_id, msg.is_fd) for msg, _, _ in self.feedback_set.frames]
         # accepted range of every signal of the controller's messages, by frame id
         self._rx_ranges = {m.frame_id: {s.name: (-np.inf if s.minimum is None else s.minimum - _RANGE_TOL,
                                                  np.inf if s.maximum is None else s.maximum + _RANGE_TOL)
@@ -112,8 +89,8 @@ class CanEndpoint(LinkEndpoint):
         self._fd = fd if isinstance(fd, int) and fd >= 0 else None
         return {"can": f"{self.interface}:{self.channel}"}
 
-    def _feedback_spec(self, can, name: str):
-        """(name, cantools message, value blocks, GH stability range) of one feedback message."""
+    def _feedback_message(self, can, name: str):
+        """The cantools message of one feedback message; ValueError if missing or not sendable on the bus."""
         try:
             msg = self.db.get_message_by_name(name)
         except KeyError:
@@ -122,36 +99,7 @@ class CanEndpoint(LinkEndpoint):
             raise ValueError(f"feedback {name} is a CAN FD frame but the {self.interface} bus is classic CAN: in "
                              "[driver.bus] set fd = true (socketcan, pcan, kvaser, ...; udp_multicast is FD by "
                              'default) or protocol = "CAN_FD" (virtual)')
-        by_block = {}
-        for s in msg.signals:
-            for b in s.multiplexer_ids or ():
-                by_block.setdefault(b, []).append(s.name)
-        if msg.is_fd:     # not multiplexed: one "block" with every value signal in order
-            by_block = {0: [s.name for s in msg.signals if s.name.startswith(("q_", "qd_", "th_"))]}
-        sig = {s.name: s for s in msg.signals}
-        # per block: value signal names and their ranges as arrays (one np.clip saturates a block)
-        blocks = [(b, names, np.array([sig[n].minimum for n in names]), np.array([sig[n].maximum for n in names]))
-                  for b, names in sorted(by_block.items())]
-        gh = sig.get("gh_stability")
-        return name, msg, blocks, (gh.minimum, gh.maximum) if gh is not None else None
-
-    def _check_feedback_signals(self) -> None:
-        """Every feedback message of the DBC has exactly the signals this version fills (a DBC from an
-        older version would otherwise be encoded silently with shifted or missing values)."""
-        frame = np.zeros(1, frame_dtype())[0]
-        for spec in self._tx:
-            name, msg = spec[0], spec[1]
-            dbc_signals = {s.name for s in msg.signals}
-            try:
-                filled = set().union(*(signals for _, signals in self._feedback_signals(frame, 0, [spec])))
-            except ValueError:              # a block's signals and values differ in number
-                filled = None
-            if filled != dbc_signals:
-                detail = "" if filled is None else (
-                    f" (DBC signals not filled: {sorted(dbc_signals - filled) or 'none'}; values the DBC "
-                    f"lacks: {sorted(filled - dbc_signals) or 'none'})")
-                raise ValueError(f"{name} in {self.dbc_path} does not match this version's sensor frame{detail}: "
-                                 "regenerate it with `hil can dbc`")
+        return msg
 
     # -- receive ------------------------------------------------------------------------------
     def fileno(self) -> int | None:
@@ -233,38 +181,16 @@ class CanEndpoint(LinkEndpoint):
         return True
 
     # -- send ----------------------------------------------------------------------------------
-    def encode_feedback(self, frame, echo_seq: int):
-        """(frame id, data, CAN FD?) of one feedback set, ``HIL_Status`` first, each encoded when it is due
-        (the status goes out before the rest is encoded); values saturated to the DBC range."""
-        for msg, signals in self._feedback_signals(frame, echo_seq, self._tx):
-            yield msg.frame_id, msg.encode(signals, strict=False), msg.is_fd
-
-    @staticmethod
-    def _feedback_signals(frame, echo_seq: int, tx):
-        """(message, signal values) of each frame of a feedback set, in order."""
-        tick8 = int(frame["tick"]) & 0xFF
-        for name, msg, blocks, gh_range in tx:
-            if gh_range is not None:          # HIL_Status, HIL_SensorFD
-                status = status_values(frame, echo_seq)
-                status["gh_stability"] = min(max(status["gh_stability"], gh_range[0]), gh_range[1])
-            if name == "HIL_Status":
-                yield msg, status
-                continue
-            values = (np.concatenate([frame["q"], frame["qdot"], frame["th_angles"]]) if msg.is_fd
-                      else BLOCK_VALUES[name](frame))
-            for b, names, lo, hi in blocks:
-                part = np.clip(values if msg.is_fd else values[3 * b:3 * b + 3], lo, hi).tolist()
-                signals = {**status} if msg.is_fd else {"block": b, "tick8": tick8}
-                signals.update(zip(names, part, strict=True))
-                yield msg, signals
-
     def send_feedback(self, records: np.ndarray, stats: np.ndarray) -> None:
+        """Each record's feedback set (:class:`drivers.can_feedback.FeedbackSet`), ``HIL_Status`` first
+        when configured so, values saturated to the DBC range."""
         fd = self._fd if self.inbound is not None else None
         for rec in records:
             frame = rec["frame"]
             if int(frame["tick"]) % self.feedback_every:
                 continue
-            for fid, data, fd_frame in self.encode_feedback(frame, int(rec["echo_seq"])):
+            payloads = self.feedback_set.pack(frame, int(rec["echo_seq"]))
+            for (fid, fd_frame), data in zip(self._frame_ids, payloads, strict=True):
                 try:
                     self.bus.send(self._can_message(arbitration_id=fid, data=data, is_extended_id=False,
                                                     is_fd=fd_frame, bitrate_switch=fd_frame))

@@ -19,6 +19,7 @@ import pytest
 from drivers.base import REJECT_REASONS, DriverInitializationError
 from drivers.can import CanDriver, CanEndpoint
 from drivers.can_dbc import generate_dbc
+from drivers.can_feedback import FeedbackSet
 from drivers.link import (KIND_CHANNEL, KIND_EXCITATION, KIND_HEARTBEAT, KIND_REJECT, LINK_RECORD, Inbound,
                           LinkEndpoint)
 from hil.sensor import frame_dtype
@@ -218,6 +219,58 @@ def test_can_fd_feedback_is_one_64_byte_frame_per_tick(request, db):
         h.close()
 
 
+CLASSIC_SET = ("HIL_Status", "HIL_JointAngle", "HIL_JointVelocity", "HIL_Arm", "HIL_Force")
+
+
+def random_frames(n: int, seed: int = 0):
+    """Sensor frames with values from well inside to far beyond the DBC ranges, and a few NaN and inf."""
+    rng = np.random.default_rng(seed)
+    frames = np.zeros(n, frame_dtype())
+    for name in ("q", "qdot", "th_angles", "hand_position", "gh_force", "st_contact_force", "gh_stability"):
+        shape = frames[name].shape
+        values = rng.normal(size=shape) * 10.0 ** rng.integers(-3, 6, size=shape)
+        frames[name] = np.where(rng.random(shape) < 0.02, rng.choice([np.nan, np.inf, -np.inf], shape), values)
+    frames["tick"] = rng.integers(0, 2 ** 40, n)
+    frames["status"] = rng.integers(0, 128, n)
+    frames["st_in_contact"] = rng.integers(0, 2, (n, 2))
+    return frames, rng.integers(-1, 256, n)
+
+
+@pytest.mark.parametrize("feedback", [CLASSIC_SET, ("HIL_SensorFD",), ("HIL_Force", "HIL_SensorFD", "HIL_Status")],
+                         ids=["classic", "fd", "mixed"])
+def test_feedback_packer_gives_the_bytes_of_cantools(db, feedback):
+    fs = FeedbackSet([db.get_message_by_name(n) for n in feedback], frame_dtype(), str(DBC))
+    frames, echoes = random_frames(400)
+    for frame, echo in zip(frames, echoes):
+        expected = [msg.encode(signals, strict=False) for msg, signals in fs.signal_values(frame, int(echo))]
+        assert fs.pack(frame, int(echo)) == expected
+
+
+def test_feedback_packer_saturates_non_finite_values_and_hand_edited_ranges(tmp_path):
+    """NaN goes out as raw 0, infinities at the range ends; a range wider than the bits saturates at the
+    bit width instead of wrapping; a big-endian signal (hand-edited DBC) is encoded by cantools."""
+    text = DBC.read_text().replace(' SG_ q_SCy m0 : 16|16@1- (0.0001,0) [-3.2768|3.2767]',
+                                   ' SG_ q_SCy m0 : 16|16@1- (0.0001,0) [-10|10]')
+    text = text.replace(' SG_ hand_x m1 : 16|16@1- (0.0001,0)', ' SG_ hand_x m1 : 23|16@0- (0.0001,0)')
+    edited = tmp_path / "edited.dbc"
+    edited.write_text(text)
+    db = cantools.database.load_file(str(edited))
+    fs = FeedbackSet([db.get_message_by_name(n) for n in CLASSIC_SET], frame_dtype(), str(edited))
+    frame = np.zeros(1, frame_dtype())[0]
+    frame["gh_stability"] = np.nan
+    frame["q"][:3] = (7.0, np.inf, -np.inf)          # q_SCy, q_SCz, q_SCx
+    frame["hand_position"] = (-0.123, np.nan, 2.0)
+    payloads = fs.pack(frame, 5)
+    decoded = [db.decode_message(msg.frame_id, data) for (msg, _, _), data in zip(fs.frames, payloads)]
+    assert decoded[0]["gh_stability"] == 0.0 and decoded[0]["echo_counter"] == 5
+    assert decoded[1]["q_SCy"] == pytest.approx(3.2767) and decoded[1]["q_SCz"] == pytest.approx(3.2767)
+    assert decoded[1]["q_SCx"] == pytest.approx(-3.2768)
+    arm = next(d for d in decoded if d.get("block") == 1 and "hand_x" in d)
+    assert arm["hand_x"] == pytest.approx(-0.123) and arm["hand_y"] == 0.0 and arm["hand_z"] == pytest.approx(2.0)
+    k = next(i for i, (msg, block, _) in enumerate(fs.frames) if msg.name == "HIL_Arm" and block == 1)
+    assert k in fs._cantools_frames and len(fs._cantools_frames) == 1
+
+
 def test_can_fd_feedback_on_a_classic_bus_is_a_clear_error():
     ep = CanEndpoint("virtual", f"classic-{random.random()}", str(DBC), list(MODEL.muscle_names),
                      feedback=("HIL_Status", "HIL_SensorFD"))
@@ -233,7 +286,10 @@ def test_can_fd_feedback_on_a_classic_bus_is_a_clear_error():
     # one q velocity fewer: the values after it would shift
     (lambda t: t.replace(' SG_ qd_PSy : 408|16@1- (0.001,0) [-32.768|32.767] "rad/s" CTRL\n', ""), ("HIL_SensorFD",),
      "HIL_SensorFD in"),
-], ids=["status-without-rom-zeroed", "no-fd-message", "fd-one-signal-short"])
+    # a DBC for a model with fewer DOF: the last joint-angle block is missing
+    (lambda t: "\n".join(l for l in t.split("\n") if not (l.startswith(" SG_ q_") and " m3 :" in l)),
+     ("HIL_Status", "HIL_JointAngle"), "values the DBC lacks: ['q[9]', 'q[10]']"),
+], ids=["status-without-rom-zeroed", "no-fd-message", "fd-one-signal-short", "angle-block-missing"])
 def test_a_dbc_that_does_not_match_the_feedback_is_refused(tmp_path, edit, feedback, words):
     dbc = tmp_path / "old.dbc"
     dbc.write_text(edit(DBC.read_text()))
