@@ -166,8 +166,9 @@ def can_peer(group: str, dbc: str, duration_s: float, out, trigger: str = "HIL_S
             values = status.decode(msg.data)
             rt.echo(values["echo_counter"], now, values["tick"])
             if rt.tick(values["tick"]):
+                t_command = time.monotonic()
                 bus.send(frames[counter])
-                rt.sent_now(counter, time.monotonic(), values["tick"])
+                rt.sent_now(counter, t_command, values["tick"])
                 counter = (counter + 1) % 256
     finally:
         bus.shutdown()
@@ -219,13 +220,24 @@ def serial_peer(stim_port: str, sensor_port: str, duration_s: float, out) -> Non
                     newest = tick
             if newest is not None:
                 c = counters[k % len(counters)]
+                t_command = time.monotonic()
                 stim.write(starts[c])
-                rt.sent_now(c, time.monotonic(), newest)
+                rt.sent_now(c, t_command, newest)
                 k += 1
     finally:
         stim.close()
         sensors.close()
     out.put({**rt.summary(), "replies": acks, "stream_crc_errors": reader.crc_errors})
+
+
+def udp_receive_buffer_errors() -> int | None:
+    """Datagrams the kernel dropped because a UDP socket's receive buffer was full (all sockets of the
+    machine: ``RcvbufErrors`` in /proc/net/snmp); None where not available."""
+    try:
+        lines = [line.split() for line in Path("/proc/net/snmp").read_text().splitlines() if line.startswith("Udp:")]
+        return int(lines[1][lines[0].index("RcvbufErrors")])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def run_link_bench(transport: str, rate_hz: float, duration_s: float, feedback: str = "auto") -> dict:
@@ -271,8 +283,12 @@ def run_link_bench(transport: str, rate_hz: float, duration_s: float, feedback: 
         else:
             peer = ctx.Process(target=serial_peer, args=(p["stimulator"], p["sensors"], duration_s, peer_out),
                                name="bench-peer")
+        udp_overflows = udp_receive_buffer_errors()
         peer.start()
         peer_result = peer_out.get(timeout=duration_s + 120)
+        if udp_overflows is not None:
+            after = udp_receive_buffer_errors()
+            udp_overflows = None if after is None else after - udp_overflows
         summary = results.get(timeout=duration_s + 120)
     finally:
         if peer is not None:
@@ -287,4 +303,10 @@ def run_link_bench(transport: str, rate_hz: float, duration_s: float, feedback: 
             "goal_rtt_p99_ms": (period + 0.5e-3) * 1e3,
             "loop_lateness_p99_us": lat.get("p99"), "loop_lateness_max_us": lat.get("max"),
             "deadline_misses": summary["deadline_misses"], "commands_rejected": summary["commands_rejected"],
+            # where lost frames went: not sent by the HIL (ring full, send error; over the whole run, so for
+            # serial including the frames a sensor pty could not take before the peer opened it), or dropped
+            # by the kernel because a receiving socket was full (machine-wide; over udp_multicast the peer's)
+            "hil_frames_not_sent": sum(d.get("publish_dropped", 0) + d.get("link_send_errors", 0)
+                                       for d in summary["drivers"].values()),
+            "udp_receive_buffer_overflows": udp_overflows if transport == "can" else None,
             "realtime": summary["realtime"]["sched_fifo"] and summary["realtime"]["mlock"]}

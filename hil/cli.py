@@ -944,6 +944,11 @@ def bench_link(
                 _stdout().print(f"{run['rate_hz']:g} Hz feedback: {', '.join(run['feedback'])}; loop lateness p99 "
                                 f"{run['loop_lateness_p99_us']:.1f} µs, deadline misses {run['deadline_misses']}"
                                 + (f"; hypervisor steal {steal}" if steal else ""))
+                if run["lost_frames"]:
+                    udp = run.get("udp_receive_buffer_overflows")
+                    _stdout().print(f"  lost frames: {run['hil_frames_not_sent']} not sent by the HIL"
+                                    + ("" if udp is None else f"; {udp} datagrams dropped by full UDP receive "
+                                                              "buffers (the peer's or the link's)"))
         _stdout().print(f"CPU {doc['cpu']}")
         wq = doc["workqueue_cpus"]
         if transport == "serial" and wq is not None and doc["loop_cpu"] in wq:

@@ -23,6 +23,17 @@ def test_bench_link_reports_round_trips(transport):
         assert key in run
     assert run["rtt_p50_ms"] <= run["rtt_p99_ms"] <= run["rtt_max_ms"]
     assert not run["commands_rejected"]
+    # CAN sends from the first tick on; a sensor pty fills up until the peer opens it
+    assert run["hil_frames_not_sent"] == 0 if transport == "can" else run["hil_frames_not_sent"] >= 0
+    assert (run["udp_receive_buffer_overflows"] is None) == (transport == "serial")
+
+
+def test_udp_receive_buffer_errors_reads_the_kernel_counter():
+    from hil.bench_link import udp_receive_buffer_errors
+    n = udp_receive_buffer_errors()
+    assert n is None or (isinstance(n, int) and n >= 0)
+    if Path("/proc/net/snmp").exists():
+        assert isinstance(n, int)
 
 
 def test_bench_link_rejects_bad_options():
