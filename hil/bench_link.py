@@ -20,6 +20,7 @@ import json
 import math
 import multiprocessing as mp
 import os
+import queue
 import random
 import select
 import tempfile
@@ -27,6 +28,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+from drivers.link import link_scheduling
 
 CONFIG = """
 [loop]
@@ -128,7 +131,6 @@ class RoundTrips:
 def _controller_scheduling() -> None:
     """The peer runs like a real-time controller on its own machine as far as this one allows:
     SCHED_FIFO 60 (below the loop and the link) and off the loop's CPU (the last one) where permitted."""
-    from drivers.link import link_scheduling
     n = os.cpu_count() or 1
     link_scheduling(60, n - 1 if n > 1 else None)
 
@@ -230,6 +232,77 @@ def serial_peer(stim_port: str, sensor_port: str, duration_s: float, out) -> Non
     out.put({**rt.summary(), "replies": acks, "stream_crc_errors": reader.crc_errors})
 
 
+LINK_PRIORITY = 70          # the bench's links: the default, 10 below the loop's SCHED_FIFO 80
+
+
+def baseline_responder(transport: str, endpoint_args: dict, rate_hz: float, duration_s: float, port_file: str,
+                       out) -> None:
+    """The floor without the HIL: the link's own endpoint code on the same transport, in one process with
+    the link's scheduling (SCHED_FIFO 70, off the loop's CPU), answering on its own clock.
+
+    Every period it sends a feedback set for a constant sensor frame that echoes the newest command it
+    decoded before the deadline, exactly as the loop would echo the command it applied; between deadlines
+    it receives commands as the link does. Missing: the loop process, its compute time, the shared-memory
+    hop and the wake-up of the link. A run of :func:`run_link_bench` minus this one is what the HIL adds."""
+    from drivers.link import INBOUND_CAPACITY, KIND_REJECT, LINK_RECORD, Inbound, feedback_dtype
+    from hil.sensor import frame_dtype
+    from hil.shm_ring import ShmRing
+    n = os.cpu_count() or 1
+    link_scheduling(LINK_PRIORITY, n - 1 if n > 1 else None)
+    if transport == "can":
+        from drivers.can import CanEndpoint as endpoint_cls
+    else:
+        from drivers.serial_stim import ScienceModeEndpoint as endpoint_cls
+    ring = ShmRing.create(LINK_RECORD, INBOUND_CAPACITY)
+    endpoint = None
+    try:
+        inbound = Inbound(ring)
+        endpoint = endpoint_cls(**endpoint_args)
+        ports = endpoint.open()
+        endpoint.inbound = inbound
+        fd = endpoint.fileno()
+        records = np.zeros(INBOUND_CAPACITY, LINK_RECORD)
+        feedback = np.zeros(1, feedback_dtype(frame_dtype()))
+        feedback["echo_seq"] = -1
+        period = 1.0 / rate_hz
+        lateness = np.zeros(int((duration_s + 10.0) * rate_hz))
+        tmp = f"{port_file}.tmp"
+        Path(tmp).write_text(json.dumps({"0:baseline": ports}))
+        os.replace(tmp, port_file)
+        t0 = time.monotonic()
+        t_next, t_end, t_periodic, tick = t0 + period, t0 + duration_s, t0, 0
+        while tick < lateness.size:
+            now = time.monotonic()
+            if now < t_next:                  # between deadlines: take commands as the link does
+                if select.select([fd], [], [], t_next - now)[0]:
+                    endpoint.receive(inbound, 0.0)
+                continue
+            if now >= t_end:
+                break
+            lateness[tick] = now - t_next
+            k = ring.pop_into(records)
+            valid = records["seq"][:k][(records["kind"][:k] != KIND_REJECT) & (records["seq"][:k] >= 0)]
+            if valid.size:
+                feedback["echo_seq"] = valid[-1]
+            feedback["frame"]["tick"] = tick
+            endpoint.send_feedback(feedback, ring.aux)
+            if now >= t_periodic:
+                endpoint.periodic(inbound)
+                t_periodic = now + endpoint.poll_interval_s
+            tick += 1
+            t_next += period
+        late = lateness[:tick] * 1e6
+        out.put({"ok": True, "ticks": tick, "lateness_us": {"p99": float(np.percentile(late, 99)) if tick else None,
+                                                           "max": float(late.max()) if tick else None}})
+    except Exception as exc:   # reported by run_link_bench
+        out.put({"ok": False, "error": f"baseline responder: {type(exc).__name__}: {exc}"})
+    finally:
+        if endpoint is not None:
+            endpoint.close()
+        ring.close()
+        ring.release()
+
+
 def udp_receive_buffer_errors() -> int | None:
     """Datagrams the kernel dropped because a UDP socket's receive buffer was full (all sockets of the
     machine: ``RcvbufErrors`` in /proc/net/snmp); None where not available."""
@@ -240,8 +313,10 @@ def udp_receive_buffer_errors() -> int | None:
         return None
 
 
-def run_link_bench(transport: str, rate_hz: float, duration_s: float, feedback: str = "auto") -> dict:
-    """One measurement: service at ``rate_hz`` with the transport, the peer for ``duration_s``."""
+def run_link_bench(transport: str, rate_hz: float, duration_s: float, feedback: str = "auto",
+                   baseline: bool = False) -> dict:
+    """One measurement: service at ``rate_hz`` with the transport, the peer for ``duration_s``; with
+    ``baseline`` the :func:`baseline_responder` instead of the service."""
     from hil import service
     from hil.config import min_substeps
     period = 1.0 / rate_hz
@@ -263,8 +338,18 @@ def run_link_bench(transport: str, rate_hz: float, duration_s: float, feedback: 
     status = ctx.Array("d", len(service.STATUS_FIELDS), lock=False)
     results = ctx.Queue()
     port_file = work / "ports.json"
-    rt_proc = ctx.Process(target=service.rt_main, name="hil-rt",
-                          args=(str(cfg), duration_s + 4.0, status, results, None, str(port_file)))
+    if baseline:
+        if transport == "can":
+            from sim.model import load_model
+            args = dict(interface="udp_multicast", channel=group, dbc_path=str(root / "configs" / "fes-hil.dbc"),
+                        muscle_names=list(load_model().muscle_names), feedback=tuple(feedback_set(feedback, rate_hz)))
+        else:
+            args = dict(port="pty", sensor_port="pty", channel_map=list(range(8)), client_timeout_s=2.5)
+        rt_proc = ctx.Process(target=baseline_responder, name="hil-bench-baseline",
+                              args=(transport, args, rate_hz, duration_s + 4.0, str(port_file), results))
+    else:
+        rt_proc = ctx.Process(target=service.rt_main, name="hil-rt",
+                              args=(str(cfg), duration_s + 4.0, status, results, None, str(port_file)))
     rt_proc.start()
     peer_out = ctx.Queue()
     peer = None
@@ -272,8 +357,12 @@ def run_link_bench(transport: str, rate_hz: float, duration_s: float, feedback: 
         t_wait = time.monotonic() + 180
         while not port_file.exists():
             if not rt_proc.is_alive() or time.monotonic() > t_wait:
-                return {"error": results.get(timeout=5).get("error", "no ports") if not rt_proc.is_alive()
-                        else "the service did not announce its ports"}
+                if rt_proc.is_alive():
+                    return {"error": "the service did not announce its ports"}
+                try:
+                    return {"error": results.get(timeout=5).get("error", "no ports")}
+                except queue.Empty:
+                    return {"error": f"{rt_proc.name} exited (code {rt_proc.exitcode}) without a result"}
             time.sleep(0.05)
         ports = json.loads(port_file.read_text())
         p = next(iter(ports.values()))
@@ -297,10 +386,13 @@ def run_link_bench(transport: str, rate_hz: float, duration_s: float, feedback: 
     if not summary.get("ok"):
         return {"error": summary.get("error")}
     lat = summary["lateness_us"]
-    return {"transport": transport, "rate_hz": rate_hz, "duration_s": duration_s,
-            "feedback": feedback_set(feedback, rate_hz) if transport == "can" else ["sensor stream (full frame)"],
-            **peer_result,
-            "goal_rtt_p99_ms": (period + 0.5e-3) * 1e3,
+    common = {"transport": transport, "rate_hz": rate_hz, "duration_s": duration_s,
+              "feedback": feedback_set(feedback, rate_hz) if transport == "can" else ["sensor stream (full frame)"],
+              **peer_result, "goal_rtt_p99_ms": (period + 0.5e-3) * 1e3}
+    if baseline:
+        return {**common, "baseline": True, "responder_lateness_p99_us": lat["p99"],
+                "responder_lateness_max_us": lat["max"]}
+    return {**common,
             "loop_lateness_p99_us": lat.get("p99"), "loop_lateness_max_us": lat.get("max"),
             "deadline_misses": summary["deadline_misses"], "commands_rejected": summary["commands_rejected"],
             # where lost frames went: not sent by the HIL (ring full, send error; over the whole run, so for

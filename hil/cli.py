@@ -890,6 +890,10 @@ def bench_link(
         help="CAN feedback set: auto (full up to 250 Hz, status above), status, angles (status + joint "
              "angles), full, or fd (HIL_SensorFD: status, q, q velocities and thoracohumeral angles in one "
              "CAN FD frame).")] = "auto",
+    baseline: Annotated[bool, typer.Option(
+        "--baseline", help="Before each rate, measure the floor without the HIL: the link's endpoint code "
+                           "alone answers on the transport on its own clock (no loop, no plant), with the "
+                           "same peer.")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Round trip through a transport: an external controller process sends a command every tick and
@@ -911,13 +915,21 @@ def bench_link(
 
     runs = []
     n_cpus = os.cpu_count() or 1
-    for r in rates:
-        with _stderr().status(f"{transport} link at {r:g} Hz for {duration:g} s ..."):
+    def measured(r: float, floor: bool) -> dict:
+        what = "baseline (no HIL)" if floor else "link"
+        with _stderr().status(f"{transport} {what} at {r:g} Hz for {duration:g} s ..."):
             before = [_steal_s(c) for c in range(n_cpus)]
-            run = run_link_bench(transport, r, duration, feedback)
+            run = run_link_bench(transport, r, duration, feedback, baseline=floor)
             after = [_steal_s(c) for c in range(n_cpus)]
         run["steal_ms"] = {f"cpu{c}": round((a - b) * 1e3, 1) for c, (b, a) in enumerate(zip(before, after))
                            if a is not None and b is not None}
+        return run
+
+    for r in rates:
+        floor = measured(r, True) if baseline else None
+        run = measured(r, False)
+        if floor is not None:
+            run["baseline"] = floor
         runs.append(run)
     doc = {"transport": transport, "runs": runs, "cpu": _cpu_model(), "loop_cpu": n_cpus - 1 if n_cpus > 1 else None,
            "workqueue_cpus": unbound_workqueue_cpus()}
@@ -926,24 +938,37 @@ def bench_link(
     else:
         table = Table(title=f"hil bench link --transport {transport} ({duration:g} s per rate); round trip = "
                             "command sent in answer to feedback -> feedback echoing it")
-        for col in ("rate (Hz)", "commands", "p50 (ms)", "p99 (ms)", "max (ms)", "goal p99 (ms)",
-                    "next tick %", "lost frames", "unanswered"):
+        for col in ("rate (Hz)", *(("run",) if baseline else ()), "commands", "p50 (ms)", "p99 (ms)", "max (ms)",
+                    "goal p99 (ms)", "next tick %", "lost frames", "unanswered"):
             table.add_column(col, justify="right")
         for run in runs:
-            if "error" in run:
-                table.add_row("error", run["error"])
-                continue
-            table.add_row(f"{run['rate_hz']:g}", str(run["commands_sent"]),
-                          f"{run['rtt_p50_ms']:.2f}", f"{run['rtt_p99_ms']:.2f}", f"{run['rtt_max_ms']:.2f}",
-                          f"{run['goal_rtt_p99_ms']:.2f}", f"{run['applied_next_tick_percent']:.1f}",
-                          str(run["lost_frames"]), str(run["unanswered"]))
+            for label, row in (("floor", run.get("baseline")), ("HIL", run)):
+                if row is None:
+                    continue
+                what = (label,) if baseline else ()
+                if "error" in row:
+                    table.add_row("error", *what, row["error"])
+                    continue
+                table.add_row(f"{row['rate_hz']:g}", *what, str(row["commands_sent"]),
+                              f"{row['rtt_p50_ms']:.2f}", f"{row['rtt_p99_ms']:.2f}", f"{row['rtt_max_ms']:.2f}",
+                              f"{row['goal_rtt_p99_ms']:.2f}", f"{row['applied_next_tick_percent']:.1f}",
+                              str(row["lost_frames"]), str(row["unanswered"]))
         _stdout().print(table)
+        if baseline:
+            _stdout().print("floor: the link's endpoint code alone answers the same peer on its own clock (no "
+                            "loop process, no plant step, no shared-memory hop): what transport, link code and "
+                            "scheduling give on this machine")
         for run in runs:
             if "feedback" in run:
                 steal = ", ".join(f"{c} {ms:.0f} ms" for c, ms in run["steal_ms"].items())
                 _stdout().print(f"{run['rate_hz']:g} Hz feedback: {', '.join(run['feedback'])}; loop lateness p99 "
                                 f"{run['loop_lateness_p99_us']:.1f} µs, deadline misses {run['deadline_misses']}"
                                 + (f"; hypervisor steal {steal}" if steal else ""))
+                floor = run.get("baseline")
+                if floor and "error" not in floor:
+                    steal = ", ".join(f"{c} {ms:.0f} ms" for c, ms in floor["steal_ms"].items())
+                    _stdout().print(f"  floor run: responder lateness p99 {floor['responder_lateness_p99_us']:.0f} µs"
+                                    + (f"; hypervisor steal {steal}" if steal else ""))
                 if run["lost_frames"]:
                     udp = run.get("udp_receive_buffer_overflows")
                     _stdout().print(f"  lost frames: {run['hil_frames_not_sent']} not sent by the HIL"
@@ -955,10 +980,10 @@ def bench_link(
             _stdout().print(f"note: kernel workers (unbound workqueues) may run on the loop's CPU {doc['loop_cpu']} "
                             f"(CPUs {wq}); serial round trips then wait for the loop - see systemd/README.md, "
                             "'Tuning the lab PC'")
-    if any("error" in r for r in runs):
-        for r in runs:
-            if "error" in r:
-                _error(r["error"])
+    errors = [r["error"] for run in runs for r in (run.get("baseline") or {}, run) if "error" in r]
+    if errors:
+        for e in errors:
+            _error(e)
         raise typer.Exit(1)
 
 
