@@ -135,15 +135,19 @@ def _controller_scheduling() -> None:
     link_scheduling(60, n - 1 if n > 1 else None)
 
 
-def can_peer(group: str, dbc: str, duration_s: float, out, trigger: str = "HIL_Status") -> None:
-    """A CAN controller: python-can udp_multicast + cantools only. It answers every ``trigger`` frame
-    (the first message of the feedback set, which carries the tick and the echo counter)."""
+def can_peer(group: str, dbc: str, duration_s: float, out, feedback: tuple[str, ...] = ("HIL_Status",)) -> None:
+    """A CAN controller: python-can udp_multicast + cantools only. It acts on complete feedback sets, as
+    a controller that needs the joint angles must: the first message (``HIL_Status`` or ``HIL_SensorFD``)
+    gives the tick and the echo counter, the set is complete with the last frame of the last message
+    (its highest block), and that is when the peer times the echo and sends its command."""
     _controller_scheduling()
     import can
     import cantools
     db = cantools.database.load_file(dbc)
     stim = db.get_message_by_name("FES_StimCmd")
-    status = db.get_message_by_name(trigger)
+    status = db.get_message_by_name(feedback[0])
+    last = db.get_message_by_name(feedback[-1])
+    last_block = max(b for sig in last.signals for b in (sig.multiplexer_ids or ())) if last.is_multiplexed() else None
     frames = [can.Message(arbitration_id=stim.frame_id, is_extended_id=False, data=stim.encode(dict(
         channel=STIM_CHANNEL, mode=0, enable=1, counter=c, pulse_width=200, amplitude=AMPLITUDES_MA[c],
         frequency=40))) for c in range(256)]
@@ -156,21 +160,32 @@ def can_peer(group: str, dbc: str, duration_s: float, out, trigger: str = "HIL_S
             if msg is not None and msg.arbitration_id == status.frame_id:
                 break
         else:
-            out.put({"error": f"no {trigger} within 60 s"})
+            out.put({"error": f"no {feedback[0]} within 60 s"})
             return
-        counter = 0
+        counter = 1       # echo_counter is 0 before the first command: start at 1 so 0 matches nothing
+        pending = None    # (tick, echo counter) of the set being received
         t_end = time.monotonic() + duration_s
         while time.monotonic() < t_end:        # closed loop: one command in answer to every feedback set
             msg = bus.recv(0.5)
-            if msg is None or msg.arbitration_id != status.frame_id:
+            if msg is None:
                 continue
+            if msg.arbitration_id == status.frame_id:
+                values = status.decode(msg.data)
+                pending = (values["tick"], values["echo_counter"])
+            if pending is None or msg.arbitration_id != last.frame_id:
+                continue
+            if last_block is not None:
+                values = last.decode(msg.data)
+                if values["block"] != last_block or values["tick8"] != pending[0] & 0xFF:
+                    continue
             now = time.monotonic()
-            values = status.decode(msg.data)
-            rt.echo(values["echo_counter"], now, values["tick"])
-            if rt.tick(values["tick"]):
+            tick, echo = pending
+            pending = None
+            rt.echo(echo, now, tick)
+            if rt.tick(tick):
                 t_command = time.monotonic()
                 bus.send(frames[counter])
-                rt.sent_now(counter, t_command, values["tick"])
+                rt.sent_now(counter, t_command, tick)
                 counter = (counter + 1) % 256
     finally:
         bus.shutdown()
@@ -368,7 +383,8 @@ def run_link_bench(transport: str, rate_hz: float, duration_s: float, feedback: 
         p = next(iter(ports.values()))
         if transport == "can":
             peer = ctx.Process(target=can_peer, args=(group, str(root / "configs" / "fes-hil.dbc"), duration_s,
-                                                      peer_out, feedback_set(feedback, rate_hz)[0]), name="bench-peer")
+                                                      peer_out, tuple(feedback_set(feedback, rate_hz))),
+                               name="bench-peer")
         else:
             peer = ctx.Process(target=serial_peer, args=(p["stimulator"], p["sensors"], duration_s, peer_out),
                                name="bench-peer")
