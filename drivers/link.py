@@ -1,7 +1,7 @@
 """External transports run their blocking I/O in a link process, never in the real-time process.
 
 Platform facts: on CPython the GIL, not the sleep, breaks deadlines, so a thread that blocks on a serial
-port or a CAN socket, parses, encodes with cantools (≈ 24 µs a message) or spin-waits must not share
+port or a CAN socket, parses, decodes with cantools (≈ 6 µs a message) or spin-waits must not share
 the interpreter lock with the tick. A :class:`LinkDriver` (the loop side, a :class:`drivers.base.Driver`)
 therefore starts one **link process** per transport and talks to it through shared memory only:
 
