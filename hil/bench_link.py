@@ -261,6 +261,7 @@ def baseline_responder(transport: str, endpoint_args: dict, rate_hz: float, dura
     hop and the wake-up of the link. A run of :func:`run_link_bench` minus this one is what the HIL adds."""
     from drivers.link import INBOUND_CAPACITY, KIND_REJECT, LINK_RECORD, Inbound, feedback_dtype
     from hil.sensor import frame_dtype
+    from hil.service import write_port_file
     from hil.shm_ring import ShmRing
     n = os.cpu_count() or 1
     link_scheduling(LINK_PRIORITY, n - 1 if n > 1 else None)
@@ -281,9 +282,7 @@ def baseline_responder(transport: str, endpoint_args: dict, rate_hz: float, dura
         feedback["echo_seq"] = -1
         period = 1.0 / rate_hz
         lateness = np.zeros(int((duration_s + 10.0) * rate_hz))
-        tmp = f"{port_file}.tmp"
-        Path(tmp).write_text(json.dumps({"0:baseline": ports}))
-        os.replace(tmp, port_file)
+        write_port_file({"0:baseline": ports}, port_file)
         t0 = time.monotonic()
         t_next, t_end, t_periodic, tick = t0 + period, t0 + duration_s, t0, 0
         while tick < lateness.size:

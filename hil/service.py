@@ -128,18 +128,23 @@ def start_recording(path: str, header: dict, tick_dtype, ctx):
 
 def announce_ports(drivers, port_file: str | None) -> dict:
     """Print where controllers connect and write it (JSON, atomically) to ``port_file`` when given."""
-    import json
     import sys
     ports = {f"{d.index}:{d.name}": dict(d.ports) for d in drivers if d.ports}
     for name, p in ports.items():
         for role, where in p.items():
             print(f"hil: driver {name} {role} at {where}", file=sys.stderr, flush=True)
     if port_file:
-        tmp = f"{port_file}.tmp{os.getpid()}"
-        with open(tmp, "w") as fh:
-            json.dump(ports, fh, indent=1)
-        os.replace(tmp, port_file)
+        write_port_file(ports, port_file)
     return ports
+
+
+def write_port_file(ports: dict, port_file: str) -> None:
+    """``ports`` as JSON in ``port_file``, atomically (a reader never sees a half-written file)."""
+    import json
+    tmp = f"{port_file}.tmp{os.getpid()}"
+    with open(tmp, "w") as fh:
+        json.dump(ports, fh, indent=1)
+    os.replace(tmp, port_file)
 
 
 def rt_main(config_path: str, duration_s, status, result_queue, record_path=None, port_file=None) -> None:
