@@ -151,7 +151,7 @@ class FeedbackSet:
         """(cantools message, {signal: value}) of each frame, values saturated as :meth:`pack` does (the
         input of cantools ``encode``)."""
         v = self.fill(frame, echo_seq)
-        return [(msg, {s.name: _saturate(s, float(v[i])) for s, i in fields}) for msg, _, fields in self.frames]
+        return [(msg, _signal_dict(v, fields)) for msg, _, fields in self.frames]
 
     # -- packing ---------------------------------------------------------------------------------
     def _build_packer(self) -> None:
@@ -198,11 +198,9 @@ class FeedbackSet:
                     self._words)
         payload = self._words.tobytes()
         out = [payload[r[0]:r[1]] if r is not None else b"" for r in self.byte_ranges]
-        if self._cantools_frames:
-            values = self.signal_values(frame, echo_seq)
-            for k in self._cantools_frames:
-                msg, signals = values[k]
-                out[k] = msg.encode(signals, strict=False)
+        for k in self._cantools_frames:          # from the value vector filled above
+            msg, _, fields = self.frames[k]
+            out[k] = msg.encode(_signal_dict(v, fields), strict=False)
         return out
 
 
@@ -221,6 +219,11 @@ def _pack_words(values, src, lo, hi, offset, scale, raw, part_word, part_field, 
     words[:] = 0
     for j in range(part_word.size):
         words[part_word[j]] |= ((unsigned[part_field[j]] >> part_rshift[j]) & part_mask[j]) << part_lshift[j]
+
+
+def _signal_dict(values: np.ndarray, fields) -> dict[str, float]:
+    """{signal: value} of one frame's fields, saturated as the packer does (the input of cantools ``encode``)."""
+    return {s.name: _saturate(s, float(values[i])) for s, i in fields}
 
 
 def _raw_range(signal) -> tuple[int, int]:
