@@ -25,6 +25,8 @@ import numpy as np
 KIND_CHANNEL = 1     # values = (pulse width us, amplitude mA, frequency Hz, pulse mode 1..3)
 KIND_EXCITATION = 2  # index = muscle element (or group, negative: -1 - group index); values[0] = u
 KIND_HEARTBEAT = 3
+KIND_REJECTS = 0      # frames a transport rejected: status = reason code, values[0] = how many (>= 1)
+KIND_DRIVER_LOST = 4  # the driver's transport died: what it latched was set to zero at this tick
 
 COMMAND_DTYPE = np.dtype([
     ("tick", "<i8"),        # tick at which the command was latched
@@ -71,6 +73,10 @@ class CommandSink(Protocol):
 
     def reject(self, driver: int, receive_ns: int, reason: str) -> None: ...
 
+    def rejects(self, driver: int, receive_ns: int, reason: str, count: int) -> None: ...
+
+    def driver_lost(self, driver: int, receive_ns: int) -> None: ...
+
 
 class Driver(ABC):
     """Base class of all transports. Subclasses call ``super().__init__()`` last."""
@@ -99,6 +105,15 @@ class Driver(ABC):
     def connected(self) -> bool:
         """Whether a controller is attached (the watchdog decides whether it is alive)."""
         return True
+
+    def check_alive(self) -> bool:
+        """Whether the transport still works (called between ticks; False once it has died)."""
+        return True
+
+    def max_log_entries(self, largest_group: int) -> int:
+        """The most command-log entries one fetch can produce (the engine's log is sized from the sum
+        over the run's drivers, so no accepted command is ever left out of a recording)."""
+        return 1024
 
     @property
     def stats(self) -> dict:

@@ -242,7 +242,9 @@ class CanDriver(LinkDriver):
                     bus_kwargs=bus_kwargs,
                     feedback=feedback,
                     feedback_every=t.integer("feedback_every", 1, 1, 1_000_000),
-                    counter_reset_s=t.number("counter_reset_s", 0.5, 0.0, lo_exclusive=True))
+                    counter_reset_s=t.number("counter_reset_s", 0.5, 0.0, 60.0, lo_exclusive=True,
+                                             why="a restarted controller's frames may be refused as stale "
+                                                 "this long"))
         priority, loop_cpu = link_settings(t, loop)
         t.done()
         return cls(CanEndpoint, args, engine.sensor.dtype, index=index, priority=priority, loop_cpu=loop_cpu,

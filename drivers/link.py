@@ -15,16 +15,22 @@ therefore starts one **link process** per transport and talks to it through shar
   receiver thread that blocks in it while the main thread sends.
 
 - Inbound records are already parsed and validated at the transport level (checksums, lengths, ids,
-  counters): a malformed frame becomes a ``KIND_REJECT`` record with its reason, which ``fetch`` hands
-  to the loop's sink, so rejections are counted and recorded by reason like every other command.
-  Stimulation limits, latching and the watchdog stay in the loop (:class:`hil.engine.TickEngine`).
+  counters). A malformed frame is not a record: the link counts it by reason in the inbound ring's aux
+  words (one counter per REJECT_REASONS entry and a total written last), and ``fetch`` hands the loop
+  only the counts that grew since its last look, one sink call per reason. A garbage flood thus costs
+  the loop one load per tick, and a few calls on ticks with new rejects; the counts are logged and
+  recorded losslessly. Stimulation limits, latching and the watchdog stay in the loop
+  (:class:`hil.engine.TickEngine`).
 - ``publish`` copies the sensor frame into the outbound ring and sends one byte on a non-blocking
   datagram socket pair to wake the link's main thread (one syscall; dropped and counted if the link
   is gone or behind). The frame carries ``echo_seq``, the transport sequence number of the newest
   command this driver handed to the loop, so a controller can measure its round trip.
 - The link endpoint writes its state into the inbound ring's ``aux`` words: connected, frames received,
-  frames sent, send errors.
-- The link process exits when the outbound ring is closed (driver shutdown) or its parent dies.
+  frames sent, send errors, and the reject counts.
+- The link process exits when the outbound ring is closed (driver shutdown) or its parent dies
+  (PR_SET_PDEATHSIG, and a parent check). A link process that dies is noticed by the real-time process
+  between ticks (:meth:`LinkDriver.check_alive`); the next fetch reports it to the loop's sink, which sets
+  what the driver latched to zero and logs the event, so a replay does the same at the same tick.
 """
 from __future__ import annotations
 
@@ -39,11 +45,12 @@ from abc import ABC, abstractmethod
 
 import numpy as np
 
-from drivers.base import (KIND_CHANNEL, KIND_EXCITATION, KIND_HEARTBEAT, REJECT_REASONS, CommandSink, Driver,
-                          DriverInitializationError)
+from drivers.base import (KIND_CHANNEL, KIND_EXCITATION, KIND_HEARTBEAT, KIND_REJECTS, REJECT_REASONS, CommandSink,
+                          Driver, DriverInitializationError)
+from drivers.process import die_with_parent
 from hil.shm_ring import ShmRing
 
-KIND_REJECT = 0
+KIND_REJECT = KIND_REJECTS   # records of this kind are no longer pushed: rejects are counted in aux
 
 #: One command (or rejection) from a transport, as the link hands it to the loop.
 LINK_RECORD = np.dtype([
@@ -64,7 +71,9 @@ _LINK_RECORD_FLAT = np.dtype({
     + [LINK_RECORD.fields["values"][1] + 8 * k for k in range(4)],
     "itemsize": LINK_RECORD.itemsize})
 
-AUX_CONNECTED, AUX_FRAMES_IN, AUX_FRAMES_OUT, AUX_SEND_ERRORS = range(4)
+AUX_CONNECTED, AUX_FRAMES_IN, AUX_FRAMES_OUT, AUX_SEND_ERRORS, AUX_REJECTS_TOTAL = range(5)
+AUX_REJECT_BASE = 8                  # aux[AUX_REJECT_BASE + r]: frames rejected for REJECT_REASONS[r]
+INBOUND_AUX_WORDS = AUX_REJECT_BASE + len(REJECT_REASONS)
 INBOUND_CAPACITY = 8192
 OUTBOUND_CAPACITY = 1024
 MAX_RECORDS_PER_FETCH = 512
@@ -75,10 +84,18 @@ def feedback_dtype(frame_dtype: np.dtype) -> np.dtype:
     return np.dtype([("echo_seq", "<i4"), ("frame", frame_dtype)])
 
 
+def reject_counts(ring: ShmRing) -> dict[str, int]:
+    """The link's reject counts by reason (non-zero ones), read from an inbound ring's aux words."""
+    counts = ring.aux[AUX_REJECT_BASE:AUX_REJECT_BASE + len(REJECT_REASONS)]
+    return {REJECT_REASONS[r]: int(counts[r]) for r in np.flatnonzero(counts)}
+
+
 class Inbound:
     """Link-side writer of :data:`LINK_RECORD` s (single producer: call from one thread only)."""
 
     def __init__(self, ring: ShmRing) -> None:
+        if ring.aux.shape[0] < INBOUND_AUX_WORDS:
+            raise ValueError(f"an inbound ring needs {INBOUND_AUX_WORDS} aux words (the reject counters)")
         self.ring = ring
         self._rec = np.zeros(1, LINK_RECORD)
         self._reason = {r: i for i, r in enumerate(REJECT_REASONS)}
@@ -106,8 +123,11 @@ class Inbound:
         self._push(receive_ns, seq, KIND_HEARTBEAT, 0, -1)
 
     def reject(self, receive_ns: int, reason: str, seq: int = -1) -> None:
-        """A frame the transport could not accept; ``reason`` must be one of REJECT_REASONS."""
-        self._push(receive_ns, seq, KIND_REJECT, self._reason[reason], -1)
+        """A frame the transport could not accept; ``reason`` must be one of REJECT_REASONS. Counted, not
+        pushed: the per-reason counter first, then the total the loop watches."""
+        aux = self.ring.aux
+        aux[AUX_REJECT_BASE + self._reason[reason]] += 1
+        aux[AUX_REJECTS_TOTAL] += 1
 
     def set_connected(self, connected: bool) -> None:
         self.ring.aux[AUX_CONNECTED] = 1 if connected else 0
@@ -187,13 +207,15 @@ def _run_link(endpoint_cls, endpoint_args: dict, in_name: str, out_name: str, ou
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)     # the supervisor decides; shutdown closes the ring
+    if not die_with_parent(parent_pid, name=mp.current_process().name):
+        return
     sys.setswitchinterval(2e-4)   # with a receiver thread: hand the GIL over within 0.2 ms, not 5 ms
     for w in link_scheduling(priority, loop_cpu):   # before the receiver thread starts: it inherits them
         print(f"hil link: warning: {w}", file=sys.stderr, flush=True)
     in_ring = out_ring = endpoint = None
     try:
         try:
-            in_ring = ShmRing.attach(in_name, LINK_RECORD, INBOUND_CAPACITY)
+            in_ring = ShmRing.attach(in_name, LINK_RECORD, INBOUND_CAPACITY, INBOUND_AUX_WORDS)
             out_ring = ShmRing.attach(out_name, np.dtype(out_descr), OUTBOUND_CAPACITY)
             endpoint = endpoint_cls(**endpoint_args)
             ports = endpoint.open()
@@ -312,7 +334,7 @@ class LinkDriver(Driver):
                  loop_cpu: int | None = None, group_names: tuple[str, ...] = ()) -> None:
         self._proc = None
         self.group_names = tuple(group_names)   # muscle groups by the index a group record carries
-        self._in = ShmRing.create(LINK_RECORD, INBOUND_CAPACITY)
+        self._in = ShmRing.create(LINK_RECORD, INBOUND_CAPACITY, INBOUND_AUX_WORDS)
         self._out_rec = np.zeros(1, feedback_dtype(frame_dtype))
         self._outring = ShmRing.create(self._out_rec.dtype, OUTBOUND_CAPACITY)
         self._wake, far = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -345,12 +367,29 @@ class LinkDriver(Driver):
         self.ports: dict[str, str] = dict(info)
         self._buf = np.zeros(MAX_RECORDS_PER_FETCH, LINK_RECORD)
         self._flat = self._buf.view(_LINK_RECORD_FLAT)
+        self._rejects_total_seen = 0
+        self._reject_counts = np.zeros(len(REJECT_REASONS), np.uint64)
+        self._reject_seen = np.zeros(len(REJECT_REASONS), np.uint64)
         self.echo_seq = -1
         self.wake_errors = 0
+        self.lost = False                # the link process died (check_alive)
+        self._loss_reported = False
         super().__init__(index)
+
+    def max_log_entries(self, largest_group: int) -> int:
+        """A fetch hands over at most MAX_RECORDS_PER_FETCH records, each a group of up to
+        ``largest_group`` elements when the transport has groups, plus one entry per reject reason and
+        one for a lost link."""
+        per_record = max(1, largest_group) if self.group_names else 1
+        return MAX_RECORDS_PER_FETCH * per_record + len(REJECT_REASONS) + 1
 
     # -- loop side ---------------------------------------------------------------------------
     def fetch(self, tick: int, now_ns: int, sink: CommandSink) -> None:
+        if self.lost and not self._loss_reported:
+            self._loss_reported = True
+            sink.driver_lost(self.index, now_ns)
+        if self._in.aux[AUX_REJECTS_TOTAL] != self._rejects_total_seen:
+            self._hand_over_rejects(now_ns, sink)
         n = self._in.pop_into(self._buf)
         d, flat = self.index, self._flat
         for i in range(n):
@@ -375,6 +414,22 @@ class LinkDriver(Driver):
                 self.echo_seq = seq
         self.frames_received += n
 
+    def _hand_over_rejects(self, now_ns: int, sink: CommandSink) -> None:
+        """The reject counts that grew since the last look, one sink call per reason."""
+        aux = self._in.aux
+        self._rejects_total_seen = aux[AUX_REJECTS_TOTAL]     # before the counts: a later reject shows next time
+        np.copyto(self._reject_counts, aux[AUX_REJECT_BASE:])
+        for r in np.flatnonzero(self._reject_counts != self._reject_seen):
+            sink.rejects(self.index, now_ns, REJECT_REASONS[r], int(self._reject_counts[r] - self._reject_seen[r]))
+        np.copyto(self._reject_seen, self._reject_counts)
+
+    def check_alive(self) -> bool:
+        """Whether the link process still runs (a syscall: call between ticks, not in one). A dead link
+        is reported to the loop's sink at the next fetch."""
+        if not self.lost and not self.link_alive:
+            self.lost = True
+        return not self.lost
+
     def publish(self, frame: np.ndarray) -> None:
         rec = self._out_rec[0]
         rec["echo_seq"] = self.echo_seq
@@ -389,7 +444,7 @@ class LinkDriver(Driver):
             self.wake_errors += 1
 
     def connected(self) -> bool:
-        return bool(self._in.aux[AUX_CONNECTED])
+        return not self.lost and bool(self._in.aux[AUX_CONNECTED])
 
     @property
     def link_alive(self) -> bool:
@@ -400,8 +455,11 @@ class LinkDriver(Driver):
         s = super().stats
         aux = self._in.aux
         s.update(link_frames_in=int(aux[AUX_FRAMES_IN]), link_frames_out=int(aux[AUX_FRAMES_OUT]),
-                 link_send_errors=int(aux[AUX_SEND_ERRORS]), inbound_dropped=self._in.dropped,
-                 wake_errors=self.wake_errors, connected=self.connected())
+                 link_send_errors=int(aux[AUX_SEND_ERRORS]), link_rejects=int(aux[AUX_REJECTS_TOTAL]),
+                 inbound_dropped=self._in.dropped, wake_errors=self.wake_errors, connected=self.connected(),
+                 link_alive=not self.lost)
+        if self.lost:
+            s["link_exit_code"] = None if self._proc is None else self._proc.exitcode
         return s
 
     def _stop_link(self) -> None:

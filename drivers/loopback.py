@@ -33,6 +33,9 @@ ELBOW_DOF = DOF_NAMES.index("ELx")
 class Controller(ABC):
     """An in-process controller: called once per tick with the last sensor frame (None at tick 0)."""
 
+    #: the most commands one call can emit (sizes the tick's command log)
+    max_commands = 1024
+
     @abstractmethod
     def control(self, tick: int, time_s: float, frame, emit: "_Emitter") -> None: ...
 
@@ -84,6 +87,7 @@ class PlaybackController(Controller):
         # in direct mode only the muscles the schedule ever excites are sent (the others stay at 0):
         # a command per muscle is a Python call in the tick, so 138 of them would cost ~0.7 ms
         self.used = [int(i) for i in np.flatnonzero(np.any(self.schedule.values != 0.0, axis=0))]
+        self.max_commands = max(1, len(self.used)) if direct else n_channels
 
     def control(self, tick: int, time_s: float, frame, emit: _Emitter) -> None:
         if tick % self.every:
@@ -125,6 +129,7 @@ class ElbowHoldController(Controller):
         self.every = max(1, int(round(1.0 / (rate_hz * period_s))))
         self.dt = self.every * period_s
         self.integral = 0.0
+        self.max_commands = 2
 
     def control(self, tick: int, time_s: float, frame, emit: _Emitter) -> None:
         if tick % self.every:
@@ -161,6 +166,9 @@ class LoopbackDriver(Driver):
     def publish(self, frame: np.ndarray) -> None:
         self.last_frame = frame
         self.frames_published += 1
+
+    def max_log_entries(self, largest_group: int) -> int:
+        return self.controller.max_commands
 
 
 CONTROLLERS = ("playback", "elbow_hold")

@@ -231,8 +231,9 @@ class ScienceModeDriver(LinkDriver):
             else:
                 raise t.error("channel_map", f"entry {n} ({entry!r}) must be 0, a channel number 1..{len(names)} "
                                              f"or one of {names}")
-        timeout_ms = t.number("client_timeout_ms", 2500.0, 2000.0,
-                              why="pysciencemode sends its watchdog commands up to 1.6 s apart")
+        timeout_ms = t.number("client_timeout_ms", 2500.0, 2000.0, 60000.0,
+                              why="pysciencemode sends its watchdog commands up to 1.6 s apart; a client "
+                                  "silent for a minute is gone")
         every = t.integer("sensor_every", 1, 1, 1_000_000)
         baud = t.integer("baudrate", BAUD_RATE, 1, 100_000_000)
         priority, loop_cpu = link_settings(t, loop)

@@ -259,7 +259,7 @@ def baseline_responder(transport: str, endpoint_args: dict, rate_hz: float, dura
     decoded before the deadline, exactly as the loop would echo the command it applied; between deadlines
     it receives commands as the link does. Missing: the loop process, its compute time, the shared-memory
     hop and the wake-up of the link. A run of :func:`run_link_bench` minus this one is what the HIL adds."""
-    from drivers.link import INBOUND_CAPACITY, KIND_REJECT, LINK_RECORD, Inbound, feedback_dtype
+    from drivers.link import INBOUND_AUX_WORDS, INBOUND_CAPACITY, LINK_RECORD, Inbound, feedback_dtype
     from hil.sensor import frame_dtype
     from hil.service import write_port_file
     from hil.shm_ring import ShmRing
@@ -269,7 +269,7 @@ def baseline_responder(transport: str, endpoint_args: dict, rate_hz: float, dura
         from drivers.can import CanEndpoint as endpoint_cls
     else:
         from drivers.serial_stim import ScienceModeEndpoint as endpoint_cls
-    ring = ShmRing.create(LINK_RECORD, INBOUND_CAPACITY)
+    ring = ShmRing.create(LINK_RECORD, INBOUND_CAPACITY, INBOUND_AUX_WORDS)
     endpoint = None
     try:
         inbound = Inbound(ring)
@@ -295,7 +295,7 @@ def baseline_responder(transport: str, endpoint_args: dict, rate_hz: float, dura
                 break
             lateness[tick] = now - t_next
             k = ring.pop_into(records)
-            valid = records["seq"][:k][(records["kind"][:k] != KIND_REJECT) & (records["seq"][:k] >= 0)]
+            valid = records["seq"][:k][records["seq"][:k] >= 0]        # rejects are counted, not pushed
             if valid.size:
                 feedback["echo_seq"] = valid[-1]
             feedback["frame"]["tick"] = tick
@@ -331,8 +331,8 @@ def run_link_bench(transport: str, rate_hz: float, duration_s: float, feedback: 
                    baseline: bool = False) -> dict:
     """One measurement: service at ``rate_hz`` with the transport, the peer for ``duration_s``; with
     ``baseline`` the :func:`baseline_responder` instead of the service."""
-    from hil import service
     from hil.config import min_substeps
+    from hil.supervisor import ServiceRun
     period = 1.0 / rate_hz
     work = Path(tempfile.mkdtemp(prefix="hil-bench-link-"))
     cpu = os.cpu_count() or 1
@@ -349,8 +349,8 @@ def run_link_bench(transport: str, rate_hz: float, duration_s: float, feedback: 
     cfg = work / "bench.toml"
     cfg.write_text(f'include = ["{root / "configs" / "stimulation-default.toml"}"]\n' + text)
     ctx = mp.get_context("spawn")
-    status = ctx.Array("d", len(service.STATUS_FIELDS), lock=False)
     results = ctx.Queue()
+    service_run = None
     port_file = work / "ports.json"
     if baseline:
         if transport == "can":
@@ -361,10 +361,11 @@ def run_link_bench(transport: str, rate_hz: float, duration_s: float, feedback: 
             args = dict(port="pty", sensor_port="pty", channel_map=list(range(8)), client_timeout_s=2.5)
         rt_proc = ctx.Process(target=baseline_responder, name="hil-bench-baseline",
                               args=(transport, args, rate_hz, duration_s + 4.0, str(port_file), results))
+        rt_proc.start()
     else:
-        rt_proc = ctx.Process(target=service.rt_main, name="hil-rt",
-                              args=(str(cfg), duration_s + 4.0, status, results, None, str(port_file)))
-    rt_proc.start()
+        service_run = ServiceRun(str(cfg), duration_s + 4.0, None, port_file)
+        service_run.start()
+        rt_proc, results = service_run.proc, service_run.results
     peer_out = ctx.Queue()
     peer = None
     try:
@@ -398,6 +399,8 @@ def run_link_bench(transport: str, rate_hz: float, duration_s: float, feedback: 
         if peer is not None:
             peer.join(10)
         rt_proc.join(30)
+        if service_run is not None:
+            service_run.close()
     if not summary.get("ok"):
         return {"error": summary.get("error")}
     lat = summary["lateness_us"]

@@ -33,6 +33,7 @@ EXIT_BAD_INPUT = 2
 EXIT_DIVERGED = 3
 PROGRESS_INTERVAL_S = 0.05  # refresh the progress bar at most ~20 times per second
 BENCH_STEPS_DEFAULT = (0.004, 0.001)
+MAX_SIMULATE_STEPS = 1e7   # hil simulate keeps every step's outputs in memory (about 0.4 kB a step)
 
 app = typer.Typer(name="hil", no_args_is_help=True, add_completion=False,
                   pretty_exceptions_show_locals=False,
@@ -61,12 +62,33 @@ def _error(message: str) -> None:
     _stderr().print(Text(f"Error: {message}", style="bold red"), soft_wrap=True)
 
 
-def _safety_stop_exit(summary: dict) -> None:
-    """A run ended by a GH or ROM ``stop`` action: say why on stderr and exit with EXIT_SAFETY_STOP."""
+def _run_exit(summary: dict) -> None:
+    """The end of a finished run: one red line per problem (a lost driver, an incomplete recording), then
+    exit 4 for a GH or ROM ``stop`` action (saying why), 5 for a run with problems, else 0."""
     from hil import service
+    for problem in summary.get("problems", []):
+        _error(problem)
     if summary["stopped_by"] in ("gh_unstable", "range_of_motion"):
         _error(f"safety stop ({summary['stopped_by']}) at tick {summary['ticks'] - 1}: {summary['stop_detail']}")
         raise typer.Exit(service.EXIT_SAFETY_STOP)
+    if summary.get("problems"):
+        raise typer.Exit(service.EXIT_INCOMPLETE)
+
+
+def _check_recording_path(record: Path) -> None:
+    """The recording's directory exists and takes a new file (read-only mounts and permissions included):
+    checked before anything starts, so a run never warms up to fail on its recording."""
+    import tempfile
+    _check_output_path(record, "--record")
+    if record.exists():
+        raise BadInputError(f"--record {record} exists; recordings are never overwritten")
+    try:
+        fd, probe = tempfile.mkstemp(dir=record.resolve().parent, prefix=".hil-write-test-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise BadInputError(f"--record {record}: cannot write in {record.resolve().parent}: "
+                            f"{exc.strerror or exc}") from None
 
 
 def _exit_code(exc: BaseException) -> int | None:
@@ -109,6 +131,14 @@ def _user_errors():
 def _positive(option: str, value: float) -> float:
     if not (math.isfinite(value) and value > 0.0):
         raise BadInputError(f"{option} must be a finite number > 0, not {value!r}")
+    return value
+
+
+def _duration(value: float) -> float:
+    """A run's --duration: > 0 and at most MAX_RUN_DURATION_S (30 days; see hil.config)."""
+    from hil.config import MAX_RUN_DURATION_S
+    if not (math.isfinite(value) and 0.0 < value <= MAX_RUN_DURATION_S):
+        raise BadInputError(f"--duration must be a number in (0, {MAX_RUN_DURATION_S:g}] s (30 days), not {value!r}")
     return value
 
 
@@ -171,11 +201,13 @@ def simulate(
 ) -> None:
     """Simulate the plant offline under an excitation schedule and write the outputs to CSV."""
     with _user_errors():
-        _positive("--duration", duration)
+        _duration(duration)
         _positive("--step", step)
         n_steps = round(duration / step)
         if n_steps < 1:
             raise BadInputError(f"--duration {duration} s is shorter than half a --step {step} s")
+        if n_steps > MAX_SIMULATE_STEPS:
+            raise BadInputError(f"--duration / --step = {n_steps:.3g} steps; at most {MAX_SIMULATE_STEPS:g}")
         _check_output_path(out, "--out")
 
         from sim.model import load_model
@@ -244,7 +276,11 @@ def simulate(
 # hil run / check-config
 
 @app.command("check-config")
-def check_config(config: Annotated[Path, typer.Argument(help="Service/experiment config (TOML).")]) -> None:
+def check_config(
+    config: Annotated[Path, typer.Argument(help="Service/experiment config (TOML).")],
+    show: Annotated[bool, typer.Option("--show", help="Print the effective config (includes merged) as TOML on "
+                                                      "stdout; the OK line goes to stderr.")] = False,
+) -> None:
     """Validate a service config: every error names the file, the key and the reason."""
     with _user_errors():
         from hil.config import load_service_config
@@ -254,7 +290,11 @@ def check_config(config: Annotated[Path, typer.Argument(help="Service/experiment
         model, engine, drivers = build_engine(cfg)
         for d in drivers:
             d.shutdown()
-    _stdout().print(f"[green]{config}: OK[/green] — period {cfg.loop.period_s * 1e3:g} ms x "
+    if show:     # the merged document that runs record; tomllib reads it back unchanged
+        import tomli_w
+        sys.stdout.write(f"# effective config of {str(config)!r} (includes merged; relative file names are "
+                         f"relative to {str(config.resolve().parent)!r})\n" + tomli_w.dumps(cfg.raw))
+    (_stderr() if show else _stdout()).print(f"[green]{config}: OK[/green] — period {cfg.loop.period_s * 1e3:g} ms x "
                     f"{cfg.loop.substeps} sub-steps, {engine.n_channels or 'direct'} "
                     f"{'channels' if engine.n_channels else 'excitation mode'}, "
                     f"{len(cfg.drivers)} driver(s): {', '.join(d['type'] for d in cfg.drivers) or 'none'}")
@@ -282,15 +322,13 @@ def run(
 
         cfg = load_service_config(config)
         if duration is not None:
-            _positive("--duration", duration)
+            _duration(duration)
         if record is None and cfg.recording.enabled:
             stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
             record = Path(cfg.recording.directory) / f"run-{stamp}.hilrec"
             record.parent.mkdir(parents=True, exist_ok=True)
         if record is not None:
-            _check_output_path(record, "--record")
-            if record.exists():
-                raise BadInputError(f"--record {record} exists; recordings are never overwritten")
+            _check_recording_path(record)
         _clear_port_file(port_file)
     from hil.supervisor import supervise
 
@@ -340,13 +378,17 @@ def run(
                                   f"{summary['commands_clamped'] or 'none'}")
         table.add_row("final elbow flexion", f"{summary['final_elbow_deg']:.1f} deg")
         if summary.get("recording"):
-            table.add_row("recording", f"{summary['recording']} (ring overflows: {summary['records_dropped']})")
+            unwritten = sum(summary["records_unwritten"].values())
+            table.add_row("recording", f"{summary['recording']} ({'complete' if not unwritten else 'INCOMPLETE: '}"
+                                       f"{summary['records_unwritten'] if unwritten else ''})")
+        if summary.get("drivers_lost"):
+            table.add_row("drivers lost", ", ".join(summary["drivers_lost"]))
         _stdout().print(table)
         for w in rt["warnings"]:
             err.print(Text(f"warning: {w}", style="yellow"))
     if make_report and summary.get("recording"):
         report(Path(summary["recording"]), out=None, json_out=False)
-    _safety_stop_exit(summary)
+    _run_exit(summary)
 
 
 @app.command()
@@ -369,6 +411,7 @@ def serve(
         if cfg.recording.enabled:
             record = Path(cfg.recording.directory) / time.strftime("run-%Y%m%dT%H%M%SZ.hilrec", time.gmtime())
             record.parent.mkdir(parents=True, exist_ok=True)
+            _check_recording_path(record)
         _clear_port_file(port_file)
     summary = supervise(str(config), None, record, notify=True, port_file=port_file)
     if not summary.get("ok"):
@@ -376,7 +419,7 @@ def serve(
         raise typer.Exit(service.EXIT_CONFIG if summary.get("config_error") else service.EXIT_ERROR)
     _stderr().print(f"hil serve: stopped by {summary['stopped_by']} after {summary['ticks']} ticks"
                     + (f"; recording {summary['recording']}" if summary.get("recording") else ""))
-    _safety_stop_exit(summary)
+    _run_exit(summary)
 
 
 @app.command()
@@ -798,17 +841,17 @@ def bench_loop(
 ) -> None:
     """Loopback run at the given period while this process scrapes the metrics endpoint; prints tick
     lateness percentiles, misses > 1 ms and CPU use of the real-time process."""
-    import multiprocessing as mp
     import tempfile
     import urllib.request
 
     from hil import service
     from hil.config import min_substeps
+    from hil.supervisor import ServiceRun
 
     with _user_errors():
         if not (0.001 <= period <= 0.010):
             raise BadInputError(f"--period must be between 0.001 and 0.010 s, not {period!r}")
-        _positive("--duration", duration)
+        _duration(duration)
     work = Path(tempfile.mkdtemp(prefix="hil-bench-"))
     (work / "excitation.csv").write_text("time,bicl,bicb1,bicb2,triclong1\n0,0.05,0.05,0.05,0.02\n"
                                          "1,0.3,0.3,0.3,0.1\n2,0.05,0.05,0.05,0.02\n")
@@ -822,26 +865,24 @@ def bench_loop(
     cfg_path.write_text(BENCH_LOOP_CONFIG.format(period_ms=period * 1e3, substeps=substeps, port=port, cpu=cpu,
                                                  spin_us=spin_us, priority=BENCH_LOOP_PRIORITY))
     floor = _platform_baseline(cpu, period, duration) if baseline else None
-    ctx = mp.get_context("spawn")
-    status = ctx.Array("d", len(service.STATUS_FIELDS), lock=False)
-    results = ctx.Queue()
-    proc = ctx.Process(target=service.rt_main, args=(str(cfg_path), duration, status, results, None),
-                       name="hil-rt")
+    run = ServiceRun(str(cfg_path), duration)
     steal_before = _steal_s(cpu)
-    proc.start()
     scrapes = failures = 0
     state_i = service.STATUS_FIELDS.index("state")
-    with _stderr().status(f"loop at {period * 1e3:g} ms for {duration:g} s, scraping every {scrape_interval:g} s"):
-        while proc.is_alive():
-            proc.join(scrape_interval if scrape_interval > 0 else 0.5)
-            if scrape_interval > 0 and status[state_i] == service.STATE_RUNNING:
-                try:
-                    urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=1).read()
-                    scrapes += 1
-                except OSError:
-                    failures += 1
-    steal_after = _steal_s(cpu)
-    summary = results.get(timeout=5)
+    try:
+        run.start()
+        with _stderr().status(f"loop at {period * 1e3:g} ms for {duration:g} s, scraping every {scrape_interval:g} s"):
+            while run.alive(scrape_interval if scrape_interval > 0 else 0.5):
+                if scrape_interval > 0 and run.status[state_i] == service.STATE_RUNNING:
+                    try:
+                        urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=1).read()
+                        scrapes += 1
+                    except OSError:
+                        failures += 1
+        steal_after = _steal_s(cpu)
+        summary = run.result(5.0)
+    finally:
+        run.close()
     if not summary.get("ok"):
         _error(summary["error"])
         raise typer.Exit(1)
@@ -903,7 +944,7 @@ def bench_link(
     with _user_errors():
         if transport not in ("can", "serial"):
             raise BadInputError(f"--transport must be 'can' or 'serial', not {transport!r}")
-        _positive("--duration", duration)
+        _duration(duration)
         from hil.bench_link import FEEDBACK_SETS
         if feedback != "auto" and feedback not in FEEDBACK_SETS:
             raise BadInputError(f"--feedback must be auto, {', '.join(FEEDBACK_SETS)}; not {feedback!r}")
@@ -1004,7 +1045,7 @@ def bench_accuracy(
     """
     with _user_errors():
         h = _positive("--step", step)
-        T = _positive("--duration", duration)
+        T = _duration(duration)
         from sim.model import load_model
         from sim.plant import Plant
         from sim.reference import simulate_reference

@@ -16,7 +16,7 @@ from os import PathLike
 from hil.loop import LoopConfig
 from hil.safety import GH_ACTIONS, SafetyConfig
 from hil.sensor import SensorModelConfig
-from sim.config import ConfigError, ConfigTable, ModelConfig, model_config_from_table, unknown_name
+from sim.config import ConfigError, ConfigTable, ModelConfig, model_config_from_table, not_utf8, unknown_name
 
 SCHEMES = ("activation", "paper")
 TABLES = ("loop", "plant", "model", "stimulation", "safety", "sensor", "metrics", "recording", "driver",
@@ -34,6 +34,11 @@ class MetricsConfig:
 class RecordingConfig:
     enabled: bool = True
     directory: str = "runs"
+    on_failure: str = "stop"     # the recorder died or cannot write: stop the run, or go on unrecorded
+
+
+#: ``[recording] on_failure``: what a run does when its recording fails (either way it exits 5)
+RECORDING_FAILURE_ACTIONS = ("stop", "continue")
 
 
 @dataclass(frozen=True)
@@ -69,17 +74,36 @@ def _read_toml(path: str) -> dict:
         raise ConfigError(f"cannot read file: {exc.strerror or exc}", file=path) from exc
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"invalid TOML: {exc}", file=path) from exc
+    except UnicodeDecodeError as exc:     # tomllib decodes the whole file as UTF-8 first
+        raise ConfigError(not_utf8(exc), file=path) from None
 
 
 def load_service_config(path: str | PathLike) -> ServiceConfig:
-    """Read and validate a service/experiment config. ``include = ["other.toml", ...]`` merges tables
-    of other files (relative to this one) before this file's own tables, which win."""
+    """Read and validate a service/experiment config.
+
+    ``include = ["other.toml", ...]`` (relative to this file) merges the other files' tables under this
+    file's own, key by key: a key this file sets wins, the included file's other keys stay (a sub-table
+    such as ``[driver.bus]`` or an inline table merges the same way). An array of tables (``[[driver]]``,
+    ``[[stimulation.channel]]``) is one value: this file's array replaces the included one as a whole,
+    so a file that lists drivers gets exactly those drivers. Includes apply in order, a later one over an
+    earlier one by the same rule."""
     path = str(path)
     return service_config_from_dict(_merged_document(path, depth=0), path)
 
 
+def _merge_tables(base: dict, over: dict) -> dict:
+    """``over`` merged into ``base`` (in place): tables merge key by key, recursively; any other value,
+    an array of tables included, replaces the base's."""
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            _merge_tables(base[key], value)
+        else:
+            base[key] = value
+    return base
+
+
 def _merged_document(path: str, depth: int) -> dict:
-    """The file's tables over those of its includes (recursively, in order; at most 8 levels)."""
+    """The file's tables merged over those of its includes (recursively, in order; at most 8 levels)."""
     if depth > 8:
         raise ConfigError("includes nested more than 8 levels (a cycle?)", file=path, key="include")
     doc = _read_toml(path)
@@ -95,9 +119,8 @@ def _merged_document(path: str, depth: int) -> dict:
         inc_path = inc if os.path.isabs(inc) else os.path.join(os.path.dirname(os.path.abspath(path)), inc)
         if not os.path.isfile(inc_path):
             raise ConfigError(f"included file {inc_path} not found", file=path, key="include")
-        merged.update(_merged_document(inc_path, depth + 1))
-    merged.update(doc)
-    return merged
+        _merge_tables(merged, _merged_document(inc_path, depth + 1))
+    return _merge_tables(merged, doc)
 
 
 #: File-name keys: (table, key); a relative name means relative to the file that sets it.
@@ -114,6 +137,10 @@ def _anchor_relative_paths(doc: dict, base: str) -> None:
             if isinstance(value, str) and value and value != "equilibrium" and not os.path.isabs(value):
                 entry[key] = os.path.join(base, value)
 
+
+#: Longest run ``hil run --duration`` accepts, s: a month is the longest a lab service plausibly runs
+#: between restarts, and the bound keeps tick counts (duration / period) far inside int64.
+MAX_RUN_DURATION_S = 30 * 24 * 3600.0
 
 #: Longest plant step the service accepts (the Rosenbrock scheme's tested range, README "Accuracy").
 MAX_PLANT_STEP_S = 0.006
@@ -174,7 +201,8 @@ def service_config_from_dict(merged: dict, path: str) -> ServiceConfig:
                             port=t.integer("port", 9108, 1, 65535))
     t.done()
     t = ConfigTable.section(merged, "recording", path)
-    recording = RecordingConfig(enabled=t.boolean("enabled", True), directory=t.string("directory", "runs"))
+    recording = RecordingConfig(enabled=t.boolean("enabled", True), directory=t.string("directory", "runs"),
+                                on_failure=t.string("on_failure", "stop", RECORDING_FAILURE_ACTIONS))
     t.done()
 
     drivers = merged.get("driver", [])

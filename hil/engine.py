@@ -15,13 +15,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from drivers.base import COMMAND_DTYPE, KIND_CHANNEL, KIND_EXCITATION, KIND_HEARTBEAT
+from drivers.base import (COMMAND_DTYPE, KIND_CHANNEL, KIND_DRIVER_LOST, KIND_EXCITATION, KIND_HEARTBEAT,
+                          KIND_REJECTS)
 from hil.safety import GHMonitor, RangeOfMotion, SafetyConfig, Watchdog
 from hil.sensor import (STATUS_GH_UNSTABLE, STATUS_GH_ZEROED, STATUS_OVERRUN, STATUS_ROM, STATUS_ROM_ZEROED,
                         STATUS_STOPPING, STATUS_WATCHDOG, SensorModel)
 from sim.plant import Plant
 
-MAX_COMMANDS_PER_TICK = 256
+#: Command-log entries per tick when the builder does not size the log from its drivers.
+DEFAULT_LOG_CAPACITY = 4096
 
 
 @dataclass
@@ -36,7 +38,8 @@ class TickEngine:
 
     def __init__(self, plant: Plant, stimulation, safety: SafetyConfig, sensor: SensorModel,
                  period_s: float, substeps: int, reject_reasons: tuple[str, ...],
-                 group_index: dict[str, np.ndarray] | None = None) -> None:
+                 group_index: dict[str, np.ndarray] | None = None,
+                 log_capacity: int = DEFAULT_LOG_CAPACITY) -> None:
         if substeps < 1 or not math.isclose(plant.step_s * substeps, period_s, rel_tol=1e-12):
             raise ValueError("plant step x substeps must equal the loop period")
         self.plant = plant
@@ -53,6 +56,8 @@ class TickEngine:
         self.latched = np.zeros((self.n_channels, 4))   # pw us, amp mA, freq Hz, mode (0/1/2 pulses-1)
         self.applied = np.zeros((self.n_channels, 4))
         self.direct = np.zeros(n_mus)
+        self.latched_by = np.full(self.n_channels, -1, np.int64)   # driver whose command is latched
+        self.direct_by = np.full(n_mus, -1, np.int64)
         self.u = np.zeros(n_mus)
         # safety
         self.watchdog = Watchdog(safety.watchdog_timeout_s, period_s)
@@ -62,10 +67,12 @@ class TickEngine:
                                  hold_ticks=int(round(safety.rom_zero_hold_s / period_s)))
         self.gh.prime(plant.outputs.gh_stability)
         self.rom.prime(plant.outputs.q)
-        # per-tick command log (recorded) and counters
-        self.log = np.zeros(MAX_COMMANDS_PER_TICK, COMMAND_DTYPE)
+        # per-tick command log (recorded; sized by the builder for its drivers' worst case) and counters
+        self.log = np.zeros(max(1, log_capacity), COMMAND_DTYPE)
         self.n_log = 0
-        self.log_overflow = 0
+        self.unlogged_tick = 0     # this tick's commands that did not fit the log (see _record)
+        self.unlogged_total = 0
+        self.drivers_lost: dict[int, int] = {}     # driver -> tick its loss took effect
         self.received = {}
         self.rejected = {}     # (driver, reason) -> commands not applied
         self.clamped = {}      # (driver, reason) -> commands applied clamped to the limits
@@ -76,12 +83,18 @@ class TickEngine:
     # -- CommandSink --------------------------------------------------------------------------
     def _record(self, driver: int, receive_ns: int, kind: int, status: int, index: int,
                 v0: float = 0.0, v1: float = 0.0, v2: float = 0.0, v3: float = 0.0) -> None:
-        if self.n_log >= MAX_COMMANDS_PER_TICK:
-            self.log_overflow += 1
+        if self.n_log >= self.log.shape[0]:   # cannot happen with a log sized for the drivers; counted
+            self.unlogged_tick += 1
+            self.unlogged_total += 1
             return
         # one item assignment (a numpy call per field costs ~0.6 µs warm, several µs in a cold tick)
         self.log[self.n_log] = (self.tick, receive_ns, driver, kind, status, index, (v0, v1, v2, v3))
         self.n_log += 1
+
+    def size_log(self, drivers) -> None:
+        """Size the command log for the worst case of these drivers (before the run: allocates)."""
+        largest = max((len(g) for g in self.groups.values()), default=1)
+        self.log = np.zeros(max(1, sum(d.max_log_entries(largest) for d in drivers)), COMMAND_DTYPE)
 
     def _count(self, table: dict, key) -> None:
         table[key] = table.get(key, 0) + 1
@@ -100,6 +113,7 @@ class TickEngine:
         self.latched[channel, 1] = amp
         self.latched[channel, 2] = freq
         self.latched[channel, 3] = md
+        self.latched_by[channel] = driver
         status = 0 if reason is None else self.reason_code.get(reason, 255)
         if reason is not None:     # clamped: applied within the limits, counted; the log keeps the request
             self._count(self.clamped, (driver, reason))
@@ -119,6 +133,7 @@ class TickEngine:
         if clipped != value:       # applied clipped to [0, 1], counted; the log keeps the request
             self._count(self.clamped, (driver, "excitation_clipped"))
         self.direct[muscle] = clipped
+        self.direct_by[muscle] = driver
         self._record(driver, receive_ns, KIND_EXCITATION, 0, muscle, value)
         self._accept(driver)
         return True
@@ -140,6 +155,20 @@ class TickEngine:
 
     def reject(self, driver: int, receive_ns: int, reason: str) -> None:
         self._reject_cmd(driver, receive_ns, 0, -1, reason)
+
+    def rejects(self, driver: int, receive_ns: int, reason: str, count: int) -> None:
+        """``count`` frames the transport rejected for ``reason`` since the driver's last report: one
+        log entry (kind KIND_REJECTS, values[0] = count) and one counter update, whatever the count."""
+        key = (driver, reason)
+        self.rejected[key] = self.rejected.get(key, 0) + count
+        self._record(driver, receive_ns, KIND_REJECTS, self.reason_code.get(reason, 255), -1, float(count))
+
+    def driver_lost(self, driver: int, receive_ns: int) -> None:
+        """The driver's transport died: what it latched goes to zero now (logged, so replay does the same)."""
+        self.latched[self.latched_by == driver] = 0.0
+        self.direct[self.direct_by == driver] = 0.0
+        self.drivers_lost.setdefault(driver, self.tick)
+        self._record(driver, receive_ns, KIND_DRIVER_LOST, 0, -1)
 
     def _reject_cmd(self, driver, receive_ns, kind, index, reason, v0=0.0, v1=0.0, v2=0.0, v3=0.0):
         self._count(self.rejected, (driver, reason))
@@ -164,12 +193,16 @@ class TickEngine:
         """Start tick ``tick``: drivers hand their commands to this sink after this call."""
         self.tick = tick
         self.n_log = 0
+        self.unlogged_tick = 0
         self.overrun = overrun
 
     def step(self) -> TickResult:
         """Safety, stimulation -> excitation, plant sub-steps, sensor frame."""
         out = self.plant.outputs
         wd = self.watchdog.update(self.tick)
+        if self.watchdog.just_tripped:   # a trip forgets what was latched: only a new command stimulates again
+            self.latched[:] = 0.0
+            self.direct[:] = 0.0
         zero_gh, zero_rom = self.gh.zero_now(), self.rom.zero_now()   # from the last frame
         zero = wd or zero_gh or zero_rom
         if zero:

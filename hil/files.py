@@ -1,13 +1,17 @@
 """File formats of the command line: state files and the simulation output CSV."""
 from __future__ import annotations
 
+import codecs
 import csv
+import io
 import json
 import math
 from os import PathLike
 from typing import Sequence
 
 import numpy as np
+
+from sim.config import not_utf8
 
 __all__ = ["StateFileError", "load_state_file", "write_state_json", "output_columns",
            "OutputRecorder"]
@@ -42,6 +46,16 @@ def _parse_float(cell: str):
         return cell
 
 
+def _read_text(path: str | PathLike) -> str:
+    """The file's text (UTF-8, an optional BOM dropped); not UTF-8: StateFileError."""
+    with open(path, "rb") as fh:
+        data = fh.read().removeprefix(codecs.BOM_UTF8)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise StateFileError(path, not_utf8(exc)) from None
+
+
 def load_state_file(path: str | PathLike, n_states: int) -> np.ndarray:
     """Read a full model state (``n_states`` values, state order) from a JSON or CSV file.
 
@@ -50,15 +64,15 @@ def load_state_file(path: str | PathLike, n_states: int) -> np.ndarray:
     Anything else: a CSV file with one row of values, optionally preceded by one header row.
 
     Raises:
-        StateFileError: malformed file, wrong number of values, non-numeric or non-finite value.
+        StateFileError: not UTF-8 text, malformed file, wrong number of values, non-numeric or
+            non-finite value.
         OSError: the file cannot be read.
     """
     if str(path).lower().endswith(".json"):
-        with open(path, encoding="utf-8") as fh:
-            try:
-                doc = json.load(fh)
-            except json.JSONDecodeError as exc:
-                raise StateFileError(path, f"invalid JSON: {exc}") from None
+        try:
+            doc = json.loads(_read_text(path))
+        except json.JSONDecodeError as exc:
+            raise StateFileError(path, f"invalid JSON: {exc}") from None
         if isinstance(doc, dict):
             if "x" not in doc:
                 raise StateFileError(path, "JSON object has no key 'x' holding the state values")
@@ -67,8 +81,7 @@ def load_state_file(path: str | PathLike, n_states: int) -> np.ndarray:
             raise StateFileError(path, "expected a JSON list of state values (or an object with 'x')")
         return _as_state(path, doc, n_states)
 
-    with open(path, newline="", encoding="utf-8-sig") as fh:
-        rows = [row for row in csv.reader(fh) if any(c.strip() for c in row)]
+    rows = [row for row in csv.reader(io.StringIO(_read_text(path), newline="")) if any(c.strip() for c in row)]
     if not rows:
         raise StateFileError(path, "empty file: expected one CSV row of state values")
     parsed = [[_parse_float(c) for c in row] for row in rows]

@@ -118,6 +118,7 @@ def tick_dtype(n_channels: int, n_muscles: int, frame: np.dtype) -> np.dtype:
         ("compute_ns", "<i8"),      # engine step (safety, stimulation, plant sub-steps, sensors)
         ("tick_ns", "<i8"),         # whole tick body
         ("skipped_deadlines", "<i8"),
+        ("commands_unrecorded", "<i8"),   # this tick's command-log entries missing from the commands stream
         ("applied", "<f8", (max(n_channels, 1), 4)),  # pw us, amp mA, freq Hz, mode, after safety
         ("u", "<f8", (n_muscles,)),  # applied excitations
         ("frame", frame),
@@ -139,7 +140,9 @@ class RunSummary:
     deadline_misses: int = 0
     skipped_deadlines: int = 0
     max_lateness_s: float = 0.0
-    stopped_by: str = ""       # '', 'duration', 'signal', 'gh_unstable', 'range_of_motion', 'error'
+    commands_unrecorded: int = 0   # command-log entries that reached neither the log nor the recording ring
+    stopped_by: str = ""       # 'duration', 'signal', 'gh_unstable', 'range_of_motion', 'recording_failed',
+    #                            'parent_died''
     realtime: RealtimeStatus | None = None
     lateness_s: np.ndarray | None = None
 
@@ -156,9 +159,13 @@ class RealtimeLoop:
         n_ch = engine.n_channels
         self.record = np.zeros(1, tick_dtype(n_ch, engine.plant.model.n_muscles, engine.sensor.dtype))
         self._stop = False
+        self._stop_reason = ""
 
-    def request_stop(self) -> None:
-        """Ask the loop to end after the current tick (signal handlers call this)."""
+    def request_stop(self, reason: str = "signal") -> None:
+        """Ask the loop to end after the current tick (signal handlers and health checks call this);
+        the first reason given is the run's ``stopped_by``."""
+        if not self._stop:
+            self._stop_reason = reason
         self._stop = True
 
     def run(self, n_ticks: int | None, progress=None, keep_lateness: bool = True) -> RunSummary:
@@ -221,15 +228,17 @@ class RealtimeLoop:
                     slot += missed
                 rec["skipped_deadlines"] = missed
                 # commands before their tick record: the recorder relies on this order (hil.recording)
-                if self.sinks.command_ring is not None:
-                    for i in range(engine.n_log):
-                        self.sinks.command_ring.push(engine.log[i:i + 1])
+                unrecorded = engine.unlogged_tick
+                if self.sinks.command_ring is not None and engine.n_log:
+                    unrecorded += engine.n_log - self.sinks.command_ring.push_many(engine.log, engine.n_log)
+                rec["commands_unrecorded"] = unrecorded
                 if self.sinks.tick_ring is not None:
                     self.sinks.tick_ring.push(self.record)
+                summary.commands_unrecorded += unrecorded
                 if metrics is not None:
                     oldest = int(engine.log["receive_ns"][: engine.n_log].min()) if engine.n_log else None
                     metrics.on_tick(engine, start, lateness / NS, (t_done - t_compute) / NS, overrun,
-                                    oldest, t_compute)
+                                    oldest, t_compute, unrecorded)
                 if lateness_log.shape[0] > tick:
                     lateness_log[tick] = lateness / NS
                 summary.max_lateness_s = max(summary.max_lateness_s, lateness / NS)
@@ -250,7 +259,7 @@ class RealtimeLoop:
             restore_scheduling()
         summary.ticks = tick
         if not summary.stopped_by:
-            summary.stopped_by = "signal" if self._stop else "duration"
+            summary.stopped_by = self._stop_reason if self._stop else "duration"
         summary.lateness_s = lateness_log[:tick] if lateness_log.shape[0] else None
         return summary
 

@@ -17,7 +17,6 @@ import bisect
 import os
 import re
 import signal
-import time
 from dataclasses import dataclass
 from multiprocessing import shared_memory
 
@@ -63,6 +62,14 @@ def default_schema(drivers: list[str], reasons: list[str]) -> tuple[MetricSpec, 
         MetricSpec("hil_gh_unstable_ticks_total", "counter", "Ticks with GH stability above the threshold."),
         MetricSpec("hil_rom_alarm_ticks_total", "counter", "Ticks with a joint beyond its range plus the margin."),
         MetricSpec("hil_excitation_clipped_total", "counter", "Excitations clipped to [0, 1] by the plant."),
+        MetricSpec("hil_commands_unrecorded_total", "counter",
+                   "Command-log entries that did not reach the recording (log or ring full)."),
+        MetricSpec("hil_records_unwritten_total", "counter",
+                   "Records the recorder did not write (ring full, recorder dead or write failed).",
+                   ("stream",), (("ticks",), ("commands",))),
+        MetricSpec("hil_driver_failures_total", "counter", "Driver transports (link processes) that died.",
+                   ("driver",), d),
+        MetricSpec("hil_exporter_restarts_total", "counter", "Metrics exporter processes restarted after dying."),
         MetricSpec("hil_gh_stability", "gauge", "GH stability value (paper eq. 9): < 0 inside the glenoid."),
         MetricSpec("hil_realtime_factor", "gauge", "Simulated time / wall time of the run so far."),
         MetricSpec("hil_controller_connected", "gauge", "1 while the driver's controller is alive.", ("driver",), d),
@@ -200,26 +207,167 @@ class ExporterSpec:
     port: int = 9108
 
 
-def run_exporter(spec: ExporterSpec, parent_pid: int, conn) -> None:
-    """Process target: serve /metrics until the parent dies or SIGTERM."""
-    from prometheus_client import CollectorRegistry, start_http_server
+#: Seconds a connection may stay silent while the exporter waits for its request (socket timeout).
+EXPORTER_IDLE_TIMEOUT_S = 5.0
+#: Connections the exporter handles at once (one thread each); see :func:`_exporter_server_class`.
+EXPORTER_MAX_CONNECTIONS = 16
+#: Listen backlog: connections the kernel queues until the exporter accepts them. Accepting (a thread
+#: start each) is slower than a client connecting in a loop, so this queue, not the accept rate, is what
+#: absorbs a burst; once it is full the kernel drops SYNs and every client waits for a retransmit.
+EXPORTER_BACKLOG = 256
 
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+def _exporter_handler_class():
+    """wsgiref's handler with a socket timeout, so a client that never finishes its request cannot keep
+    its thread, no request log, and no app run for a connection evicted while it was still reading."""
+    from wsgiref.simple_server import WSGIRequestHandler
+
+    class _ExporterHandler(WSGIRequestHandler):
+        timeout = EXPORTER_IDLE_TIMEOUT_S
+
+        def parse_request(self):
+            ok = super().parse_request()
+            return self.server.request_read(self.connection) and ok
+
+        def log_message(self, format, *args):
+            pass
+
+    return _ExporterHandler
+
+
+def _exporter_server_class():
+    """wsgiref's server made of daemon threads, with a longer backlog and at most
+    ``EXPORTER_MAX_CONNECTIONS`` connections at once.
+
+    A connection beyond the cap takes the slot of the oldest connection still waiting for its request
+    (shut down at once), so clients that open connections and never finish a request cannot keep out
+    a scrape; when every slot is busy with a request, the new connection is closed at once."""
+    import socket
+    import socketserver
+    import sys
+    import threading
+    from wsgiref.simple_server import WSGIServer
+
+    class _ExporterServer(socketserver.ThreadingMixIn, WSGIServer):
+        daemon_threads = True
+        request_queue_size = EXPORTER_BACKLOG
+
+        def __init__(self, address, family, handler):
+            self.address_family = family
+            self._slots = threading.BoundedSemaphore(EXPORTER_MAX_CONNECTIONS)
+            self._lock = threading.Lock()
+            self._reading: dict = {}          # connections without a request yet, oldest first
+            super().__init__(address, handler)
+
+        def process_request(self, request, client_address):
+            if not (self._slots.acquire(blocking=False) or self._evict_oldest_reading()):
+                self.shutdown_request(request)
+                return
+            with self._lock:
+                self._reading[request] = None
+            try:
+                super().process_request(request, client_address)
+            except BaseException:
+                self._release(request)
+                raise
+
+        def process_request_thread(self, request, client_address):
+            try:
+                super().process_request_thread(request, client_address)
+            finally:
+                self._release(request)
+
+        def request_read(self, request) -> bool:
+            """The request of ``request`` has been read; False if it was evicted meanwhile."""
+            with self._lock:
+                return self._reading.pop(request, False) is None
+
+        def _evict_oldest_reading(self) -> bool:
+            with self._lock:
+                victim = next(iter(self._reading), None)
+                if victim is None:
+                    return False
+                del self._reading[victim]
+            try:
+                victim.shutdown(socket.SHUT_RDWR)   # wakes its thread, which then frees the slot
+            except OSError:
+                pass
+            return self._slots.acquire(timeout=1.0)
+
+        def _release(self, request) -> None:
+            with self._lock:
+                self._reading.pop(request, None)
+            self._slots.release()
+
+        def handle_error(self, request, client_address):
+            if not isinstance(sys.exc_info()[1], OSError):   # timeouts and resets are the client's doing
+                super().handle_error(request, client_address)
+
+    return _ExporterServer
+
+
+def _make_exporter_server(host: str, port: int, registry):
+    """The /metrics server bound to ``host:port``, the address family chosen as prometheus_client's
+    ``start_http_server`` does (IPv6 for an IPv6 host); raises OSError if it cannot bind."""
+    import socket
+
+    from prometheus_client import make_wsgi_app
+
+    family, _, _, _, sockaddr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                   flags=socket.AI_PASSIVE)[0]
+    server = _exporter_server_class()((sockaddr[0], port), family, _exporter_handler_class())
+    server.set_app(make_wsgi_app(registry))
+    return server
+
+
+def _stop_on_sigterm():
+    """A SIGTERM handler and a pipe its arrival writes to (``signal.set_wakeup_fd``): waiting on the pipe
+    ends at once whichever thread the signal is delivered to (numpy's BLAS threads may take it)."""
     stop = {"now": False}
     signal.signal(signal.SIGTERM, lambda *_: stop.update(now=True))
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_r, False)
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    return stop, wake_r
+
+
+def _wait_for_stop(stop: dict, wake_r: int, parent_pid: int) -> None:
+    """Until SIGTERM, or the parent is gone (checked every 0.2 s: a parent that died before the prctl)."""
+    import select
+
+    while not stop["now"] and os.getppid() == parent_pid:
+        if select.select([wake_r], [], [], 0.2)[0]:
+            os.read(wake_r, 512)
+
+
+def run_exporter(spec: ExporterSpec, parent_pid: int, conn) -> None:
+    """Process target: serve /metrics until the parent dies or SIGTERM (sent by the kernel when the
+    parent dies: prctl PR_SET_PDEATHSIG)."""
+    import threading
+
+    from prometheus_client import CollectorRegistry
+
+    from drivers.process import die_with_parent
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    stop, wake_r = _stop_on_sigterm()
+    if not die_with_parent(parent_pid, name="hil-exporter"):
+        return
     block = MetricsBlock.attach(spec.shm_name, MetricsSchema(spec.specs))
     registry = CollectorRegistry(auto_describe=False)
     registry.register(ShmCollector(block))
     try:
-        server, thread = start_http_server(spec.port, addr=spec.host, registry=registry)
+        server = _make_exporter_server(spec.host, spec.port, registry)
     except OSError as exc:
-        conn.send(f"cannot listen on {spec.host}:{spec.port}: {exc.strerror or exc}")
+        conn.send(("error", f"cannot listen on {spec.host}:{spec.port}: {exc.strerror or exc}"))
         return
-    conn.send("listening")
-    while not stop["now"] and os.getppid() == parent_pid:
-        time.sleep(0.2)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True).start()
+    conn.send(("ready", None))
+    _wait_for_stop(stop, wake_r, parent_pid)
     server.shutdown()
-    if os.getppid() != parent_pid:  # the real-time process died without releasing the block
+    server.server_close()
+    if os.getppid() != parent_pid:  # the supervisor died without releasing the block
         try:
             block.shm.unlink()
         except FileNotFoundError:
@@ -227,18 +375,15 @@ def run_exporter(spec: ExporterSpec, parent_pid: int, conn) -> None:
 
 
 def start_exporter(block: MetricsBlock, host: str, port: int, ctx):
-    """Start the exporter process; raises MetricsError if it cannot listen."""
-    parent, child = ctx.Pipe(duplex=False)
+    """Start the exporter process; raises MetricsError if it cannot listen, dies or does not answer."""
+    from drivers.process import HelperStartError, start_helper
     spec = ExporterSpec(block.shm.name, block.schema.specs, host, port)
-    proc = ctx.Process(target=run_exporter, args=(spec, os.getpid(), child), name="hil-exporter", daemon=True)
-    proc.start()
-    if not parent.poll(30.0):
-        proc.terminate()
-        raise MetricsError(f"metrics exporter on {host}:{port} did not start")
-    msg = parent.recv()
-    if msg != "listening":
-        proc.join(5)
-        raise MetricsError(msg)
+    try:
+        proc, _, pipe = start_helper(ctx, run_exporter, (spec, os.getpid()), "hil-exporter",
+                                     f"the metrics exporter on {host}:{port}", timeout_s=30.0)
+    except HelperStartError as exc:
+        raise MetricsError(str(exc)) from None
+    pipe.close()
     return proc
 
 
@@ -259,6 +404,10 @@ class LoopMetrics:
         self.gh_unstable = block.counter("hil_gh_unstable_ticks_total")
         self.rom_alarm = block.counter("hil_rom_alarm_ticks_total")
         self.clipped = block.counter("hil_excitation_clipped_total")
+        self.unrecorded = block.counter("hil_commands_unrecorded_total")
+        self.unwritten = {s: block.counter("hil_records_unwritten_total", stream=s) for s in ("ticks", "commands")}
+        self.driver_failures = {i: block.counter("hil_driver_failures_total", driver=n)
+                                for i, n in enumerate(driver_names)}
         self.gh = block.gauge("hil_gh_stability")
         self.rtf = block.gauge("hil_realtime_factor")
         self.running = block.gauge("hil_running")
@@ -276,7 +425,7 @@ class LoopMetrics:
         self.n = 0
 
     def on_tick(self, engine, start_ns: int, lateness_s: float, step_s: float, overrun: bool,
-                oldest_command_ns: int | None, actuation_ns: int) -> None:
+                oldest_command_ns: int | None, actuation_ns: int, unrecorded: int = 0) -> None:
         self.lateness.observe(lateness_s)
         self.step.observe(step_s)
         if self.last_start:
@@ -289,6 +438,8 @@ class LoopMetrics:
         self.ticks.inc()
         if overrun:
             self.misses.inc()
+        if unrecorded:
+            self.unrecorded.inc(unrecorded)
         self.n += 1
         if self.n % 25 == 0:
             self.sync(engine, start_ns)
@@ -301,6 +452,8 @@ class LoopMetrics:
         self.clipped.set(engine.plant.clipped_total)
         for d, c in self.received.items():
             c.set(engine.received.get(d, 0))
+        for d, c in self.driver_failures.items():
+            c.set(1.0 if d in engine.drivers_lost else 0.0)
         for counts, series in ((engine.rejected, self.rejected), (engine.clamped, self.clamped)):
             for key, n in counts.items():
                 if key in series:

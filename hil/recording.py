@@ -11,14 +11,17 @@ File layout (little-endian):
 Only whole, CRC-checked blocks are ever read back. After a crash the file simply ends inside (or after)
 a block: the reader returns every complete block and reports ``truncated``. Corruption in the middle
 stops reading there, with a warning. The recorder writes a block per stream whenever it drains its
-rings (every ~50 ms) and flushes + fsyncs at least every 0.5 s, so a SIGKILL of the recorder loses at
-most the last ~0.5 s; a SIGKILL of the real-time process loses nothing that reached the ring (the
-recorder notices its parent is gone, drains and closes). Each drain writes the ``commands`` block
+rings (every ~50 ms), hands it to the OS at once and fsyncs at least every 0.5 s, so a SIGKILL of the
+recorder loses no record it has drained, and a SIGKILL of the real-time process loses nothing that
+reached the ring (the recorder notices its parent is gone, drains and closes). The recorder counts in
+each ring what it has handed to the OS, so the real-time process knows exactly how many records a dead
+or failing recorder did not write (:func:`run_recorder`). Each drain writes the ``commands`` block
 before the ``ticks`` block it belongs to, so wherever a file is cut, every tick it holds comes with all
 of its commands and the part that is left replays bit-identically.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -64,9 +67,9 @@ class RecordingWriter:
         try:
             self.fh = open(self.path, "xb")
             self.fh.write(MAGIC + struct.pack("<I", len(raw)) + raw + struct.pack("<I", zlib.crc32(raw)))
-            self.flush()
         except OSError as exc:
             raise RecordingError(f"{self.path}: cannot write recording: {exc.strerror or exc}") from exc
+        self.flush()
 
     def append(self, stream: str, records: np.ndarray) -> None:
         if records.shape[0] == 0:
@@ -80,9 +83,20 @@ class RecordingWriter:
         except OSError as exc:
             raise RecordingError(f"{self.path}: write failed: {exc.strerror or exc}") from exc
 
+    def hand_to_os(self) -> None:
+        """Write Python's buffer to the file (what survives this process's death, not a power loss)."""
+        try:
+            self.fh.flush()
+        except OSError as exc:
+            raise RecordingError(f"{self.path}: write failed: {exc.strerror or exc}") from exc
+
     def flush(self) -> None:
-        self.fh.flush()
-        os.fsync(self.fh.fileno())
+        """Buffer to the OS, and the OS to the disk (fsync)."""
+        self.hand_to_os()
+        try:
+            os.fsync(self.fh.fileno())
+        except OSError as exc:
+            raise RecordingError(f"{self.path}: write failed: {exc.strerror or exc}") from exc
 
     def close(self) -> None:
         if not self.fh.closed:
@@ -168,45 +182,72 @@ class RecorderSpec:
     flush_s: float = 0.5
 
 
-def run_recorder(spec: RecorderSpec, parent_pid: int, ready) -> None:
+#: aux word of each recording ring in which the recorder counts the records handed to the OS (a record
+#: counted there survives the recorder's death; the producer compares it with what it pushed)
+AUX_WRITTEN = 0
+
+
+def run_recorder(spec: RecorderSpec, parent_pid: int, conn) -> None:
     """Process target: drain the rings into the file until they are closed and empty, the parent dies,
-    or SIGTERM; always drains, flushes and closes before exiting."""
+    or SIGTERM; always drains, flushes and closes before exiting.
+
+    Start-up answers on ``conn`` (:func:`drivers.process.start_helper`): ``("ready", None)`` once the
+    file is created, ``("error", message)`` if it cannot be. A write that fails later (disk full, I/O
+    error) is reported as ``("failed", message)`` and ends the recorder with exit code 1; the producer
+    counts what was not written from the rings' AUX_WRITTEN words."""
+    from drivers.process import die_with_parent
     from hil.shm_ring import ShmRing
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     stop = {"now": False}
     signal.signal(signal.SIGTERM, lambda *_: stop.update(now=True))
+    if not die_with_parent(parent_pid, name="hil-recorder"):
+        return
     rings = {name: ShmRing.attach(shm, _dtype(descr), cap) for name, (shm, descr, cap) in spec.rings.items()}
-    writer = RecordingWriter(spec.path, spec.header, {n: r.dtype for n, r in rings.items()})
-    ready.set()
-    last_flush = time.monotonic()
-
-    def drain() -> None:
-        # Pop in the spec's order (ticks, then commands) and write in reverse. The loop pushes a tick's
-        # commands before its tick record, so every command of a popped tick is popped too, and in the
-        # file every tick record comes after all of its commands: a recording cut anywhere (SIGKILL,
-        # power loss) never holds a tick whose commands are missing, and replays bit-identically.
-        batches = [(name, ring.pop_available()) for name, ring in rings.items()]
-        for name, records in reversed(batches):
-            writer.append(name, records)
-
+    writer = None
     try:
-        while True:
-            drain()
-            if time.monotonic() - last_flush >= spec.flush_s:
-                writer.flush()
-                last_flush = time.monotonic()
-            finished = all(r.closed for r in rings.values()) and not any(r.pending for r in rings.values())
-            if finished or stop["now"] or os.getppid() != parent_pid:
-                drain()
-                break
-            time.sleep(spec.poll_s)
+        writer = RecordingWriter(spec.path, spec.header, {n: r.dtype for n, r in rings.items()})
+        conn.send(("ready", None))
+        _drain_until_done(spec, rings, writer, parent_pid, stop)
+    except RecordingError as exc:
+        conn.send(("error" if writer is None else "failed", str(exc)))
+        raise SystemExit(1) from None
     finally:
-        writer.close()
+        if writer is not None:
+            with contextlib.suppress(OSError):
+                writer.fh.close()    # already flushed, or failing: never raise from here
         orphaned = os.getppid() != parent_pid  # the creator died: nobody else will unlink the rings
         for r in rings.values():
             r.owner = r.owner or orphaned
             r.release()
+
+
+def _drain_until_done(spec: RecorderSpec, rings: dict, writer: RecordingWriter, parent_pid: int, stop) -> None:
+    """Pop in the spec's order (ticks, then commands) and write in reverse. The loop pushes a tick's
+    commands before its tick record, so every command of a popped tick is popped too, and in the file
+    every tick record comes after all of its commands: a recording cut anywhere (SIGKILL, power loss)
+    never holds a tick whose commands are missing, and replays bit-identically."""
+    last_sync = time.monotonic()
+
+    def drain() -> None:
+        batches = [(name, ring.pop_available()) for name, ring in rings.items()]
+        for name, records in reversed(batches):
+            writer.append(name, records)
+        writer.hand_to_os()
+        for name, records in batches:
+            rings[name].aux[AUX_WRITTEN] += records.shape[0]
+
+    while True:
+        drain()
+        if time.monotonic() - last_sync >= spec.flush_s:
+            writer.flush()
+            last_sync = time.monotonic()
+        finished = all(r.closed for r in rings.values()) and not any(r.pending for r in rings.values())
+        if finished or stop["now"] or os.getppid() != parent_pid:
+            drain()
+            writer.flush()
+            return
+        time.sleep(spec.poll_s)
 
 
 def export_csv(reader: RecordingReader, out_path: str, muscle_names, dof_names, channel_names) -> int:

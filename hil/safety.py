@@ -4,7 +4,9 @@ All decisions are made on tick indices and plant outputs only (never on wall-clo
 of the recorded inputs reproduces them exactly.
 
 - Watchdog: no valid command or heartbeat from any controller for ``timeout_ticks`` ticks -> all
-  stimulation forced to zero (counted once per trip); it recovers on the next valid command.
+  stimulation forced to zero (counted once per trip). A trip also clears the latched commands (the tick
+  engine does it on ``just_tripped``), so after a trip a heartbeat alone keeps stimulation at zero: only
+  a new stimulation command switches a channel on again.
 - GH monitor (paper eq. 9 stability value of every frame): action ``monitor`` (count, report),
   ``zero`` (stimulation to zero while unstable and for ``gh_zero_hold_s`` after) or ``stop`` (end the run
   at the first unstable frame, non-zero exit status).
@@ -39,6 +41,7 @@ class Watchdog:
         self.timeout_ticks = max(1, int(round(timeout_s / period_s)))
         self.last_valid_tick = -1
         self.tripped = True          # no controller has spoken yet: stimulation stays at zero
+        self.just_tripped = False    # this update was the transition to tripped
         self.trips = 0
 
     def feed(self, tick: int) -> None:
@@ -47,7 +50,8 @@ class Watchdog:
     def update(self, tick: int) -> bool:
         """True while stimulation must be zero. Counts a trip on each transition to tripped."""
         expired = self.last_valid_tick < 0 or tick - self.last_valid_tick >= self.timeout_ticks
-        if expired and not self.tripped and self.last_valid_tick >= 0:
+        self.just_tripped = expired and not self.tripped
+        if self.just_tripped and self.last_valid_tick >= 0:
             self.trips += 1
         self.tripped = expired
         return expired

@@ -1,20 +1,21 @@
-"""Building a run from a service config, and the process architecture of ``hil run`` / ``hil serve``.
+"""Building a run from a service config, and what the processes of ``hil run`` / ``hil serve`` share.
 
 Processes (all started with the ``spawn`` method: nothing is forked from a process with threads):
 
-- **supervisor** (the CLI process): validates the config, starts the others, renders the progress
+- **supervisor** (the CLI process, :mod:`hil.supervisor`): validates the config, owns the metrics block
+  and its exporter process (restarted if it dies), starts the real-time process, renders the progress
   display from a small shared status block, forwards SIGINT/SIGTERM, talks to systemd; never runs
   inside a tick, so rendering cannot steal the GIL from the loop.
-- **real-time process**: builds the model, plant, stimulation model, safety functions and drivers,
-  warms up the numba kernels, then runs :class:`hil.loop.RealtimeLoop`. It is the only Python thread
-  of its process during the run.
-- **exporter** and **recorder** processes fed through shared memory (metrics block, record rings).
+- **real-time process** (:mod:`hil.rt_process`): builds the model, plant, stimulation model, safety
+  functions and drivers, warms up the numba kernels, starts the recorder, then runs
+  :class:`hil.loop.RealtimeLoop`. It is the only Python thread of its process during the run.
+- **exporter**, **recorder** and **link** processes fed through shared memory (metrics block, record
+  rings, link rings). Every helper stops itself when its parent dies (PR_SET_PDEATHSIG and a parent check).
 """
 from __future__ import annotations
 
 import math
 import os
-import time
 
 import numpy as np
 
@@ -68,14 +69,18 @@ def build_engine(cfg: ServiceConfig):
         for d in drivers:
             d.shutdown()
         raise
+    engine.size_log(drivers)
     return model, engine, drivers
 
 
 def ticks_for(duration_s: float | None, period_s: float) -> int | None:
+    """Ticks of a run of ``duration_s`` (None: until stopped); at most MAX_RUN_DURATION_S, so the count
+    stays an ordinary integer."""
+    from hil.config import MAX_RUN_DURATION_S
     if duration_s is None:
         return None
-    if not (math.isfinite(duration_s) and duration_s > 0):
-        raise ValueError(f"duration must be a finite number > 0 s, not {duration_s!r}")
+    if not (math.isfinite(duration_s) and 0 < duration_s <= MAX_RUN_DURATION_S):
+        raise ValueError(f"duration must be a number in (0, {MAX_RUN_DURATION_S:g}] s (30 days), not {duration_s!r}")
     return max(1, int(round(duration_s / period_s)))
 
 
@@ -85,11 +90,7 @@ def ticks_for(duration_s: float | None, period_s: float) -> int | None:
 STATUS_FIELDS = ("ticks", "deadline_misses", "max_lateness_s", "gh_stability", "elbow_deg",
                  "state", "stop_request", "watchdog")
 STATE_STARTING, STATE_WARMING, STATE_RUNNING, STATE_DONE, STATE_FAILED = 0.0, 1.0, 2.0, 3.0, 4.0
-EXIT_OK, EXIT_ERROR, EXIT_CONFIG, EXIT_SAFETY_STOP = 0, 1, 2, 4
-
-
-def _status_index(name: str) -> int:
-    return STATUS_FIELDS.index(name)
+EXIT_OK, EXIT_ERROR, EXIT_CONFIG, EXIT_SAFETY_STOP, EXIT_INCOMPLETE = 0, 1, 2, 4, 5
 
 
 def recording_header(cfg: ServiceConfig, model, engine) -> dict:
@@ -106,24 +107,6 @@ def recording_header(cfg: ServiceConfig, model, engine) -> dict:
         "channel_names": [] if engine.stim is None else [c.name for c in engine.stim.channels],
         "reject_reasons": list(REJECT_REASONS),
     }
-
-
-def start_recording(path: str, header: dict, tick_dtype, ctx):
-    """Rings for the tick records and the command log, and the recorder process draining them."""
-    from drivers.base import COMMAND_DTYPE
-    from hil.recording import RecorderSpec, run_recorder, _descr
-    from hil.shm_ring import ShmRing
-
-    rings = {"ticks": ShmRing.create(tick_dtype, 4096), "commands": ShmRing.create(COMMAND_DTYPE, 1 << 16)}
-    spec = RecorderSpec(path=path, header=header,
-                        rings={n: (r.name, _descr(r.dtype), r.capacity) for n, r in rings.items()})
-    ready = ctx.Event()
-    proc = ctx.Process(target=run_recorder, args=(spec, os.getpid(), ready), name="hil-recorder")
-    proc.start()
-    if not ready.wait(60.0):
-        proc.terminate()
-        raise RuntimeError(f"the recorder process did not start (exit code {proc.exitcode})")
-    return rings, proc
 
 
 def announce_ports(drivers, port_file: str | None) -> dict:
@@ -147,96 +130,59 @@ def write_port_file(ports: dict, port_file: str) -> None:
     os.replace(tmp, port_file)
 
 
-def rt_main(config_path: str, duration_s, status, result_queue, record_path=None, port_file=None) -> None:
-    """Target of the real-time process: build, warm up, run, report a summary dict on the queue."""
-    import multiprocessing as mp
-    import signal
-    import traceback
+def driver_names(cfg: ServiceConfig) -> list[str]:
+    """``index:type`` of each driver: the label of its metrics series and summary entries."""
+    return [f"{i}:{d['type']}" for i, d in enumerate(cfg.drivers)]
 
-    from hil.config import load_service_config
-    from hil.loop import RealtimeLoop, Sinks
 
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor decides when to stop
-    drivers = []
-    rings, recorder, block, exporter = {}, None, None, None
-    try:
-        status[_status_index("state")] = STATE_WARMING
-        cfg = load_service_config(config_path)
-        model, engine, drivers = build_engine(cfg)
-        engine.warmup()
-        n_ticks = ticks_for(duration_s, cfg.loop.period_s)
-        loop = RealtimeLoop(engine, drivers, cfg.loop)
-        ctx = mp.get_context("spawn")
-        sinks = Sinks()
-        if cfg.metrics.enabled:     # before the recording: a busy port must not leave an empty recording
-            from hil.metrics import LoopMetrics, MetricsBlock, MetricsSchema, default_schema, start_exporter
-            names = [f"{i}:{d['type']}" for i, d in enumerate(cfg.drivers)]
-            block = MetricsBlock.create(MetricsSchema(default_schema(names, list(REJECT_REASONS))))
-            exporter = start_exporter(block, cfg.metrics.host, cfg.metrics.port, ctx)
-            sinks.metrics = LoopMetrics(block, names, REJECT_REASONS, cfg.loop.period_s, drivers)
-        if record_path:
-            rings, recorder = start_recording(record_path, recording_header(cfg, model, engine),
-                                              loop.record.dtype, ctx)
-            sinks.tick_ring, sinks.command_ring = rings["ticks"], rings["commands"]
-        loop.sinks = sinks
-        i_ticks, i_miss, i_lat = _status_index("ticks"), _status_index("deadline_misses"), _status_index("max_lateness_s")
-        i_gh, i_el, i_stop, i_wd = (_status_index("gh_stability"), _status_index("elbow_deg"),
-                                    _status_index("stop_request"), _status_index("watchdog"))
+def run_summary(run, summary, driver_stats: dict, lost_drivers: list[str], unwritten: dict[str, int],
+                cpu_s: float, wall_s: float) -> dict:
+    """The summary dict of a finished run (``problems``: one line each for the operator; exit 5)."""
+    engine, rec = run.engine, run.recording
+    lat = summary.lateness_s
+    problems = [f"driver {name}: its link process died during the run; its stimulation was set to zero"
+                for name in lost_drivers]
+    if rec is not None and rec.failure:
+        problems.append(f"recording {rec.path} is incomplete: {rec.failure} at tick {rec.failed_at_tick}; "
+                        f"not written: {unwritten.get('ticks', 0)} tick records, "
+                        f"{unwritten.get('commands', 0)} command records")
+    elif any(unwritten.values()):
+        problems.append(f"recording {rec.path} is incomplete: the recording rings overflowed; not written: "
+                        f"{unwritten.get('ticks', 0)} tick records, {unwritten.get('commands', 0)} command records")
+    if summary.commands_unrecorded:
+        problems.append(f"{summary.commands_unrecorded} command-log entries were not recorded")
+    return {
+        "ok": True, "ticks": summary.ticks, "stopped_by": summary.stopped_by, "stop_detail": engine.stop_detail,
+        "deadline_misses": summary.deadline_misses, "skipped_deadlines": summary.skipped_deadlines,
+        "late_over_1ms": 0 if lat is None else int(np.count_nonzero(lat > 1e-3)),
+        "cpu_s": cpu_s, "wall_s": wall_s,
+        "lateness_us": {} if lat is None or not lat.size else {
+            "p50": float(np.percentile(lat, 50) * 1e6), "p99": float(np.percentile(lat, 99) * 1e6),
+            "p99.9": float(np.percentile(lat, 99.9) * 1e6), "max": float(lat.max() * 1e6)},
+        "realtime": {"sched_fifo": summary.realtime.sched_fifo, "mlock": summary.realtime.mlock,
+                     "affinity": summary.realtime.affinity, "warnings": summary.realtime.warnings},
+        "watchdog_trips": engine.watchdog.trips, "gh_unstable_ticks": engine.gh.unstable_ticks,
+        "rom_alarm_ticks": engine.rom.alarm_ticks, "clipped_excitations": engine.plant.clipped_total,
+        "commands_received": sum(engine.received.values()),
+        "commands_rejected": {f"{d}:{r}": n for (d, r), n in engine.rejected.items()},
+        "commands_clamped": {f"{d}:{r}": n for (d, r), n in engine.clamped.items()},
+        "commands_unrecorded": summary.commands_unrecorded,
+        "final_elbow_deg": math.degrees(engine.plant.outputs.q[engine.plant.model.dof_names.index("ELx")]),
+        "drivers": driver_stats,
+        "drivers_lost": lost_drivers,
+        "recording": None if rec is None else rec.path,
+        "recording_failure": "" if rec is None else rec.failure,
+        "records_dropped": {n: r.dropped for n, r in ({} if rec is None else rec.rings).items()},
+        "records_unwritten": unwritten,
+        "problems": problems,
+    }
 
-        def progress(tick: int) -> None:
-            status[i_ticks] = tick
-            status[i_gh] = engine.plant.outputs.gh_stability
-            status[i_el] = math.degrees(engine.plant.outputs.q[9])
-            status[i_wd] = engine.watchdog.trips
-            if status[i_stop]:
-                loop.request_stop()
 
-        signal.signal(signal.SIGTERM, lambda *_: loop.request_stop())
-        announce_ports(drivers, port_file)      # announced when the loop is about to start: ready
-        status[_status_index("state")] = STATE_RUNNING
-        cpu0, wall0 = time.process_time(), time.monotonic()
-        summary = loop.run(n_ticks, progress=progress)
-        status[i_ticks] = summary.ticks
-        status[i_miss] = summary.deadline_misses
-        status[i_lat] = summary.max_lateness_s
-        lat = summary.lateness_s
-        result_queue.put({
-            "ok": True, "ticks": summary.ticks, "stopped_by": summary.stopped_by, "stop_detail": engine.stop_detail,
-            "deadline_misses": summary.deadline_misses, "skipped_deadlines": summary.skipped_deadlines,
-            "late_over_1ms": 0 if lat is None else int(np.count_nonzero(lat > 1e-3)),
-            "cpu_s": time.process_time() - cpu0, "wall_s": time.monotonic() - wall0,
-            "lateness_us": {} if lat is None or not lat.size else {
-                "p50": float(np.percentile(lat, 50) * 1e6), "p99": float(np.percentile(lat, 99) * 1e6),
-                "p99.9": float(np.percentile(lat, 99.9) * 1e6), "max": float(lat.max() * 1e6)},
-            "realtime": {"sched_fifo": summary.realtime.sched_fifo, "mlock": summary.realtime.mlock,
-                         "affinity": summary.realtime.affinity, "warnings": summary.realtime.warnings},
-            "watchdog_trips": engine.watchdog.trips, "gh_unstable_ticks": engine.gh.unstable_ticks,
-            "rom_alarm_ticks": engine.rom.alarm_ticks, "clipped_excitations": engine.plant.clipped_total,
-            "commands_received": sum(engine.received.values()),
-            "commands_rejected": {f"{d}:{r}": n for (d, r), n in engine.rejected.items()},
-            "commands_clamped": {f"{d}:{r}": n for (d, r), n in engine.clamped.items()},
-            "final_elbow_deg": math.degrees(engine.plant.outputs.q[9]),
-            "drivers": {f"{d.index}:{d.name}": d.stats for d in drivers},
-            "recording": record_path, "records_dropped": {n: r.dropped for n, r in rings.items()},
-        })
-        status[_status_index("state")] = STATE_DONE
-    except Exception as exc:  # reported to the supervisor, which prints it and sets the exit code
-        status[_status_index("state")] = STATE_FAILED
-        result_queue.put({"ok": False, "error": f"{type(exc).__name__}: {exc}",
-                          "config_error": type(exc).__name__ in ("ConfigError", "ExcitationFileError", "StateFileError",
-                                                                 "MetricsError", "DriverInitializationError"),
-                          "traceback": traceback.format_exc()})
-    finally:
-        for d in drivers:
-            d.shutdown()
-        for r in rings.values():
-            r.close()
-        if recorder is not None:
-            recorder.join(30.0)
-        for r in rings.values():
-            r.release()
-        if exporter is not None:
-            exporter.terminate()
-            exporter.join(5.0)
-        if block is not None:
-            block.release()
+#: Exception class names that mean "the input is wrong" (exit 2), not a bug.
+CONFIG_ERRORS = ("ConfigError", "ExcitationFileError", "StateFileError", "MetricsError", "DriverInitializationError",
+                 "RecordingError", "HelperStartError")
+
+
+def error_summary(exc: BaseException, tb: str) -> dict:
+    return {"ok": False, "error": f"{type(exc).__name__}: {exc}", "config_error": type(exc).__name__ in CONFIG_ERRORS,
+            "traceback": tb}

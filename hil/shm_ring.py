@@ -7,8 +7,10 @@ buffers; a helper process (consumer: the recorder) drains it. Layout of the shar
     offset 8   uint64 tail     records consumed by the consumer (monotonic)
     offset 16  uint64 dropped  records the producer discarded because the ring was full
     offset 24  uint64 closed   1 when the producer has finished
-    offset 32  uint64 aux[4]   free words for the two sides' own use (each word written by one side only)
-    offset 64  capacity * itemsize bytes of records, record i at slot i % capacity
+    offset 32  uint64 aux[n]   free words for the two sides' own use (each word written by one side only;
+                               n = ``aux_words``, 4 by default)
+    offset H   capacity * itemsize bytes of records, record i at slot i % capacity (H: the header rounded
+               up to 64 bytes)
 
 Memory ordering: the producer writes the record bytes, then stores the new head; the consumer reads
 head, then the records below it, then stores tail. Each side writes only its own counter. On x86-64
@@ -21,36 +23,41 @@ from multiprocessing import shared_memory
 
 import numpy as np
 
-HEADER_BYTES = 64
 _HEAD, _TAIL, _DROPPED, _CLOSED = range(4)
+_CONTROL_WORDS = 4
+
+
+def header_bytes(aux_words: int) -> int:
+    """Control and aux words, rounded up to a 64-byte cache line."""
+    return -(-(_CONTROL_WORDS + aux_words) * 8 // 64) * 64
 
 
 class ShmRing:
-    def __init__(self, shm: shared_memory.SharedMemory, dtype: np.dtype, capacity: int, owner: bool) -> None:
+    def __init__(self, shm: shared_memory.SharedMemory, dtype: np.dtype, capacity: int, owner: bool,
+                 aux_words: int = 4) -> None:
         self.shm = shm
         self.dtype = np.dtype(dtype)
         self.capacity = capacity
         self.owner = owner
-        self._ctl = np.ndarray((8,), dtype=np.uint64, buffer=shm.buf, offset=0)
-        self.aux = self._ctl[4:8]
-        self._records = np.ndarray((capacity,), dtype=self.dtype, buffer=shm.buf, offset=HEADER_BYTES)
-        self._bytes = np.ndarray((capacity * self.dtype.itemsize,), dtype=np.uint8, buffer=shm.buf,
-                                 offset=HEADER_BYTES)
+        header = header_bytes(aux_words)
+        self._ctl = np.ndarray((_CONTROL_WORDS + aux_words,), dtype=np.uint64, buffer=shm.buf, offset=0)
+        self.aux = self._ctl[_CONTROL_WORDS:]
+        self._records = np.ndarray((capacity,), dtype=self.dtype, buffer=shm.buf, offset=header)
 
     @classmethod
-    def create(cls, dtype, capacity: int) -> "ShmRing":
+    def create(cls, dtype, capacity: int, aux_words: int = 4) -> "ShmRing":
         dtype = np.dtype(dtype)
-        shm = shared_memory.SharedMemory(create=True, size=HEADER_BYTES + capacity * dtype.itemsize)
-        ring = cls(shm, dtype, capacity, owner=True)
+        shm = shared_memory.SharedMemory(create=True, size=header_bytes(aux_words) + capacity * dtype.itemsize)
+        ring = cls(shm, dtype, capacity, owner=True, aux_words=aux_words)
         ring._ctl[:] = 0
         return ring
 
     @classmethod
-    def attach(cls, name: str, dtype, capacity: int) -> "ShmRing":
+    def attach(cls, name: str, dtype, capacity: int, aux_words: int = 4) -> "ShmRing":
         shm = shared_memory.SharedMemory(name=name)
         # attachers are spawned children of the creator and share its resource tracker: the creator
         # unlinks the block (and unregisters it) in release()
-        return cls(shm, dtype, capacity, owner=False)
+        return cls(shm, dtype, capacity, owner=False, aux_words=aux_words)
 
     @property
     def name(self) -> str:
@@ -66,6 +73,23 @@ class ShmRing:
         self._records[head % self.capacity] = record[0]
         self._ctl[_HEAD] = head + 1
         return True
+
+    def push_many(self, records: np.ndarray, n: int) -> int:
+        """Copy the first ``n`` records in at most two slice copies; returns how many fit (the rest are
+        counted as dropped)."""
+        head = int(self._ctl[_HEAD])
+        fit = min(n, self.capacity - (head - int(self._ctl[_TAIL])))
+        if fit < n:
+            self._ctl[_DROPPED] += n - fit
+        if fit <= 0:
+            return 0
+        start = head % self.capacity
+        first = min(fit, self.capacity - start)
+        self._records[start:start + first] = records[:first]
+        if fit > first:
+            self._records[: fit - first] = records[first:fit]
+        self._ctl[_HEAD] = head + fit
+        return fit
 
     def close(self) -> None:
         """Producer: no more records."""
@@ -100,12 +124,17 @@ class ShmRing:
         return int(self._ctl[_DROPPED])
 
     @property
+    def offered(self) -> int:
+        """Records the producer tried to push: committed plus dropped."""
+        return int(self._ctl[_HEAD]) + int(self._ctl[_DROPPED])
+
+    @property
     def pending(self) -> int:
         return int(self._ctl[_HEAD]) - int(self._ctl[_TAIL])
 
     def release(self) -> None:
         """Close this process's mapping (and unlink the block if this side created it)."""
-        del self._ctl, self._records, self._bytes, self.aux
+        del self._ctl, self._records, self.aux
         close_shared_memory(self.shm, self.owner)
 
 

@@ -9,13 +9,17 @@ by systemd), ``STOPPING=1`` when a stop is requested, sent to the AF_UNIX socket
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import multiprocessing as mp
 import os
 import signal
 import socket
+import sys
 import time
+import traceback
 
 from hil import service
+from hil.rt_process import RtSpec
 
 
 class Notifier:
@@ -39,14 +43,134 @@ class Notifier:
             self.sock.close()
 
 
+class MetricsHost:
+    """The metrics block and its exporter process, owned by the supervisor: the exporter is restarted when
+    it dies (the counters live in the block, so a restart loses none), with a growing pause between
+    failed restarts. Monitoring is not a safety function: the run goes on while it is down, and a run
+    whose exporter could not be restarted ends with exit status 5."""
+
+    RETRY_S = (0.0, 1.0, 2.0, 5.0, 10.0, 30.0)
+
+    def __init__(self, cfg) -> None:
+        from drivers.base import REJECT_REASONS
+        from hil.metrics import MetricsBlock, MetricsSchema, default_schema
+
+        self.cfg = cfg.metrics
+        self.block = MetricsBlock.create(MetricsSchema(default_schema(service.driver_names(cfg), list(REJECT_REASONS))))
+        self.restarts = self.block.counter("hil_exporter_restarts_total")
+        self.proc = None
+        self.deaths = 0
+        self.failures: list[str] = []     # restarts that failed (why)
+        self._failed_in_a_row = 0
+        self._next_try = 0.0
+
+    def start(self) -> None:
+        from hil.metrics import start_exporter
+        self.proc = start_exporter(self.block, self.cfg.host, self.cfg.port, mp.get_context("spawn"))
+
+    def check(self) -> None:
+        """Restart a dead exporter (called from the supervisor's poll loop)."""
+        if self.proc is not None and self.proc.is_alive():
+            return
+        now = time.monotonic()
+        if self.proc is not None:
+            self.deaths += 1
+            _say(f"the metrics exporter died (exit code {self.proc.exitcode}); restarting it")
+            self.proc = None
+            self._next_try = now
+        if now < self._next_try:
+            return
+        try:
+            self.start()
+        except Exception as exc:        # e.g. its port was taken meanwhile: try again later
+            self._failed_in_a_row += 1
+            self.failures.append(str(exc))
+            pause = self.RETRY_S[min(self._failed_in_a_row, len(self.RETRY_S) - 1)]
+            self._next_try = now + pause
+            _say(f"the metrics exporter could not be restarted ({exc}); next try in {pause:g} s")
+            return
+        self._failed_in_a_row = 0
+        self.restarts.inc()
+
+    def close(self) -> None:
+        from drivers.process import stop_process
+        if self.proc is not None:
+            self.proc.terminate()
+            stop_process(self.proc, 5.0)
+        self.block.release()
+
+    def report(self, summary: dict) -> None:
+        summary["exporter_restarts"] = int(self.restarts.a[self.restarts.i])
+        summary["exporter_deaths"] = self.deaths
+        if self.failures and summary.get("ok"):
+            summary["problems"].append(f"metrics were not exported for part of the run: {len(self.failures)} "
+                                       f"restart(s) of the exporter failed (last: {self.failures[-1]})")
+
+
+def _say(message: str) -> None:
+    print(f"hil: {message}", file=sys.stderr, flush=True)
+
+
+class ServiceRun:
+    """The processes of one run, seen from the supervisor: the metrics exporter (here) and the real-time
+    process (which starts the recorder and the links). ``poll`` between waits keeps the exporter alive."""
+
+    def __init__(self, config_path: str, duration, record=None, port_file=None) -> None:
+        from hil.config import load_service_config
+
+        self.ctx = mp.get_context("spawn")
+        self.status = self.ctx.Array("d", len(service.STATUS_FIELDS), lock=False)
+        self.results = self.ctx.Queue()
+        self.cfg = load_service_config(config_path)
+        self.spec = RtSpec(str(config_path), duration, None if record is None else str(record),
+                           None if port_file is None else str(port_file), None, os.getpid())
+        self.metrics = None
+        self.proc = None
+
+    def start(self) -> None:
+        """Exporter first (a busy port fails before any warm-up or recording), then the real-time process."""
+        from hil.rt_process import rt_main
+        if self.cfg.metrics.enabled:
+            self.metrics = MetricsHost(self.cfg)
+            try:
+                self.metrics.start()
+            except BaseException:
+                self.metrics.block.release()
+                self.metrics = None
+                raise
+            self.spec = dataclasses.replace(self.spec, metrics_shm=self.metrics.block.shm.name)
+        self.proc = self.ctx.Process(target=rt_main, name="hil-rt", args=(self.spec, self.status, self.results))
+        self.proc.start()
+
+    def alive(self, wait_s: float = 0.05) -> bool:
+        """Wait up to ``wait_s`` for the real-time process; restart a dead exporter; whether it still runs."""
+        self.proc.join(wait_s)
+        if self.metrics is not None:
+            self.metrics.check()
+        return self.proc.is_alive()
+
+    def result(self, timeout_s: float = 2.0) -> dict:
+        try:
+            summary = self.results.get(timeout=timeout_s)
+        except Exception:
+            summary = {"ok": False, "error": f"the real-time process died (exit code {self.proc.exitcode})"}
+        if self.metrics is not None:
+            self.metrics.report(summary)
+        return summary
+
+    def close(self) -> None:
+        if self.proc is not None and self.proc.is_alive():
+            self.status[service.STATUS_FIELDS.index("stop_request")] = 1.0
+            self.proc.join(30.0)
+        if self.metrics is not None:
+            self.metrics.close()
+            self.metrics = None
+
+
 def supervise(config_path: str, duration, record, on_poll=None, notify: bool = False, port_file=None) -> dict:
     """Run the real-time process to completion; returns its summary dict (``ok`` False on errors)."""
-    ctx = mp.get_context("spawn")
-    status = ctx.Array("d", len(service.STATUS_FIELDS), lock=False)
-    results = ctx.Queue()
-    proc = ctx.Process(target=service.rt_main, name="hil-rt",
-                       args=(config_path, duration, status, results, None if record is None else str(record),
-                             None if port_file is None else str(port_file)))
+    run = ServiceRun(config_path, duration, record, port_file)
+    status = run.status
     stop_i = service.STATUS_FIELDS.index("stop_request")
     state_i = service.STATUS_FIELDS.index("state")
     notifier = Notifier() if notify else None
@@ -57,12 +181,14 @@ def supervise(config_path: str, duration, record, on_poll=None, notify: bool = F
         status[stop_i] = 1.0
 
     old = {sig: signal.signal(sig, _stop) for sig in (signal.SIGINT, signal.SIGTERM)}
-    proc.start()
     ready = False
     last_ticks, last_ping = -1.0, 0.0
     try:
-        while proc.is_alive():
-            proc.join(0.05)
+        try:
+            run.start()
+        except Exception as exc:       # the exporter could not listen, or the process could not start
+            return service.error_summary(exc, traceback.format_exc())
+        while run.alive():
             running = status[state_i] == service.STATE_RUNNING
             if notifier is not None and running:
                 if not ready:
@@ -75,15 +201,13 @@ def supervise(config_path: str, duration, record, on_poll=None, notify: bool = F
                     last_ping, last_ticks = now, status[0]
             if on_poll is not None:
                 on_poll(status)
+        return run.result()
     finally:
         for sig, handler in old.items():
             signal.signal(sig, handler)
         if notifier is not None:
             notifier.close()
-        if port_file is not None and not proc.is_alive():   # the ports are gone: so is their announcement
+        run.close()
+        if port_file is not None and (run.proc is None or not run.proc.is_alive()):   # the ports are gone
             with contextlib.suppress(OSError):
                 os.unlink(port_file)
-    try:
-        return results.get(timeout=2.0)
-    except Exception:
-        return {"ok": False, "error": f"the real-time process died (exit code {proc.exitcode})"}

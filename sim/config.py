@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from os import PathLike
 
 __all__ = ["REQUIRED", "ConfigError", "ConfigTable", "ModelConfig", "load_model_config", "model_config_from_table",
-           "unknown_name"]
+           "not_utf8", "unknown_name"]
 
 
 class ConfigError(ValueError):
@@ -89,6 +89,14 @@ def unknown_name(kind: str, name: str, valid) -> str:
     close = difflib.get_close_matches(name, list(valid), n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     return f"unknown {kind} {name!r}{hint}; valid: {', '.join(sorted(valid))}"
+
+
+def not_utf8(exc: UnicodeDecodeError) -> str:
+    """'not UTF-8 text: byte 0xe9 on line 3 (...)' for a file's bytes that failed to decode, so the
+    user can find the character (a Latin-1 'é' from an old editor, say) without a traceback."""
+    data = exc.object
+    line = data.count(b"\n", 0, exc.start) + 1
+    return f"not UTF-8 text: byte 0x{data[exc.start]:02x} on line {line} ({exc.reason}); save the file as UTF-8"
 
 
 #: Default of a :class:`ConfigTable` key that must be given.
@@ -192,7 +200,7 @@ def load_model_config(path: str | PathLike) -> ModelConfig:
     Every key of the ``[model]`` table is optional; missing keys keep the published defaults.
 
     Raises:
-        ConfigError: the file cannot be read or parsed, or has an unknown table or key, a value of
+        ConfigError: the file cannot be read, is not UTF-8 or not TOML, or has an unknown table or key, a value of
             the wrong type, a non-finite value or a value out of range.
     """
     try:
@@ -202,6 +210,8 @@ def load_model_config(path: str | PathLike) -> ModelConfig:
         raise ConfigError(f"cannot read file: {exc.strerror or exc}", file=path) from exc
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"invalid TOML: {exc}", file=path) from exc
+    except UnicodeDecodeError as exc:     # tomllib decodes the whole file as UTF-8 first
+        raise ConfigError(not_utf8(exc), file=path) from None
 
     for table in doc:
         if table != "model":

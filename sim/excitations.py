@@ -18,13 +18,17 @@ Blank lines are ignored. Cells may have surrounding spaces.
 """
 from __future__ import annotations
 
+import codecs
 import csv
 import difflib
+import io
 import math
 from os import PathLike
 from typing import Sequence
 
 import numpy as np
+
+from sim.config import not_utf8
 
 __all__ = ["ExcitationFileError", "ExcitationSchedule", "load_excitation_csv", "write_ramp_csv",
            "TIME_TOLERANCE_S"]
@@ -108,6 +112,16 @@ def _closest(name: str, valid: Sequence[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
+def _open_text(path: str | PathLike) -> io.StringIO:
+    """The file's text (UTF-8, an optional BOM dropped) for csv.reader; not UTF-8: ExcitationFileError."""
+    with open(path, "rb") as fh:
+        data = fh.read().removeprefix(codecs.BOM_UTF8)
+    try:
+        return io.StringIO(data.decode("utf-8"), newline="")
+    except UnicodeDecodeError as exc:
+        raise ExcitationFileError(path, not_utf8(exc)) from None
+
+
 def load_excitation_csv(path: str | PathLike, muscle_names: Sequence[str], *,
                         column_kind: str = "muscle element") -> ExcitationSchedule:
     """Read an excitation CSV file (format in the module docstring) for a model's muscles.
@@ -116,14 +130,14 @@ def load_excitation_csv(path: str | PathLike, muscle_names: Sequence[str], *,
     column names as ``muscle_names`` and a ``column_kind`` for the error messages.
 
     Raises:
-        ExcitationFileError: empty file, missing or duplicate ``time`` column, unknown or duplicate
+        ExcitationFileError: not UTF-8 text, empty file, missing or duplicate ``time`` column, unknown or duplicate
             muscle column, empty column name, row of the wrong length, non-numeric, NaN or infinite
             cell, time not strictly increasing, or no data rows.
         OSError: the file cannot be opened.
     """
     names = tuple(muscle_names)
     column_of = {name: i for i, name in enumerate(names)}
-    with open(path, newline="", encoding="utf-8-sig") as fh:
+    with _open_text(path) as fh:
         reader = csv.reader(fh)
         header = None
         for cells in reader:

@@ -21,7 +21,8 @@ import pytest
 from drivers.base import REJECT_REASONS
 from drivers.can import CanEndpoint
 from drivers.can_dbc import FRAME_ID_EXCITATION, FRAME_ID_GROUP, FRAME_ID_HEARTBEAT, FRAME_ID_STIM
-from drivers.link import AUX_FRAMES_IN, KIND_CHANNEL, KIND_REJECT, LINK_RECORD, Inbound
+from drivers.link import (AUX_FRAMES_IN, AUX_REJECTS_TOTAL, INBOUND_AUX_WORDS, KIND_CHANNEL, LINK_RECORD, Inbound,
+                          reject_counts)
 from drivers.sciencemode2 import (
     CMD_GET_MODE, CMD_INIT_ACK, CMD_INIT_CLM, CMD_START_CLM, CMD_STOP_CLM, CMD_UNKNOWN, CMD_WATCHDOG,
     COUNTER_KEYS, MAX_FRAME_SIZE, MODE_RUNNING, Activity, Connected, Frame, FrameError, FrameParser,
@@ -461,7 +462,11 @@ class CountingInbound(Inbound):
 
     def _push(self, receive_ns, seq, kind, reason, index, *values) -> None:
         super()._push(receive_ns, seq, kind, reason, index, *values)
-        self.frames[-1].append(REJECT_REASONS[reason] if kind == KIND_REJECT else "accepted")
+        self.frames[-1].append("accepted")
+
+    def reject(self, receive_ns, reason, seq=-1) -> None:
+        super().reject(receive_ns, reason, seq)
+        self.frames[-1].append(reason)
 
 
 def test_can_fuzz_over_the_virtual_bus_counts_every_received_frame(db):
@@ -471,7 +476,7 @@ def test_can_fuzz_over_the_virtual_bus_counts_every_received_frame(db):
     afterwards a valid FES_StimCmd with a fresh counter is accepted."""
     rng = random.Random(SEED + 4)
     channel = f"fuzz-bus-{random.random()}"
-    ring = ShmRing.create(LINK_RECORD, 4096)
+    ring = ShmRing.create(LINK_RECORD, 4096, INBOUND_AUX_WORDS)
     inbound = CountingInbound(ring)
     ep = CanEndpoint("virtual", channel, str(DBC), list(MODEL.muscle_names), counter_reset_s=1e6)
     ep.open()
@@ -490,6 +495,8 @@ def test_can_fuzz_over_the_virtual_bus_counts_every_received_frame(db):
             for r in records[records["kind"] == KIND_CHANNEL]:      # the newest counter of each channel
                 last_counter[int(r["index"])] = int(r["seq"])
         assert int(ring.aux[AUX_FRAMES_IN]) == len(inbound.frames) == sent_ours and ring.dropped == 0
+        rejected = [r[0] for r in inbound.frames if r[0] != "accepted"]
+        assert sum(reject_counts(ring).values()) == len(rejected) == int(ring.aux[AUX_REJECTS_TOTAL])
         for records in inbound.frames:
             assert records, "a received frame gave no record"
             if records[0] == "accepted":

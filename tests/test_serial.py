@@ -44,9 +44,9 @@ def test_sensor_stream_round_trip_resync_and_errors():
 
 def test_endpoint_on_a_pty_answers_and_streams(tmp_path):
     """The link-side endpoint in this process: Init on the pty, a raw ScienceMode2 session, sensor packets."""
-    from drivers.link import KIND_CHANNEL, LINK_RECORD, Inbound
+    from drivers.link import INBOUND_AUX_WORDS, KIND_CHANNEL, LINK_RECORD, Inbound
     from hil.shm_ring import ShmRing
-    ring = ShmRing.create(LINK_RECORD, 1024)
+    ring = ShmRing.create(LINK_RECORD, 1024, INBOUND_AUX_WORDS)
     ep = ScienceModeEndpoint("pty", "pty", channel_map=[0, 1, 2, 3, -1, -1, -1, -1], client_timeout_s=0.5)
     ports = ep.open()
     stop = threading.Event()

@@ -1,0 +1,263 @@
+"""The real-time process of ``hil run`` / ``hil serve``: build the run, start the recorder, run the loop,
+watch the helpers between ticks, and report a summary to the supervisor.
+
+Health checks (with the loop's progress call, every 100 ms between ticks, in the loop's slack;
+:class:`HealthCheck`):
+
+- **parent**: the supervisor is gone (PR_SET_PDEATHSIG sends SIGTERM; ``getppid`` is the backstop):
+  the loop stops with stimulation off, every helper is stopped, shared memory is unlinked and the port
+  file removed.
+- **drivers**: a link process that died is noticed here; its driver reports it at the next fetch, the
+  tick engine sets what that driver latched to zero (logged, so replay repeats it), and the summary
+  names it.
+- **recorder**: a recorder that died or reported a write failure is noticed here; the run then stops
+  (``[recording] on_failure = "stop"``, the default) or goes on unrecorded (``"continue"``); either way
+  the records not written are counted and the run ends with exit status 5.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import signal
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+
+
+from drivers.base import REJECT_REASONS
+from drivers.process import die_with_parent, poll_report, start_helper, stop_process
+from hil import service
+
+
+@dataclass(frozen=True)
+class RtSpec:
+    """What the supervisor hands the real-time process (picklable)."""
+    config_path: str
+    duration_s: float | None
+    record_path: str | None = None
+    port_file: str | None = None
+    metrics_shm: str | None = None      # the supervisor's metrics block (None: metrics off)
+    parent_pid: int | None = None       # None: the process that calls rt_main's parent
+
+
+def _say(message: str) -> None:
+    """One line on stderr from the real-time process (between ticks, for rare events only)."""
+    print(f"hil: {message}", file=sys.stderr, flush=True)
+
+
+class Recording:
+    """The recording rings and the recorder process, with what the recorder did not write."""
+
+    def __init__(self, path: str, header: dict, tick_dtype, ctx, on_failure: str) -> None:
+        from drivers.base import COMMAND_DTYPE
+        from hil.recording import RecorderSpec, run_recorder, _descr
+        from hil.shm_ring import ShmRing
+
+        self.path, self.on_failure = path, on_failure
+        self.rings = {"ticks": ShmRing.create(tick_dtype, 4096), "commands": ShmRing.create(COMMAND_DTYPE, 1 << 16)}
+        self.failure = ""           # why the recorder stopped early ('' while it works)
+        self.failed_at_tick = None
+        self.finished = False
+        spec = RecorderSpec(path=path, header=header,
+                            rings={n: (r.name, _descr(r.dtype), r.capacity) for n, r in self.rings.items()})
+        try:
+            self.proc, _, self.pipe = start_helper(ctx, run_recorder, (spec, os.getpid()), "hil-recorder",
+                                                   "the recorder process", daemon=False)
+        except BaseException:
+            self.release()
+            raise
+
+    def check(self, tick: int) -> bool:
+        """Between ticks: False (once) when the recorder has just been found dead or failing."""
+        if self.failure:
+            return True
+        report = poll_report(self.pipe)
+        if report is None and self.proc.is_alive():
+            return True
+        if report is None:
+            report = f"the recorder process died (exit code {self.proc.exitcode})"
+        self.failure, self.failed_at_tick = report, tick
+        return False
+
+    def unwritten(self) -> dict[str, int]:
+        """Records pushed (or dropped when a ring was full) that are not in the file."""
+        from hil.recording import AUX_WRITTEN
+        if self.failure:
+            return {n: r.offered - int(r.aux[AUX_WRITTEN]) for n, r in self.rings.items()}
+        return {n: r.dropped for n, r in self.rings.items()}
+
+    def finish(self, timeout_s: float = 30.0) -> dict[str, int]:
+        """Close the rings, let the recorder drain them, and count what did not reach the file."""
+        self.finished = True
+        for r in self.rings.values():
+            r.close()
+        stop_process(self.proc, timeout_s)
+        report = poll_report(self.pipe)
+        if not self.failure and (report or self.proc.exitcode):
+            self.failure = report or f"the recorder process died (exit code {self.proc.exitcode})"
+        self.pipe.close()
+        return self.unwritten()
+
+    def release(self) -> None:
+        for r in self.rings.values():
+            r.release()
+        self.rings = {}
+
+
+class HealthCheck:
+    """Between ticks, at most every HEALTH_INTERVAL_NS: parent, drivers and recorder (see the module
+    docstring); also copies the loop's figures into the supervisor's status block."""
+
+    def __init__(self, run: "RealtimeRun", loop, status) -> None:
+        self.run, self.loop, self.status = run, loop, status
+        self.lost_drivers: list[str] = []
+        self.elbow = run.engine.plant.model.dof_names.index("ELx")
+        idx = service.STATUS_FIELDS.index
+        self.i_ticks, self.i_gh, self.i_el = idx("ticks"), idx("gh_stability"), idx("elbow_deg")
+        self.i_stop, self.i_wd = idx("stop_request"), idx("watchdog")
+
+    def __call__(self, tick: int) -> None:
+        run, status, engine = self.run, self.status, self.run.engine
+        status[self.i_ticks] = tick
+        status[self.i_gh] = engine.plant.outputs.gh_stability
+        status[self.i_el] = math.degrees(engine.plant.outputs.q[self.elbow])
+        status[self.i_wd] = engine.watchdog.trips
+        if status[self.i_stop]:
+            self.loop.request_stop("signal")
+        if run.orphaned():
+            self.loop.request_stop("parent_died")
+        for d in run.drivers:
+            if not d.check_alive() and f"{d.index}:{d.name}" not in self.lost_drivers:
+                self.lost_drivers.append(f"{d.index}:{d.name}")
+                _say(f"driver {d.index}:{d.name}: its link process died; its stimulation is set to zero")
+        rec = run.recording
+        if rec is not None and not rec.check(tick):
+            stop = rec.on_failure == "stop"
+            _say(f"recording {rec.path} failed at tick {tick}: {rec.failure}; "
+                 + ("stopping the run" if stop else "the run goes on unrecorded (on_failure = continue)"))
+            if stop:
+                self.loop.request_stop("recording_failed")
+        if run.metrics is not None and rec is not None:
+            for name, n in rec.unwritten().items():
+                run.metrics.unwritten[name].set(n)
+
+
+class RealtimeRun:
+    """Everything the real-time process owns for one run, built in order and released in reverse."""
+
+    def __init__(self, spec: RtSpec, status) -> None:
+        self.spec, self.status = spec, status
+        self.parent_pid = spec.parent_pid or os.getppid()
+        self.drivers, self.recording, self.metrics, self.block = [], None, None, None
+        self.engine = self.model = self.cfg = self.loop = None
+        self.stop_before_start = False      # SIGTERM during warm-up
+        self.ports_written = False
+
+    def orphaned(self) -> bool:
+        return os.getppid() != self.parent_pid
+
+    def request_stop(self, *_) -> None:
+        """SIGTERM (from the supervisor, or PR_SET_PDEATHSIG when it died)."""
+        reason = "parent_died" if self.orphaned() else "signal"
+        if self.loop is None:
+            self.stop_before_start = True
+        else:
+            self.loop.request_stop(reason)
+
+    def build(self) -> None:
+        import multiprocessing as mp
+
+        from hil.config import load_service_config
+        from hil.loop import RealtimeLoop, Sinks
+
+        self.status[service.STATUS_FIELDS.index("state")] = service.STATE_WARMING
+        self.cfg = cfg = load_service_config(self.spec.config_path)
+        self.n_ticks = service.ticks_for(self.spec.duration_s, cfg.loop.period_s)
+        self.model, self.engine, self.drivers = service.build_engine(cfg)
+        self.engine.warmup()
+        loop = RealtimeLoop(self.engine, self.drivers, cfg.loop, Sinks())
+        if self.spec.metrics_shm:
+            self._attach_metrics(loop)
+        if self.spec.record_path:
+            self.recording = Recording(self.spec.record_path, service.recording_header(cfg, self.model, self.engine),
+                                       loop.record.dtype, mp.get_context("spawn"), cfg.recording.on_failure)
+            loop.sinks.tick_ring = self.recording.rings["ticks"]
+            loop.sinks.command_ring = self.recording.rings["commands"]
+        self.loop = loop
+
+    def _attach_metrics(self, loop) -> None:
+        from hil.metrics import LoopMetrics, MetricsBlock, MetricsSchema, default_schema
+
+        names = service.driver_names(self.cfg)
+        self.block = MetricsBlock.attach(self.spec.metrics_shm,
+                                         MetricsSchema(default_schema(names, list(REJECT_REASONS))))
+        self.metrics = loop.sinks.metrics = LoopMetrics(self.block, names, REJECT_REASONS, self.cfg.loop.period_s,
+                                                        self.drivers)
+
+    def run(self) -> dict:
+        """Announce the ports, run the loop, finish the recording; the summary dict."""
+        if self.stop_before_start:
+            raise RunAborted("stopped by a signal during warm-up")
+        service.announce_ports(self.drivers, self.spec.port_file)
+        self.ports_written = bool(self.spec.port_file)
+        self.status[service.STATUS_FIELDS.index("state")] = service.STATE_RUNNING
+        health = HealthCheck(self, self.loop, self.status)
+        cpu0, wall0 = time.process_time(), time.monotonic()
+        summary = self.loop.run(self.n_ticks, progress=health)
+        cpu_s, wall_s = time.process_time() - cpu0, time.monotonic() - wall0
+        for name, value in (("ticks", summary.ticks), ("deadline_misses", summary.deadline_misses),
+                            ("max_lateness_s", summary.max_lateness_s)):
+            self.status[service.STATUS_FIELDS.index(name)] = value
+        driver_stats = {}
+        for d in self.drivers:      # links stop before the recording closes: nothing more comes in
+            d.check_alive()
+            driver_stats[f"{d.index}:{d.name}"] = d.stats
+            d.shutdown()
+        unwritten = self.recording.finish() if self.recording is not None else {}
+        if self.metrics is not None:
+            for name, n in unwritten.items():
+                self.metrics.unwritten[name].set(n)
+        return service.run_summary(self, summary, driver_stats, health.lost_drivers, unwritten, cpu_s, wall_s)
+
+    def close(self) -> None:
+        """Stop and release everything (idempotent; also after errors and when orphaned)."""
+        for d in self.drivers:
+            d.shutdown()
+        if self.recording is not None:
+            if not self.recording.finished:
+                self.recording.finish(5.0 if self.orphaned() else 30.0)
+            self.recording.release()
+            self.recording = None
+        if self.block is not None:
+            self.block.owner = self.block.owner or self.orphaned()   # nobody else is left to unlink it
+            self.block.release()
+            self.block = None
+        if self.ports_written and self.orphaned():
+            with contextlib.suppress(OSError):
+                os.unlink(self.spec.port_file)
+
+
+class RunAborted(Exception):
+    """The run was stopped before its loop started."""
+
+
+def rt_main(spec: RtSpec, status, result_queue) -> None:
+    """Target of the real-time process: build, warm up, run, report a summary dict on the queue."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor decides when to stop
+    run = RealtimeRun(spec, status)
+    signal.signal(signal.SIGTERM, run.request_stop)
+    if not die_with_parent(run.parent_pid, name="hil-rt"):
+        return
+    try:
+        run.build()
+        result = run.run()
+        status[service.STATUS_FIELDS.index("state")] = service.STATE_DONE
+    except Exception as exc:  # reported to the supervisor, which prints it and sets the exit code
+        status[service.STATUS_FIELDS.index("state")] = service.STATE_FAILED
+        result = service.error_summary(exc, traceback.format_exc())
+    finally:
+        run.close()
+    if not run.orphaned():
+        result_queue.put(result)
