@@ -146,3 +146,5 @@ def close_shared_memory(shm: shared_memory.SharedMemory, owner: bool) -> None:
             shm.unlink()
         except FileNotFoundError:
             pass
+        except (BrokenPipeError, ConnectionError):   # unlinked; only the resource tracker was gone
+            pass

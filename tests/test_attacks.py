@@ -4,6 +4,7 @@ a real CAN bus emulation, real files), and checks the behaviour the README's "Sa
 table promises."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -113,6 +114,21 @@ def serial_config(config_over, extra: str = "", metrics_port: int | None = None)
         """ + extra)
 
 
+@contextlib.contextmanager
+def serial_run(tmp_path: Path, cfg: Path, duration: float, channel: int = BICEPS + 1):
+    """``hil run`` of a serial config and a raw client that has set up a list of one channel (1-based);
+    yields (process, client, recording) once the loop runs; the client is closed on the way out."""
+    rec, ports_file = tmp_path / "run.hilrec", tmp_path / "ports.json"
+    proc = start_hil("run", "--config", cfg, "--duration", duration, "--json", "--record", rec, "--port-file", ports_file)
+    client = RawStimulatorClient(wait_for_file(ports_file, proc)["0:sciencemode2"]["stimulator"])
+    try:
+        client.connect(channel)
+        wait_for_ticks(rec)
+        yield proc, client, rec
+    finally:
+        client.close()
+
+
 class RawStimulatorClient:
     """A ScienceMode2 client written byte by byte on the emulated stimulator's pty; a thread reads and
     parses the replies so the pty never fills."""
@@ -164,23 +180,12 @@ class RawStimulatorClient:
 def test_overflow_burst_keeps_every_accepted_command_and_replays(tmp_path, config_over):
     """Hundreds of garbage bytes plus a valid update and a watchdog frame in one write land in one tick:
     the link counts the garbage, every accepted command is recorded, and the run replays bit-identically."""
-    cfg = serial_config(config_over)
-    rec, ports_file = tmp_path / "run.hilrec", tmp_path / "ports.json"
-    proc = start_hil("run", "--config", cfg, "--duration", "5", "--json", "--record", rec, "--port-file", ports_file)
-    client = RawStimulatorClient(wait_for_file(ports_file, proc)["0:sciencemode2"]["stimulator"])
     rng = random.Random(12)
-    garbage = 0
-    try:
-        client.connect(4)
-        time.sleep(0.1)
+    with serial_run(tmp_path, serial_config(config_over), 5, channel=4) as (proc, client, rec):
         for i in range(24):
-            n = rng.randint(260, 480)
-            client.tty.write(b"\xf0\x00" * n + client.start(10 + i) + client.watchdog())
-            garbage += n
+            client.tty.write(b"\xf0\x00" * rng.randint(260, 480) + client.start(10 + i) + client.watchdog())
             time.sleep(0.1)
-        out, err = proc.communicate(timeout=120)
-    finally:
-        client.close()
+    out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
     summary = json.loads(out)
     cmds = RecordingReader(rec).read("commands")
@@ -385,20 +390,13 @@ def test_watchdog_frame_after_a_serial_watchdog_trip_does_not_switch_stimulation
         [safety]
         watchdog_timeout_ms = 300
         """)
-    rec, ports_file = tmp_path / "run.hilrec", tmp_path / "ports.json"
-    proc = start_hil("run", "--config", cfg, "--duration", "3", "--json", "--record", rec, "--port-file", ports_file)
-    client = RawStimulatorClient(wait_for_file(ports_file, proc)["0:sciencemode2"]["stimulator"])
-    try:
-        client.connect(BICEPS + 1)
-        wait_for_ticks(rec)
+    with serial_run(tmp_path, cfg, 3) as (proc, client, rec):
         client.tty.write(client.start(70))
         time.sleep(0.8)                                          # silent: the loop's watchdog trips
         for _ in range(15):
             client.tty.write(client.watchdog())
             time.sleep(0.05)
-        out, err = proc.communicate(timeout=120)
-    finally:
-        client.close()
+    out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
     assert json.loads(out)["watchdog_trips"] >= 1
     _check_zero_after_trip(rec)
@@ -414,20 +412,13 @@ def test_reject_flood_reaches_the_loop_as_counts_per_tick(tmp_path, config_over)
         [loop]
         period_ms = 1.0
         """)
-    rec, ports_file = tmp_path / "run.hilrec", tmp_path / "ports.json"
-    proc = start_hil("run", "--config", cfg, "--duration", "3", "--json", "--record", rec, "--port-file", ports_file)
-    client = RawStimulatorClient(wait_for_file(ports_file, proc)["0:sciencemode2"]["stimulator"])
-    try:
-        client.connect(BICEPS + 1)
-        wait_for_ticks(rec)
-        rng = random.Random(7)
+    rng = random.Random(7)
+    with serial_run(tmp_path, cfg, 3) as (proc, client, rec):
         t_end = time.monotonic() + 1.5
         while time.monotonic() < t_end:
             client.tty.write(bytes(rng.getrandbits(8) for _ in range(2000)) + b"\xf0\x00" * 500)
             client.tty.write(client.watchdog())
-        out, err = proc.communicate(timeout=120)
-    finally:
-        client.close()
+    out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
     summary = json.loads(out)
     cmds, ticks = RecordingReader(rec).read("commands"), RecordingReader(rec).read("ticks")
@@ -446,19 +437,11 @@ def test_reject_flood_reaches_the_loop_as_counts_per_tick(tmp_path, config_over)
 def test_killed_link_is_detected_zeroes_its_stimulation_and_is_reported(tmp_path, config_over):
     """The serial watchdog (2.5 s) is longer than the rest of the run: only the detection of the dead link
     can switch the 70 mA off."""
-    cfg = serial_config(config_over)
-    rec, ports_file = tmp_path / "run.hilrec", tmp_path / "ports.json"
-    proc = start_hil("run", "--config", cfg, "--duration", "3", "--json", "--record", rec, "--port-file", ports_file)
-    client = RawStimulatorClient(wait_for_file(ports_file, proc)["0:sciencemode2"]["stimulator"])
-    try:
-        client.connect(BICEPS + 1)
-        wait_for_ticks(rec)
+    with serial_run(tmp_path, serial_config(config_over), 3) as (proc, client, rec):
         client.tty.write(client.start(70))
         time.sleep(0.3)
         os.kill(wait_for_process(proc.pid, "hil-link-0"), signal.SIGKILL)
-        out, err = proc.communicate(timeout=120)
-    finally:
-        client.close()
+    out, err = proc.communicate(timeout=120)
     assert proc.returncode == 5, err
     lines = red_lines(err)
     assert len(lines) == 1 and "0:sciencemode2" in lines[0] and "died" in lines[0] and "Traceback" not in err, err
@@ -489,15 +472,22 @@ def _metric(text: str, name: str) -> float:
     return float(next(line.split()[-1] for line in text.splitlines() if line.startswith(name + " ")))
 
 
-def test_killed_exporter_is_restarted_and_counted(tmp_path, config_over):
+def run_with_metrics(tmp_path: Path, config_over, duration: float):
+    """``hil run`` of the elbow-hold config with metrics on a free port; (process, port, exporter pid) once
+    the loop runs."""
     port = _free_port()
     cfg = config_over("elbow-hold.toml", f"""
         [metrics]
         port = {port}
         """)
-    proc = start_hil("run", "--config", cfg, "--duration", "5", "--json", "--record", tmp_path / "run.hilrec")
+    proc = start_hil("run", "--config", cfg, "--duration", duration, "--json", "--record", tmp_path / "run.hilrec")
     exporter = wait_for_process(proc.pid, "hil-exporter")
     wait_for_ticks(tmp_path / "run.hilrec")
+    return proc, port, exporter
+
+
+def test_killed_exporter_is_restarted_and_counted(tmp_path, config_over):
+    proc, port, exporter = run_with_metrics(tmp_path, config_over, 5)
     os.kill(exporter, signal.SIGKILL)
     t_end, text = time.monotonic() + 20, None
     while text is None or "hil_exporter_restarts_total" not in text:
@@ -517,14 +507,7 @@ def test_killed_exporter_is_restarted_and_counted(tmp_path, config_over):
 
 def test_exporter_that_cannot_be_restarted_is_reported_and_exits_5(tmp_path, config_over):
     import socket
-    port = _free_port()
-    cfg = config_over("elbow-hold.toml", f"""
-        [metrics]
-        port = {port}
-        """)
-    proc = start_hil("run", "--config", cfg, "--duration", "4", "--json", "--record", tmp_path / "run.hilrec")
-    exporter = wait_for_process(proc.pid, "hil-exporter")
-    wait_for_ticks(tmp_path / "run.hilrec")
+    proc, port, exporter = run_with_metrics(tmp_path, config_over, 4)
     squatter = socket.socket()
     os.kill(exporter, signal.SIGKILL)
     t_end = time.monotonic() + 5

@@ -157,6 +157,7 @@ def test_replay_detects_a_tampered_frame(tmp_path):
 @pytest.mark.parametrize("how", ["sigterm_supervisor", "sigkill_realtime"])
 def test_recording_survives_termination(tmp_path, how):
     rec = tmp_path / "run.hilrec"
+    started = time.time()
     proc = subprocess.Popen([sys.executable, "-m", "hil", "run", "--config", str(REPO / "configs/elbow-hold.toml"),
                              "--record", str(rec)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
@@ -172,12 +173,13 @@ def test_recording_survives_termination(tmp_path, how):
         rep = hil("replay", rec, "--json")
         assert json.loads(rep.stdout)["identical"]
     else:
-        rt = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
-        assert rt, "no real-time process found"
-        for pid in rt:
-            os.kill(int(pid), signal.SIGKILL)
+        rt = subprocess.run(["pgrep", "-P", str(proc.pid), "-x", "hil-rt"], capture_output=True, text=True).stdout.split()
+        assert len(rt) == 1, "no real-time process found"
+        os.kill(int(rt[0]), signal.SIGKILL)
         proc.wait(60)
         time.sleep(1.0)  # the recorder drains and closes after noticing its parent died
+        assert not any(p.name.startswith("psm_") and p.stat().st_mtime > started for p in Path("/dev/shm").iterdir()), \
+            "the recorder left its rings behind"
         rd = RecordingReader(rec)
         n = len(rd.read("ticks"))
         assert n > 100
