@@ -1,4 +1,3 @@
-"""Stimulator and bus transports for the HIL testbed.
-
-Empty for now: the CAN, serial and loopback transports arrive with later issues.
-"""
+"""Controller transports and the contract between them and the loop: the driver interface (``base``),
+frame, status bits and command log (``contract``), the shared-memory ring and helper processes, the
+loopback controllers, CAN, the emulated RehaStim2 (ScienceMode2) and the sensor stream."""

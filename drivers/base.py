@@ -1,62 +1,46 @@
 """The driver interface every controller transport implements (after python-can's ``BusABC``).
 
-A driver connects one external (or in-process) controller to the HIL loop:
+A driver connects one external (or in-process) controller to the HIL loop. Its rules:
 
-- :meth:`Driver.fetch` is called once per tick, never blocks, and hands every command that arrived since
-  the last call to the loop's :class:`CommandSink` (parsed, with its receive time). Malformed transport
-  frames are reported with :meth:`CommandSink.reject` and a short reason; they never raise.
-- :meth:`Driver.publish` sends the tick's sensor frame back (non-blocking; drops and counts on overflow).
-- :meth:`Driver.shutdown` is idempotent; ``__del__`` warns only about drivers that finished ``__init__``.
+1. :meth:`Driver.parse_config` is pure: it validates the driver's config table against the
+   :class:`DriverContext` and returns a spec; it opens no device, port, bus or process (it may read the
+   files the table names, e.g. a DBC or a schedule). ``hil check-config`` stops here.
+2. :meth:`Driver.open` turns a spec into a running driver: it opens the transport (and starts a link
+   process where I/O blocks). Constructing an endpoint opens nothing; ``open`` does.
+3. :meth:`Driver.fetch` is called once per tick, never blocks, and hands every command that arrived
+   since the last call to the loop's :class:`CommandSink`, with its receive time. Malformed transport
+   frames are counted by reason (:meth:`CommandSink.rejects`); fetch never raises.
+4. :meth:`Driver.publish` sends the tick's sensor frame back; it never blocks (drops and counts on
+   overflow).
+5. :meth:`Driver.shutdown` is idempotent; ``__del__`` warns only about drivers that finished ``__init__``.
+6. A driver knows the run only through its :class:`DriverContext` (model sizes and names, channels,
+   period, scheduling), never the engine.
 
 Validation against stimulation limits, latching (zero-order hold), the watchdog, recording and metrics
 live in the loop's sink, so every transport behaves the same. Backends are registered by name in
-:data:`DRIVERS` and imported only when chosen.
+:data:`DRIVERS` (imported only when chosen); third-party packages register theirs under the entry-point
+group :data:`ENTRY_POINT_GROUP` (``name = "package.module:DriverClass"``).
 """
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import warnings
 from abc import ABC, abstractmethod
-from typing import Protocol
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import numpy as np
 
-# Command kinds (recorded in the command log)
-KIND_CHANNEL = 1     # values = (pulse width us, amplitude mA, frequency Hz, pulse mode 1..3)
-KIND_EXCITATION = 2  # index = muscle element (or group, negative: -1 - group index); values[0] = u
-KIND_HEARTBEAT = 3
-KIND_REJECTS = 0      # frames a transport rejected: status = reason code, values[0] = how many (>= 1)
-KIND_DRIVER_LOST = 4  # the driver's transport died: what it latched was set to zero at this tick
-
-COMMAND_DTYPE = np.dtype([
-    ("tick", "<i8"),        # tick at which the command was latched
-    ("receive_ns", "<i8"),  # CLOCK_MONOTONIC receive time
-    ("driver", "<u2"),      # index of the driver in the run's driver list
-    ("kind", "u1"),
-    ("status", "u1"),       # 0 accepted, else a REJECT_REASONS index + 1
-    ("index", "<i2"),       # channel or muscle index (-1: none)
-    ("values", "<f8", (4,)),
-])
-
-
-#: Why a command was not applied as sent (recorded as status = index + 1, counted per driver and reason).
-#: Append only: recordings store this list in their header.
-REJECT_REASONS = ("pulse_width_limit", "amplitude_limit", "frequency_limit", "mode_not_allowed",
-                  "non_finite", "unknown_channel", "unknown_muscle", "bad_frame", "bad_checksum",
-                  "bad_length", "unknown_id", "stale_counter", "wrong_mode", "excitation_clipped",
-                  "duplicate_counter", "out_of_range", "unknown_command")
+from sim.errors import UserInputError
 
 
 class DriverError(Exception):
     """Base class of driver errors."""
 
 
-class DriverInitializationError(DriverError):
+class DriverInitializationError(UserInputError, DriverError):
     """The transport could not be opened (bad port, missing interface, ...)."""
-
-
-class DriverOperationError(DriverError):
-    """The transport failed while running (device unplugged, ...)."""
 
 
 class CommandSink(Protocol):
@@ -78,6 +62,28 @@ class CommandSink(Protocol):
     def driver_lost(self, driver: int, receive_ns: int) -> None: ...
 
 
+@dataclass(frozen=True)
+class DriverContext:
+    """What a driver may know of the run (rule 6): built once from the config and the model."""
+    index: int                          # the driver's place in the run's driver list
+    file: str | None                    # the config file, for error messages
+    base_dir: str                       # relative file names in the driver's table are relative to this
+    period_s: float
+    dof_names: tuple[str, ...]
+    muscle_names: tuple[str, ...]
+    group_names: tuple[str, ...]        # muscle groups, in the order group excitations index them
+    channel_names: tuple[str, ...]      # stimulation channels ([[stimulation.channel]]); () in direct mode
+    frame_dtype: Any                    # numpy dtype of the sensor frame
+    loop_sched_fifo: bool = False
+    loop_priority: int = 0
+    loop_cpu: int | None = None
+
+    @property
+    def key(self) -> str:
+        """The driver's table in error messages, e.g. ``driver[1]``."""
+        return f"driver[{self.index}]"
+
+
 class Driver(ABC):
     """Base class of all transports. Subclasses call ``super().__init__()`` last."""
 
@@ -93,6 +99,17 @@ class Driver(ABC):
         self.frames_published = 0
         self.publish_dropped = 0
         self._is_shutdown = False
+
+    @classmethod
+    def parse_config(cls, table: dict, ctx: DriverContext):
+        """Rule 1: the validated spec of a ``[[driver]]`` table (ConfigError naming the key if invalid)."""
+        raise NotImplementedError(f"{cls.__name__} has no parse_config")
+
+    @classmethod
+    def open(cls, spec, ctx: DriverContext) -> "Driver":
+        """Rule 2: a running driver from a spec of :meth:`parse_config` (DriverInitializationError if the
+        transport cannot be opened)."""
+        raise NotImplementedError(f"{cls.__name__} has no open")
 
     @abstractmethod
     def fetch(self, tick: int, now_ns: int, sink: CommandSink) -> None:
@@ -146,14 +163,26 @@ DRIVERS: dict[str, tuple[str, str]] = {
     "can": ("drivers.can", "CanDriver"),
     "sciencemode2": ("drivers.serial_stim", "ScienceModeDriver"),
 }
+#: entry-point group of third-party drivers (``[project.entry-points."fes_hil.drivers"]``)
+ENTRY_POINT_GROUP = "fes_hil.drivers"
+
+
+def driver_names() -> list[str]:
+    """Every driver a config may name: the built-in ones and those registered as entry points."""
+    return sorted(set(DRIVERS) | {ep.name for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)})
 
 
 def driver_class(name: str) -> type[Driver]:
     """The driver class registered as ``name`` (imported on demand)."""
-    try:
-        module, cls = DRIVERS[name]
-    except KeyError:
-        raise ValueError(f"unknown driver {name!r}; available: {', '.join(sorted(DRIVERS))}") from None
+    if name not in DRIVERS:
+        found = [ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP) if ep.name == name]
+        if not found:
+            raise ValueError(f"unknown driver {name!r}; available: {', '.join(driver_names())}")
+        try:
+            return found[0].load()
+        except Exception as exc:      # a broken plug-in is the user's input, not our bug
+            raise DriverInitializationError(f"driver {name!r} ({found[0].value}) cannot be loaded: {exc}") from exc
+    module, cls = DRIVERS[name]
     try:
         return getattr(importlib.import_module(module), cls)
     except ImportError as exc:

@@ -27,11 +27,21 @@ import time
 
 import numpy as np
 
+from drivers.base import DriverContext
 from drivers.can_dbc import FRAME_ID_EXCITATION, FRAME_ID_GROUP, FRAME_ID_HEARTBEAT, FRAME_ID_STATUS, FRAME_ID_STIM
 from drivers.can_feedback import FeedbackSet
-from hil.sensor import frame_dtype
-from sim.config import ConfigTable, unknown_name
-from drivers.link import link_settings, AUX_FRAMES_OUT, AUX_SEND_ERRORS, Inbound, LinkDriver, LinkEndpoint
+from drivers.config_table import ConfigTable
+from drivers.contract import frame_dtype
+from drivers.link import (
+    AUX_FRAMES_OUT,
+    AUX_SEND_ERRORS,
+    Inbound,
+    LinkDriver,
+    LinkEndpoint,
+    LinkSpec,
+    link_scheduling_keys,
+)
+from sim.config import unknown_name
 
 CONTROLLER_ID_BASE, CONTROLLER_ID_MASK = 0x200, 0x700
 FEEDBACK_MESSAGES = ("HIL_Status", "HIL_JointAngle", "HIL_JointVelocity", "HIL_Arm", "HIL_Force")
@@ -213,39 +223,51 @@ class CanDriver(LinkDriver):
     name = "can"
 
     @classmethod
-    def from_config(cls, spec: dict, engine, index: int, base_dir: str, file: str | None = None, loop=None) -> "CanDriver":
-        t = ConfigTable(spec, f"driver[{index}]", file)
+    def parse_config(cls, table: dict, ctx: DriverContext) -> LinkSpec:
+        t = ConfigTable(table, ctx.key, ctx.file)
         t.get("type")
         interface = t.string("interface", "udp_multicast")
-        from can.interfaces import VALID_INTERFACES     # python-can's built-in and plug-in interfaces
+        from can.interfaces import VALID_INTERFACES  # python-can's built-in and plug-in interfaces
         if interface not in VALID_INTERFACES:
             raise t.error("interface", unknown_name("python-can interface", interface, VALID_INTERFACES))
         dbc = t.string("dbc", DEFAULT_DBC)
-        dbc_path = dbc if os.path.isabs(dbc) else os.path.join(base_dir, dbc)
+        dbc_path = dbc if os.path.isabs(dbc) else os.path.join(ctx.base_dir, dbc)
         if not os.path.isfile(dbc_path):
             raise t.error("dbc", f"DBC file {dbc_path} not found")
-        bus_kwargs = t.table("bus", "python-can Bus arguments")
-        if isinstance(bus_kwargs.get("protocol"), str):      # e.g. the virtual bus: protocol = "CAN_FD"
-            import can
-            names = [p.name for p in can.CanProtocol]
-            if bus_kwargs["protocol"] not in names:
-                raise t.error("bus", f"protocol must be one of {', '.join(names)}, not {bus_kwargs['protocol']!r}")
-            bus_kwargs = {**bus_kwargs, "protocol": can.CanProtocol[bus_kwargs["protocol"]]}
-        feedback = t.strings("feedback", FEEDBACK_MESSAGES, FEEDBACK_MESSAGES + FD_MESSAGES)
-        if not feedback:
-            raise t.error("feedback", "needs at least one message (the controller's tick and echo counter)")
-        twice = sorted({m for m in feedback if feedback.count(m) > 1})
-        if twice:
-            raise t.error("feedback", f"lists {', '.join(twice)} more than once (each would be sent twice a tick)")
         args = dict(interface=interface, channel=t.get("channel"), dbc_path=dbc_path,
-                    muscle_names=list(engine.plant.model.muscle_names),
-                    bus_kwargs=bus_kwargs,
-                    feedback=feedback,
+                    muscle_names=list(ctx.muscle_names), bus_kwargs=_bus_arguments(t), feedback=_feedback_set(t),
                     feedback_every=t.integer("feedback_every", 1, 1, 1_000_000),
                     counter_reset_s=t.number("counter_reset_s", 0.5, 0.0, 60.0, lo_exclusive=True,
                                              why="a restarted controller's frames may be refused as stale "
                                                  "this long"))
-        priority, loop_cpu = link_settings(t, loop)
+        priority, loop_cpu = link_scheduling_keys(t, ctx)
         t.done()
-        return cls(CanEndpoint, args, engine.sensor.dtype, index=index, priority=priority, loop_cpu=loop_cpu,
-                   group_names=tuple(engine.groups))
+        return LinkSpec(args, priority, loop_cpu)
+
+    @classmethod
+    def open(cls, spec: LinkSpec, ctx: DriverContext) -> "CanDriver":
+        return cls(CanEndpoint, spec.endpoint_args, ctx.frame_dtype, index=ctx.index, priority=spec.priority,
+                   loop_cpu=spec.loop_cpu, group_names=ctx.group_names)
+
+
+def _bus_arguments(t: ConfigTable) -> dict:
+    """``[driver.bus]``: python-can Bus keyword arguments; ``protocol`` by name (e.g. "CAN_FD")."""
+    bus_kwargs = t.table("bus", "python-can Bus arguments")
+    if isinstance(bus_kwargs.get("protocol"), str):      # e.g. the virtual bus: protocol = "CAN_FD"
+        import can
+        names = [p.name for p in can.CanProtocol]
+        if bus_kwargs["protocol"] not in names:
+            raise t.error("bus", f"protocol must be one of {', '.join(names)}, not {bus_kwargs['protocol']!r}")
+        bus_kwargs = {**bus_kwargs, "protocol": can.CanProtocol[bus_kwargs["protocol"]]}
+    return bus_kwargs
+
+
+def _feedback_set(t: ConfigTable) -> tuple[str, ...]:
+    """``feedback``: the feedback messages sent every tick, each once."""
+    feedback = t.strings("feedback", FEEDBACK_MESSAGES, FEEDBACK_MESSAGES + FD_MESSAGES)
+    if not feedback:
+        raise t.error("feedback", "needs at least one message (the controller's tick and echo counter)")
+    twice = sorted({m for m in feedback if feedback.count(m) > 1})
+    if twice:
+        raise t.error("feedback", f"lists {', '.join(twice)} more than once (each would be sent twice a tick)")
+    return feedback

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from drivers.contract import STATUS_BITS
+
 FRAME_ID_STIM = 0x200
 FRAME_ID_EXCITATION = 0x210
 FRAME_ID_GROUP = 0x211
@@ -44,11 +46,13 @@ EXCITATION_RESOLUTION = 1.0 / 250.0
 DOFS_PER_FRAME = 3
 CONTROLLER, PLANT = "CTRL", "HIL"
 
-#: status byte of HIL_Status: the sensor frame's STATUS_* bits 0..5, then the two contact flags
-STATUS_SIGNALS = ("watchdog", "gh_unstable", "overrun", "rom_alarm", "gh_zeroed", "stopping",
-                  "ts_contact", "ai_contact")
-#: the sensor frame's STATUS_* bits from 6 on, in HIL_Status from bit 48 (after echo_counter)
-STATUS_SIGNALS_HIGH = ("rom_zeroed",)
+#: bits of the status byte of HIL_Status taken by the sensor frame's status bits (the other two carry the
+#: contact flags)
+STATUS_BYTE_BITS = 6
+#: status byte of HIL_Status: the sensor frame's first STATUS_BYTE_BITS status bits, then the contact flags
+STATUS_SIGNALS = tuple(name for name, _ in STATUS_BITS[:STATUS_BYTE_BITS]) + ("ts_contact", "ai_contact")
+#: the sensor frame's later status bits, in HIL_Status from bit 48 (after echo_counter)
+STATUS_SIGNALS_HIGH = tuple(name for name, _ in STATUS_BITS[STATUS_BYTE_BITS:])
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,9 @@ once from the cantools messages when the link opens:
   found by name, the values of a block by position (block b of a multiplexed message carries values
   3b..3b+2 of its sensor arrays in DBC signal order; ``HIL_SensorFD`` carries q, q̇, TH angles in order).
 
-:meth:`FeedbackSet.pack` encodes the whole set in one numba kernel call (≈ 8 µs a set with the value
-vector) instead of one cantools ``Message.encode`` per frame (≈ 13 µs a frame with the signal
-dictionaries, 14 frames a tick at 250 Hz): every field is saturated to its DBC range and to its bit
+:meth:`FeedbackSet.pack` encodes the whole set in one numba kernel call instead of one cantools
+``Message.encode`` per frame, each with its signal dictionary (README "Dependencies" has the timings):
+every field is saturated to its DBC range and to its bit
 width, scaled as cantools does (``round((value - offset) / scale)``, half to even), masked, shifted
 into 64-bit little-endian words and OR-ed per word. The bytes are the same as cantools'
 (``tests/test_can.py`` checks random frames).
@@ -28,10 +28,10 @@ import numpy as np
 from numba import njit
 
 from drivers.can_dbc import STATUS_SIGNALS, STATUS_SIGNALS_HIGH
+from drivers.contract import STATUS_BITS
 
-#: sensor-frame bits of the status signals (``hil.sensor`` STATUS_*): the first six, then rom_zeroed
-_STATUS_BITS = {**{n: b for b, n in enumerate(STATUS_SIGNALS[:6])},
-                **{n: b for b, n in enumerate(STATUS_SIGNALS_HIGH, start=6)}}
+#: sensor-frame bit of each status signal (``drivers.contract.STATUS_BITS``)
+_STATUS_BITS = {name: bit for bit, (name, _) in enumerate(STATUS_BITS)}
 _CONTACTS = ("ts_contact", "ai_contact")
 _SCALARS = ("tick", "tick8", "echo_counter", *_STATUS_BITS, *_CONTACTS)
 #: the sensor-frame arrays the feedback messages carry
@@ -53,7 +53,7 @@ class FeedbackSet:
     """Fields of every frame of a feedback set and their packer (see the module docstring).
 
     ``messages``: the cantools messages in send order; ``frame_dtype``: the sensor frame's
-    (``hil.sensor.frame_dtype()``); ``source``: the DBC's name for error messages. Raises ValueError when
+    (``drivers.contract.frame_dtype()``); ``source``: the DBC's name for error messages. Raises ValueError when
     a message's signals are not exactly the ones this version fills (a DBC from another version)."""
 
     def __init__(self, messages, frame_dtype: np.dtype, source: str = "the DBC") -> None:

@@ -1,7 +1,7 @@
 """External transports run their blocking I/O in a link process, never in the real-time process.
 
 Platform facts: on CPython the GIL, not the sleep, breaks deadlines, so a thread that blocks on a serial
-port or a CAN socket, parses, decodes with cantools (≈ 6 µs a message) or spin-waits must not share
+port or a CAN socket, parses, decodes with cantools or spin-waits must not share
 the interpreter lock with the tick. A :class:`LinkDriver` (the loop side, a :class:`drivers.base.Driver`)
 therefore starts one **link process** per transport and talks to it through shared memory only:
 
@@ -42,22 +42,21 @@ import sys
 import threading
 import time
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 
 import numpy as np
 
-from drivers.base import (KIND_CHANNEL, KIND_EXCITATION, KIND_HEARTBEAT, KIND_REJECTS, REJECT_REASONS, CommandSink,
-                          Driver, DriverInitializationError)
+from drivers.base import CommandSink, Driver, DriverInitializationError
+from drivers.contract import KIND_CHANNEL, KIND_EXCITATION, KIND_HEARTBEAT, REJECT_REASONS
 from drivers.process import die_with_parent
-from hil.shm_ring import ShmRing
-
-KIND_REJECT = KIND_REJECTS   # records of this kind are no longer pushed: rejects are counted in aux
+from drivers.shm_ring import ShmRing
 
 #: One command (or rejection) from a transport, as the link hands it to the loop.
 LINK_RECORD = np.dtype([
     ("receive_ns", "<i8"),    # CLOCK_MONOTONIC when the frame was read (link process)
     ("seq", "<i4"),           # transport sequence number (CAN counter, ScienceMode COUNTER), -1: none
-    ("kind", "u1"),           # KIND_REJECT / KIND_CHANNEL / KIND_EXCITATION / KIND_HEARTBEAT
-    ("reason", "u1"),         # KIND_REJECT: index into drivers.base.REJECT_REASONS
+    ("kind", "u1"),           # KIND_CHANNEL / KIND_EXCITATION / KIND_HEARTBEAT (rejects are counted in aux)
+    ("pad", "u1"),             # keeps index 2-byte aligned
     ("index", "<i2"),         # channel (0-based, the loop's channel list) or muscle element
     ("values", "<f8", (4,)),  # channel: pw us, amp mA, freq Hz, mode; excitation: u
 ])
@@ -65,9 +64,9 @@ LINK_RECORD = np.dtype([
 #: The same bytes as :data:`LINK_RECORD` with the four values as scalar fields: ``.item(i)`` of a view
 #: with this dtype gives one tuple of Python numbers per record (one numpy call instead of one per field).
 _LINK_RECORD_FLAT = np.dtype({
-    "names": ["receive_ns", "seq", "kind", "reason", "index", "v0", "v1", "v2", "v3"],
-    "formats": ["<i8", "<i4", "u1", "u1", "<i2", "<f8", "<f8", "<f8", "<f8"],
-    "offsets": [LINK_RECORD.fields[f][1] for f in ("receive_ns", "seq", "kind", "reason", "index")]
+    "names": ["receive_ns", "seq", "kind", "index", "v0", "v1", "v2", "v3"],
+    "formats": ["<i8", "<i4", "u1", "<i2", "<f8", "<f8", "<f8", "<f8"],
+    "offsets": [LINK_RECORD.fields[f][1] for f in ("receive_ns", "seq", "kind", "index")]
     + [LINK_RECORD.fields["values"][1] + 8 * k for k in range(4)],
     "itemsize": LINK_RECORD.itemsize})
 
@@ -100,27 +99,27 @@ class Inbound:
         self._rec = np.zeros(1, LINK_RECORD)
         self._reason = {r: i for i, r in enumerate(REJECT_REASONS)}
 
-    def _push(self, receive_ns: int, seq: int, kind: int, reason: int, index: int,
+    def _push(self, receive_ns: int, seq: int, kind: int, index: int,
               v0: float = 0.0, v1: float = 0.0, v2: float = 0.0, v3: float = 0.0) -> None:
         r = self._rec[0]
-        r["receive_ns"], r["seq"], r["kind"], r["reason"], r["index"] = receive_ns, seq, kind, reason, index
+        r["receive_ns"], r["seq"], r["kind"], r["index"] = receive_ns, seq, kind, index
         r["values"] = (v0, v1, v2, v3)
         self.ring.push(self._rec)
 
     def channel(self, receive_ns: int, seq: int, channel: int, pulse_width_us: float, amplitude_ma: float,
                 frequency_hz: float, mode: int) -> None:
-        self._push(receive_ns, seq, KIND_CHANNEL, 0, channel, pulse_width_us, amplitude_ma, frequency_hz, mode)
+        self._push(receive_ns, seq, KIND_CHANNEL, channel, pulse_width_us, amplitude_ma, frequency_hz, mode)
 
     def excitation(self, receive_ns: int, seq: int, muscle: int, value: float) -> None:
-        self._push(receive_ns, seq, KIND_EXCITATION, 0, muscle, value)
+        self._push(receive_ns, seq, KIND_EXCITATION, muscle, value)
 
     def group_excitation(self, receive_ns: int, seq: int, group: int, value: float) -> None:
         """One excitation for every element of muscle group ``group`` (index into the driver's
-        ``group_names``), recorded as index -1 - group (``drivers.base.KIND_EXCITATION``)."""
-        self._push(receive_ns, seq, KIND_EXCITATION, 0, -1 - group, value)
+        ``group_names``), recorded as index -1 - group (``drivers.contract.KIND_EXCITATION``)."""
+        self._push(receive_ns, seq, KIND_EXCITATION, -1 - group, value)
 
     def heartbeat(self, receive_ns: int, seq: int = -1) -> None:
-        self._push(receive_ns, seq, KIND_HEARTBEAT, 0, -1)
+        self._push(receive_ns, seq, KIND_HEARTBEAT, -1)
 
     def reject(self, receive_ns: int, reason: str, seq: int = -1) -> None:
         """A frame the transport could not accept; ``reason`` must be one of REJECT_REASONS. Counted, not
@@ -183,8 +182,7 @@ def link_scheduling(priority: int | None, loop_cpu: int | None) -> list[str]:
     """SCHED_FIFO at ``priority`` (below the loop's) and every CPU but the loop's; warnings if refused.
 
     A link waits on I/O nearly all the time; with real-time priority it runs the moment a frame arrives
-    instead of after the time slice of whatever else shares its CPU (measured: send -> link p99 3.9 ms
-    with normal scheduling next to a busy controller process on the 2-vCPU VM)."""
+    instead of after the time slice of whatever else shares its CPU (README "Link latency")."""
     warnings = []
     if priority:
         try:
@@ -313,15 +311,24 @@ def _guard(target, inbound, stop) -> None:
         print(f"hil link: receiver stopped: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
 
 
-def link_settings(table, loop) -> tuple[int | None, int | None]:
-    """(priority, loop CPU) of a link from its driver table (a :class:`sim.config.ConfigTable`;
+@dataclass(frozen=True)
+class LinkSpec:
+    """A link driver's parsed config: its endpoint's keyword arguments (picklable, they cross into the link
+    process) and the link process's scheduling."""
+    endpoint_args: dict
+    priority: int | None
+    loop_cpu: int | None
+
+
+def link_scheduling_keys(table, ctx) -> tuple[int | None, int | None]:
+    """(priority, loop CPU) of a link from its driver table (a :class:`drivers.config_table.ConfigTable`;
     ``priority``: SCHED_FIFO priority of the link process, default 10 below the loop's, 0 = normal
-    scheduling) and the loop config."""
-    default = max(1, loop.priority - 10) if loop is not None and loop.sched_fifo else 0
+    scheduling) and the loop's scheduling in the driver context."""
+    default = max(1, ctx.loop_priority - 10) if ctx.loop_sched_fifo else 0
     priority = table.integer("priority", default, 0, 99)
-    if loop is not None and loop.sched_fifo and priority >= loop.priority:
-        raise table.error("priority", f"must be below the loop's priority {loop.priority}")
-    return priority or None, None if loop is None else loop.cpu
+    if ctx.loop_sched_fifo and priority >= ctx.loop_priority:
+        raise table.error("priority", f"must be below the loop's priority {ctx.loop_priority}")
+    return priority or None, ctx.loop_cpu
 
 
 class LinkDriver(Driver):
@@ -393,7 +400,7 @@ class LinkDriver(Driver):
         n = self._in.pop_into(self._buf)
         d, flat = self.index, self._flat
         for i in range(n):
-            ns, seq, kind, reason, index, v0, v1, v2, v3 = flat.item(i)
+            ns, seq, kind, index, v0, v1, v2, v3 = flat.item(i)
             if kind == KIND_CHANNEL:
                 ok = sink.channel(d, ns, index, v0, v1, v2, int(v3))
             elif kind == KIND_EXCITATION:
@@ -404,12 +411,9 @@ class LinkDriver(Driver):
                 else:
                     sink.reject(d, ns, "unknown_muscle")
                     ok = False
-            elif kind == KIND_HEARTBEAT:
+            else:
                 sink.heartbeat(d, ns)
                 ok = True
-            else:
-                sink.reject(d, ns, REJECT_REASONS[reason])
-                ok = False
             if ok and seq >= 0:
                 self.echo_seq = seq
         self.frames_received += n

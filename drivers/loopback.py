@@ -21,11 +21,10 @@ from typing import Sequence
 
 import numpy as np
 
-from drivers.base import CommandSink, Driver
-from sim.model import DOF_NAMES
-from sim.config import REQUIRED, ConfigTable
+from drivers.base import CommandSink, Driver, DriverContext
+from drivers.config_table import REQUIRED, ConfigTable
 from sim.excitations import ExcitationFileError, load_excitation_csv
-
+from sim.model import DOF_NAMES
 
 ELBOW_DOF = DOF_NAMES.index("ELx")
 
@@ -85,7 +84,7 @@ class PlaybackController(Controller):
         self.every = max(1, int(round(1.0 / (rate_hz * period_s))))
         self.row = np.zeros(self.schedule.n_muscles)
         # in direct mode only the muscles the schedule ever excites are sent (the others stay at 0):
-        # a command per muscle is a Python call in the tick, so 138 of them would cost ~0.7 ms
+        # a command per muscle is a Python call in the tick: send only the ones that can be non-zero
         self.used = [int(i) for i in np.flatnonzero(np.any(self.schedule.values != 0.0, axis=0))]
         self.max_commands = max(1, len(self.used)) if direct else n_channels
 
@@ -113,7 +112,7 @@ class ElbowHoldController(Controller):
     frequency. Adding the stimulation threshold (the amplitude where the muscle starts to respond at
     that pulse width, measured per subject) inverts the recruitment dead zone: without it the output
     must wind through 0..threshold mA, where no muscle responds, whenever it changes sign, and the loop
-    limit-cycles (±20 deg at 3 Hz with the default channel map, whose threshold at 300 µs is 16.7 mA). The integrator stops while the output saturates in the
+    limit-cycles (README "Loopback controllers"). The integrator stops while the output saturates in the
     direction of the error (anti-windup).
     """
 
@@ -169,6 +168,16 @@ class LoopbackDriver(Driver):
 
     def max_log_entries(self, largest_group: int) -> int:
         return self.controller.max_commands
+
+    @classmethod
+    def parse_config(cls, table: dict, ctx: DriverContext) -> Controller:
+        """The controller of the table (reads its schedule file, if any; opens nothing)."""
+        return make_controller(table, n_channels=len(ctx.channel_names), muscle_names=ctx.muscle_names,
+                               period_s=ctx.period_s, base_dir=ctx.base_dir, file=ctx.file, index=ctx.index)
+
+    @classmethod
+    def open(cls, spec: Controller, ctx: DriverContext) -> "LoopbackDriver":
+        return cls(spec, ctx.period_s, index=ctx.index)
 
 
 CONTROLLERS = ("playback", "elbow_hold")

@@ -18,11 +18,13 @@ import ctypes.util
 import os
 import signal
 
+from sim.errors import UserInputError
+
 PR_SET_PDEATHSIG = 1
 PR_SET_NAME = 15
 
 
-class HelperStartError(RuntimeError):
+class HelperStartError(UserInputError, RuntimeError):
     """A helper process did not start (its own message, or that it died or did not answer)."""
 
 

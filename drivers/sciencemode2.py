@@ -1,6 +1,8 @@
 """ScienceMode2 (Hasomed RehaStim2): frame codec and the device side of the protocol, as pure Python.
 
-Everything follows ``/work/shared/spec/sciencemode2.md`` ("the spec"); section names below refer to it.
+Everything follows the ScienceMode2 protocol as its Python client pysciencemode 1.1.5 uses it ("the spec":
+Hasomed's RehaStim2 ScienceMode2 description, summarised in README "Serial"); section names below are the
+spec's.
 No I/O, no threads, no clocks: the caller passes the time in and writes the returned frames, so the same
 inputs always give the same outputs.
 
@@ -42,7 +44,7 @@ MAX_FRAME_SIZE = HEADER_SIZE + MAX_LEN + 1
 _UNQUIRK = {b ^ STUFFING_KEY: b for b in STUFFED_BYTES if b != STUFFING_KEY}
 # Init counters the device never uses, so that the client's raw echo (it copies byte 5 of the Init frame)
 # decodes to the same value without any ambiguity.
-_AMBIGUOUS_COUNTERS = frozenset(STUFFED_BYTES | set(_UNQUIRK) | {0x00})
+AMBIGUOUS_COUNTERS = frozenset(STUFFED_BYTES | set(_UNQUIRK) | {0x00})
 
 COUNTER_KEYS = ("frames_in", "replies_out", "watchdogs", "inits_sent", "bad_frame", "bad_checksum",
                 "bad_length", "unknown_command", "wrong_mode", "out_of_range")
@@ -353,7 +355,7 @@ class Rehastim2Emulator:
             return []
         counter = 0 if self._init_counter is None else self._init_counter
         counter = (counter + 1) % 256
-        while counter in _AMBIGUOUS_COUNTERS:
+        while counter in AMBIGUOUS_COUNTERS:
             counter = (counter + 1) % 256
         # an InitAck may answer the Init sent just before this one: both counters are accepted
         self._previous_init_counter = self._init_counter

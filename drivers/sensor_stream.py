@@ -8,7 +8,7 @@ announced pseudo-terminal)::
     2       1     version         1
     3       2     payload length  N, uint16 little endian
     5       N     payload         echo_seq (int32 LE: the COUNTER of the newest stimulator command applied,
-                                  -1 before the first) + the sensor frame record (hil.sensor.frame_dtype,
+                                  -1 before the first) + the sensor frame record (drivers.contract.frame_dtype,
                                   little endian, packed: tick, time, q[11], qdot[11], ... status)
     5+N     2     crc             CRC-16/CCITT-FALSE (poly 0x1021, init 0xFFFF) over version, length
                                   and payload, uint16 little endian
@@ -24,7 +24,7 @@ import struct
 
 import numpy as np
 
-from hil.sensor import frame_dtype
+from drivers.contract import frame_dtype
 
 SYNC = b"\xa5\x5a"
 VERSION = 1
@@ -47,7 +47,7 @@ def encode_packet(frame_bytes: bytes, echo_seq: int) -> bytes:
 
 class SensorStreamReader:
     """Incremental decoder: ``feed(bytes)`` returns the complete packets as ``(echo_seq, frame)`` pairs,
-    ``frame`` a 0-d record of :func:`hil.sensor.frame_dtype`. Counts ``crc_errors``, ``length_errors``
+    ``frame`` a 0-d record of :func:`drivers.contract.frame_dtype`. Counts ``crc_errors``, ``length_errors``
     and ``skipped_bytes`` (garbage between packets)."""
 
     def __init__(self, dtype: np.dtype | None = None) -> None:

@@ -31,10 +31,19 @@ import tty
 
 import numpy as np
 
-from drivers.link import link_settings, AUX_FRAMES_OUT, AUX_SEND_ERRORS, Inbound, LinkDriver, LinkEndpoint
+from drivers.base import DriverContext
+from drivers.config_table import ConfigTable
+from drivers.link import (
+    AUX_FRAMES_OUT,
+    AUX_SEND_ERRORS,
+    Inbound,
+    LinkDriver,
+    LinkEndpoint,
+    LinkSpec,
+    link_scheduling_keys,
+)
 from drivers.sciencemode2 import BAUD_RATE, Activity, Connected, Rehastim2Emulator, Rejected, StimulationChanged
 from drivers.sensor_stream import encode_packet
-from sim.config import ConfigTable
 
 N_STIMULATOR_CHANNELS = 8
 
@@ -211,33 +220,44 @@ class ScienceModeDriver(LinkDriver):
     name = "sciencemode2"
 
     @classmethod
-    def from_config(cls, spec: dict, engine, index: int, base_dir: str, file: str | None = None, loop=None):
-        t = ConfigTable(spec, f"driver[{index}]", file)
+    def parse_config(cls, table: dict, ctx: DriverContext) -> LinkSpec:
+        t = ConfigTable(table, ctx.key, ctx.file)
         t.get("type")
-        if engine.stim is None:
+        if not ctx.channel_names:
             raise t.error("type", "a stimulator drives stimulation channels: set [stimulation] mode = \"channels\"")
         port = t.string("port", "pty")
         sensor = t.string("sensor_port", "pty")
-        names = [c.name for c in engine.stim.channels]
-        raw_map = t.get("channel_map", list(range(1, N_STIMULATOR_CHANNELS + 1)))
-        if not isinstance(raw_map, list) or len(raw_map) != N_STIMULATOR_CHANNELS:
-            raise t.error("channel_map", f"must list {N_STIMULATOR_CHANNELS} entries (stimulator channels 1..8)")
-        channel_map = []
-        for n, entry in enumerate(raw_map, start=1):
-            if isinstance(entry, str) and entry in names:
-                channel_map.append(names.index(entry))
-            elif isinstance(entry, int) and not isinstance(entry, bool) and 0 <= entry <= len(names):
-                channel_map.append(entry - 1)      # 0 -> -1: not connected
-            else:
-                raise t.error("channel_map", f"entry {n} ({entry!r}) must be 0, a channel number 1..{len(names)} "
-                                             f"or one of {names}")
+        channel_map = _channel_map(t, list(ctx.channel_names))
         timeout_ms = t.number("client_timeout_ms", 2500.0, 2000.0, 60000.0,
                               why="pysciencemode sends its watchdog commands up to 1.6 s apart; a client "
                                   "silent for a minute is gone")
         every = t.integer("sensor_every", 1, 1, 1_000_000)
         baud = t.integer("baudrate", BAUD_RATE, 1, 100_000_000)
-        priority, loop_cpu = link_settings(t, loop)
+        priority, loop_cpu = link_scheduling_keys(t, ctx)
         t.done()
         args = dict(port=port, sensor_port=None if sensor == "none" else sensor, channel_map=channel_map,
                     client_timeout_s=timeout_ms / 1000.0, baudrate=baud, sensor_every=every)
-        return cls(ScienceModeEndpoint, args, engine.sensor.dtype, index=index, priority=priority, loop_cpu=loop_cpu)
+        return LinkSpec(args, priority, loop_cpu)
+
+    @classmethod
+    def open(cls, spec: LinkSpec, ctx: DriverContext) -> "ScienceModeDriver":
+        return cls(ScienceModeEndpoint, spec.endpoint_args, ctx.frame_dtype, index=ctx.index,
+                   priority=spec.priority, loop_cpu=spec.loop_cpu)
+
+
+def _channel_map(t: ConfigTable, names: list[str]) -> list[int]:
+    """``channel_map``: stimulator channel n -> index of a [[stimulation.channel]] (by number or name), -1
+    for not connected."""
+    raw_map = t.get("channel_map", list(range(1, N_STIMULATOR_CHANNELS + 1)))
+    if not isinstance(raw_map, list) or len(raw_map) != N_STIMULATOR_CHANNELS:
+        raise t.error("channel_map", f"must list {N_STIMULATOR_CHANNELS} entries (stimulator channels 1..8)")
+    channel_map = []
+    for n, entry in enumerate(raw_map, start=1):
+        if isinstance(entry, str) and entry in names:
+            channel_map.append(names.index(entry))
+        elif isinstance(entry, int) and not isinstance(entry, bool) and 0 <= entry <= len(names):
+            channel_map.append(entry - 1)      # 0 -> -1: not connected
+        else:
+            raise t.error("channel_map", f"entry {n} ({entry!r}) must be 0, a channel number 1..{len(names)} "
+                                         f"or one of {names}")
+    return channel_map

@@ -1,3 +1,5 @@
-"""FES hardware-in-the-loop testbed: command line and (later) the real-time service."""
+"""FES hardware-in-the-loop testbed: the real-time service (loop, tick engine, safety, recording, metrics),
+its supervisor and the ``hil`` command line. Layers: ``sim`` (the plant) <- ``drivers`` (transports and
+the loop/driver contract) <- ``hil``."""
 
 __version__ = "0.1.0"

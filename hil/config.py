@@ -13,10 +13,11 @@ import tomllib
 from dataclasses import dataclass, field
 from os import PathLike
 
+from drivers.config_table import ConfigTable
 from hil.loop import LoopConfig
 from hil.safety import GH_ACTIONS, SafetyConfig
 from hil.sensor import SensorModelConfig
-from sim.config import ConfigError, ConfigTable, ModelConfig, model_config_from_table, not_utf8, unknown_name
+from sim.config import ConfigError, ModelConfig, model_config_from_table, not_utf8, unknown_name
 
 SCHEMES = ("activation", "paper")
 TABLES = ("loop", "plant", "model", "stimulation", "safety", "sensor", "metrics", "recording", "driver",
@@ -211,9 +212,9 @@ def service_config_from_dict(merged: dict, path: str) -> ServiceConfig:
     for i, d in enumerate(drivers):
         if not isinstance(d.get("type"), str):
             raise ConfigError("missing 'type' (e.g. \"loopback\")", file=path, key=f"driver[{i}].type")
-        from drivers.base import DRIVERS
-        if d["type"] not in DRIVERS:
-            raise ConfigError(f"unknown driver type {d['type']!r}; available: {', '.join(sorted(DRIVERS))}",
+        from drivers.base import driver_names
+        if d["type"] not in driver_names():
+            raise ConfigError(f"unknown driver type {d['type']!r}; available: {', '.join(driver_names())}",
                               file=path, key=f"driver[{i}].type")
     stimulation = merged.get("stimulation", {})
     if not isinstance(stimulation, dict):

@@ -12,12 +12,13 @@ from typing import Sequence
 import numpy as np
 
 from sim.config import not_utf8
+from sim.errors import UserInputError
 
 __all__ = ["StateFileError", "load_state_file", "write_state_json", "output_columns",
            "OutputRecorder"]
 
 
-class StateFileError(ValueError):
+class StateFileError(UserInputError, ValueError):
     """A state file (``--initial``) that cannot be used; the message names the file and the reason."""
 
     def __init__(self, path: str | PathLike, reason: str):

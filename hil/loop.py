@@ -1,11 +1,10 @@
-"""The fixed-period real-time loop (the driver; :class:`hil.engine.TickEngine` is the stepper).
+"""The fixed-period real-time loop: when each tick runs (:class:`hil.tick.TickBody` is what a tick does).
 
-Process/thread architecture (see README "Real-time architecture"): this loop is the only thread of
-its process that runs Python while the run lasts. Metrics exposition and recording to disk happen in two
-helper processes fed through shared memory (:mod:`hil.metrics`, :mod:`hil.recording`); in-process
-(loopback) controllers run synchronously inside the tick; transports that need blocking I/O do it in
-their own processes (later issue). So the tick never waits on I/O, on a lock held by an I/O thread, or
-on metric rendering.
+This loop is the only thread of its process that runs Python while the run lasts (README "Process
+architecture"): metrics exposition and recording to disk happen in helper processes fed through shared
+memory (:mod:`hil.metrics`, :mod:`hil.recording`), transports that block on I/O run in link processes
+(:mod:`drivers.link`), and in-process (loopback) controllers run synchronously inside the tick. So the
+tick never waits on I/O, on a lock held by an I/O thread, or on metric rendering.
 
 Timing: absolute deadlines d_k = t0 + k T (CLOCK_MONOTONIC) that never drift; the loop sleeps until
 ``spin_us`` before the deadline and spins the rest (platform facts: sleep alone gives ms outliers).
@@ -28,8 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from drivers.base import COMMAND_DTYPE, Driver
-from hil.engine import TickEngine
+from hil.tick import TickBody, tick_dtype
 
 NS = 1_000_000_000
 
@@ -108,32 +106,6 @@ def wait_until(deadline_ns: int, spin_ns: int) -> int:
     return now
 
 
-def tick_dtype(n_channels: int, n_muscles: int, frame: np.dtype) -> np.dtype:
-    """The per-tick record of a run (recorded every tick)."""
-    return np.dtype([
-        ("tick", "<i8"),
-        ("deadline_ns", "<i8"),     # CLOCK_MONOTONIC
-        ("start_ns", "<i8"),
-        ("lateness_ns", "<i8"),     # start - deadline
-        ("compute_ns", "<i8"),      # engine step (safety, stimulation, plant sub-steps, sensors)
-        ("tick_ns", "<i8"),         # whole tick body
-        ("skipped_deadlines", "<i8"),
-        ("commands_unrecorded", "<i8"),   # this tick's command-log entries missing from the commands stream
-        ("applied", "<f8", (max(n_channels, 1), 4)),  # pw us, amp mA, freq Hz, mode, after safety
-        ("u", "<f8", (n_muscles,)),  # applied excitations
-        ("frame", frame),
-    ])
-
-
-class Sinks:
-    """Optional outputs of the loop (recording rings and metrics); any may be None."""
-
-    def __init__(self, tick_ring=None, command_ring=None, metrics=None) -> None:
-        self.tick_ring = tick_ring
-        self.command_ring = command_ring
-        self.metrics = metrics
-
-
 @dataclass
 class RunSummary:
     ticks: int = 0
@@ -147,19 +119,31 @@ class RunSummary:
     lateness_s: np.ndarray | None = None
 
 
-class RealtimeLoop:
-    """Runs a :class:`TickEngine` against wall-clock deadlines with a set of drivers."""
+def deadlines_missed(end_ns: int, next_deadline_ns: int, period_ns: int) -> int:
+    """Deadlines already past when a tick ends at ``end_ns`` (0 if it ended before the next one). The loop
+    skips them: no catch-up burst, and the tick count, hence the simulated time, stays unaffected."""
+    if end_ns <= next_deadline_ns:
+        return 0
+    return (end_ns - next_deadline_ns) // period_ns + 1
 
-    def __init__(self, engine: TickEngine, drivers: list[Driver], config: LoopConfig,
-                 sinks: Sinks | None = None) -> None:
-        self.engine = engine
-        self.drivers = drivers
+
+class RealtimeLoop:
+    """Runs a :class:`TickBody` against wall-clock deadlines. ``clock`` (ns) and ``wait(deadline_ns,
+    spin_ns) -> start_ns`` are injectable, so a test can drive the deadline rules with a fake clock."""
+
+    def __init__(self, body: TickBody, config: LoopConfig, clock=time.monotonic_ns, wait=wait_until,
+                 metrics=None) -> None:
+        self.body = body
+        self.engine = body.engine
         self.config = config
-        self.sinks = sinks or Sinks()
-        n_ch = engine.n_channels
-        self.record = np.zeros(1, tick_dtype(n_ch, engine.plant.model.n_muscles, engine.sensor.dtype))
+        self.clock, self.wait = clock, wait
+        self.metrics = metrics        # hil.metrics.LoopMetrics (also one of the body's listeners) or None
         self._stop = False
         self._stop_reason = ""
+
+    @property
+    def record(self) -> np.ndarray:
+        return self.body.record
 
     def request_stop(self, reason: str = "signal") -> None:
         """Ask the loop to end after the current tick (signal handlers and health checks call this);
@@ -171,98 +155,68 @@ class RealtimeLoop:
     def run(self, n_ticks: int | None, progress=None, keep_lateness: bool = True) -> RunSummary:
         """Run ``n_ticks`` ticks (None: until :meth:`request_stop`). ``progress(tick)`` is called at
         most every 100 ms from the loop, between ticks."""
-        cfg = self.config
-        period_ns = int(round(cfg.period_s * NS))
-        spin_ns = int(cfg.spin_us * 1000)
         summary = RunSummary()
-        summary.realtime = setup_realtime(cfg)
-        metrics = self.sinks.metrics
-        if metrics is not None:
-            metrics.privileged.set(1.0 if summary.realtime.privileged else 0.0)
-            metrics.running.set(1.0)
+        summary.realtime = setup_realtime(self.config)
+        if self.metrics is not None:
+            self.metrics.privileged.set(1.0 if summary.realtime.privileged else 0.0)
+            self.metrics.running.set(1.0)
         lateness_log = np.zeros(n_ticks if (n_ticks and keep_lateness) else 0)
-        engine, drivers, rec = self.engine, self.drivers, self.record[0]
         old_switch = sys.getswitchinterval()
-        sys.setswitchinterval(cfg.switch_interval_s)
+        sys.setswitchinterval(self.config.switch_interval_s)
         gc.collect()
         gc.freeze()
         gc.disable()
-        engine.warmup()             # touch every kernel and the plant's data right before the first tick
-        clock = time.monotonic_ns
-        t0 = clock() + 2 * period_ns
-        slot = 0               # wall-clock deadline index
-        tick = 0
-        overrun = False
-        next_progress = 0
+        self.engine.warmup()        # touch every kernel and the plant's data right before the first tick
         try:
-            while not self._stop and (n_ticks is None or tick < n_ticks):
-                deadline = t0 + slot * period_ns
-                start = wait_until(deadline, spin_ns)
-                lateness = start - deadline
-                engine.begin(tick, overrun)
-                for d in drivers:
-                    d.fetch(tick, start, engine)
-                t_compute = clock()
-                result = engine.step()
-                t_done = clock()
-                for d in drivers:
-                    d.publish(result.frame)
-                # record
-                rec["tick"] = tick
-                rec["deadline_ns"] = deadline
-                rec["start_ns"] = start
-                rec["lateness_ns"] = lateness
-                rec["compute_ns"] = t_done - t_compute
-                rec["applied"][: engine.n_channels] = engine.applied
-                rec["u"] = engine.u
-                rec["frame"] = result.frame[0]
-                end = clock()
-                rec["tick_ns"] = end - start
-                # the next deadline: skip the ones already missed (no catch-up burst)
-                slot += 1
-                missed = (end - (t0 + slot * period_ns)) // period_ns + 1 if end > t0 + slot * period_ns else 0
-                overrun = missed > 0
-                if overrun:
-                    summary.deadline_misses += 1
-                    summary.skipped_deadlines += missed
-                    slot += missed
-                rec["skipped_deadlines"] = missed
-                # commands before their tick record: the recorder relies on this order (hil.recording)
-                unrecorded = engine.unlogged_tick
-                if self.sinks.command_ring is not None and engine.n_log:
-                    unrecorded += engine.n_log - self.sinks.command_ring.push_many(engine.log, engine.n_log)
-                rec["commands_unrecorded"] = unrecorded
-                if self.sinks.tick_ring is not None:
-                    self.sinks.tick_ring.push(self.record)
-                summary.commands_unrecorded += unrecorded
-                if metrics is not None:
-                    oldest = int(engine.log["receive_ns"][: engine.n_log].min()) if engine.n_log else None
-                    metrics.on_tick(engine, start, lateness / NS, (t_done - t_compute) / NS, overrun,
-                                    oldest, t_compute, unrecorded)
-                if lateness_log.shape[0] > tick:
-                    lateness_log[tick] = lateness / NS
-                summary.max_lateness_s = max(summary.max_lateness_s, lateness / NS)
-                tick += 1
-                if result.stop:
-                    summary.stopped_by = result.stop_reason
-                    break
-                if progress is not None and end >= next_progress:
-                    progress(tick)
-                    next_progress = clock() + NS // 10
+            self._ticks(n_ticks, summary, lateness_log, progress)
         finally:
-            if metrics is not None:
-                metrics.sync(engine, clock())
-                metrics.running.set(0.0)
+            if self.metrics is not None:
+                self.metrics.sync(self.engine, self.clock())
+                self.metrics.running.set(0.0)
             gc.enable()
             gc.unfreeze()
             sys.setswitchinterval(old_switch)
             restore_scheduling()
-        summary.ticks = tick
         if not summary.stopped_by:
             summary.stopped_by = self._stop_reason if self._stop else "duration"
-        summary.lateness_s = lateness_log[:tick] if lateness_log.shape[0] else None
+        summary.lateness_s = lateness_log[:summary.ticks] if lateness_log.shape[0] else None
         return summary
 
+    def _ticks(self, n_ticks, summary: RunSummary, lateness_log: np.ndarray, progress) -> None:
+        """The timed loop: absolute deadlines t0 + slot T, late ones skipped (:func:`deadlines_missed`)."""
+        period_ns = int(round(self.config.period_s * NS))
+        spin_ns = int(self.config.spin_us * 1000)
+        body, rec, clock = self.body, self.body.record[0], self.clock
+        t0 = clock() + 2 * period_ns
+        slot = tick = 0               # wall-clock deadline index, tick index
+        overrun = False
+        next_progress = 0
+        while not self._stop and (n_ticks is None or tick < n_ticks):
+            deadline = t0 + slot * period_ns
+            start = self.wait(deadline, spin_ns)
+            result = body.step(tick, start, overrun)
+            end = clock()
+            slot += 1
+            missed = deadlines_missed(end, t0 + slot * period_ns, period_ns)
+            slot += missed
+            overrun = missed > 0
+            summary.deadline_misses += overrun
+            summary.skipped_deadlines += missed
+            rec["deadline_ns"], rec["start_ns"], rec["lateness_ns"] = deadline, start, start - deadline
+            rec["tick_ns"], rec["skipped_deadlines"] = end - start, missed
+            summary.commands_unrecorded += body.emit()
+            if lateness_log.shape[0] > tick:
+                lateness_log[tick] = (start - deadline) / NS
+            summary.max_lateness_s = max(summary.max_lateness_s, (start - deadline) / NS)
+            tick += 1
+            summary.ticks = tick
+            if result.stop:
+                summary.stopped_by = result.stop_reason
+                break
+            if progress is not None and end >= next_progress:
+                progress(tick)
+                next_progress = clock() + NS // 10
 
-__all__ = ["COMMAND_DTYPE", "LoopConfig", "RealtimeLoop", "RealtimeStatus", "RunSummary", "Sinks",
-           "setup_realtime", "tick_dtype", "wait_until"]
+
+__all__ = ["LoopConfig", "RealtimeLoop", "RealtimeStatus", "RunSummary", "deadlines_missed", "setup_realtime",
+           "tick_dtype", "wait_until"]

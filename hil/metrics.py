@@ -22,11 +22,13 @@ from multiprocessing import shared_memory
 
 import numpy as np
 
+from sim.errors import UserInputError
+
 _NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
 LATENCY_BUCKETS = (1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 5e-3, 1e-2, 2e-2, 5e-2)
 
 
-class MetricsError(Exception):
+class MetricsError(UserInputError):
     """The metrics exporter could not start (e.g. its address is in use)."""
 
 
@@ -165,7 +167,7 @@ class MetricsBlock:
         return _Histogram(self.values, i, spec.buckets)
 
     def release(self) -> None:
-        from hil.shm_ring import close_shared_memory
+        from drivers.shm_ring import close_shared_memory
         del self.values
         close_shared_memory(self.shm, self.owner)
 
@@ -424,22 +426,24 @@ class LoopMetrics:
         self.first_start = 0
         self.n = 0
 
-    def on_tick(self, engine, start_ns: int, lateness_s: float, step_s: float, overrun: bool,
-                oldest_command_ns: int | None, actuation_ns: int, unrecorded: int = 0) -> None:
-        self.lateness.observe(lateness_s)
-        self.step.observe(step_s)
+    def on_tick(self, record: np.ndarray, engine, actuation_ns: int) -> None:
+        """A tick listener (:class:`hil.tick.TickListener`): histograms every tick, counters every 25."""
+        rec = record[0]
+        start_ns = int(rec["start_ns"])
+        self.lateness.observe(rec["lateness_ns"] * 1e-9)
+        self.step.observe(rec["compute_ns"] * 1e-9)
         if self.last_start:
             self.period.observe((start_ns - self.last_start) * 1e-9)
         else:
             self.first_start = start_ns
         self.last_start = start_ns
-        if oldest_command_ns is not None:
-            self.latency.observe((actuation_ns - oldest_command_ns) * 1e-9)
+        if engine.n_log:
+            self.latency.observe((actuation_ns - int(engine.log["receive_ns"][: engine.n_log].min())) * 1e-9)
         self.ticks.inc()
-        if overrun:
+        if rec["skipped_deadlines"]:
             self.misses.inc()
-        if unrecorded:
-            self.unrecorded.inc(unrecorded)
+        if rec["commands_unrecorded"]:
+            self.unrecorded.inc(float(rec["commands_unrecorded"]))
         self.n += 1
         if self.n % 25 == 0:
             self.sync(engine, start_ns)

@@ -32,16 +32,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sim.errors import UserInputError
+
 MAGIC = b"FESHILREC1\n"
 BLOCK_MAGIC = b"BLK1"
 _BLOCK_HEAD = struct.Struct("<4sHI")
 
 
-class RecordingError(Exception):
+class RecordingError(UserInputError):
     """A recording that cannot be written or read; the message names the file and the reason."""
 
 
-def _descr(dtype: np.dtype):
+def dtype_descr(dtype: np.dtype):
     return np.lib.format.dtype_to_descr(np.dtype(dtype))
 
 
@@ -62,7 +64,7 @@ class RecordingWriter:
         self.streams = {name: np.dtype(dt) for name, dt in streams.items()}
         self.index = {name: i for i, name in enumerate(self.streams)}
         doc = dict(header)
-        doc["streams"] = [{"name": n, "descr": _descr(dt)} for n, dt in self.streams.items()]
+        doc["streams"] = [{"name": n, "descr": dtype_descr(dt)} for n, dt in self.streams.items()]
         raw = json.dumps(doc, default=str).encode()
         try:
             self.fh = open(self.path, "xb")
@@ -196,7 +198,7 @@ def run_recorder(spec: RecorderSpec, parent_pid: int, conn) -> None:
     error) is reported as ``("failed", message)`` and ends the recorder with exit code 1; the producer
     counts what was not written from the rings' AUX_WRITTEN words."""
     from drivers.process import die_with_parent
-    from hil.shm_ring import ShmRing
+    from drivers.shm_ring import ShmRing
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     stop = {"now": False}
@@ -251,9 +253,9 @@ def _drain_until_done(spec: RecorderSpec, rings: dict, writer: RecordingWriter, 
 
 
 def export_csv(reader: RecordingReader, out_path: str, muscle_names, dof_names, channel_names) -> int:
-    """One row per tick: tick, time, the DOFs (rad), gh_stability, status (the frame's STATUS_* bits:
-    1 watchdog, 2 GH unstable, 4 overrun, 8 ROM alarm, 16 GH zeroed, 32 stopping), u_<muscle>, and per
-    channel the applied pulse width (us), amplitude (mA) and frequency (Hz). Returns the number of rows."""
+    """One row per tick: tick, time, the DOFs (rad), gh_stability, status (the frame's status bits,
+    ``drivers.contract.STATUS_BITS``), u_<muscle>, and per channel the applied pulse width (us), amplitude
+    (mA) and frequency (Hz). Returns the number of rows."""
     ticks = reader.read("ticks")
     frame = ticks["frame"]
     cols = ["tick", "time", *dof_names, "gh_stability", "status", *[f"u_{m}" for m in muscle_names]]

@@ -1,56 +1,98 @@
-"""Offline replay of a recording: rebuild the run from its recorded config, feed the recorded commands
-at the ticks they were latched, and compare every sensor frame bit for bit."""
+"""Offline replay of a recording: rebuild the run's tick engine from its recorded config (opening no
+transport: a recording made on a CAN bus replays on a laptop without one), feed the recorded commands
+through :class:`ReplayDriver` at the ticks they were latched, run the same :class:`hil.tick.TickBody`
+as the real-time loop, and compare every sensor frame bit for bit."""
 from __future__ import annotations
 
 import numpy as np
 
-from drivers.base import KIND_CHANNEL, KIND_DRIVER_LOST, KIND_EXCITATION, KIND_HEARTBEAT
+from drivers.base import CommandSink, Driver
+from drivers.contract import KIND_CHANNEL, KIND_DRIVER_LOST, KIND_EXCITATION, KIND_HEARTBEAT, STATUS_OVERRUN
 from hil.config import service_config_from_dict
 from hil.recording import RecordingError, RecordingReader
-from hil.sensor import STATUS_OVERRUN
+from hil.tick import TickBody
+
+
+class ReplayDriver(Driver):
+    """Hands a recording's command log to the engine, tick by tick, as the drivers of the run did.
+
+    Accepted commands are fed again; a channel command that was clamped is fed again when the channel
+    clamps (its log entry keeps the request); rejected ones had no effect and are skipped, and so are
+    the transports' reject counts. A lost driver is lost again at the same tick."""
+
+    name = "replay"
+
+    def __init__(self, commands: np.ndarray, clamping_channels: frozenset[int]) -> None:
+        self.commands = commands[np.argsort(commands["tick"], kind="stable")]
+        self.clamping = clamping_channels
+        super().__init__(index=0)
+
+    def max_log_entries(self, largest_group: int) -> int:
+        ticks = self.commands["tick"]
+        return int(np.bincount(ticks - ticks.min()).max()) if ticks.size else 1
+
+    def fetch(self, tick: int, now_ns: int, sink: CommandSink) -> None:
+        ticks = self.commands["tick"]
+        for c in self.commands[np.searchsorted(ticks, tick, "left"):np.searchsorted(ticks, tick, "right")]:
+            self._feed(c, sink)
+
+    def _feed(self, c, sink: CommandSink) -> None:
+        kind, drv, ns, idx, v = int(c["kind"]), int(c["driver"]), int(c["receive_ns"]), int(c["index"]), c["values"]
+        if kind == KIND_CHANNEL and (c["status"] == 0 or idx in self.clamping):
+            sink.channel(drv, ns, idx, float(v[0]), float(v[1]), float(v[2]), int(v[3]))
+        elif c["status"] != 0:
+            return                                   # rejected: had no effect
+        elif kind == KIND_EXCITATION:
+            sink.excitation(drv, ns, idx, float(v[0]))
+        elif kind == KIND_HEARTBEAT:
+            sink.heartbeat(drv, ns)
+        elif kind == KIND_DRIVER_LOST:
+            sink.driver_lost(drv, ns)
+
+    def publish(self, frame: np.ndarray) -> None:
+        self.frames_published += 1
+
+
+class FrameComparison:
+    """A tick listener: the first tick whose frame differs from the recorded one, and in which field."""
+
+    def __init__(self, recorded_frames: np.ndarray) -> None:
+        self.recorded = recorded_frames
+        self.k = 0
+        self.first_tick = self.field = None
+
+    def on_tick(self, record: np.ndarray, engine, actuation_ns: int) -> None:
+        got, want = record[0]["frame"], self.recorded[self.k]
+        if self.first_tick is None and got.tobytes() != want.tobytes():
+            self.first_tick = int(record[0]["tick"])
+            self.field = next(n for n in want.dtype.names if got[n].tobytes() != want[n].tobytes())
+        self.k += 1
 
 
 def replay_recording(path: str) -> dict:
-    from hil.service import build_engine
+    from hil.service import build_tick_engine
 
     reader = RecordingReader(path)
     header = reader.header
     cfg = service_config_from_dict(header["config"], header["config_path"])
-    model, engine, drivers = build_engine(cfg)
-    for d in drivers:
-        d.shutdown()  # replay feeds the recorded commands, not the controllers
+    model, engine = build_tick_engine(cfg)
     if model.data_sha256 != header["model_data_sha256"]:
         raise RecordingError(f"{path}: recorded with other model data ({header['model_data_sha256'][:12]}…)")
     ticks = reader.read("ticks")
-    commands = reader.read("commands")
-    order = np.argsort(commands["tick"], kind="stable")
-    commands = commands[order]
-    starts = np.searchsorted(commands["tick"], ticks["tick"], side="left")
-    ends = np.searchsorted(commands["tick"], ticks["tick"], side="right")
-    for k, rec in enumerate(ticks):
-        tick = int(rec["tick"])
-        engine.begin(tick, bool(rec["frame"]["status"] & STATUS_OVERRUN))
-        for c in commands[starts[k]:ends[k]]:
-            if c["status"] != 0 and c["kind"] != KIND_CHANNEL:
-                continue  # rejected: had no effect
-            drv, ns, idx, v = int(c["driver"]), int(c["receive_ns"]), int(c["index"]), c["values"]
-            if c["kind"] == KIND_CHANNEL:
-                if c["status"] == 0 or engine.stim is None or engine.stim.channels[idx].limit_policy == "clamp":
-                    engine.channel(drv, ns, idx, float(v[0]), float(v[1]), float(v[2]), int(v[3]))
-            elif c["kind"] == KIND_EXCITATION:
-                engine.excitation(drv, ns, idx, float(v[0]))
-            elif c["kind"] == KIND_HEARTBEAT:
-                engine.heartbeat(drv, ns)
-            elif c["kind"] == KIND_DRIVER_LOST:
-                engine.driver_lost(drv, ns)
-        result = engine.step()
-        got, want = result.frame[0], rec["frame"]
-        if got.tobytes() != want.tobytes():
-            field = next(n for n in want.dtype.names if got[n].tobytes() != want[n].tobytes())
-            return {"identical": False, "ticks": k + 1, "first_tick": tick, "field": field,
-                    "truncated": reader.truncated, **completeness(ticks, reader.warnings)}
-    return {"identical": True, "ticks": len(ticks), "first_tick": None, "field": None,
-            "truncated": reader.truncated, **completeness(ticks, reader.warnings)}
+    clamping = frozenset(i for i, ch in enumerate(engine.stim.channels if engine.stim is not None else ())
+                         if ch.limit_policy == "clamp")
+    driver = ReplayDriver(reader.read("commands"), clamping)
+    engine.size_log([driver])
+    comparison = FrameComparison(ticks["frame"])
+    body = TickBody(engine, [driver], [comparison])
+    for rec in ticks:
+        body.step(int(rec["tick"]), int(rec["start_ns"]), bool(rec["frame"]["status"] & STATUS_OVERRUN))
+        body.emit()
+        if comparison.first_tick is not None:
+            break
+    identical = comparison.first_tick is None
+    return {"identical": identical, "ticks": comparison.k, "first_tick": comparison.first_tick,
+            "field": comparison.field, "truncated": reader.truncated, **completeness(ticks, reader.warnings)}
 
 
 def completeness(ticks: np.ndarray, warnings: list[str]) -> dict:

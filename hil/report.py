@@ -16,9 +16,9 @@ import os
 
 import numpy as np
 
+from drivers.contract import STATUS_GH_UNSTABLE, STATUS_GH_ZEROED, STATUS_ROM, STATUS_ROM_ZEROED, STATUS_WATCHDOG
 from hil.config import service_config_from_dict
 from hil.recording import RecordingError, RecordingReader
-from hil.sensor import STATUS_GH_UNSTABLE, STATUS_GH_ZEROED, STATUS_ROM, STATUS_ROM_ZEROED, STATUS_WATCHDOG
 from sim.model import load_model
 
 

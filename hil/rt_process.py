@@ -25,8 +25,7 @@ import time
 import traceback
 from dataclasses import dataclass
 
-
-from drivers.base import REJECT_REASONS
+from drivers.contract import REJECT_REASONS
 from drivers.process import die_with_parent, poll_report, start_helper, stop_process
 from hil import service
 
@@ -51,9 +50,9 @@ class Recording:
     """The recording rings and the recorder process, with what the recorder did not write."""
 
     def __init__(self, path: str, header: dict, tick_dtype, ctx, on_failure: str) -> None:
-        from drivers.base import COMMAND_DTYPE
-        from hil.recording import RecorderSpec, run_recorder, _descr
-        from hil.shm_ring import ShmRing
+        from drivers.contract import COMMAND_DTYPE
+        from drivers.shm_ring import ShmRing
+        from hil.recording import RecorderSpec, dtype_descr, run_recorder
 
         self.path, self.on_failure = path, on_failure
         self.rings = {"ticks": ShmRing.create(tick_dtype, 4096), "commands": ShmRing.create(COMMAND_DTYPE, 1 << 16)}
@@ -61,7 +60,7 @@ class Recording:
         self.failed_at_tick = None
         self.finished = False
         spec = RecorderSpec(path=path, header=header,
-                            rings={n: (r.name, _descr(r.dtype), r.capacity) for n, r in self.rings.items()})
+                            rings={n: (r.name, dtype_descr(r.dtype), r.capacity) for n, r in self.rings.items()})
         try:
             self.proc, _, self.pipe = start_helper(ctx, run_recorder, (spec, os.getpid()), "hil-recorder",
                                                    "the recorder process", daemon=False)
@@ -170,31 +169,31 @@ class RealtimeRun:
         import multiprocessing as mp
 
         from hil.config import load_service_config
-        from hil.loop import RealtimeLoop, Sinks
+        from hil.loop import RealtimeLoop
+        from hil.tick import RecordingListener, TickBody
 
         self.status[service.STATUS_FIELDS.index("state")] = service.STATE_WARMING
         self.cfg = cfg = load_service_config(self.spec.config_path)
         self.n_ticks = service.ticks_for(self.spec.duration_s, cfg.loop.period_s)
         self.model, self.engine, self.drivers = service.build_engine(cfg)
         self.engine.warmup()
-        loop = RealtimeLoop(self.engine, self.drivers, cfg.loop, Sinks())
+        body = TickBody(self.engine, self.drivers)
         if self.spec.metrics_shm:
-            self._attach_metrics(loop)
+            self._attach_metrics()
+            body.listeners.append(self.metrics)
         if self.spec.record_path:
             self.recording = Recording(self.spec.record_path, service.recording_header(cfg, self.model, self.engine),
-                                       loop.record.dtype, mp.get_context("spawn"), cfg.recording.on_failure)
-            loop.sinks.tick_ring = self.recording.rings["ticks"]
-            loop.sinks.command_ring = self.recording.rings["commands"]
-        self.loop = loop
+                                       body.record.dtype, mp.get_context("spawn"), cfg.recording.on_failure)
+            body.listeners.insert(0, RecordingListener(self.recording.rings["ticks"], self.recording.rings["commands"]))
+        self.loop = RealtimeLoop(body, cfg.loop, metrics=self.metrics)
 
-    def _attach_metrics(self, loop) -> None:
+    def _attach_metrics(self) -> None:
         from hil.metrics import LoopMetrics, MetricsBlock, MetricsSchema, default_schema
 
         names = service.driver_names(self.cfg)
         self.block = MetricsBlock.attach(self.spec.metrics_shm,
                                          MetricsSchema(default_schema(names, list(REJECT_REASONS))))
-        self.metrics = loop.sinks.metrics = LoopMetrics(self.block, names, REJECT_REASONS, self.cfg.loop.period_s,
-                                                        self.drivers)
+        self.metrics = LoopMetrics(self.block, names, REJECT_REASONS, self.cfg.loop.period_s, self.drivers)
 
     def run(self) -> dict:
         """Announce the ports, run the loop, finish the recording; the summary dict."""

@@ -11,34 +11,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-# status bits
-STATUS_WATCHDOG = 1 << 0     # controller watchdog tripped: stimulation forced to zero
-STATUS_GH_UNSTABLE = 1 << 1  # GH stability value > 0
-STATUS_OVERRUN = 1 << 2      # the previous tick missed its deadline
-STATUS_ROM = 1 << 3          # a joint is outside its range of motion (+ margin)
-STATUS_GH_ZEROED = 1 << 4    # GH action 'zero' is holding stimulation at zero
-STATUS_STOPPING = 1 << 5     # a 'stop' action ends the run after this frame
-STATUS_ROM_ZEROED = 1 << 6   # ROM action 'zero' is holding stimulation at zero
+from drivers.contract import frame_dtype
+from sim.model import DOF_NAMES
 
-
-def frame_dtype() -> np.dtype:
-    """The sensor frame record (little-endian, fixed size)."""
-    return np.dtype([
-        ("tick", "<i8"),
-        ("time", "<f8"),                   # simulated time, s
-        ("q", "<f8", (11,)),               # joint angles, rad (DOF order of the model)
-        ("qdot", "<f8", (11,)),            # rad/s
-        ("th_angles", "<f8", (3,)),        # thoracohumeral plane of elevation, elevation, axial rotation
-        ("elbow_flexion", "<f8"),          # = q[ELx], rad
-        ("forearm_pronation", "<f8"),      # = q[PSy], rad
-        ("hand_position", "<f8", (3,)),    # m, thorax frame
-        ("gh_stability", "<f8"),           # paper eq. 9
-        ("gh_force", "<f8", (3,)),         # N on the scapula, scapula frame
-        ("st_contact_force", "<f8", (2, 3)),  # N on the scapula at TS, AI, thorax frame
-        ("st_in_contact", "u1", (2,)),     # contact force non-zero (> 1 N)
-        ("status", "<u4"),                 # STATUS_* bits
-    ])
-
+ELBOW, PRONATION = DOF_NAMES.index("ELx"), DOF_NAMES.index("PSy")
 
 @dataclass(frozen=True)
 class SensorModelConfig:
@@ -60,7 +36,7 @@ class SensorModel:
         self.rng = np.random.Generator(np.random.PCG64(config.seed))
         self.true_frame = np.zeros(1, self.dtype)
         self._history = np.zeros(config.delay_ticks + 1, self.dtype)
-        self._n11 = np.zeros(11)
+        self._nq = np.zeros(self.dtype["q"].shape[0])
         self._n3 = np.zeros(3)
         self._noisy = (config.angle_noise_rad > 0 or config.velocity_noise_rad_s > 0
                        or config.force_noise_n > 0 or config.angle_quantum_rad > 0)
@@ -89,8 +65,8 @@ class SensorModel:
         sc = self._scalars
         sc["tick"][0] = tick
         sc["time"][0] = time_s
-        sc["elbow_flexion"][0] = q[9]
-        sc["forearm_pronation"][0] = q[10]
+        sc["elbow_flexion"][0] = q[ELBOW]
+        sc["forearm_pronation"][0] = q[PRONATION]
         sc["gh_stability"][0] = outputs.gh_stability
         sc["status"][0] = status
         for i in range(2):     # in contact: the contact force is more than 1 N (sum of |components|)
@@ -112,12 +88,12 @@ class SensorModel:
         In place on preallocated buffers (no allocation in the tick)."""
         c = self.config
         q, qdot, th, _, gh_force, _ = self._views
-        n11, n3 = self._n11, self._n3
+        nq, n3 = self._nq, self._n3
         if c.angle_noise_rad > 0:
-            self._add_noise(q, n11, c.angle_noise_rad)
+            self._add_noise(q, nq, c.angle_noise_rad)
             self._add_noise(th, n3, c.angle_noise_rad)
         if c.velocity_noise_rad_s > 0:
-            self._add_noise(qdot, n11, c.velocity_noise_rad_s)
+            self._add_noise(qdot, nq, c.velocity_noise_rad_s)
         if c.force_noise_n > 0:
             self._add_noise(gh_force, n3, c.force_noise_n)
         if c.angle_quantum_rad > 0:
@@ -126,8 +102,8 @@ class SensorModel:
                 np.round(angles, out=angles)
                 np.multiply(angles, c.angle_quantum_rad, out=angles)
         sc = self._scalars
-        sc["elbow_flexion"][0] = q[9]
-        sc["forearm_pronation"][0] = q[10]
+        sc["elbow_flexion"][0] = q[ELBOW]
+        sc["forearm_pronation"][0] = q[PRONATION]
 
     def _add_noise(self, values: np.ndarray, scratch: np.ndarray, std: float) -> None:
         self.rng.standard_normal(out=scratch)

@@ -19,12 +19,13 @@ import os
 
 import numpy as np
 
-from drivers.base import REJECT_REASONS, DriverInitializationError, driver_class
-from drivers.loopback import LoopbackDriver, make_controller
+from drivers.base import DriverContext, DriverInitializationError, driver_class
+from drivers.contract import REJECT_REASONS
 from hil.config import ServiceConfig
 from hil.engine import TickEngine
 from hil.files import load_state_file
 from hil.sensor import SensorModel
+from sim.errors import UserInputError
 from sim.model import load_model
 from sim.plant import Plant
 
@@ -38,7 +39,16 @@ def muscle_groups(muscle_names) -> dict[str, np.ndarray]:
 
 
 def build_engine(cfg: ServiceConfig):
-    """(model, engine, drivers) for a config; raises ConfigError/ValueError on inconsistent settings."""
+    """(model, engine, drivers) for a config, drivers open; raises ConfigError/ValueError on inconsistent
+    settings."""
+    model, engine = build_tick_engine(cfg)
+    drivers = open_drivers(cfg, model, engine)
+    engine.size_log(drivers)
+    return model, engine, drivers
+
+
+def build_tick_engine(cfg: ServiceConfig):
+    """(model, engine) for a config: plant, stimulation model, safety and sensor model; opens nothing."""
     model = load_model(cfg.model)
     step = cfg.loop.period_s / cfg.loop.substeps
     x0 = None if cfg.plant.initial == "equilibrium" else load_state_file(
@@ -50,27 +60,43 @@ def build_engine(cfg: ServiceConfig):
     stimulation = None if stim_cfg.mode == "direct" else StimulationModel(stim_cfg, model.muscle_names, cfg.path)
     engine = TickEngine(plant, stimulation, cfg.safety, SensorModel(cfg.sensor), cfg.loop.period_s,
                         cfg.loop.substeps, REJECT_REASONS, muscle_groups(model.muscle_names))
+    return model, engine
+
+
+def driver_context(cfg: ServiceConfig, model, engine, index: int) -> DriverContext:
+    """What driver ``index`` may know of the run (``drivers.base`` rule 6)."""
+    return DriverContext(
+        index=index, file=cfg.path, base_dir=cfg.base_dir, period_s=cfg.loop.period_s,
+        dof_names=tuple(model.dof_names), muscle_names=tuple(model.muscle_names), group_names=tuple(engine.groups),
+        channel_names=tuple(c.name for c in engine.stim.channels) if engine.stim is not None else (),
+        frame_dtype=engine.sensor.dtype, loop_sched_fifo=cfg.loop.sched_fifo, loop_priority=cfg.loop.priority,
+        loop_cpu=cfg.loop.cpu)
+
+
+def parse_drivers(cfg: ServiceConfig, model, engine) -> list[tuple[type, object, DriverContext]]:
+    """(driver class, spec, context) of every ``[[driver]]`` table, validated; opens nothing."""
+    parsed = []
+    for i, table in enumerate(cfg.drivers):
+        cls = driver_class(table["type"])
+        ctx = driver_context(cfg, model, engine, i)
+        parsed.append((cls, cls.parse_config(table, ctx), ctx))
+    return parsed
+
+
+def open_drivers(cfg: ServiceConfig, model, engine) -> list:
+    """The config's drivers, opened (link processes started, buses and ptys opened)."""
     drivers = []
     try:
-        for i, spec in enumerate(cfg.drivers):
-            kind = spec["type"]
-            if kind == "loopback":
-                ctl = make_controller(spec, n_channels=engine.n_channels, muscle_names=model.muscle_names,
-                                      period_s=cfg.loop.period_s, base_dir=cfg.base_dir, file=cfg.path, index=i)
-                drivers.append(LoopbackDriver(ctl, cfg.loop.period_s, index=i))
-            else:
-                cls = driver_class(kind)
-                try:
-                    drivers.append(cls.from_config(spec, engine=engine, index=i, base_dir=cfg.base_dir,
-                                                   file=cfg.path, loop=cfg.loop))
-                except DriverInitializationError as exc:   # say which driver of which file
-                    raise DriverInitializationError(f"{cfg.path}, driver[{i}] ({kind}): {exc}") from None
+        for cls, spec, ctx in parse_drivers(cfg, model, engine):
+            try:
+                drivers.append(cls.open(spec, ctx))
+            except DriverInitializationError as exc:   # say which driver of which file
+                raise DriverInitializationError(f"{cfg.path}, {ctx.key} ({cls.name}): {exc}") from None
     except BaseException:   # a later driver failed: stop the link processes the earlier ones started
         for d in drivers:
             d.shutdown()
         raise
-    engine.size_log(drivers)
-    return model, engine, drivers
+    return drivers
 
 
 def ticks_for(duration_s: float | None, period_s: float) -> int | None:
@@ -90,7 +116,6 @@ def ticks_for(duration_s: float | None, period_s: float) -> int | None:
 STATUS_FIELDS = ("ticks", "deadline_misses", "max_lateness_s", "gh_stability", "elbow_deg",
                  "state", "stop_request", "watchdog")
 STATE_STARTING, STATE_WARMING, STATE_RUNNING, STATE_DONE, STATE_FAILED = 0.0, 1.0, 2.0, 3.0, 4.0
-EXIT_OK, EXIT_ERROR, EXIT_CONFIG, EXIT_SAFETY_STOP, EXIT_INCOMPLETE = 0, 1, 2, 4, 5
 
 
 def recording_header(cfg: ServiceConfig, model, engine) -> dict:
@@ -178,11 +203,7 @@ def run_summary(run, summary, driver_stats: dict, lost_drivers: list[str], unwri
     }
 
 
-#: Exception class names that mean "the input is wrong" (exit 2), not a bug.
-CONFIG_ERRORS = ("ConfigError", "ExcitationFileError", "StateFileError", "MetricsError", "DriverInitializationError",
-                 "RecordingError", "HelperStartError")
-
-
 def error_summary(exc: BaseException, tb: str) -> dict:
-    return {"ok": False, "error": f"{type(exc).__name__}: {exc}", "config_error": type(exc).__name__ in CONFIG_ERRORS,
+    """The result of a failed run; ``config_error`` marks an error caused by the user's input (exit 2), not a bug."""
+    return {"ok": False, "error": f"{type(exc).__name__}: {exc}", "config_error": isinstance(exc, UserInputError),
             "traceback": tb}

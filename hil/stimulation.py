@@ -19,7 +19,7 @@ Default numbers (surface electrodes over arm muscles; see the README): Q_th = 5 
 fusion at 40-50 Hz), g_d = 0.5. They are modelling choices to be tuned per subject, not measured data.
 
 Per-channel limits (pulse width, amplitude, frequency range, allowed modes) either reject a command
-or clamp it, per channel policy; reasons are the short strings of :data:`LIMIT_REASONS`.
+or clamp it, per channel policy; reasons are entries of ``drivers.contract.REJECT_REASONS``.
 """
 from __future__ import annotations
 
@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 import numpy as np
 from numba import njit
 
-from sim.config import REQUIRED, ConfigError, ConfigTable
+from drivers.config_table import REQUIRED, ConfigTable
+from sim.config import ConfigError
 
-LIMIT_REASONS = ("pulse_width_limit", "amplitude_limit", "frequency_limit", "mode_not_allowed", "non_finite")
 HW_MAX_PULSE_WIDTH_US = 500.0   # RehaStim2 range
 HW_MAX_AMPLITUDE_MA = 130.0
 MAX_CHANNELS = 16
@@ -59,18 +59,6 @@ class ChannelConfig:
 class StimulationConfig:
     mode: str = "channels"                  # channels | direct
     channels: tuple[ChannelConfig, ...] = field(default_factory=tuple)
-
-
-def recruitment(charge_c, threshold_c, saturation_c):
-    """r(Q): 0 below threshold, 1 above saturation, cubic smoothstep in between (scalar or array)."""
-    x = np.clip((np.asarray(charge_c, float) - threshold_c) / (saturation_c - threshold_c), 0.0, 1.0)
-    return x * x * (3.0 - 2.0 * x)
-
-
-def frequency_factor(freq_hz, constant_hz, fusion_hz):
-    """phi(f) = min(1, (1 - exp(-f/f_c)) / (1 - exp(-f_fuse/f_c))), 0 at f <= 0."""
-    f = np.maximum(np.asarray(freq_hz, float), 0.0)
-    return np.minimum(1.0, -np.expm1(-f / constant_hz) / -math.expm1(-fusion_hz / constant_hz))
 
 
 def expand_gains(gains: dict[str, float], muscle_names, where: str, file=None) -> np.ndarray:

@@ -52,7 +52,7 @@ class MetricsHost:
     RETRY_S = (0.0, 1.0, 2.0, 5.0, 10.0, 30.0)
 
     def __init__(self, cfg) -> None:
-        from drivers.base import REJECT_REASONS
+        from drivers.contract import REJECT_REASONS
         from hil.metrics import MetricsBlock, MetricsSchema, default_schema
 
         self.cfg = cfg.metrics

@@ -1,7 +1,7 @@
 """A one-field numba StructRef used to pass (model arrays, workspace) to kernels as a single object.
 
-Numba types every argument of a call from Python: a named tuple of ~100 arrays costs ~18 us per call to
-type and unbox, a StructRef holding the same tuple ~1 us. Kernels read ``bundle.items``.
+Numba types and unboxes every argument of a call from Python, which for a named tuple of about a hundred
+arrays costs far more per call than one StructRef holding the same tuple. Kernels read ``bundle.items``.
 """
 from __future__ import annotations
 

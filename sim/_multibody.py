@@ -19,11 +19,28 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from sim._dual import (ND, d_add, d_constmat_vec, d_cross, d_dot, d_iadd, d_iadd_scaled, d_matvec,
-                       d_matvec_const, d_mattvec, d_rotate_frame, d_scale, d_scale_var, d_sqrt, d_sub,
-                       frame_slots, rotation_about_axis, slot_q, slot_qd)
-from sim.model import (CLAVICLE_FRAME, HUMERUS_FRAME, N_DOF, N_FRAMES, RADIUS_FRAME, SCAPULA_FRAME,
-                       ULNA_FRAME)
+from sim._dual import (
+    ND,
+    d_add,
+    d_constmat_vec,
+    d_cross,
+    d_dot,
+    d_iadd,
+    d_iadd_scaled,
+    d_mattvec,
+    d_matvec,
+    d_matvec_const,
+    d_rotate_frame,
+    d_scale,
+    d_scale_var,
+    d_sqrt,
+    d_sub,
+    frame_slots,
+    rotation_about_axis,
+    slot_q,
+    slot_qd,
+)
+from sim.model import CLAVICLE_FRAME, HUMERUS_FRAME, N_DOF, N_FRAMES, RADIUS_FRAME, SCAPULA_FRAME, ULNA_FRAME
 
 _jit = njit(cache=True, nogil=True, boundscheck=False)
 
@@ -112,7 +129,7 @@ def _mass_matrix(A, W):
             pb[i] = W.P[f, i, 0] + Rb[i, 0] * A.body_com[b, 0] + Rb[i, 1] * A.body_com[b, 1] \
                 + Rb[i, 2] * A.body_com[b, 2]
         m = A.body_mass[b]
-        I = A.body_inertia[b]
+        I = A.body_inertia[b]  # noqa: E741 (the inertia tensor, named as in the equations)
         for j in range(f):
             kx, ky, kz = W.k[j, 0, 0], W.k[j, 1, 0], W.k[j, 2, 0]
             dx = pb[0] - W.P[j + 1, 0, 0]

@@ -16,9 +16,26 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from sim.model import (ECC_FORCE_MAX, FL_WIDTH, HILL_A, MUS_C1, MUS_C2, MUS_FMAX,
-                       MUS_K1PEE, MUS_K1SEE, MUS_KPEE, MUS_KSEE, MUS_LCEOPT, MUS_PEESLACK, MUS_PENN_B,
-                       MUS_SEESLACK, MUS_VMAX, N_DOF, N_MUS, SDOT_DAMPING)
+from sim.model import (
+    ECC_FORCE_MAX,
+    FL_WIDTH,
+    HILL_A,
+    MUS_C1,
+    MUS_C2,
+    MUS_FMAX,
+    MUS_K1PEE,
+    MUS_K1SEE,
+    MUS_KPEE,
+    MUS_KSEE,
+    MUS_LCEOPT,
+    MUS_PEESLACK,
+    MUS_PENN_B,
+    MUS_SEESLACK,
+    MUS_VMAX,
+    N_DOF,
+    N_MUS,
+    SDOT_DAMPING,
+)
 
 _jit = njit(cache=True, nogil=True, boundscheck=False)
 

@@ -23,8 +23,7 @@ from numba import njit
 
 from sim._dual import slot_q, slot_qd
 from sim._multibody import MultibodyWork, multibody_eval, new_multibody_work
-from sim._muscles import (MuscleWork, activation_rates, muscle_eval, new_muscle_work, solve_contraction,
-                          sparse_row)
+from sim._muscles import MuscleWork, activation_rates, muscle_eval, new_muscle_work, solve_contraction, sparse_row
 from sim.model import HUMERUS_FRAME, MUS_C1, MUS_C2, N_DOF, N_MUS, N_STATES, SCAPULA_FRAME
 
 _jit = njit(cache=True, nogil=True, boundscheck=False)

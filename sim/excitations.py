@@ -29,6 +29,7 @@ from typing import Sequence
 import numpy as np
 
 from sim.config import not_utf8
+from sim.errors import UserInputError
 
 __all__ = ["ExcitationFileError", "ExcitationSchedule", "load_excitation_csv", "write_ramp_csv",
            "TIME_TOLERANCE_S"]
@@ -38,7 +39,7 @@ __all__ = ["ExcitationFileError", "ExcitationSchedule", "load_excitation_csv", "
 TIME_TOLERANCE_S = 1e-9
 
 
-class ExcitationFileError(ValueError):
+class ExcitationFileError(UserInputError, ValueError):
     """An excitation file that cannot be used; the message names the file, line, column and reason."""
 
     def __init__(self, path: str | PathLike, reason: str, *, line: int | None = None,

@@ -14,14 +14,28 @@ import math
 import numpy as np
 
 from sim._bundle import Bundle
-from sim._step import (IA, IQ, IQD, IS, SCHEME_ACTIVATION, SCHEME_PAPER, STEP_BAD_INPUT,
-                       STEP_FIBRE_COLLAPSE, STEP_MESSAGES, STEP_OK, bundle_prime, bundle_step, new_plant_work)
-
-SCHEMES = {"activation": SCHEME_ACTIVATION, "paper": SCHEME_PAPER}
+from sim._step import (
+    IA,
+    IQ,
+    IQD,
+    IS,
+    SCHEME_ACTIVATION,
+    SCHEME_PAPER,
+    STEP_BAD_INPUT,
+    STEP_FIBRE_COLLAPSE,
+    STEP_MESSAGES,
+    STEP_OK,
+    bundle_prime,
+    bundle_step,
+    new_plant_work,
+)
+from sim.errors import UserInputError
 from sim.model import LOAD_NAMES, N_LOADS, N_MUS, N_STATES, Das3Model
 
+SCHEMES = {"activation": SCHEME_ACTIVATION, "paper": SCHEME_PAPER}
 
-class InvalidInputError(ValueError):
+
+class InvalidInputError(UserInputError, ValueError):
     """An input (excitation, load, state) is malformed or not finite; the plant state is unchanged."""
 
 

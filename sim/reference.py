@@ -84,8 +84,8 @@ class ReferenceModel:
 def simulate_reference(model: Das3Model, x0, excitation: Callable[[float], np.ndarray], t_eval,
                        loads=None, method: str = "BDF", rtol: float = 1e-8, atol: float = 1e-9):
     """Integrate from x0 over [0, t_eval[-1]] with a stiff variable-step solver (scipy ``BDF`` or
-    ``Radau``); returns (t, X, solver info). At rtol 1e-8 BDF and Radau agree to ~2e-6 deg on the ramp
-    test, far below the 0.2 deg accuracy bar they check."""
+    ``Radau``); returns (t, X, solver info). At rtol 1e-8 the two methods agree far below the accuracy bar
+    they check (README "Accuracy")."""
     ref = ReferenceModel(model, excitation, loads)
     t_eval = np.asarray(t_eval, np.float64)
     sol = solve_ivp(ref.rhs, (0.0, float(t_eval[-1])), np.asarray(x0, np.float64), method=method,

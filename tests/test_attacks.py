@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import serial
 
-from drivers.base import KIND_CHANNEL, KIND_DRIVER_LOST, KIND_REJECTS
+from drivers.contract import KIND_CHANNEL, KIND_DRIVER_LOST, KIND_REJECTS
 from drivers.sciencemode2 import CMD_INIT, CMD_INIT_CLM, CMD_START_CLM, CMD_WATCHDOG, FrameParser, encode_frame
 from hil.recording import RecordingReader
 
@@ -407,7 +407,7 @@ def test_watchdog_frame_after_a_serial_watchdog_trip_does_not_switch_stimulation
 def test_reject_flood_reaches_the_loop_as_counts_per_tick(tmp_path, config_over):
     """Garbage written as fast as the pty takes it into a 1 kHz run: every rejected frame is counted (link,
     summary and recording agree), and a tick hands the loop at most one entry per reject reason."""
-    from drivers.base import REJECT_REASONS
+    from drivers.contract import REJECT_REASONS
     cfg = serial_config(config_over, """
         [loop]
         period_ms = 1.0

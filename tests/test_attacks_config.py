@@ -4,9 +4,9 @@ import random
 import tomllib
 
 import pytest
+from conftest import CONFIGS
 from typer.testing import CliRunner
 
-from conftest import CONFIGS
 from hil.cli import app
 from hil.config import MAX_RUN_DURATION_S, load_service_config
 

@@ -35,7 +35,7 @@ def test_bench_link_reports_round_trips(transport):
 
 
 def test_udp_receive_buffer_errors_reads_the_kernel_counter():
-    from hil.bench_link import udp_receive_buffer_errors
+    from hil.bench.platform import udp_receive_buffer_errors
     n = udp_receive_buffer_errors()
     assert n is None or (isinstance(n, int) and n >= 0)
     if Path("/proc/net/snmp").exists():

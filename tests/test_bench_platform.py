@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from hil.bench_platform import parse_cyclictest_histogram, run_cyclictest
+from hil.bench.platform import parse_cyclictest_histogram, run_cyclictest
 
 
 def _histogram(counts: dict[int, int], overflows: int, max_us: int) -> str:
@@ -54,7 +54,7 @@ def test_cyclictest_run_on_this_machine():
 
 
 def test_unbound_workqueue_cpumask_is_read_as_a_cpu_list(tmp_path):
-    from hil.bench_platform import unbound_workqueue_cpus
+    from hil.bench.platform import unbound_workqueue_cpus
     mask = tmp_path / "cpumask"
     mask.write_text("3\n")
     assert unbound_workqueue_cpus(str(mask)) == [0, 1]

@@ -4,13 +4,24 @@ import math
 import numpy as np
 import pytest
 
-from drivers.base import KIND_CHANNEL, KIND_EXCITATION, Driver, driver_class
+from drivers.base import Driver, driver_class
+from drivers.contract import (
+    KIND_CHANNEL,
+    KIND_EXCITATION,
+    STATUS_GH_UNSTABLE,
+    STATUS_GH_ZEROED,
+    STATUS_OVERRUN,
+    STATUS_ROM,
+    STATUS_ROM_ZEROED,
+    STATUS_STOPPING,
+    STATUS_WATCHDOG,
+)
 from drivers.loopback import Controller, LoopbackDriver, PlaybackController
 from hil.engine import TickEngine
-from hil.loop import LoopConfig, RealtimeLoop
+from hil.loop import LoopConfig, RealtimeLoop, deadlines_missed
 from hil.safety import GHMonitor, RangeOfMotion, SafetyConfig, Watchdog
-from hil.sensor import (STATUS_GH_UNSTABLE, STATUS_GH_ZEROED, STATUS_ROM, STATUS_ROM_ZEROED, STATUS_STOPPING,
-                        STATUS_WATCHDOG, SensorModel, SensorModelConfig)
+from hil.sensor import SensorModel, SensorModelConfig
+from hil.tick import TickBody
 from sim.plant import Plant
 
 H = 0.004
@@ -39,12 +50,11 @@ def make_engine(model, safety=SafetyConfig(), sensor=SensorModelConfig()):
 
 
 def run_ticks(engine, driver, n):
+    """The production tick body, called back to back (no clock)."""
+    body = TickBody(engine, [driver])
     frames, applied_u = [], []
     for tick in range(n):
-        engine.begin(tick)
-        driver.fetch(tick, tick, engine)
-        result = engine.step()
-        driver.publish(result.frame)
+        result = body.step(tick, tick)
         frames.append(result.frame.copy())
         applied_u.append(engine.u.copy())
         if result.stop:
@@ -237,12 +247,66 @@ def test_playback_controller_direct_mode(model, tmp_path):
 def test_realtime_loop_runs_on_deadlines_without_catch_up(model):
     engine = make_engine(model)
     driver = LoopbackDriver(ConstantExcitation(biceps(model), 0.3), H)
-    loop = RealtimeLoop(engine, [driver], LoopConfig(period_s=H, sched_fifo=False, mlock=False))
+    loop = RealtimeLoop(TickBody(engine, [driver]), LoopConfig(period_s=H, sched_fifo=False, mlock=False))
     summary = loop.run(50)
     assert summary.ticks == 50 and summary.stopped_by == "duration"
     assert loop.record[0]["tick"] == 49 and loop.record[0]["frame"]["tick"] == 49
     assert summary.lateness_s.shape == (50,)
     assert engine.plant.time == pytest.approx(50 * H)   # simulated time locked to ticks
+    driver.shutdown()
+
+
+class FakeClock:
+    """Time that moves only when told: ``wait`` jumps to the deadline (a punctual wake-up), and a
+    driver's fetch can take ``work_ns[tick]`` (a slow tick)."""
+
+    def __init__(self) -> None:
+        self.now = 10**12
+        self.work_ns: dict[int, int] = {}
+
+    def clock(self) -> int:
+        return self.now
+
+    def wait(self, deadline_ns: int, spin_ns: int) -> int:
+        self.now = max(self.now, deadline_ns)
+        return self.now
+
+
+class SlowDriver(LoopbackDriver):
+    def __init__(self, controller, clock: FakeClock) -> None:
+        super().__init__(controller, H)
+        self.fake = clock
+
+    def fetch(self, tick, now_ns, sink) -> None:
+        super().fetch(tick, now_ns, sink)
+        self.fake.now += self.fake.work_ns.get(tick, 0)
+
+
+def test_an_overrun_skips_the_missed_deadlines_without_catch_up(model):
+    """Tick 3 takes 2.5 periods: deadlines 4 and 5 are skipped, tick 4 starts at deadline 6 and says it
+    follows an overrun; the simulated time stays locked to the tick count."""
+    period = int(H * 1e9)
+    fake = FakeClock()
+    fake.work_ns[3] = int(2.5 * period)
+    engine = make_engine(model)
+    driver = SlowDriver(ConstantExcitation(biceps(model), 0.3), fake)
+    deadlines, skipped, status = [], [], []
+
+    class Watch:
+        def on_tick(self, record, engine, actuation_ns):
+            deadlines.append(int(record[0]["deadline_ns"]))
+            skipped.append(int(record[0]["skipped_deadlines"]))
+            status.append(int(record[0]["frame"]["status"]))
+    loop = RealtimeLoop(TickBody(engine, [driver], [Watch()], clock=fake.clock),
+                        LoopConfig(period_s=H, sched_fifo=False, mlock=False), clock=fake.clock, wait=fake.wait)
+    summary = loop.run(8)
+    slots = [(d - deadlines[0]) // period for d in deadlines]
+    assert slots == [0, 1, 2, 3, 6, 7, 8, 9]
+    assert skipped == [0, 0, 0, 2, 0, 0, 0, 0] and summary.deadline_misses == 1 and summary.skipped_deadlines == 2
+    assert [bool(s & STATUS_OVERRUN) for s in status] == [False] * 4 + [True] + [False] * 3
+    assert engine.plant.time == pytest.approx(8 * H) and summary.lateness_s.max() == 0.0
+    assert deadlines_missed(100, 100, 10) == 0 and deadlines_missed(101, 100, 10) == 1
+    assert deadlines_missed(125, 100, 10) == 3
     driver.shutdown()
 
 

@@ -5,7 +5,7 @@ reader (drivers/sensor_stream.py).
 Every test draws from a fixed seed, so a failure reproduces; none depends on timing. Noise is random
 bytes and mutations of valid traffic (bit flips, truncation, insertion, duplication), fed in chunks cut at
 random read boundaries. The invariants: nothing raises, buffers stay bounded, every frame is accepted
-or rejected with a reason of drivers.base.REJECT_REASONS (counters add up), an intact frame is decoded
+or rejected with a reason of drivers.contract.REJECT_REASONS (counters add up), an intact frame is decoded
 as soon as its last byte arrives whatever came before it, and clean traffic works after the noise.
 """
 from __future__ import annotations
@@ -18,19 +18,41 @@ import cantools
 import numpy as np
 import pytest
 
-from drivers.base import REJECT_REASONS
 from drivers.can import CanEndpoint
 from drivers.can_dbc import FRAME_ID_EXCITATION, FRAME_ID_GROUP, FRAME_ID_HEARTBEAT, FRAME_ID_STIM
-from drivers.link import (AUX_FRAMES_IN, AUX_REJECTS_TOTAL, INBOUND_AUX_WORDS, KIND_CHANNEL, LINK_RECORD, Inbound,
-                          reject_counts)
+from drivers.contract import REJECT_REASONS, frame_dtype
+from drivers.link import (
+    AUX_FRAMES_IN,
+    AUX_REJECTS_TOTAL,
+    INBOUND_AUX_WORDS,
+    KIND_CHANNEL,
+    LINK_RECORD,
+    Inbound,
+    reject_counts,
+)
 from drivers.sciencemode2 import (
-    CMD_GET_MODE, CMD_INIT_ACK, CMD_INIT_CLM, CMD_START_CLM, CMD_STOP_CLM, CMD_UNKNOWN, CMD_WATCHDOG,
-    COUNTER_KEYS, MAX_FRAME_SIZE, MODE_RUNNING, Activity, Connected, Frame, FrameError, FrameParser,
-    Rehastim2Emulator, Rejected, StimulationChanged, encode_frame,
+    CMD_GET_MODE,
+    CMD_INIT_ACK,
+    CMD_INIT_CLM,
+    CMD_START_CLM,
+    CMD_STOP_CLM,
+    CMD_UNKNOWN,
+    CMD_WATCHDOG,
+    COUNTER_KEYS,
+    MAX_FRAME_SIZE,
+    MODE_RUNNING,
+    Activity,
+    Connected,
+    Frame,
+    FrameError,
+    FrameParser,
+    Rehastim2Emulator,
+    Rejected,
+    StimulationChanged,
+    encode_frame,
 )
 from drivers.sensor_stream import SYNC, SensorStreamReader, encode_packet
-from hil.sensor import frame_dtype
-from hil.shm_ring import ShmRing
+from drivers.shm_ring import ShmRing
 from sim.model import load_model
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -460,8 +482,8 @@ class CountingInbound(Inbound):
         super().count_in(n)
         self.frames += [[] for _ in range(n)]
 
-    def _push(self, receive_ns, seq, kind, reason, index, *values) -> None:
-        super()._push(receive_ns, seq, kind, reason, index, *values)
+    def _push(self, receive_ns, seq, kind, index, *values) -> None:
+        super()._push(receive_ns, seq, kind, index, *values)
         self.frames[-1].append("accepted")
 
     def reject(self, receive_ns, reason, seq=-1) -> None:

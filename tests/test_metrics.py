@@ -6,7 +6,7 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from hil.metrics import (MetricSpec, MetricsBlock, MetricsError, MetricsSchema, default_schema, start_exporter)
+from hil.metrics import MetricsBlock, MetricsError, MetricSpec, MetricsSchema, default_schema, start_exporter
 
 
 def free_port():

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from drivers.shm_ring import ShmRing
 from hil.recording import RecordingError, RecordingReader, RecordingWriter
-from hil.shm_ring import ShmRing
 
 REPO = Path(__file__).resolve().parents[1]
 DT = np.dtype([("a", "<i8"), ("b", "<f8", (2, 3)), ("c", [("x", "<f4"), ("y", "u1", (2,))])])

@@ -1,4 +1,4 @@
-"""ScienceMode2 codec and RehaStim2 emulator (drivers/sciencemode2.py) against /work/shared/spec/sciencemode2.md.
+"""ScienceMode2 codec and RehaStim2 emulator (drivers/sciencemode2.py) against the protocol as pysciencemode uses it.
 
 PC-side frames come from pysciencemode 1.1.5 itself (``packet_construction`` and the ``Rehastim2`` packet
 builders, called on an instance that never opens a port); device replies are checked with its reply
@@ -6,19 +6,44 @@ splitter (``RehastimGeneric._read_packet`` on a stub port) and its ack interpret
 """
 from types import SimpleNamespace
 
-import pytest
-
-from drivers.sciencemode2 import (
-    CMD_GET_MODE, CMD_GET_MODE_ACK, CMD_INIT, CMD_INIT_ACK, CMD_INIT_CLM, CMD_INIT_CLM_ACK, CMD_START_CLM,
-    CMD_START_CLM_ACK, CMD_STOP_CLM, CMD_STOP_CLM_ACK, CMD_UNKNOWN, CMD_WATCHDOG, MODE_INITIALISED,
-    MODE_RUNNING, MODE_START, RESULT_OK, RESULT_PARAMETER_ERROR, RESULT_WRONG_MODE, Activity,
-    ChannelSetting, Connected, Frame, FrameError, FrameParser, Rehastim2Emulator, Rejected,
-    StimulationChanged, crc8, encode_frame, signed8, stuff,
-)
-
 import pysciencemode.utils as psm_utils  # a test dependency (pyproject [test]): never skipped
+import pytest
 from pysciencemode import Channel, Rehastim2, RehastimGeneric
 from pysciencemode.acks import get_mode_ack, init_stimulation_ack, start_stimulation_ack, stop_stimulation_ack
+
+from drivers.sciencemode2 import (
+    CMD_GET_MODE,
+    CMD_GET_MODE_ACK,
+    CMD_INIT,
+    CMD_INIT_ACK,
+    CMD_INIT_CLM,
+    CMD_INIT_CLM_ACK,
+    CMD_START_CLM,
+    CMD_START_CLM_ACK,
+    CMD_STOP_CLM,
+    CMD_STOP_CLM_ACK,
+    CMD_UNKNOWN,
+    CMD_WATCHDOG,
+    MODE_INITIALISED,
+    MODE_RUNNING,
+    MODE_START,
+    RESULT_OK,
+    RESULT_PARAMETER_ERROR,
+    RESULT_WRONG_MODE,
+    Activity,
+    ChannelSetting,
+    Connected,
+    Frame,
+    FrameError,
+    FrameParser,
+    Rehastim2Emulator,
+    Rejected,
+    StimulationChanged,
+    crc8,
+    encode_frame,
+    signed8,
+    stuff,
+)
 
 packet_construction = psm_utils.packet_construction
 
@@ -470,7 +495,7 @@ def test_init_resend_and_init_ack_counter():
     assert events == [Rejected("out_of_range", CMD_INIT_ACK)] and not emu.connected
     assert emu.poll(1.0) and emu.counters["out_of_range"] == 2
     late = Rehastim2Emulator(init_resend_s=0.2)          # the InitAck of the Init sent just before the last
-    [first], [second] = late.poll(0.0), late.poll(0.2)
+    [first], [_] = late.poll(0.0), late.poll(0.2)
     _, events = late.receive(RehastimGeneric._init_ack(first[5]), 0.21)
     assert events == [Connected(first[5])] and late.connected
     [init] = emu.poll(1.2)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 import sys
 import threading
@@ -15,10 +14,10 @@ import numpy as np
 import pytest
 import serial
 
+from drivers.contract import frame_dtype
 from drivers.sciencemode2 import CMD_INIT, CMD_START_CLM_ACK, FrameParser, encode_frame
 from drivers.sensor_stream import SensorStreamReader, crc16, encode_packet, read_frames
-from drivers.serial_stim import ScienceModeDriver, ScienceModeEndpoint
-from hil.sensor import frame_dtype
+from drivers.serial_stim import ScienceModeEndpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -45,7 +44,7 @@ def test_sensor_stream_round_trip_resync_and_errors():
 def test_endpoint_on_a_pty_answers_and_streams(tmp_path):
     """The link-side endpoint in this process: Init on the pty, a raw ScienceMode2 session, sensor packets."""
     from drivers.link import INBOUND_AUX_WORDS, KIND_CHANNEL, LINK_RECORD, Inbound
-    from hil.shm_ring import ShmRing
+    from drivers.shm_ring import ShmRing
     ring = ShmRing.create(LINK_RECORD, 1024, INBOUND_AUX_WORDS)
     ep = ScienceModeEndpoint("pty", "pty", channel_map=[0, 1, 2, 3, -1, -1, -1, -1], client_timeout_s=0.5)
     ports = ep.open()
@@ -159,7 +158,7 @@ def test_unmodified_pysciencemode_client_flexes_the_elbow(tmp_path, config_over)
     assert not summary["commands_rejected"], summary["commands_rejected"]
     # every update of the channel list (channel 4 only) is one recorded command for that channel: the
     # five ramp updates and the one after the pause
-    from drivers.base import KIND_CHANNEL
+    from drivers.contract import KIND_CHANNEL
     from hil.recording import RecordingReader
     cmds = RecordingReader(str(rec)).read("commands")
     stimulated = cmds[(cmds["kind"] == KIND_CHANNEL) & (cmds["values"][:, 1] > 0)]
@@ -198,12 +197,18 @@ def test_config_errors_name_the_key(config_over):
 
 
 def test_a_port_that_cannot_be_opened_is_a_one_line_error_naming_the_driver(tmp_path, config_over):
+    """``hil run`` opens the port and fails with one line; ``hil check-config`` opens nothing and passes."""
     cfg = config_over("serial.toml", f"""
+        [metrics]
+        enabled = false
         [[driver]]
         type = "sciencemode2"
         port = "{tmp_path / 'ttyNONE'}"
         """)
-    out = subprocess.run([sys.executable, "-m", "hil", "check-config", str(cfg)], capture_output=True, text=True,
-                         timeout=120)
+    out = subprocess.run([sys.executable, "-m", "hil", "run", "--config", str(cfg), "--duration", "1"],
+                         capture_output=True, text=True, timeout=300)
     assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
     assert f"{cfg}, driver[0] (sciencemode2)" in out.stderr and "ttyNONE" in out.stderr
+    out = subprocess.run([sys.executable, "-m", "hil", "check-config", str(cfg)], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr

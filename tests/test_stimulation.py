@@ -5,7 +5,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hil.stimulation import (StimulationModel, frequency_factor, load_stimulation_config, recruitment)
+from hil.stimulation import StimulationModel, load_stimulation_config
 from sim.config import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -16,20 +16,41 @@ def default_model(model):
     return StimulationModel(load_stimulation_config(table, model.muscle_names), model.muscle_names)
 
 
-def test_recruitment_is_zero_below_threshold_one_above_saturation_and_c1():
+def one_channel(model, **kw) -> StimulationModel:
+    """A single channel driving the first muscle element with gain 1 (the production kernel)."""
+    from hil.stimulation import ChannelConfig, StimulationConfig
+    channel = ChannelConfig(name="test", gains={model.muscle_names[0]: 1.0}, **kw)
+    return StimulationModel(StimulationConfig(channels=(channel,)), model.muscle_names)
+
+
+def excitation_of(stim: StimulationModel, pw_s, amp_a, freq_hz, mode=0.0) -> float:
+    return float(stim.excitation(np.array([pw_s]), np.array([amp_a]), np.array([freq_hz]), np.array([mode]),
+                                 np.zeros(stim.gains.shape[1]))[0])
+
+
+def test_recruitment_is_zero_below_threshold_one_above_saturation_and_c1(model):
+    """r(Q) = 3x^2 - 2x^3, x = (Q - Q_th)/(Q_sat - Q_th) clipped to [0, 1], through the compiled kernel
+    at the fusion frequency (frequency factor 1)."""
+    stim = one_channel(model, threshold_charge_c=5e-6, saturation_charge_c=24e-6)
     q = np.linspace(0, 40e-6, 4001)
-    r = recruitment(q, 5e-6, 24e-6)
+    r = np.array([excitation_of(stim, 200e-6, charge / 200e-6, 50.0) for charge in q])
+    x = np.clip((q - 5e-6) / 19e-6, 0.0, 1.0)
+    np.testing.assert_allclose(r, 3 * x**2 - 2 * x**3, rtol=1e-12, atol=1e-15)
     assert np.all(r[q <= 5e-6] == 0) and np.all(r[q >= 24e-6] == 1)
-    assert np.all(np.diff(r) >= 0)
     slope = np.diff(r) / np.diff(q)
     assert np.max(np.abs(np.diff(slope))) < 0.01 * np.max(slope)  # no jump in the slope (C1)
 
 
-def test_frequency_factor_saturates_at_fusion():
+def test_frequency_factor_saturates_at_fusion(model):
+    """phi(f) = min(1, (1 - exp(-f/f_c)) / (1 - exp(-f_fuse/f_c))) at full recruitment; a doublet (mode 1)
+    counts as f (1 + g_d)."""
+    stim = one_channel(model, frequency_constant_hz=12.0, fusion_frequency_hz=50.0, doublet_gain=0.5)
     f = np.array([0.0, 10.0, 20.0, 50.0, 80.0])
-    phi = frequency_factor(f, 12.0, 50.0)
-    assert phi[0] == 0 and 0.5 < phi[1] < 0.65 and phi[3] == 1.0 and phi[4] == 1.0
-    assert np.all(np.diff(phi) >= 0)
+    phi = np.array([excitation_of(stim, 300e-6, 0.1, fi) for fi in f])
+    np.testing.assert_allclose(phi, np.minimum(1.0, -np.expm1(-f / 12.0) / -np.expm1(-50.0 / 12.0)), rtol=1e-12)
+    assert phi[0] == 0 and phi[3] == 1.0 and phi[4] == 1.0
+    assert excitation_of(stim, 300e-6, 0.1, 10.0, mode=1) == pytest.approx(-np.expm1(-15.0 / 12.0)
+                                                                          / -np.expm1(-50.0 / 12.0), rel=1e-12)
 
 
 def test_default_map_only_drives_the_stimulated_channel(model):

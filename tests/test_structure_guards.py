@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer.main
 
-from drivers.base import COMMAND_DTYPE
+from drivers.contract import COMMAND_DTYPE
 from hil.cli import app
 from hil.config import service_config_from_dict
 from hil.loop import tick_dtype
@@ -54,3 +54,69 @@ def command_tree(command=None, prefix: str = "hil") -> dict:
 def test_command_tree_is_unchanged():
     """Regenerate tests/data/cli-tree.json only for a deliberate change of the command line."""
     assert command_tree() == json.loads(CLI_TREE.read_text())
+
+
+def test_offline_run_gives_the_frames_of_a_real_time_run(tmp_path, config_over):
+    """The same tick body without a clock: every frame of a real-time elbow-hold run, bit for bit (the
+    overrun bit aside, which only a wall clock sets)."""
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    from drivers.contract import STATUS_OVERRUN
+    from hil.config import load_service_config
+    from hil.offline import run_offline
+
+    root = Path(__file__).resolve().parents[1]
+    cfg = config_over("elbow-hold.toml", """
+        [metrics]
+        enabled = false
+        """)
+    rec = tmp_path / "run.hilrec"
+    out = subprocess.run([sys.executable, "-m", "hil", "run", "--config", str(cfg), "--duration", "0.5",
+                          "--record", str(rec)], capture_output=True, text=True, timeout=300, cwd=root)
+    assert out.returncode == 0, out.stderr
+    recorded = RecordingReader(rec).read("ticks")["frame"].copy()
+    frames = []
+
+    class Collect:
+        def on_tick(self, record, engine, actuation_ns):
+            frames.append(record[0]["frame"].copy())
+    result = run_offline(load_service_config(cfg), len(recorded), [Collect()])
+    offline = np.array(frames)
+    assert result.ticks == len(recorded) == 125 and result.stopped_by == "duration"
+    recorded["status"] &= ~np.uint32(STATUS_OVERRUN)
+    assert offline.tobytes() == recorded.tobytes()
+
+
+def test_replay_and_check_config_of_a_socketcan_run_open_no_interface(tmp_path, config_over):
+    """No vcan/can interface exists here: a CAN run recorded on SocketCAN still replays (the recorded
+    commands are fed, no bus is opened) and its config still checks (parsed, not opened)."""
+    import copy
+    import subprocess
+    import sys
+
+    from hil.recording import RecordingWriter
+
+    reader = RecordingReader(FIXTURE)
+    header = copy.deepcopy(reader.header)
+    header["config"]["driver"] = [{"type": "can", "interface": "socketcan", "channel": "can7",
+                                   "dbc": str(Path(__file__).resolve().parents[1] / "configs" / "fes-hil.dbc")}]
+    streams = {s["name"]: reader.streams[s["name"]] for s in header.pop("streams")}
+    rec = tmp_path / "socketcan.hilrec"
+    with RecordingWriter(str(rec), header, streams) as writer:
+        writer.append("commands", reader.read("commands"))
+        writer.append("ticks", reader.read("ticks"))
+    result = replay_recording(str(rec))
+    assert result["identical"] and result["ticks"] == 50, result
+    cfg = config_over("can.toml", f"""
+        [[driver]]
+        type = "can"
+        interface = "socketcan"
+        channel = "can7"
+        dbc = "{Path(__file__).resolve().parents[1] / 'configs' / 'fes-hil.dbc'}"
+        """)
+    out = subprocess.run([sys.executable, "-m", "hil", "check-config", str(cfg)], capture_output=True, text=True,
+                         timeout=120, cwd=Path(__file__).resolve().parents[1])
+    assert out.returncode == 0 and "OK" in out.stdout + out.stderr, out.stderr

@@ -1,16 +1,21 @@
-"""Platform baseline for ``hil bench loop --baseline``: the wake-up latency of the machine itself.
+"""The platform's own figures for the benchmarks: its wake-up latency (cyclictest) and /proc probes.
 
-Runs ``cyclictest`` (rt-tests, the standard Linux real-time latency test, written in C) on the loop's CPU
-with the loop's SCHED_FIFO priority, period and duration, memory locked, and reads its latency
-histogram. Its late wake-ups are the floor for any real-time loop on that CPU: ticks that ``hil`` runs
-late by more than 1 ms while cyclictest also wakes up late by more than 1 ms come from the platform
-(hypervisor steal, SMIs, firmware), not from the service.
+``hil bench loop --baseline`` runs ``cyclictest`` (rt-tests, the standard Linux real-time latency test,
+written in C) on the loop's CPU with the loop's SCHED_FIFO priority, period and duration, memory locked,
+and reads its latency histogram. Its late wake-ups are the floor for any real-time loop on that CPU: ticks
+that ``hil`` runs late by more than 1 ms while cyclictest also wakes up late by more than 1 ms come from the
+platform (hypervisor steal, SMIs, firmware), not from the service. The probes say which CPU this is, how
+long the hypervisor ran something else on a CPU (steal) and how many UDP datagrams the kernel dropped.
 """
 from __future__ import annotations
 
+import os
+import platform
 import shutil
+import socket
 import subprocess
 from dataclasses import dataclass
+from pathlib import Path
 
 HISTOGRAM_US = 5000
 """Histogram bins of 1 µs up to this; later wake-ups are counted as overflows (cyclictest ``-h``)."""
@@ -96,3 +101,59 @@ def unbound_workqueue_cpus(path: str = WORKQUEUE_CPUMASK) -> list[int] | None:
     except (OSError, ValueError):
         return None
     return [cpu for cpu in range(mask.bit_length()) if mask >> cpu & 1]
+
+
+def platform_baseline(cpu: int, priority: int, period_s: float, duration_s: float) -> dict:
+    """cyclictest on ``cpu`` at the loop's priority and period, with the hypervisor steal during it;
+    ``{"error": ...}`` where cyclictest is missing or fails (the loop benchmark still runs)."""
+    before = steal_s(cpu)
+    try:
+        result = run_cyclictest(cpu, priority, period_s, duration_s).as_dict()
+    except (RuntimeError, ValueError, OSError, subprocess.TimeoutExpired) as exc:
+        return {"error": str(exc)}
+    after = steal_s(cpu)
+    result["steal_ms"] = None if before is None or after is None else round((after - before) * 1e3, 1)
+    return result
+
+
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo), else what :mod:`platform` knows."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def steal_s(cpu: int) -> float | None:
+    """Time the hypervisor ran something else while ``cpu`` had work (``steal`` column of
+    /proc/stat, proc(5)), s; None where the kernel does not report it."""
+    try:
+        with open("/proc/stat", encoding="utf-8") as fh:
+            for line in fh:
+                fields = line.split()
+                if fields[0] == f"cpu{cpu}" and len(fields) > 8:
+                    return int(fields[8]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def udp_receive_buffer_errors() -> int | None:
+    """Datagrams the kernel dropped because a UDP socket's receive buffer was full (all sockets of the
+    machine: ``RcvbufErrors`` in /proc/net/snmp); None where not available."""
+    try:
+        lines = [line.split() for line in Path("/proc/net/snmp").read_text().splitlines() if line.startswith("Udp:")]
+        return int(lines[1][lines[0].index("RcvbufErrors")])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on (for the benchmark's metrics endpoint)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

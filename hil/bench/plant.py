@@ -1,0 +1,60 @@
+"""``hil bench plant``: the time of one plant step, from the published equilibrium under a constant excitation."""
+from __future__ import annotations
+
+import gc
+import os
+import platform
+import time
+
+import numpy as np
+
+from hil.bench.platform import cpu_model
+
+STEP_SIZES_DEFAULT = (0.004, 0.001)
+"""Step sizes timed when none is given, s: the loop's default period and the shortest one."""
+
+
+def time_steps(plant, u: np.ndarray, n_steps: int) -> np.ndarray:
+    """Duration of each of ``n_steps`` plant steps, ns, with the cyclic GC off."""
+    durations = np.empty(n_steps, dtype=np.int64)
+    clock = time.perf_counter_ns
+    gc_was_enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        for i in range(n_steps):
+            t0 = clock()
+            plant.step(u)
+            durations[i] = clock() - t0
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    return durations
+
+
+def plant_bench(step_sizes, steps: int, excitation: float, scheme: str) -> dict:
+    """Time ``steps`` steps per step size after the numba warm-up: the machine and library versions, then
+    ``results``, one dict per step size (median, p99 and max step time in µs, real-time factor)."""
+    import numba
+
+    from sim.config import ModelConfig
+    from sim.model import load_model
+    from sim.plant import Plant
+
+    model = load_model(ModelConfig())
+    u = np.full(len(model.muscle_names), excitation)
+    results = []
+    for h in step_sizes:
+        plant = Plant(model, step_s=h, scheme=scheme)
+        plant.warmup()
+        durations = time_steps(plant, u, steps)
+        results.append({
+            "step_s": h,
+            "median_step_us": float(np.median(durations)) / 1e3,
+            "p99_step_us": float(np.percentile(durations, 99)) / 1e3,
+            "max_step_us": float(durations.max()) / 1e3,
+            "realtime_factor": steps * h / (float(durations.sum()) * 1e-9),
+        })
+    return {"cpu": cpu_model(), "cpu_count": os.cpu_count(), "python": platform.python_version(),
+            "numpy": np.__version__, "numba": numba.__version__, "steps": steps,
+            "excitation": excitation, "scheme": scheme, "results": results}

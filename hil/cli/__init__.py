@@ -1,0 +1,46 @@
+"""The ``hil`` command line: offline simulation, real-time runs, recordings, model inspection, benchmarks.
+
+One module per command group (typer's multi-file layout), assembled here into :data:`app`:
+:mod:`.simulate`, :mod:`.run` (check-config, run, serve), :mod:`.recordings` (export, report, replay),
+:mod:`.model`, :mod:`.can` and :mod:`.bench`; :mod:`.common` holds the consoles, exit codes and option
+checks they share. Only command-line logic lives here; the numerics are in ``sim``, the service in
+``hil``, the benchmarks in ``hil.bench``.
+"""
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from hil import __version__
+from hil.cli import bench, can, model, recordings, run, simulate
+
+app = typer.Typer(name="hil", no_args_is_help=True, add_completion=False,
+                  pretty_exceptions_show_locals=False,
+                  help="FES hardware-in-the-loop testbed with the DAS3 shoulder/arm model as plant.")
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        typer.echo(f"hil (fes-hil) {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[bool, typer.Option("--version", callback=_version_callback, is_eager=True,
+                                          help="Print the version and exit.")] = False,
+) -> None:
+    """FES hardware-in-the-loop testbed with the DAS3 shoulder/arm model as plant."""
+
+
+app.command()(simulate.simulate)
+app.command("check-config")(run.check_config)
+app.command()(run.run)
+app.command()(run.serve)
+app.command()(recordings.export)
+app.command()(recordings.report)
+app.command()(recordings.replay)
+app.add_typer(model.app, name="model")
+app.add_typer(bench.app, name="bench")
+app.add_typer(can.app, name="can")

@@ -1,0 +1,295 @@
+"""``hil bench``: parse the options, call :mod:`hil.bench` and print what it measured."""
+from __future__ import annotations
+
+import math
+import time
+from typing import Annotated, Optional
+
+import typer
+from rich.table import Table
+
+from hil.cli.common import (
+    SCHEME_HELP,
+    BadInputError,
+    ExitCode,
+    check_duration,
+    err_console,
+    error,
+    out_console,
+    positive,
+    print_json,
+    user_errors,
+    warn,
+)
+
+app = typer.Typer(no_args_is_help=True, help="Measure the plant's speed.")
+
+
+@app.command("plant")
+def bench_plant(
+    step: Annotated[Optional[float], typer.Option(
+        help="Step size h, s (default: 0.004 and 0.001).")] = None,
+    steps: Annotated[int, typer.Option(help="Timed steps per step size.")] = 5000,
+    excitation: Annotated[float, typer.Option(
+        help="Constant excitation of every muscle during the run.")] = 0.05,
+    scheme: Annotated[str, typer.Option(help=SCHEME_HELP)] = "activation",
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Time plant steps from the published equilibrium under a constant excitation."""
+    from hil.bench.plant import STEP_SIZES_DEFAULT, plant_bench
+
+    with user_errors():
+        step_sizes = STEP_SIZES_DEFAULT if step is None else (positive("--step", step),)
+        if steps < 1:
+            raise BadInputError(f"--steps must be >= 1, not {steps}")
+        if not (math.isfinite(excitation) and 0.0 <= excitation <= 1.0):
+            raise BadInputError(f"--excitation must be in [0, 1], not {excitation!r}")
+        doc = plant_bench(step_sizes, steps, excitation, scheme)
+    results = doc["results"]
+    if json_out:
+        if step is not None:
+            doc.update({k: results[0][k] for k in ("step_s", "median_step_us", "p99_step_us", "realtime_factor")})
+        print_json(doc)
+        return
+
+    console = out_console()
+    table = Table(title=f"Plant step time ({steps} steps from the published equilibrium, "
+                        f"excitation {excitation:g}, GC off)")
+    table.add_column("step (ms)", justify="right")
+    table.add_column("median (µs)", justify="right")
+    table.add_column("p99 (µs)", justify="right")
+    table.add_column("max (µs)", justify="right")
+    table.add_column("real-time factor", justify="right")
+    for r in results:
+        table.add_row(f"{r['step_s'] * 1e3:g}", f"{r['median_step_us']:.1f}", f"{r['p99_step_us']:.1f}",
+                      f"{r['max_step_us']:.1f}", f"{r['realtime_factor']:.1f}")
+    console.print(table)
+    console.print(f"CPU: {doc['cpu']} ({doc['cpu_count']} logical), Python {doc['python']}, "
+                  f"numpy {doc['numpy']}, numba {doc['numba']}")
+
+
+@app.command("loop")
+def bench_loop(
+    period: Annotated[float, typer.Option(help="Loop period, s (1-10 ms).")] = 0.001,
+    duration: Annotated[float, typer.Option(help="Measured run length, s.")] = 30.0,
+    scrape_interval: Annotated[float, typer.Option(help="Scrape /metrics every this many s (0: never).")] = 0.1,
+    spin_us: Annotated[float, typer.Option(help="[loop] spin_us: spin this long before each deadline "
+                                                "(>= the period: never sleep).")] = 200.0,
+    baseline: Annotated[bool, typer.Option(help="First run cyclictest (rt-tests) on the loop's CPU with the same "
+                                               "priority, period and duration: the platform's own wake-up "
+                                               "latency, for comparison.")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Loopback run at the given period while this process scrapes the metrics endpoint; prints tick
+    lateness percentiles, misses > 1 ms and CPU use of the real-time process."""
+    from hil.bench.loop import loop_bench, loop_cpu
+
+    with user_errors():
+        if not (0.001 <= period <= 0.010):
+            raise BadInputError(f"--period must be between 0.001 and 0.010 s, not {period!r}")
+        check_duration(duration)
+        if not 0.0 <= spin_us <= 5000.0:
+            raise BadInputError(f"--spin-us must be between 0 and 5000, not {spin_us!r}")
+    cpu = loop_cpu()
+    floor = _platform_baseline(cpu, period, duration) if baseline else None
+    with err_console().status(f"loop at {period * 1e3:g} ms for {duration:g} s, scraping every {scrape_interval:g} s"):
+        doc = loop_bench(period, duration, scrape_interval, spin_us, cpu)
+    if "error" in doc:
+        error(doc["error"])
+        raise typer.Exit(ExitCode.ERROR)
+    if floor is not None:
+        doc["baseline"] = floor
+    if json_out:
+        print_json(doc)
+    else:
+        _print_loop(doc, cpu)
+
+
+def _platform_baseline(cpu: int, period: float, duration: float) -> dict:
+    """cyclictest before the loop run (:func:`hil.bench.platform.platform_baseline`); a warning where it fails."""
+    from hil.bench.loop import LOOP_PRIORITY
+    from hil.bench.platform import platform_baseline
+
+    with err_console().status(f"platform baseline: cyclictest on cpu{cpu} for {duration:g} s"):
+        floor = platform_baseline(cpu, LOOP_PRIORITY, period, duration)
+    if "error" in floor:
+        warn(f"no platform baseline: {floor['error']}")
+    return floor
+
+
+def _print_loop(doc: dict, cpu: int) -> None:
+    from hil.bench.loop import LOOP_PRIORITY
+
+    period, duration, floor = doc["period_s"], doc["duration_s"], doc.get("baseline")
+    table = Table(title=f"hil bench loop: {period * 1e3:g} ms period, {duration:g} s, {doc['scrapes']} scrapes")
+    for k in ("p50_us", "p99_us", "p999_us", "max_us"):
+        table.add_column(k.replace("_us", " (µs)").replace("p999", "p99.9"), justify="right")
+    table.add_column("late > 1 ms", justify="right")
+    table.add_column("CPU %", justify="right")
+    table.add_row(*(f"{doc[k]:.1f}" for k in ("p50_us", "p99_us", "p999_us", "max_us")),
+                  str(doc["misses_over_1ms"]), f"{doc['cpu_percent']:.0f}")
+    console = out_console()
+    console.print(table)
+    rt = doc["realtime"]
+    console.print(f"SCHED_FIFO {'yes' if rt['sched_fifo'] else 'no'}, mlock {'yes' if rt['mlock'] else 'no'}; "
+                  f"CPU {doc['cpu']}")
+    if doc["steal_ms_loop_cpu"] is not None:
+        console.print(f"hypervisor steal on the loop CPU (cpu{cpu}) during the run: {doc['steal_ms_loop_cpu']:.0f} ms")
+    if floor is not None and "error" in floor:
+        console.print(f"platform baseline: {floor['error']}")
+    elif floor is not None:
+        steal = "" if floor["steal_ms"] is None else f", steal {floor['steal_ms']:.0f} ms"
+        console.print(f"platform baseline (cyclictest, cpu{cpu}, FIFO {LOOP_PRIORITY}, {duration:g} s before "
+                      f"the run): p50 {floor['p50_us']:.0f} µs, p99 {floor['p99_us']:.0f} µs, p99.9 "
+                      f"{floor['p999_us']:.0f} µs, max {floor['max_us']:.0f} µs, "
+                      f"late > 1 ms {floor['over_1ms']}{steal}")
+
+
+@app.command("link")
+def bench_link(
+    transport: Annotated[str, typer.Option(help="can or serial.")] = "can",
+    rate: Annotated[Optional[list[float]], typer.Option(help="Loop rate(s), Hz (default: 250 and 1000).")] = None,
+    duration: Annotated[float, typer.Option(help="Measured length per rate, s.")] = 30.0,
+    feedback: Annotated[str, typer.Option(
+        help="CAN feedback set: auto (full up to 250 Hz, status above), status, angles (status + joint "
+             "angles), full, or fd (HIL_SensorFD: status, q, q velocities and thoracohumeral angles in one "
+             "CAN FD frame).")] = "auto",
+    baseline: Annotated[bool, typer.Option(
+        "--baseline", help="Before each rate, measure the floor without the HIL: the link's endpoint code "
+                           "alone answers on the transport on its own clock (no loop, no plant), with the "
+                           "same peer.")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Round trip through a transport: an external controller process sends a command every tick and
+    times the feedback that echoes it; prints round-trip p50/p99/max and lost feedback frames."""
+    from hil.bench.link import FEEDBACK_SETS, link_bench_result, measure_link
+
+    with user_errors():
+        if transport not in ("can", "serial"):
+            raise BadInputError(f"--transport must be 'can' or 'serial', not {transport!r}")
+        check_duration(duration)
+        if feedback != "auto" and feedback not in FEEDBACK_SETS:
+            raise BadInputError(f"--feedback must be auto, {', '.join(FEEDBACK_SETS)}; not {feedback!r}")
+        rates = rate or [250.0, 1000.0]
+        for r in rates:
+            if not 100.0 <= r <= 1000.0:
+                raise BadInputError(f"--rate must be between 100 and 1000 Hz (1-10 ms periods), not {r!r}")
+
+    def measured(r: float, floor: bool) -> dict:
+        what = "baseline (no HIL)" if floor else "link"
+        with err_console().status(f"{transport} {what} at {r:g} Hz for {duration:g} s ..."):
+            return measure_link(transport, r, duration, feedback, baseline=floor)
+
+    runs = []
+    for r in rates:
+        floor = measured(r, True) if baseline else None
+        run = measured(r, False)
+        if floor is not None:
+            run["baseline"] = floor
+        runs.append(run)
+    doc = link_bench_result(transport, runs)
+    if json_out:
+        print_json(doc)
+    else:
+        _print_link_table(doc, duration, baseline)
+        _print_link_notes(doc, baseline)
+    errors = [r["error"] for run in runs for r in (run.get("baseline") or {}, run) if "error" in r]
+    if errors:
+        for e in errors:
+            error(e)
+        raise typer.Exit(ExitCode.ERROR)
+
+
+def _print_link_table(doc: dict, duration: float, baseline: bool) -> None:
+    table = Table(title=f"hil bench link --transport {doc['transport']} ({duration:g} s per rate); round trip = "
+                        "command sent in answer to feedback -> feedback echoing it")
+    for col in ("rate (Hz)", *(("run",) if baseline else ()), "commands", "p50 (ms)", "p99 (ms)", "max (ms)",
+                "goal p99 (ms)", "next tick %", "lost frames", "unanswered"):
+        table.add_column(col, justify="right")
+    for run in doc["runs"]:
+        for label, row in (("floor", run.get("baseline")), ("HIL", run)):
+            if row is None:
+                continue
+            what = (label,) if baseline else ()
+            if "error" in row:
+                table.add_row("error", *what, row["error"])
+                continue
+            table.add_row(f"{row['rate_hz']:g}", *what, str(row["commands_sent"]),
+                          f"{row['rtt_p50_ms']:.2f}", f"{row['rtt_p99_ms']:.2f}", f"{row['rtt_max_ms']:.2f}",
+                          f"{row['goal_rtt_p99_ms']:.2f}", f"{row['applied_next_tick_percent']:.1f}",
+                          str(row["lost_frames"]), str(row["unanswered"]))
+    out_console().print(table)
+
+
+def _print_link_notes(doc: dict, baseline: bool) -> None:
+    """Below the table: what the floor is, each run's feedback, loop lateness and steal, where lost frames
+    went, the CPU, and a note when kernel workers may share the loop's CPU."""
+    console = out_console()
+    if baseline:
+        console.print("floor: the link's endpoint code alone answers the same peer on its own clock (no "
+                      "loop process, no plant step, no shared-memory hop): what transport, link code and "
+                      "scheduling give on this machine")
+    for run in doc["runs"]:
+        if "feedback" in run:
+            steal = ", ".join(f"{c} {ms:.0f} ms" for c, ms in run["steal_ms"].items())
+            console.print(f"{run['rate_hz']:g} Hz feedback: {', '.join(run['feedback'])}; loop lateness p99 "
+                          f"{run['loop_lateness_p99_us']:.1f} µs, deadline misses {run['deadline_misses']}"
+                          + (f"; hypervisor steal {steal}" if steal else ""))
+            floor = run.get("baseline")
+            if floor and "error" not in floor:
+                steal = ", ".join(f"{c} {ms:.0f} ms" for c, ms in floor["steal_ms"].items())
+                console.print(f"  floor run: responder lateness p99 {floor['responder_lateness_p99_us']:.0f} µs"
+                              + (f"; hypervisor steal {steal}" if steal else ""))
+            if run["lost_frames"]:
+                udp = run.get("udp_receive_buffer_overflows")
+                console.print(f"  lost frames: {run['hil_frames_not_sent']} not sent by the HIL"
+                              + ("" if udp is None else f"; {udp} datagrams dropped by full UDP receive "
+                                                        "buffers (the peer's or the link's)"))
+    console.print(f"CPU {doc['cpu']}")
+    wq = doc["workqueue_cpus"]
+    if doc["transport"] == "serial" and wq is not None and doc["loop_cpu"] in wq:
+        console.print(f"note: kernel workers (unbound workqueues) may run on the loop's CPU {doc['loop_cpu']} "
+                      f"(CPUs {wq}); serial round trips then wait for the loop - see systemd/README.md, "
+                      "'Tuning the lab PC'")
+
+
+@app.command("accuracy")
+def bench_accuracy(
+    step: Annotated[float, typer.Option(help="Rosenbrock step size h, s.")] = 0.003,
+    duration: Annotated[float, typer.Option(help="Ramp duration (all excitations 0 -> 1), s.")] = 0.5,
+    rtol: Annotated[float, typer.Option(help="Relative tolerance of the reference solver.")] = 1e-8,
+    scheme: Annotated[str, typer.Option(help=SCHEME_HELP)] = "activation",
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Joint-angle error of the fixed-step Rosenbrock plant against a stiff variable-step reference.
+
+    The issue's fidelity test: all 138 excitations ramp 0 -> 1 over the duration from the published
+    equilibrium; the reference is scipy's Radau on the same implicit equations with exact Jacobians.
+    """
+    from hil.bench.accuracy import accuracy_result, plant_angles, reference_angles
+
+    with user_errors():
+        h = positive("--step", step)
+        T = check_duration(duration)
+        from sim.config import ModelConfig
+        from sim.model import load_model
+
+        model = load_model(ModelConfig())
+        q_plant = plant_angles(model, h, T, scheme)
+        t0 = time.perf_counter()
+        with err_console().status("reference solution (Radau) ..."):
+            q_reference, info = reference_angles(model, h, T, rtol)
+        doc = accuracy_result(model, h, T, scheme, rtol, q_plant, q_reference, info, time.perf_counter() - t0)
+    if json_out:
+        print_json(doc)
+        return
+    table = Table(title=f"Rosenbrock ({scheme}) h = {h * 1e3:g} ms vs Radau (rtol {rtol:g}), ramp 0 -> 1 over {T:g} s")
+    table.add_column("DOF")
+    table.add_column("RMS error (deg)", justify="right")
+    for name, v in doc["rms_deg_per_dof"].items():
+        table.add_row(name, f"{v:.3f}")
+    table.add_row("all", f"{doc['rms_deg']:.3f}")
+    console = out_console()
+    console.print(table)
+    console.print(f"max |error| {doc['max_abs_deg']:.3f} deg; reference: {info['nfev']} evaluations, "
+                  f"{info['njev']} Jacobians, {doc['reference']['wall_s']:.0f} s")

@@ -1,0 +1,121 @@
+"""What every command module shares: consoles, error output, exit codes and option checks.
+
+Errors caused by the user's input (:class:`sim.errors.UserInputError`: files, options, configuration)
+print one red line on stderr and exit with code 2; a diverged plant exits with code 3. Neither prints a
+traceback: :func:`user_errors` turns them into the line and the code.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import sys
+from enum import IntEnum
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.text import Text
+
+from sim.config import ModelConfig, load_model_config
+from sim.errors import UserInputError
+
+SCHEME_HELP = ("Integration scheme: 'activation' (default; eq. 8 with implicit activation and fibre "
+               "correction, robust to abrupt excitation) or 'paper' (eq. 8 exactly).")
+
+
+class ExitCode(IntEnum):
+    """The exit status of every ``hil`` command (README "Command line"; the systemd unit's
+    ``RestartPreventExitStatus`` relies on BAD_INPUT and SAFETY_STOP)."""
+
+    OK = 0
+    ERROR = 1          # a failed run or benchmark, a replay that differs
+    BAD_INPUT = 2      # a UserInputError (file, option, configuration) or an OSError on a named file
+    DIVERGED = 3       # the plant diverged
+    SAFETY_STOP = 4    # a GH or ROM ``stop`` action ended the run
+    INCOMPLETE = 5     # a run with problems: a lost driver, an incomplete recording
+
+
+class BadInputError(UserInputError, ValueError):
+    """An option value that cannot be used."""
+
+
+def out_console() -> Console:
+    return Console()
+
+
+def err_console() -> Console:
+    return Console(stderr=True)
+
+
+def error(message: str) -> None:
+    """One red ``Error:`` line on stderr."""
+    err_console().print(Text(f"Error: {message}", style="bold red"), soft_wrap=True)
+
+
+def warn(message: str) -> None:
+    """One yellow ``warning:`` line on stderr."""
+    err_console().print(Text(f"warning: {message}", style="yellow"))
+
+
+def exit_code(exc: BaseException) -> ExitCode | None:
+    """Exit code for an error caused by the input or the plant, None for anything else (a bug)."""
+    plant = sys.modules.get("sim.plant")     # a PlantDivergedError exists only once sim.plant is imported
+    if plant is not None and isinstance(exc, plant.PlantDivergedError):
+        return ExitCode.DIVERGED
+    return ExitCode.BAD_INPUT if isinstance(exc, (UserInputError, OSError)) else None
+
+
+def describe(exc: BaseException) -> str:
+    """The error's red line: the file and the system's reason for an OSError, else its message."""
+    if isinstance(exc, OSError) and exc.filename is not None and exc.strerror:
+        return f"{exc.filename}: {exc.strerror}"
+    return str(exc) or type(exc).__name__
+
+
+@contextlib.contextmanager
+def user_errors():
+    """Turn input and divergence errors into a red message and an exit code."""
+    try:
+        yield
+    except typer.Exit:
+        raise
+    except Exception as exc:
+        code = exit_code(exc)
+        if code is None:
+            raise
+        error(describe(exc))
+        raise typer.Exit(code) from None
+
+
+def positive(option: str, value: float) -> float:
+    if not (math.isfinite(value) and value > 0.0):
+        raise BadInputError(f"{option} must be a finite number > 0, not {value!r}")
+    return value
+
+
+def check_duration(value: float) -> float:
+    """A run's --duration: > 0 and at most MAX_RUN_DURATION_S (30 days; see hil.config)."""
+    from hil.config import MAX_RUN_DURATION_S
+    if not (math.isfinite(value) and 0.0 < value <= MAX_RUN_DURATION_S):
+        raise BadInputError(f"--duration must be a number in (0, {MAX_RUN_DURATION_S:g}] s (30 days), not {value!r}")
+    return value
+
+
+def load_model_options(path: Optional[Path]) -> ModelConfig:
+    """``--model-config``: the file's model options, or the published values without one."""
+    return ModelConfig() if path is None else load_model_config(path)
+
+
+def check_output_path(path: Path, option: str) -> None:
+    """An output file can be created: its directory exists and it is not a directory itself."""
+    parent = path.resolve().parent
+    if not parent.is_dir():
+        raise BadInputError(f"{option} {path}: directory {parent} does not exist")
+    if path.is_dir():
+        raise BadInputError(f"{option} {path} is a directory")
+
+
+def print_json(doc) -> None:
+    sys.stdout.write(json.dumps(doc, indent=2) + "\n")

@@ -1,0 +1,138 @@
+"""``hil model``: inspect the DAS3 model (DOFs, muscle elements) and solve its passive equilibrium."""
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Annotated, Optional
+
+import numpy as np
+import typer
+from rich.table import Table
+
+from hil import __version__
+from hil.cli.common import BadInputError, check_output_path, load_model_options, out_console, print_json, user_errors
+from hil.files import write_state_json
+from sim.config import ModelConfig
+
+app = typer.Typer(no_args_is_help=True, help="Inspect the DAS3 model.")
+
+
+@app.command("info")
+def model_info(
+    json_out: Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")] = False,
+) -> None:
+    """List the DOFs with their ranges and the muscle elements with the DOFs they cross."""
+    with user_errors():
+        from sim.model import load_model
+
+        model = load_model(ModelConfig())
+    dof_names = model.dof_names
+    ranges_deg = np.degrees(model.dof_ranges)
+    muscles = [
+        {"index": i, "name": name, "dofs": [dof_names[j] for j in dofs], "dof_indices": list(dofs),
+         "crosses_gh": bool(model.crosses_gh[i])}
+        for i, (name, dofs) in enumerate(zip(model.muscle_names, model.muscle_dof_indices))
+    ]
+    gh_names = [m["name"] for m in muscles if m["crosses_gh"]]
+    if json_out:
+        print_json({
+            "n_states": int(model.n_states),
+            "dofs": [{"index": i, "name": name, "range_deg": ranges_deg[i].tolist(),
+                      "range_rad": model.dof_ranges[i].tolist()} for i, name in enumerate(dof_names)],
+            "muscles": muscles,
+            "muscles_crossing_gh": gh_names,
+        })
+        return
+
+    console = out_console()
+    dofs = Table(title=f"DAS3 DOFs ({model.n_states} states)")
+    dofs.add_column("#", justify="right")
+    dofs.add_column("DOF")
+    dofs.add_column("min (deg)", justify="right")
+    dofs.add_column("max (deg)", justify="right")
+    for i, name in enumerate(dof_names):
+        dofs.add_row(str(i), name, f"{ranges_deg[i, 0]:.1f}", f"{ranges_deg[i, 1]:.1f}")
+    console.print(dofs)
+
+    table = Table(title=f"Muscle elements ({len(muscles)}; {len(gh_names)} cross GH)")
+    table.add_column("#", justify="right")
+    table.add_column("muscle")
+    table.add_column("DOFs crossed")
+    table.add_column("crosses GH", justify="center")
+    for m in muscles:
+        table.add_row(str(m["index"]), m["name"], " ".join(m["dofs"]), "yes" if m["crosses_gh"] else "")
+    console.print(table)
+
+
+@app.command("equilibrium")
+def model_equilibrium(
+    model_config: Annotated[Optional[Path], typer.Option(
+        help="Model options TOML (see configs/model.toml); default: the published values.")] = None,
+    out: Annotated[Optional[Path], typer.Option(
+        help="Write the 298-value state as JSON (usable with 'hil simulate --initial').")] = None,
+    start: Annotated[str, typer.Option(
+        help="Initial guess: 'published' (the published equilibrium), 'mid-range' (every DOF at the "
+             "middle of its range, a rough posture) or 'rounded' (published angles rounded to 5 deg).")
+    ] = "published",
+    json_out: Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")] = False,
+) -> None:
+    """Solve the passive equilibrium (zero excitation) and report posture, residual and GH force."""
+    with user_errors():
+        if out is not None:
+            check_output_path(out, "--out")
+        from sim.equilibrium import solve_equilibrium
+        from sim.model import load_model
+
+        model = load_model(load_model_options(model_config))
+        q_published = np.asarray(model.equilibrium_state[: model.n_dof])
+        guesses = {"published": None, "mid-range": model.dof_ranges.mean(axis=1),
+                   "rounded": np.round(q_published / math.radians(5.0)) * math.radians(5.0)}
+        if start not in guesses:
+            raise BadInputError(f"--start must be one of {', '.join(guesses)}, not {start!r}")
+        t0 = time.perf_counter()
+        res = solve_equilibrium(model, x_guess=guesses[start])
+        solve_s = time.perf_counter() - t0
+        dq_published_deg = float(np.degrees(np.abs(res.x[: model.n_dof] - q_published)).max())
+        if out is not None:
+            write_state_json(out, res.x, (
+                f"Passive equilibrium (zero excitation) from 'hil model equilibrium', fes-hil "
+                f"{__version__}, model config {model_config or 'defaults'}; residual RMS "
+                f"{res.residual_rms:.3g}. x = [q(11), qdot(11), s(138), a(138)], SI units, rad."))
+
+    if json_out:
+        q_deg = np.degrees(np.asarray(res.x[: len(model.dof_names)]))
+        print_json({
+            "q_deg": {name: float(v) for name, v in zip(model.dof_names, q_deg)},
+            "residual_rms": float(res.residual_rms),
+            "iterations": int(res.iterations),
+            "start": start,
+            "max_abs_dq_from_published_deg": dq_published_deg,
+            "solve_time_s": solve_s,
+            "gh_force_N_scapula": [float(v) for v in res.gh_force],
+            "gh_theta_deg": math.degrees(res.gh_theta),
+            "gh_phi_deg": math.degrees(res.gh_phi),
+            "gh_stability": float(res.gh_stability),
+            "out": None if out is None else str(out),
+        })
+        return
+    _print_equilibrium(model, res, start, solve_s, dq_published_deg, out)
+
+
+def _print_equilibrium(model, res, start: str, solve_s: float, dq_published_deg: float, out: Optional[Path]) -> None:
+    q_deg = np.degrees(np.asarray(res.x[: len(model.dof_names)]))
+    summary = Table(title="Passive equilibrium (zero excitation)", show_header=False)
+    summary.add_column(style="bold")
+    summary.add_column()
+    for name, v in zip(model.dof_names, q_deg):
+        summary.add_row(f"{name} (deg)", f"{v:.3f}")
+    summary.add_row("residual RMS", f"{res.residual_rms:.3g}")
+    summary.add_row("iterations", f"{res.iterations} from '{start}' ({solve_s:.2f} s)")
+    summary.add_row("max |q - published| (deg)", f"{dq_published_deg:.2g}")
+    summary.add_row("GH force (N, scapula frame)", "({:.2f}, {:.2f}, {:.2f})".format(*(float(v) for v in res.gh_force)))
+    summary.add_row("glenoid angles (deg)", f"theta {math.degrees(res.gh_theta):.2f} (superior +), "
+                                            f"phi {math.degrees(res.gh_phi):.2f}")
+    summary.add_row("GH stability", f"{res.gh_stability:.3f} (-1 centred, 0 rim, > 0 outside)")
+    if out is not None:
+        summary.add_row("state written to", str(out))
+    out_console().print(summary)

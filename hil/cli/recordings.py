@@ -1,0 +1,87 @@
+"""``hil export``, ``hil report`` and ``hil replay``: what is done with a recording (.hilrec) after a run.
+
+A recording that cannot be read is a :class:`hil.recording.RecordingError`, an input error (exit 2).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.table import Table
+
+from hil.cli.common import ExitCode, check_output_path, out_console, print_json, user_errors, warn
+
+
+def export(
+    run_file: Annotated[Path, typer.Argument(help="Recording (.hilrec).")],
+    csv_out: Annotated[Path, typer.Option("--csv", help="Output CSV: one row per tick.")],
+) -> None:
+    """Export a recording to CSV: tick, time, the 11 DOFs (rad), gh_stability, status (bits: 1 watchdog,
+    2 GH unstable, 4 overrun, 8 ROM alarm, 16 GH zeroed, 32 stopping, 64 ROM zeroed), u_<muscle> per muscle
+    element, and per stimulation channel its applied pulse width (us), amplitude (mA), frequency (Hz)."""
+    with user_errors():
+        from hil.recording import RecordingReader, export_csv
+
+        reader = RecordingReader(run_file)
+        check_output_path(csv_out, "--csv")
+        h = reader.header
+        n = export_csv(reader, str(csv_out), h["muscle_names"], h["dof_names"], h["channel_names"])
+    for w in reader.warnings:
+        warn(w)
+    out_console().print(f"{csv_out}: {n} ticks")
+
+
+def report(
+    run_file: Annotated[Path, typer.Argument(help="Recording (.hilrec).")],
+    out: Annotated[Optional[Path], typer.Option(
+        help="Directory for the PNG files and summary.json (default: next to the recording, without .hilrec).")
+    ] = None,
+    json_out: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """PNG plots (joint angles, GH force in the glenoid ellipse, tick lateness) and a summary."""
+    with user_errors():
+        from hil.report import make_report
+
+        doc = make_report(str(run_file), str(out or run_file.with_suffix("")))
+    if json_out:
+        print_json(doc)
+        return
+    table = Table(title=f"hil report {run_file}", show_header=False)
+    table.add_column(style="bold")
+    table.add_column()
+    table.add_row("ticks", f"{doc['ticks']} ({doc['duration_s']:.3f} s simulated)")
+    table.add_row("lateness (us)", "p50 {p50:.1f}  p99 {p99:.1f}  max {max:.1f}".format(**doc["lateness_us"]))
+    table.add_row("deadline misses", str(doc["deadline_misses"]))
+    table.add_row("GH", f"max stability {doc['gh_stability_max']:+.3f}, unstable ticks {doc['gh_unstable_ticks']}")
+    table.add_row("watchdog ticks", str(doc["watchdog_ticks"]))
+    table.add_row("safety ticks", f"GH zeroed {doc['gh_zeroed_ticks']}, ROM alarm {doc['rom_alarm_ticks']}, "
+                                  f"ROM zeroed {doc['rom_zeroed_ticks']}")
+    table.add_row("elbow flexion (deg)", "{:.1f} .. {:.1f}".format(*doc["elbow_deg_range"]))
+    table.add_row("commands", str(doc["commands"]))
+    for name, f in doc["files"].items():
+        table.add_row(name, f)
+    out_console().print(table)
+    for w in doc["warnings"]:
+        warn(w)
+
+
+def replay(run_file: Annotated[Path, typer.Argument(help="Recording (.hilrec).")],
+           json_out: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """Re-run the plant offline on the recorded inputs; report bit-identical or the first difference."""
+    with user_errors():
+        from hil.replay import replay_recording
+
+        result = replay_recording(str(run_file))
+    if json_out:
+        print_json(result)
+    else:
+        if result["identical"]:
+            out_console().print(f"[green]bit-identical[/green]: {result['ticks']} ticks replayed")
+        else:
+            out_console().print(f"[red]differs[/red] at tick {result['first_tick']}, field {result['field']!r} "
+                                f"({result['ticks']} ticks compared)")
+        for w in result["warnings"]:
+            warn(w)
+    if not result["identical"]:
+        raise typer.Exit(ExitCode.ERROR)

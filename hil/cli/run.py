@@ -1,0 +1,212 @@
+"""``hil check-config``, ``hil run`` and ``hil serve``: validate a service config, run it in real time."""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
+from rich.table import Table
+from rich.text import Text
+
+from hil.cli.common import (
+    BadInputError,
+    ExitCode,
+    check_duration,
+    check_output_path,
+    err_console,
+    error,
+    out_console,
+    print_json,
+    user_errors,
+)
+
+
+def _run_exit(summary: dict) -> None:
+    """The end of a finished run: one red line per problem (a lost driver, an incomplete recording), then
+    exit 4 for a GH or ROM ``stop`` action (saying why), 5 for a run with problems, else 0."""
+    for problem in summary.get("problems", []):
+        error(problem)
+    if summary["stopped_by"] in ("gh_unstable", "range_of_motion"):
+        error(f"safety stop ({summary['stopped_by']}) at tick {summary['ticks'] - 1}: {summary['stop_detail']}")
+        raise typer.Exit(ExitCode.SAFETY_STOP)
+    if summary.get("problems"):
+        raise typer.Exit(ExitCode.INCOMPLETE)
+
+
+def _exit_if_failed(summary: dict) -> None:
+    """A run that did not finish: its error as the red line, exit 2 for bad input, else 1."""
+    if not summary.get("ok"):
+        error(summary["error"])
+        raise typer.Exit(ExitCode.BAD_INPUT if summary.get("config_error") else ExitCode.ERROR)
+
+
+def _check_recording_path(record: Path) -> None:
+    """The recording's directory exists and takes a new file (read-only mounts and permissions included):
+    checked before anything starts, so a run never warms up to fail on its recording."""
+    import tempfile
+    check_output_path(record, "--record")
+    if record.exists():
+        raise BadInputError(f"--record {record} exists; recordings are never overwritten")
+    try:
+        fd, probe = tempfile.mkstemp(dir=record.resolve().parent, prefix=".hil-write-test-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise BadInputError(f"--record {record}: cannot write in {record.resolve().parent}: "
+                            f"{exc.strerror or exc}") from None
+
+
+def _clear_port_file(port_file: Optional[Path]) -> None:
+    """Check where ``--port-file`` goes and remove an earlier run's file, so that a controller waiting
+    for the file never reads stale ports (it appears once the loop is about to start)."""
+    if port_file is not None:
+        check_output_path(port_file, "--port-file")
+        port_file.unlink(missing_ok=True)
+
+
+def check_config(
+    config: Annotated[Path, typer.Argument(help="Service/experiment config (TOML).")],
+    show: Annotated[bool, typer.Option("--show", help="Print the effective config (includes merged) as TOML on "
+                                                      "stdout; the OK line goes to stderr.")] = False,
+) -> None:
+    """Validate a service config: every error names the file, the key and the reason."""
+    with user_errors():
+        from hil.config import load_service_config
+        from hil.service import build_tick_engine, parse_drivers
+
+        cfg = load_service_config(config)
+        model, engine = build_tick_engine(cfg)
+        parse_drivers(cfg, model, engine)          # validated, not opened: no bus, port or process
+    if show:     # the merged document that runs record; tomllib reads it back unchanged
+        import tomli_w
+        sys.stdout.write(f"# effective config of {str(config)!r} (includes merged; relative file names are "
+                         f"relative to {str(config.resolve().parent)!r})\n" + tomli_w.dumps(cfg.raw))
+    (err_console() if show else out_console()).print(
+        f"[green]{config}: OK[/green] — period {cfg.loop.period_s * 1e3:g} ms x "
+        f"{cfg.loop.substeps} sub-steps, {engine.n_channels or 'direct'} "
+        f"{'channels' if engine.n_channels else 'excitation mode'}, "
+        f"{len(cfg.drivers)} driver(s): {', '.join(d['type'] for d in cfg.drivers) or 'none'}")
+
+
+def run(
+    config: Annotated[Path, typer.Option(help="Service/experiment config (TOML), e.g. configs/loopback.toml.")],
+    duration: Annotated[Optional[float], typer.Option(help="Run length, s (default: until Ctrl-C).")] = None,
+    record: Annotated[Optional[Path], typer.Option(
+        help="Recording file (default: <recording.directory>/run-<UTC time>.hilrec if recording is enabled).")] = None,
+    make_report: Annotated[bool, typer.Option("--report", help="Write the PNG report next to the recording.")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the run summary as JSON.")] = False,
+    port_file: Annotated[Optional[Path], typer.Option(
+        help="Write the ports controllers connect to (JSON, e.g. the announced serial ptys) to this file once "
+             "the loop is about to start; an existing file is removed first.")] = None,
+) -> None:
+    """Run a real-time experiment: the loop runs in its own process, this one shows progress.
+
+    Exit status: 0 done, 1 error, 2 bad config, 4 stopped by a safety 'stop' action."""
+    from hil import service
+
+    with user_errors():
+        from hil.config import load_service_config
+
+        cfg = load_service_config(config)
+        if duration is not None:
+            check_duration(duration)
+        if record is None and cfg.recording.enabled:
+            stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+            record = Path(cfg.recording.directory) / f"run-{stamp}.hilrec"
+            record.parent.mkdir(parents=True, exist_ok=True)
+        if record is not None:
+            _check_recording_path(record)
+        _clear_port_file(port_file)
+    from hil.supervisor import supervise
+
+    err = err_console()
+    total = None if duration is None else service.ticks_for(duration, cfg.loop.period_s)
+    progress = Progress(TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(),
+                        TextColumn("{task.fields[info]}"), console=err, disable=not err.is_terminal,
+                        auto_refresh=False)
+    task = progress.add_task("warming up", total=total, info="")
+    next_draw = [0.0]
+
+    def on_poll(status) -> None:
+        now = time.monotonic()
+        if now < next_draw[0]:
+            return
+        next_draw[0] = now + 0.1
+        if status[service.STATUS_FIELDS.index("state")] >= service.STATE_RUNNING:
+            progress.update(task, description="running", completed=status[0],
+                            info=f"elbow {status[4]:.1f} deg  GH {status[3]:+.2f}")
+        progress.refresh()
+
+    with progress:
+        summary = supervise(str(config), duration, record, on_poll=on_poll, port_file=port_file)
+    _exit_if_failed(summary)
+    if json_out:
+        print_json(summary)
+    else:
+        _print_run_summary(config, cfg.loop.period_s, summary)
+        for w in summary["realtime"]["warnings"]:
+            err.print(Text(f"warning: {w}", style="yellow"))
+    if make_report and summary.get("recording"):
+        from hil.cli.recordings import report
+        report(Path(summary["recording"]), out=None, json_out=False)
+    _run_exit(summary)
+
+
+def _print_run_summary(config: Path, period_s: float, summary: dict) -> None:
+    table = Table(title=f"hil run {config}", show_header=False)
+    table.add_column(style="bold")
+    table.add_column()
+    lat = summary["lateness_us"]
+    table.add_row("ticks", f"{summary['ticks']} x {period_s * 1e3:g} ms (stopped by "
+                           f"{summary['stopped_by']})")
+    if lat:
+        table.add_row("lateness (us)", f"p50 {lat['p50']:.1f}  p99 {lat['p99']:.1f}  p99.9 "
+                                       f"{lat['p99.9']:.1f}  max {lat['max']:.1f}")
+    table.add_row("deadline misses", str(summary["deadline_misses"]))
+    rt = summary["realtime"]
+    table.add_row("real-time", f"SCHED_FIFO {'yes' if rt['sched_fifo'] else 'no'}, mlock "
+                               f"{'yes' if rt['mlock'] else 'no'}")
+    table.add_row("safety", f"watchdog trips {summary['watchdog_trips']}, GH unstable ticks "
+                            f"{summary['gh_unstable_ticks']}, ROM alarm ticks {summary['rom_alarm_ticks']}")
+    table.add_row("commands", f"{summary['commands_received']} accepted, rejected "
+                              f"{summary['commands_rejected'] or 'none'}, clamped "
+                              f"{summary['commands_clamped'] or 'none'}")
+    table.add_row("final elbow flexion", f"{summary['final_elbow_deg']:.1f} deg")
+    if summary.get("recording"):
+        unwritten = sum(summary["records_unwritten"].values())
+        table.add_row("recording", f"{summary['recording']} ({'complete' if not unwritten else 'INCOMPLETE: '}"
+                                   f"{summary['records_unwritten'] if unwritten else ''})")
+    if summary.get("drivers_lost"):
+        table.add_row("drivers lost", ", ".join(summary["drivers_lost"]))
+    out_console().print(table)
+
+
+def serve(
+    config: Annotated[Path, typer.Option(help="Service config (TOML).")],
+    port_file: Annotated[Optional[Path], typer.Option(
+        help="Write the ports controllers connect to (JSON) to this file once the loop is about to start; an "
+             "existing file is removed first.")] = None,
+) -> None:
+    """Service mode (systemd Type=notify): run until SIGTERM; READY=1 once the loop runs, WATCHDOG=1
+    while its ticks advance, STOPPING=1 on SIGTERM; the recording is closed before exiting."""
+    from hil.supervisor import supervise
+
+    with user_errors():
+        from hil.config import load_service_config
+
+        cfg = load_service_config(config)
+        record = None
+        if cfg.recording.enabled:
+            record = Path(cfg.recording.directory) / time.strftime("run-%Y%m%dT%H%M%SZ.hilrec", time.gmtime())
+            record.parent.mkdir(parents=True, exist_ok=True)
+            _check_recording_path(record)
+        _clear_port_file(port_file)
+    summary = supervise(str(config), None, record, notify=True, port_file=port_file)
+    _exit_if_failed(summary)
+    err_console().print(f"hil serve: stopped by {summary['stopped_by']} after {summary['ticks']} ticks"
+                        + (f"; recording {summary['recording']}" if summary.get("recording") else ""))
+    _run_exit(summary)
