@@ -12,7 +12,7 @@ Config (one ``[[driver]]`` table)::
     [driver.bus]                     # extra keyword arguments for can.Bus (bitrate, fd, ...)
     bitrate = 1000000
 
-Bus I/O, decoding and validation run in the link process (:mod:`drivers.link`). A received frame is
+Bus I/O, decoding and validation run in the link process (:mod:`drivers.link_process`). A received frame is
 rejected, counted by reason and never reaches the stimulation when it is an error or remote frame
 (``bad_frame``), has an unknown id in the controller range 0x200-0x2FF (``unknown_id``; other ids are
 other nodes' traffic and are filtered out), a DLC other than the DBC length (``bad_length``), a signal

@@ -10,7 +10,8 @@ therefore starts one **link process** per transport and talks to it through shar
     read, decode, validate             --->  inbound ShmRing (LINK_RECORD)   ---> fetch(): sink calls
     encode, write feedback             <---  outbound ShmRing (echo + frame) <--- publish() + wake byte
 
-  One thread serves both directions with ``select`` on the wake socket and the transport's descriptor
+  The link process's side (its target, scheduling and I/O loops) is :mod:`drivers.link_process`: one
+  thread serves both directions with ``select`` on the wake socket and the transport's descriptor
   (serial ptys/ttys, SocketCAN, udp_multicast), feedback first; a transport without a descriptor gets a
   receiver thread that blocks in it while the main thread sends.
 
@@ -36,11 +37,8 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
-import select
 import socket
-import sys
 import threading
-import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
@@ -48,7 +46,6 @@ import numpy as np
 
 from drivers.base import CommandSink, Driver, DriverInitializationError
 from drivers.contract import KIND_CHANNEL, KIND_EXCITATION, KIND_HEARTBEAT, REJECT_REASONS
-from drivers.process import die_with_parent
 from drivers.shm_ring import ShmRing
 
 #: One command (or rejection) from a transport, as the link hands it to the loop.
@@ -178,139 +175,6 @@ class LinkEndpoint(ABC):
         """Release the transport."""
 
 
-def link_scheduling(priority: int | None, loop_cpu: int | None) -> list[str]:
-    """SCHED_FIFO at ``priority`` (below the loop's) and every CPU but the loop's; warnings if refused.
-
-    A link waits on I/O nearly all the time; with real-time priority it runs the moment a frame arrives
-    instead of after the time slice of whatever else shares its CPU (README "Link latency")."""
-    warnings = []
-    if priority:
-        try:
-            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))
-        except (OSError, AttributeError) as exc:
-            warnings.append(f"link SCHED_FIFO priority {priority} refused ({exc})")
-    if loop_cpu is not None:
-        others = set(range(os.cpu_count() or 1)) - {loop_cpu}
-        if others:
-            try:
-                os.sched_setaffinity(0, others)
-            except (OSError, AttributeError) as exc:
-                warnings.append(f"link CPU affinity {sorted(others)} refused ({exc})")
-    return warnings
-
-
-def _run_link(endpoint_cls, endpoint_args: dict, in_name: str, out_name: str, out_descr, wake: socket.socket,
-              parent_pid: int, conn, priority: int | None = None, loop_cpu: int | None = None) -> None:
-    """Target of the link process."""
-    import signal
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)     # the supervisor decides; shutdown closes the ring
-    if not die_with_parent(parent_pid, name=mp.current_process().name):
-        return
-    sys.setswitchinterval(2e-4)   # with a receiver thread: hand the GIL over within 0.2 ms, not 5 ms
-    for w in link_scheduling(priority, loop_cpu):   # before the receiver thread starts: it inherits them
-        print(f"hil link: warning: {w}", file=sys.stderr, flush=True)
-    in_ring = out_ring = endpoint = None
-    try:
-        try:
-            in_ring = ShmRing.attach(in_name, LINK_RECORD, INBOUND_CAPACITY, INBOUND_AUX_WORDS)
-            out_ring = ShmRing.attach(out_name, np.dtype(out_descr), OUTBOUND_CAPACITY)
-            endpoint = endpoint_cls(**endpoint_args)
-            ports = endpoint.open()
-        except Exception as exc:  # reported to the driver's constructor, which raises it
-            conn.send(("error", f"{type(exc).__name__}: {exc}"))
-            return
-        conn.send(("ready", ports))
-        inbound = Inbound(in_ring)
-        buf = np.zeros(OUTBOUND_CAPACITY, out_ring.dtype)
-        fd = endpoint.fileno()
-        if fd is not None:
-            endpoint.inbound = inbound      # single thread: the endpoint may also receive while sending
-        if fd is None:
-            _thread_loop(endpoint, inbound, out_ring, buf, wake, parent_pid, in_ring.aux)
-        else:
-            _select_loop(endpoint, fd, inbound, out_ring, buf, wake, parent_pid, in_ring.aux)
-    except Exception as exc:  # the loop goes on without this link: shown as disconnected, error on stderr
-        print(f"hil link: stopped: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
-    finally:
-        if endpoint is not None:
-            try:
-                endpoint.close()
-            except Exception:
-                pass
-        if in_ring is not None:
-            in_ring.aux[AUX_CONNECTED] = 0
-            in_ring.release()
-        if out_ring is not None:
-            out_ring.release()
-
-
-def _feedback(endpoint, out_ring, buf, aux) -> bool:
-    """Send what the loop published; False once the loop has closed the ring."""
-    n = out_ring.pop_into(buf)
-    if n:
-        endpoint.send_feedback(buf[:n], aux)
-    return not out_ring.closed
-
-
-def _select_loop(endpoint, fd, inbound, out_ring, buf, wake, parent_pid, aux) -> None:
-    """One thread serves both directions: no GIL hand-over between a receiver and a sender thread.
-    Feedback first when both are ready (the controller waits for it)."""
-    wake.setblocking(False)
-    wake_fd = wake.fileno()
-    fds = [wake_fd, fd]
-    next_periodic = 0.0
-    while True:
-        readable, _, _ = select.select(fds, [], [], endpoint.poll_interval_s)
-        if wake_fd in readable:
-            try:
-                while wake.recv(4096):
-                    pass
-            except (BlockingIOError, InterruptedError):
-                pass
-            except OSError:
-                break
-            if not _feedback(endpoint, out_ring, buf, aux):
-                break
-        if fd in readable:
-            endpoint.receive(inbound, 0.0)
-        now = time.monotonic()
-        if now >= next_periodic:
-            endpoint.periodic(inbound)
-            next_periodic = now + endpoint.poll_interval_s
-            if os.getppid() != parent_pid:
-                break
-
-
-def _thread_loop(endpoint, inbound, out_ring, buf, wake, parent_pid, aux) -> None:
-    """A receiver thread blocks in the transport; this thread sends the feedback."""
-    stop = threading.Event()
-    receiver = threading.Thread(target=_guard, args=(endpoint.receive_forever, inbound, stop),
-                                name="link-receiver", daemon=True)
-    receiver.start()
-    wake.settimeout(0.2)
-    while True:
-        try:
-            wake.recv(4096)
-        except (socket.timeout, BlockingIOError):
-            if os.getppid() != parent_pid:
-                break
-        except OSError:
-            break
-        if not _feedback(endpoint, out_ring, buf, aux):
-            break
-    stop.set()
-    receiver.join(2.0)
-
-
-def _guard(target, inbound, stop) -> None:
-    try:
-        target(inbound, stop)
-    except Exception as exc:  # the loop sees the link as disconnected; the error goes to stderr
-        inbound.set_connected(False)
-        print(f"hil link: receiver stopped: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
-
-
 @dataclass(frozen=True)
 class LinkSpec:
     """A link driver's parsed config: its endpoint's keyword arguments (picklable, they cross into the link
@@ -339,6 +203,8 @@ class LinkDriver(Driver):
     def __init__(self, endpoint_cls: type[LinkEndpoint], endpoint_args: dict, frame_dtype: np.dtype,
                  index: int = 0, start_timeout_s: float = 30.0, priority: int | None = None,
                  loop_cpu: int | None = None, group_names: tuple[str, ...] = ()) -> None:
+        from drivers.link_process import run_link  # here, not at the top: link_process imports this module
+
         self._proc = None
         self.group_names = tuple(group_names)   # muscle groups by the index a group record carries
         self._in = ShmRing.create(LINK_RECORD, INBOUND_CAPACITY, INBOUND_AUX_WORDS)
@@ -348,7 +214,7 @@ class LinkDriver(Driver):
         self._wake.setblocking(False)
         ctx = mp.get_context("spawn")
         parent_conn, child_conn = ctx.Pipe(duplex=False)
-        self._proc = ctx.Process(target=_run_link, name=f"hil-link-{index}", daemon=True, args=(
+        self._proc = ctx.Process(target=run_link, name=f"hil-link-{index}", daemon=True, args=(
             endpoint_cls, endpoint_args, self._in.name, self._outring.name, self._out_rec.dtype.descr, far,
             os.getpid(), child_conn, priority, loop_cpu))
         try:

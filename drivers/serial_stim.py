@@ -11,7 +11,7 @@ Config (one ``[[driver]]`` table)::
     client_timeout_ms = 2500     # no frame (command or watchdog) for this long: the client is gone
     baudrate = 460800            # real ttys only (8E1); a pty ignores it
 
-The protocol runs in the link process (:mod:`drivers.link`) in :class:`drivers.sciencemode2.Rehastim2Emulator`:
+The protocol runs in the link process (:mod:`drivers.link_process`) in :class:`drivers.sciencemode2.Rehastim2Emulator`:
 Init is resent until InitAck, every command gets exactly one reply, protocol errors get the protocol's
 negative replies and are counted by reason. Each accepted StartChannelListMode becomes one channel
 command per mapped channel (frequency = 1000 / main interval; channels in the low-frequency mask run at
@@ -42,7 +42,8 @@ from drivers.link import (
     LinkSpec,
     link_scheduling_keys,
 )
-from drivers.sciencemode2 import BAUD_RATE, Activity, Connected, Rehastim2Emulator, Rejected, StimulationChanged
+from drivers.sciencemode2 import Activity, Connected, Rehastim2Emulator, Rejected, StimulationChanged
+from drivers.sciencemode2_codec import BAUD_RATE
 from drivers.sensor_stream import encode_packet
 
 N_STIMULATOR_CHANNELS = 8

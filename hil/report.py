@@ -28,28 +28,29 @@ def glenoid_angles(gh_force: np.ndarray, glenoid: np.ndarray) -> tuple[np.ndarra
     return np.arctan2(f[:, 1], f[:, 0]), np.arctan2(f[:, 2], f[:, 0])
 
 
-def make_report(path: str, out_dir: str) -> dict:
+def _pyplot():
+    """matplotlib's pyplot on the non-interactive Agg backend."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    return plt
 
-    reader = RecordingReader(path)
-    h = reader.header
-    cfg = service_config_from_dict(h["config"], h["config_path"])
-    model = load_model(cfg.model)
-    ticks = reader.read("ticks")
-    if len(ticks) == 0:
-        raise RecordingError(f"{path}: no ticks recorded (the run ended before its first tick); nothing to plot")
-    frame = ticks["frame"]
-    t = frame["time"]
-    os.makedirs(out_dir, exist_ok=True)
-    files = {}
 
+def _save(plt, fig, file: str) -> str:
+    """Write ``fig`` to the PNG ``file`` (and close it); returns ``file``."""
+    fig.tight_layout()
+    fig.savefig(file, dpi=100)
+    plt.close(fig)
+    return file
+
+
+def _plot_joint_angles(plt, t: np.ndarray, frame: np.ndarray, dof_names, path: str, out_dir: str) -> str:
+    """``joint_angles.png``: the joint angles (deg) over time in three panels; returns its path."""
     panels = (("clavicle and scapula", ("SC", "AC")), ("humerus", ("GH",)), ("elbow and forearm", ("EL", "PS")))
     fig, axes = plt.subplots(len(panels), 1, figsize=(9, 8), sharex=True)
     for ax, (title, joints) in zip(axes, panels):
-        for j, name in enumerate(h["dof_names"]):
+        for j, name in enumerate(dof_names):
             if name.startswith(joints):
                 ax.plot(t, np.degrees(frame["q"][:, j]), label=name)
         ax.set_ylabel(f"{title} (deg)")
@@ -57,11 +58,11 @@ def make_report(path: str, out_dir: str) -> dict:
         ax.grid(alpha=0.3)
     axes[-1].set_xlabel("time (s)")
     axes[0].set_title(f"Joint angles — {os.path.basename(path)}")
-    files["joint_angles"] = os.path.join(out_dir, "joint_angles.png")
-    fig.tight_layout()
-    fig.savefig(files["joint_angles"], dpi=100)
-    plt.close(fig)
+    return _save(plt, fig, os.path.join(out_dir, "joint_angles.png"))
 
+
+def _plot_glenoid(plt, t: np.ndarray, frame: np.ndarray, model, out_dir: str) -> str:
+    """``glenoid.png``: the GH force direction (theta vs phi, deg) inside the glenoid rim; returns its path."""
     theta, phi = glenoid_angles(frame["gh_force"], model.arrays.glenoid)
     ta, pa = model.arrays.gh_rim
     fig, ax = plt.subplots(figsize=(6, 6))
@@ -79,28 +80,27 @@ def make_report(path: str, out_dir: str) -> dict:
     fig.colorbar(sc, ax=ax, label="time (s)")
     ax.legend(loc="lower right", fontsize=8)
     ax.set_title("GH force direction in the glenoid")
-    files["glenoid"] = os.path.join(out_dir, "glenoid.png")
-    fig.tight_layout()
-    fig.savefig(files["glenoid"], dpi=100)
-    plt.close(fig)
+    return _save(plt, fig, os.path.join(out_dir, "glenoid.png"))
 
-    lat_us = ticks["lateness_ns"] / 1e3
+
+def _plot_lateness(plt, lat_us: np.ndarray, period_s: float, out_dir: str) -> str:
+    """``lateness.png``: the histogram of tick lateness (us, log-log); returns its path."""
     fig, ax = plt.subplots(figsize=(7, 4))
     ax.hist(np.maximum(lat_us, 1e-3), bins=np.logspace(-3, 4, 71))
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("tick lateness (us)")
     ax.set_ylabel("ticks")
-    ax.set_title(f"Tick lateness, period {h['period_s'] * 1e3:g} ms")
-    files["lateness"] = os.path.join(out_dir, "lateness.png")
-    fig.tight_layout()
-    fig.savefig(files["lateness"], dpi=100)
-    plt.close(fig)
+    ax.set_title(f"Tick lateness, period {period_s * 1e3:g} ms")
+    return _save(plt, fig, os.path.join(out_dir, "lateness.png"))
 
+
+def _summary(path: str, reader: RecordingReader, ticks: np.ndarray, lat_us: np.ndarray, files: dict) -> dict:
+    """The report's summary: tick counts, lateness percentiles, safety-status tick counts, elbow range."""
+    frame = ticks["frame"]
     status = frame["status"]
-    files["summary"] = os.path.join(out_dir, "summary.json")
-    summary = {
-        "recording": path, "ticks": int(len(ticks)), "duration_s": float(t[-1]),
+    return {
+        "recording": path, "ticks": int(len(ticks)), "duration_s": float(frame["time"][-1]),
         "truncated": reader.truncated, "warnings": reader.warnings,
         "lateness_us": {"p50": float(np.percentile(lat_us, 50)), "p99": float(np.percentile(lat_us, 99)),
                         "max": float(lat_us.max())},
@@ -116,6 +116,27 @@ def make_report(path: str, out_dir: str) -> dict:
         "commands": int(len(reader.read("commands"))),
         "files": files,
     }
+
+
+def make_report(path: str, out_dir: str) -> dict:
+    """Write the PNG plots and ``summary.json`` of the recording ``path`` into ``out_dir``; returns the summary."""
+    plt = _pyplot()
+    reader = RecordingReader(path)
+    h = reader.header
+    cfg = service_config_from_dict(h["config"], h["config_path"])
+    model = load_model(cfg.model)
+    ticks = reader.read("ticks")
+    if len(ticks) == 0:
+        raise RecordingError(f"{path}: no ticks recorded (the run ended before its first tick); nothing to plot")
+    frame = ticks["frame"]
+    t = frame["time"]
+    os.makedirs(out_dir, exist_ok=True)
+    lat_us = ticks["lateness_ns"] / 1e3
+    files = {"joint_angles": _plot_joint_angles(plt, t, frame, h["dof_names"], path, out_dir),
+             "glenoid": _plot_glenoid(plt, t, frame, model, out_dir),
+             "lateness": _plot_lateness(plt, lat_us, h["period_s"], out_dir),
+             "summary": os.path.join(out_dir, "summary.json")}
+    summary = _summary(path, reader, ticks, lat_us, files)
     with open(files["summary"], "w", encoding="utf-8") as fh:
         json.dump(summary, fh, indent=2)
     return summary

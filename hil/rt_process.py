@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from drivers.contract import REJECT_REASONS
 from drivers.process import die_with_parent, poll_report, start_helper, stop_process
 from hil import service
+from hil.run_result import RunResult
 
 
 @dataclass(frozen=True)
@@ -113,17 +114,14 @@ class HealthCheck:
         self.run, self.loop, self.status = run, loop, status
         self.lost_drivers: list[str] = []
         self.elbow = run.engine.plant.model.dof_names.index("ELx")
-        idx = service.STATUS_FIELDS.index
-        self.i_ticks, self.i_gh, self.i_el = idx("ticks"), idx("gh_stability"), idx("elbow_deg")
-        self.i_stop, self.i_wd = idx("stop_request"), idx("watchdog")
 
     def __call__(self, tick: int) -> None:
         run, status, engine = self.run, self.status, self.run.engine
-        status[self.i_ticks] = tick
-        status[self.i_gh] = engine.plant.outputs.gh_stability
-        status[self.i_el] = math.degrees(engine.plant.outputs.q[self.elbow])
-        status[self.i_wd] = engine.watchdog.trips
-        if status[self.i_stop]:
+        status.ticks = tick
+        status.gh_stability = engine.plant.outputs.gh_stability
+        status.elbow_deg = math.degrees(engine.plant.outputs.q[self.elbow])
+        status.watchdog_trips = engine.watchdog.trips
+        if status.stop_request:
             self.loop.request_stop("signal")
         if run.orphaned():
             self.loop.request_stop("parent_died")
@@ -172,7 +170,7 @@ class RealtimeRun:
         from hil.loop import RealtimeLoop
         from hil.tick import RecordingListener, TickBody
 
-        self.status[service.STATUS_FIELDS.index("state")] = service.STATE_WARMING
+        self.status.state = service.STATE_WARMING
         self.cfg = cfg = load_service_config(self.spec.config_path)
         self.n_ticks = service.ticks_for(self.spec.duration_s, cfg.loop.period_s)
         self.model, self.engine, self.drivers = service.build_engine(cfg)
@@ -201,14 +199,13 @@ class RealtimeRun:
             raise RunAborted("stopped by a signal during warm-up")
         service.announce_ports(self.drivers, self.spec.port_file)
         self.ports_written = bool(self.spec.port_file)
-        self.status[service.STATUS_FIELDS.index("state")] = service.STATE_RUNNING
+        self.status.state = service.STATE_RUNNING
         health = HealthCheck(self, self.loop, self.status)
         cpu0, wall0 = time.process_time(), time.monotonic()
         summary = self.loop.run(self.n_ticks, progress=health)
         cpu_s, wall_s = time.process_time() - cpu0, time.monotonic() - wall0
-        for name, value in (("ticks", summary.ticks), ("deadline_misses", summary.deadline_misses),
-                            ("max_lateness_s", summary.max_lateness_s)):
-            self.status[service.STATUS_FIELDS.index(name)] = value
+        self.status.ticks, self.status.deadline_misses = summary.ticks, summary.deadline_misses
+        self.status.max_lateness_s = summary.max_lateness_s
         driver_stats = {}
         for d in self.drivers:      # links stop before the recording closes: nothing more comes in
             d.check_alive()
@@ -252,10 +249,10 @@ def rt_main(spec: RtSpec, status, result_queue) -> None:
     try:
         run.build()
         result = run.run()
-        status[service.STATUS_FIELDS.index("state")] = service.STATE_DONE
+        status.state = service.STATE_DONE
     except Exception as exc:  # reported to the supervisor, which prints it and sets the exit code
-        status[service.STATUS_FIELDS.index("state")] = service.STATE_FAILED
-        result = service.error_summary(exc, traceback.format_exc())
+        status.state = service.STATE_FAILED
+        result = RunResult.failed(exc, traceback.format_exc())
     finally:
         run.close()
     if not run.orphaned():

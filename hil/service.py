@@ -24,8 +24,8 @@ from drivers.contract import REJECT_REASONS
 from hil.config import ServiceConfig
 from hil.engine import TickEngine
 from hil.files import load_state_file
+from hil.run_result import RunResult, lateness_percentiles_us
 from hil.sensor import SensorModel
-from sim.errors import UserInputError
 from sim.model import load_model
 from sim.plant import Plant
 
@@ -113,9 +113,35 @@ def ticks_for(duration_s: float | None, period_s: float) -> int | None:
 # ----------------------------------------------------------------------------------------------
 # The real-time process and its supervisor
 
-STATUS_FIELDS = ("ticks", "deadline_misses", "max_lateness_s", "gh_stability", "elbow_deg",
-                 "state", "stop_request", "watchdog")
 STATE_STARTING, STATE_WARMING, STATE_RUNNING, STATE_DONE, STATE_FAILED = 0.0, 1.0, 2.0, 3.0, 4.0
+
+
+def _status_field(i: int, doc: str) -> property:
+    return property(lambda self: self.values[i], lambda self, v: self.values.__setitem__(i, v), doc=doc)
+
+
+class RunStatus:
+    """The small block the real-time process writes and the supervisor reads while a run lasts: named
+    fields over one shared float64 array (a ``multiprocessing`` shared array, passed at spawn)."""
+
+    FIELDS = ("ticks", "deadline_misses", "max_lateness_s", "gh_stability", "elbow_deg", "state", "stop_request",
+              "watchdog_trips")
+    ticks = _status_field(0, "ticks run so far")
+    deadline_misses = _status_field(1, "ticks that overran (at the end of the run)")
+    max_lateness_s = _status_field(2, "largest tick lateness (at the end of the run)")
+    gh_stability = _status_field(3, "GH stability value of the newest frame")
+    elbow_deg = _status_field(4, "elbow flexion of the newest frame, degrees (for the progress display)")
+    state = _status_field(5, "STATE_STARTING ... STATE_FAILED")
+    stop_request = _status_field(6, "set by the supervisor: end the run after the current tick")
+    watchdog_trips = _status_field(7, "controller watchdog trips so far")
+
+    def __init__(self, values) -> None:
+        self.values = values
+
+    @classmethod
+    def create(cls, ctx) -> "RunStatus":
+        return cls(ctx.Array("d", len(cls.FIELDS), lock=False))
+
 
 
 def recording_header(cfg: ServiceConfig, model, engine) -> dict:
@@ -161,49 +187,40 @@ def driver_names(cfg: ServiceConfig) -> list[str]:
 
 
 def run_summary(run, summary, driver_stats: dict, lost_drivers: list[str], unwritten: dict[str, int],
-                cpu_s: float, wall_s: float) -> dict:
-    """The summary dict of a finished run (``problems``: one line each for the operator; exit 5)."""
+                cpu_s: float, wall_s: float) -> RunResult:
+    """The result of a finished run (``problems``: one line each for the operator; exit 5)."""
     engine, rec = run.engine, run.recording
     lat = summary.lateness_s
+    return RunResult(
+        ok=True, ticks=summary.ticks, stopped_by=summary.stopped_by, stop_detail=engine.stop_detail,
+        deadline_misses=summary.deadline_misses, skipped_deadlines=summary.skipped_deadlines,
+        late_over_1ms=0 if lat is None else int(np.count_nonzero(lat > 1e-3)), cpu_s=cpu_s, wall_s=wall_s,
+        lateness_us=lateness_percentiles_us(lat),
+        realtime={"sched_fifo": summary.realtime.sched_fifo, "mlock": summary.realtime.mlock,
+                  "affinity": summary.realtime.affinity, "warnings": summary.realtime.warnings},
+        watchdog_trips=engine.watchdog.trips, gh_unstable_ticks=engine.gh.unstable_ticks,
+        rom_alarm_ticks=engine.rom.alarm_ticks, clipped_excitations=engine.plant.clipped_total,
+        commands_received=sum(engine.received.values()),
+        commands_rejected={f"{d}:{r}": n for (d, r), n in engine.rejected.items()},
+        commands_clamped={f"{d}:{r}": n for (d, r), n in engine.clamped.items()},
+        commands_unrecorded=summary.commands_unrecorded,
+        final_elbow_deg=math.degrees(engine.plant.outputs.q[engine.plant.model.dof_names.index("ELx")]),
+        drivers=driver_stats, drivers_lost=lost_drivers, recording=None if rec is None else rec.path,
+        recording_failure="" if rec is None else rec.failure,
+        records_dropped={n: r.dropped for n, r in ({} if rec is None else rec.rings).items()},
+        records_unwritten=unwritten, problems=run_problems(rec, lost_drivers, unwritten, summary.commands_unrecorded))
+
+
+def run_problems(rec, lost_drivers: list[str], unwritten: dict[str, int], commands_unrecorded: int) -> list[str]:
+    """What makes a finished run incomplete, one line each: lost drivers, a recording that lacks records."""
     problems = [f"driver {name}: its link process died during the run; its stimulation was set to zero"
                 for name in lost_drivers]
+    counts = f"{unwritten.get('ticks', 0)} tick records, {unwritten.get('commands', 0)} command records"
     if rec is not None and rec.failure:
         problems.append(f"recording {rec.path} is incomplete: {rec.failure} at tick {rec.failed_at_tick}; "
-                        f"not written: {unwritten.get('ticks', 0)} tick records, "
-                        f"{unwritten.get('commands', 0)} command records")
+                        f"not written: {counts}")
     elif any(unwritten.values()):
-        problems.append(f"recording {rec.path} is incomplete: the recording rings overflowed; not written: "
-                        f"{unwritten.get('ticks', 0)} tick records, {unwritten.get('commands', 0)} command records")
-    if summary.commands_unrecorded:
-        problems.append(f"{summary.commands_unrecorded} command-log entries were not recorded")
-    return {
-        "ok": True, "ticks": summary.ticks, "stopped_by": summary.stopped_by, "stop_detail": engine.stop_detail,
-        "deadline_misses": summary.deadline_misses, "skipped_deadlines": summary.skipped_deadlines,
-        "late_over_1ms": 0 if lat is None else int(np.count_nonzero(lat > 1e-3)),
-        "cpu_s": cpu_s, "wall_s": wall_s,
-        "lateness_us": {} if lat is None or not lat.size else {
-            "p50": float(np.percentile(lat, 50) * 1e6), "p99": float(np.percentile(lat, 99) * 1e6),
-            "p99.9": float(np.percentile(lat, 99.9) * 1e6), "max": float(lat.max() * 1e6)},
-        "realtime": {"sched_fifo": summary.realtime.sched_fifo, "mlock": summary.realtime.mlock,
-                     "affinity": summary.realtime.affinity, "warnings": summary.realtime.warnings},
-        "watchdog_trips": engine.watchdog.trips, "gh_unstable_ticks": engine.gh.unstable_ticks,
-        "rom_alarm_ticks": engine.rom.alarm_ticks, "clipped_excitations": engine.plant.clipped_total,
-        "commands_received": sum(engine.received.values()),
-        "commands_rejected": {f"{d}:{r}": n for (d, r), n in engine.rejected.items()},
-        "commands_clamped": {f"{d}:{r}": n for (d, r), n in engine.clamped.items()},
-        "commands_unrecorded": summary.commands_unrecorded,
-        "final_elbow_deg": math.degrees(engine.plant.outputs.q[engine.plant.model.dof_names.index("ELx")]),
-        "drivers": driver_stats,
-        "drivers_lost": lost_drivers,
-        "recording": None if rec is None else rec.path,
-        "recording_failure": "" if rec is None else rec.failure,
-        "records_dropped": {n: r.dropped for n, r in ({} if rec is None else rec.rings).items()},
-        "records_unwritten": unwritten,
-        "problems": problems,
-    }
-
-
-def error_summary(exc: BaseException, tb: str) -> dict:
-    """The result of a failed run; ``config_error`` marks an error caused by the user's input (exit 2), not a bug."""
-    return {"ok": False, "error": f"{type(exc).__name__}: {exc}", "config_error": isinstance(exc, UserInputError),
-            "traceback": tb}
+        problems.append(f"recording {rec.path} is incomplete: the recording rings overflowed; not written: {counts}")
+    if commands_unrecorded:
+        problems.append(f"{commands_unrecorded} command-log entries were not recorded")
+    return problems

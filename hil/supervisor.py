@@ -20,6 +20,7 @@ import traceback
 
 from hil import service
 from hil.rt_process import RtSpec
+from hil.run_result import RunResult
 
 
 class Notifier:
@@ -65,7 +66,7 @@ class MetricsHost:
         self._next_try = 0.0
 
     def start(self) -> None:
-        from hil.metrics import start_exporter
+        from hil.exporter import start_exporter
         self.proc = start_exporter(self.block, self.cfg.host, self.cfg.port, mp.get_context("spawn"))
 
     def check(self) -> None:
@@ -100,10 +101,10 @@ class MetricsHost:
         self.block.release()
 
     def report(self, summary: dict) -> None:
-        summary["exporter_restarts"] = int(self.restarts.a[self.restarts.i])
-        summary["exporter_deaths"] = self.deaths
-        if self.failures and summary.get("ok"):
-            summary["problems"].append(f"metrics were not exported for part of the run: {len(self.failures)} "
+        summary.exporter_restarts = int(self.restarts.a[self.restarts.i])
+        summary.exporter_deaths = self.deaths
+        if self.failures and summary.ok:
+            summary.problems.append(f"metrics were not exported for part of the run: {len(self.failures)} "
                                        f"restart(s) of the exporter failed (last: {self.failures[-1]})")
 
 
@@ -119,7 +120,7 @@ class ServiceRun:
         from hil.config import load_service_config
 
         self.ctx = mp.get_context("spawn")
-        self.status = self.ctx.Array("d", len(service.STATUS_FIELDS), lock=False)
+        self.status = service.RunStatus.create(self.ctx)
         self.results = self.ctx.Queue()
         self.cfg = load_service_config(config_path)
         self.spec = RtSpec(str(config_path), duration, None if record is None else str(record),
@@ -153,14 +154,14 @@ class ServiceRun:
         try:
             summary = self.results.get(timeout=timeout_s)
         except Exception:
-            summary = {"ok": False, "error": f"the real-time process died (exit code {self.proc.exitcode})"}
+            summary = RunResult(ok=False, error=f"the real-time process died (exit code {self.proc.exitcode})")
         if self.metrics is not None:
             self.metrics.report(summary)
         return summary
 
     def close(self) -> None:
         if self.proc is not None and self.proc.is_alive():
-            self.status[service.STATUS_FIELDS.index("stop_request")] = 1.0
+            self.status.stop_request = 1.0
             self.proc.join(30.0)
         if self.metrics is not None:
             self.metrics.close()
@@ -171,14 +172,12 @@ def supervise(config_path: str, duration, record, on_poll=None, notify: bool = F
     """Run the real-time process to completion; returns its summary dict (``ok`` False on errors)."""
     run = ServiceRun(config_path, duration, record, port_file)
     status = run.status
-    stop_i = service.STATUS_FIELDS.index("stop_request")
-    state_i = service.STATUS_FIELDS.index("state")
     notifier = Notifier() if notify else None
 
     def _stop(*_):
-        if not status[stop_i] and notifier is not None:
+        if not status.stop_request and notifier is not None:
             notifier.send("STOPPING=1")
-        status[stop_i] = 1.0
+        status.stop_request = 1.0
 
     old = {sig: signal.signal(sig, _stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     ready = False
@@ -187,18 +186,18 @@ def supervise(config_path: str, duration, record, on_poll=None, notify: bool = F
         try:
             run.start()
         except Exception as exc:       # the exporter could not listen, or the process could not start
-            return service.error_summary(exc, traceback.format_exc())
+            return RunResult.failed(exc, traceback.format_exc())
         while run.alive():
-            running = status[state_i] == service.STATE_RUNNING
+            running = status.state == service.STATE_RUNNING
             if notifier is not None and running:
                 if not ready:
                     notifier.send("READY=1")
                     ready = True
                 now = time.monotonic()
-                if (notifier.watchdog_s and not status[stop_i] and now - last_ping >= notifier.watchdog_s
-                        and status[0] > last_ticks):                 # no pings once STOPPING=1 went out
+                if (notifier.watchdog_s and not status.stop_request and now - last_ping >= notifier.watchdog_s
+                        and status.ticks > last_ticks):              # no pings once STOPPING=1 went out
                     notifier.send("WATCHDOG=1")
-                    last_ping, last_ticks = now, status[0]
+                    last_ping, last_ticks = now, status.ticks
             if on_poll is not None:
                 on_poll(status)
         return run.result()

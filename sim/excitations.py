@@ -123,6 +123,94 @@ def _open_text(path: str | PathLike) -> io.StringIO:
         raise ExcitationFileError(path, not_utf8(exc)) from None
 
 
+def _read_header(reader, path: str | PathLike) -> tuple[list[str], int]:
+    """The first non-blank row with its cells stripped, and its line number."""
+    for cells in reader:
+        if any(c.strip() for c in cells):
+            return [c.strip() for c in cells], reader.line_num
+    raise ExcitationFileError(path, "empty file: expected a header row with a 'time' column")
+
+
+def _header_columns(path: str | PathLike, header: list[str], header_line: int, names: tuple[str, ...],
+                    column_kind: str) -> tuple[int, list[tuple[int, int]]]:
+    """The position of the ``time`` column and (position in the row, muscle index) of every other column."""
+    column_of = {name: i for i, name in enumerate(names)}
+    time_col = None
+    targets = []  # (position in the row, muscle index)
+    seen: dict[str, int] = {}
+    for pos, name in enumerate(header):
+        label = f"{pos + 1}"
+        if not name:
+            raise ExcitationFileError(path, "empty column name", line=header_line, column=label)
+        if name in seen:
+            raise ExcitationFileError(
+                path, f"duplicate column {name!r} (also column {seen[name] + 1})",
+                line=header_line, column=label)
+        seen[name] = pos
+        if name == "time":
+            time_col = pos
+        elif name in column_of:
+            targets.append((pos, column_of[name]))
+        else:
+            kind = "muscle" if column_kind == "muscle element" else "column"
+            raise ExcitationFileError(
+                path, f"unknown {kind} {name!r}{_closest(name, (*names, 'time'))}; columns must be "
+                f"'time' or {column_kind} names", line=header_line, column=label)
+    if time_col is None:
+        raise ExcitationFileError(path, "no 'time' column in the header", line=header_line)
+    return time_col, targets
+
+
+def _row_numbers(path: str | PathLike, cells: list[str], header: list[str], line: int) -> list[float]:
+    """The cells of one data row as finite numbers (as many as the header has columns)."""
+    if len(cells) != len(header):
+        raise ExcitationFileError(
+            path, f"expected {len(header)} cells as in the header, found {len(cells)}", line=line)
+    numbers = []
+    for pos, cell in enumerate(cells):
+        where = {"line": line, "column": f"{pos + 1} ({header[pos]!r})"}
+        if not cell.strip():
+            raise ExcitationFileError(path, "empty cell", **where)
+        try:
+            value = float(cell)
+        except ValueError:
+            raise ExcitationFileError(
+                path, f"not a number: {cell.strip()!r}", **where) from None
+        if not math.isfinite(value):
+            raise ExcitationFileError(path, f"not finite: {cell.strip()!r}", **where)
+        numbers.append(value)
+    return numbers
+
+
+def _read_rows(reader, path: str | PathLike, header: list[str], time_col: int) -> tuple[list[float], list]:
+    """The times and numbers of every data row after the header (blank lines skipped), times increasing."""
+    times: list[float] = []
+    rows: list[list[float]] = []
+    for cells in reader:
+        if not any(c.strip() for c in cells):
+            continue
+        line = reader.line_num
+        numbers = _row_numbers(path, cells, header, line)
+        t = numbers[time_col]
+        if times and t <= times[-1]:
+            raise ExcitationFileError(
+                path, f"time {t!r} s is not after the previous row's {times[-1]!r} s "
+                "(times must be strictly increasing)", line=line, column=f"{time_col + 1} ('time')")
+        times.append(t)
+        rows.append(numbers)
+    return times, rows
+
+
+def _excitations(rows: list, targets: list[tuple[int, int]], n_muscles: int) -> np.ndarray:
+    """The (rows, n_muscles) excitation matrix: each muscle's column where the file has one, else 0."""
+    table = np.array(rows, dtype=np.float64)
+    values = np.zeros((len(rows), n_muscles), dtype=np.float64)
+    if targets:
+        positions, muscles = (np.array(v, dtype=np.intp) for v in zip(*targets))
+        values[:, muscles] = table[:, positions]
+    return values
+
+
 def load_excitation_csv(path: str | PathLike, muscle_names: Sequence[str], *,
                         column_kind: str = "muscle element") -> ExcitationSchedule:
     """Read an excitation CSV file (format in the module docstring) for a model's muscles.
@@ -137,81 +225,14 @@ def load_excitation_csv(path: str | PathLike, muscle_names: Sequence[str], *,
         OSError: the file cannot be opened.
     """
     names = tuple(muscle_names)
-    column_of = {name: i for i, name in enumerate(names)}
     with _open_text(path) as fh:
         reader = csv.reader(fh)
-        header = None
-        for cells in reader:
-            if any(c.strip() for c in cells):
-                header = [c.strip() for c in cells]
-                break
-        if header is None:
-            raise ExcitationFileError(path, "empty file: expected a header row with a 'time' column")
-        header_line = reader.line_num
-
-        time_col = None
-        targets = []  # (position in the row, muscle index)
-        seen: dict[str, int] = {}
-        for pos, name in enumerate(header):
-            label = f"{pos + 1}"
-            if not name:
-                raise ExcitationFileError(path, "empty column name", line=header_line, column=label)
-            if name in seen:
-                raise ExcitationFileError(
-                    path, f"duplicate column {name!r} (also column {seen[name] + 1})",
-                    line=header_line, column=label)
-            seen[name] = pos
-            if name == "time":
-                time_col = pos
-            elif name in column_of:
-                targets.append((pos, column_of[name]))
-            else:
-                kind = "muscle" if column_kind == "muscle element" else "column"
-                raise ExcitationFileError(
-                    path, f"unknown {kind} {name!r}{_closest(name, (*names, 'time'))}; columns must be "
-                    f"'time' or {column_kind} names", line=header_line, column=label)
-        if time_col is None:
-            raise ExcitationFileError(path, "no 'time' column in the header", line=header_line)
-
-        times: list[float] = []
-        rows: list[list[float]] = []
-        width = len(header)
-        for cells in reader:
-            if not any(c.strip() for c in cells):
-                continue
-            line = reader.line_num
-            if len(cells) != width:
-                raise ExcitationFileError(
-                    path, f"expected {width} cells as in the header, found {len(cells)}", line=line)
-            numbers = []
-            for pos, cell in enumerate(cells):
-                where = {"line": line, "column": f"{pos + 1} ({header[pos]!r})"}
-                if not cell.strip():
-                    raise ExcitationFileError(path, "empty cell", **where)
-                try:
-                    value = float(cell)
-                except ValueError:
-                    raise ExcitationFileError(
-                        path, f"not a number: {cell.strip()!r}", **where) from None
-                if not math.isfinite(value):
-                    raise ExcitationFileError(path, f"not finite: {cell.strip()!r}", **where)
-                numbers.append(value)
-            t = numbers[time_col]
-            if times and t <= times[-1]:
-                raise ExcitationFileError(
-                    path, f"time {t!r} s is not after the previous row's {times[-1]!r} s "
-                    "(times must be strictly increasing)", line=line, column=f"{time_col + 1} ('time')")
-            times.append(t)
-            rows.append(numbers)
+        header, header_line = _read_header(reader, path)
+        time_col, targets = _header_columns(path, header, header_line, names, column_kind)
+        times, rows = _read_rows(reader, path, header, time_col)
     if not rows:
         raise ExcitationFileError(path, "no data rows after the header")
-
-    table = np.array(rows, dtype=np.float64)
-    values = np.zeros((len(rows), len(names)), dtype=np.float64)
-    if targets:
-        positions, muscles = (np.array(v, dtype=np.intp) for v in zip(*targets))
-        values[:, muscles] = table[:, positions]
-    return ExcitationSchedule(np.array(times), values, source=str(path))
+    return ExcitationSchedule(np.array(times), _excitations(rows, targets, len(names)), source=str(path))
 
 
 def write_ramp_csv(path: str | PathLike, muscle_names: Sequence[str], duration: float,

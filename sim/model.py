@@ -128,10 +128,6 @@ class Das3Model:
             raise KeyError(f"unknown muscle element {name!r}") from None
 
 
-def _read_data(name: str) -> bytes:
-    return resources.files("sim.data").joinpath(name).read_bytes()
-
-
 def _ro(a, dtype=np.float64) -> np.ndarray:
     arr = np.ascontiguousarray(np.array(a, dtype=dtype))
     arr.setflags(write=False)
@@ -237,24 +233,20 @@ def _unit(v) -> np.ndarray:
     return v / np.linalg.norm(v)
 
 
-def load_model(config: ModelConfig | None = None) -> Das3Model:
-    """Build the immutable model from the shipped data files and a :class:`ModelConfig`."""
-    config = config or ModelConfig()
-    raw_model = _read_data("das3_model.json")
-    raw_eq = _read_data("das3_equilibrium.json")
-    raw_loa = _read_data("gh_lines_of_action.json")
-    digest = hashlib.sha256(raw_model + raw_eq + raw_loa).hexdigest()
-    m = json.loads(raw_model)
-    eq = json.loads(raw_eq)
-    loa = json.loads(raw_loa)
+def _read_model_data() -> tuple[dict, dict, dict, str]:
+    """The parsed model, equilibrium and line-of-action files, and the sha256 of their bytes."""
+    raw = [resources.files("sim.data").joinpath(n).read_bytes()
+           for n in ("das3_model.json", "das3_equilibrium.json", "gh_lines_of_action.json")]
+    return json.loads(raw[0]), json.loads(raw[1]), json.loads(raw[2]), hashlib.sha256(b"".join(raw)).hexdigest()
 
+
+def _joints(m: dict) -> tuple[tuple[str, ...], np.ndarray, np.ndarray, np.ndarray]:
+    """DOF names (checked against DOF_NAMES) and ranges, and each DOF's joint centre and unit axis."""
     dof_names = tuple(d["name"] for d in m["dofs"])
     if dof_names != DOF_NAMES:
         raise ValueError(f"unexpected DOF order in model data: {dof_names}")
     ranges = np.array([d["range"] for d in m["dofs"]], np.float64)
-
     joints = {j["name"]: j for j in m["joints"]}
-    segs = {s["name"]: s for s in m["segments"]}
     # (joint name, axis key) for each DOF, in DOF order (spec "Kinematics").
     dof_axes = [("sc1", "r1_axis"), ("sc2", "r2_axis"), ("sc3", "r3_axis"),
                 ("ac1", "r1_axis"), ("ac2", "r2_axis"), ("ac3", "r3_axis"),
@@ -262,7 +254,13 @@ def load_model(config: ModelConfig | None = None) -> Das3Model:
                 ("hu", "r1_axis"), ("ur", "r1_axis")]
     joint_loc = np.array([joints[j]["location"] for j, _ in dof_axes], np.float64)
     joint_axis = np.array([_unit(joints[j][ax]) for j, ax in dof_axes])
+    return dof_names, ranges, joint_loc, joint_axis
 
+
+def _bodies(m: dict, config: ModelConfig) -> tuple[list, list, list, list]:
+    """Mass, centre of mass (the hand's in the radius frame), inertia and gravity weight of each body."""
+    joints = {j["name"]: j for j in m["joints"]}
+    segs = {s["name"]: s for s in m["segments"]}
     body_mass, body_com, body_inertia, body_weight = [], [], [], []
     for name in BODY_SEGMENTS:
         s = segs[name]
@@ -273,14 +271,16 @@ def load_model(config: ModelConfig | None = None) -> Das3Model:
         body_com.append(com)
         body_inertia.append(s["inertia"])
         body_weight.append(1.0 if (name != "handr" or config.hand_weight) else 0.0)
+    return body_mass, body_com, body_inertia, body_weight
 
-    muscles = m["muscles"]
+
+def _muscle_constants(muscles: list, table: _MonomialTable):
+    """Per-muscle constants (MUS_* columns), DOFs crossed and path-length terms; adds their monomials."""
     if len(muscles) != N_MUS:
         raise ValueError(f"expected {N_MUS} muscles, found {len(muscles)}")
     mus = np.zeros((N_MUS, 12))
     mus_ndof = np.zeros(N_MUS, np.int64)
     mus_dofs = -np.ones((N_MUS, 9), np.int64)
-    table = _MonomialTable()
     terms = []  # per muscle: list of (coef, full exponent tuple)
     for i, mu in enumerate(muscles):
         fmax, lceopt, slack = float(mu["fmax"]), float(mu["lceopt"]), float(mu["lslack"])
@@ -299,10 +299,11 @@ def load_model(config: ModelConfig | None = None) -> Das3Model:
         terms.append([(float(c), _full_exponents(r, dofs)) for c, r in zip(coefs, rows)])
         for _, e in terms[-1]:
             table.add(e)
+    return mus, mus_ndof, mus_dofs, terms
 
-    names = tuple(mu["name"] for mu in muscles)
-    crosses = np.array([bool(mu["crossesGH"]) for mu in muscles])
 
+def _loa_fits(loa: dict, names: tuple[str, ...], crosses: np.ndarray, table: _MonomialTable):
+    """Muscle index and x, y, z polynomial terms of each GH line-of-action fit; adds their monomials."""
     gh_muscle, loa_rows = [], []
     for fit in loa["muscles"]:
         gh_muscle.append(names.index(fit["name"]))
@@ -314,19 +315,18 @@ def load_model(config: ModelConfig | None = None) -> Das3Model:
             loa_rows.append(row)
     if sorted(gh_muscle) != list(np.flatnonzero(crosses)):
         raise ValueError("GH line-of-action fits do not match the muscles that cross GH")
-    mono_parent, mono_dof = table.freeze()
+    return gh_muscle, loa_rows
 
-    # L, dL/dq (local order) and d2L/dq2 (a <= b) as sparse sums of monomials
+
+def _path_rows(muscles: list, terms: list, table: _MonomialTable):
+    """L, dL/dq (local order) and d2L/dq2 (a <= b) of every muscle as sparse sums of monomials."""
     len_rows, grad_rows, hess_rows, hess_muscle, hess_dofs = [], [], [], [], []
     for i in range(N_MUS):
         dofs = list(muscles[i]["dof_indices"])
         len_rows.append([(c, table[e]) for c, e in terms[i]])
-        for k in range(9):
-            row = []
-            if k < len(dofs):
-                a = dofs[k]
-                row = [(c * e[a], table[_lowered(e, a)]) for c, e in terms[i] if e[a]]
-            grad_rows.append(row)
+        for k in range(9):      # the rows of DOFs the muscle does not cross stay empty
+            a = dofs[k] if k < len(dofs) else None
+            grad_rows.append([] if a is None else [(c * e[a], table[_lowered(e, a)]) for c, e in terms[i] if e[a]])
         for ka, a in enumerate(dofs):
             for b in dofs[ka:]:
                 if a == b:
@@ -337,17 +337,48 @@ def load_model(config: ModelConfig | None = None) -> Das3Model:
                     hess_rows.append(row)
                     hess_muscle.append(i)
                     hess_dofs.append((a, b))
+    return len_rows, grad_rows, hess_rows, hess_muscle, hess_dofs
+
+
+def _polynomial_arrays(muscles: list, terms: list, loa: dict, loa_rows: list, table: _MonomialTable) -> dict:
+    """The frozen monomial table and the CSR and dense arrays of the path and line-of-action polynomials."""
+    mono_parent, mono_dof = table.freeze()
+    len_rows, grad_rows, hess_rows, hess_muscle, hess_dofs = _path_rows(muscles, terms, table)
     len_row, len_coef, len_mono = _csr(len_rows)
     grad_row, grad_coef, grad_mono = _csr(grad_rows)
     hess_row, hess_coef, hess_mono = _csr(hess_rows)
     loa_dense = _dense_loa_groups([[(c, table[e]) for c, e in r] for r in loa_rows],
                                   [tuple(f["dof_indices"]) for f in loa["muscles"]])
     loa_row, loa_coef, loa_mono = _csr(loa_dense.pop("sparse_rows"))
+    return dict(
+        mono_parent=_ro(mono_parent, np.int64), mono_dof=_ro(mono_dof, np.int64),
+        len_row=_ro(len_row, np.int64), len_coef=_ro(len_coef), len_mono=_ro(len_mono, np.int64),
+        grad_row=_ro(grad_row, np.int64), grad_coef=_ro(grad_coef), grad_mono=_ro(grad_mono, np.int64),
+        hess_muscle=_ro(hess_muscle, np.int64), hess_dofs=_ro(np.array(hess_dofs).reshape(-1, 2), np.int64),
+        hess_row=_ro(hess_row, np.int64), hess_coef=_ro(hess_coef), hess_mono=_ro(hess_mono, np.int64),
+        loa_row=_ro(loa_row, np.int64), loa_coef=_ro(loa_coef), loa_mono=_ro(loa_mono, np.uint32),
+        **{key: _ro(val, val.dtype) for key, val in loa_dense.items()})
 
+
+def _glenoid_axes() -> list[np.ndarray]:
+    """The glenoid frame's x, y, z axes in the scapula frame (x along GLENOID_X, y in the x-y plane)."""
     xg = _unit(GLENOID_X)
     yg = _unit(np.array([0.0, 1.0, 0.0]) - xg[1] * xg)
-    zg = np.cross(xg, yg)
+    return [xg, yg, np.cross(xg, yg)]
 
+
+def load_model(config: ModelConfig | None = None) -> Das3Model:
+    """Build the immutable model from the shipped data files and a :class:`ModelConfig`."""
+    config = config or ModelConfig()
+    m, eq, loa, digest = _read_model_data()
+    dof_names, ranges, joint_loc, joint_axis = _joints(m)
+    body_mass, body_com, body_inertia, body_weight = _bodies(m, config)
+    muscles = m["muscles"]
+    table = _MonomialTable()
+    mus, mus_ndof, mus_dofs, terms = _muscle_constants(muscles, table)
+    names = tuple(mu["name"] for mu in muscles)
+    crosses = np.array([bool(mu["crossesGH"]) for mu in muscles])
+    gh_muscle, loa_rows = _loa_fits(loa, names, crosses, table)
     arrays = ModelArrays(
         joint_loc=_ro(joint_loc), joint_axis=_ro(joint_axis),
         body_frame=_ro(BODY_FRAMES, np.int64), body_mass=_ro(body_mass), body_com=_ro(body_com),
@@ -360,15 +391,9 @@ def load_model(config: ModelConfig | None = None) -> Das3Model:
         joint_lo=_ro(ranges[:, 0]), joint_hi=_ro(ranges[:, 1]), joint_mid=_ro(ranges.mean(axis=1)),
         joint_k=_ro([config.joint_k1, config.joint_k2, config.joint_damping]),
         mus=_ro(mus), mus_ndof=_ro(mus_ndof, np.int64), mus_dofs=_ro(mus_dofs, np.int64),
-        mono_parent=_ro(mono_parent, np.int64), mono_dof=_ro(mono_dof, np.int64),
-        len_row=_ro(len_row, np.int64), len_coef=_ro(len_coef), len_mono=_ro(len_mono, np.int64),
-        grad_row=_ro(grad_row, np.int64), grad_coef=_ro(grad_coef), grad_mono=_ro(grad_mono, np.int64),
-        hess_muscle=_ro(hess_muscle, np.int64), hess_dofs=_ro(np.array(hess_dofs).reshape(-1, 2), np.int64),
-        hess_row=_ro(hess_row, np.int64), hess_coef=_ro(hess_coef), hess_mono=_ro(hess_mono, np.int64),
-        gh_muscle=_ro(gh_muscle, np.int64), loa_row=_ro(loa_row, np.int64), loa_coef=_ro(loa_coef),
-        loa_mono=_ro(loa_mono, np.uint32),
-        **{key: _ro(val, val.dtype) for key, val in loa_dense.items()},
-        glenoid=_ro([xg, yg, zg]), gh_rim=_ro([config.gh_rim_theta, config.gh_rim_phi]),
+        gh_muscle=_ro(gh_muscle, np.int64), glenoid=_ro(_glenoid_axes()),
+        gh_rim=_ro([config.gh_rim_theta, config.gh_rim_phi]),
+        **_polynomial_arrays(muscles, terms, loa, loa_rows, table),
     )
     x_eq = np.asarray(eq["x"], np.float64)
     if x_eq.shape != (N_STATES,):

@@ -9,14 +9,8 @@ import urllib.request
 
 import pytest
 
-from hil.metrics import (
-    EXPORTER_IDLE_TIMEOUT_S,
-    EXPORTER_MAX_CONNECTIONS,
-    MetricsBlock,
-    MetricsSchema,
-    default_schema,
-    start_exporter,
-)
+from hil.exporter import EXPORTER_IDLE_TIMEOUT_S, EXPORTER_MAX_CONNECTIONS, start_exporter
+from hil.metrics import MetricsBlock, MetricsSchema, default_schema
 
 HALF_REQUEST = b"GET /metrics HTTP/1.1\r\nHost: x\r\n"      # no blank line: the request never ends
 SIGTERM_BIT = 1 << (signal.SIGTERM - 1)

@@ -30,7 +30,8 @@ from drivers.link import (
     Inbound,
     reject_counts,
 )
-from drivers.sciencemode2 import (
+from drivers.sciencemode2 import COUNTER_KEYS, Activity, Connected, Rehastim2Emulator, Rejected, StimulationChanged
+from drivers.sciencemode2_codec import (
     CMD_GET_MODE,
     CMD_INIT_ACK,
     CMD_INIT_CLM,
@@ -38,17 +39,11 @@ from drivers.sciencemode2 import (
     CMD_STOP_CLM,
     CMD_UNKNOWN,
     CMD_WATCHDOG,
-    COUNTER_KEYS,
     MAX_FRAME_SIZE,
     MODE_RUNNING,
-    Activity,
-    Connected,
     Frame,
     FrameError,
     FrameParser,
-    Rehastim2Emulator,
-    Rejected,
-    StimulationChanged,
     encode_frame,
 )
 from drivers.sensor_stream import SYNC, SensorStreamReader, encode_packet

@@ -11,7 +11,8 @@ import pytest
 from pysciencemode import Channel, Rehastim2, RehastimGeneric
 from pysciencemode.acks import get_mode_ack, init_stimulation_ack, start_stimulation_ack, stop_stimulation_ack
 
-from drivers.sciencemode2 import (
+from drivers.sciencemode2 import Activity, ChannelSetting, Connected, Rehastim2Emulator, Rejected, StimulationChanged
+from drivers.sciencemode2_codec import (
     CMD_GET_MODE,
     CMD_GET_MODE_ACK,
     CMD_INIT,
@@ -30,15 +31,9 @@ from drivers.sciencemode2 import (
     RESULT_OK,
     RESULT_PARAMETER_ERROR,
     RESULT_WRONG_MODE,
-    Activity,
-    ChannelSetting,
-    Connected,
     Frame,
     FrameError,
     FrameParser,
-    Rehastim2Emulator,
-    Rejected,
-    StimulationChanged,
     crc8,
     encode_frame,
     signed8,

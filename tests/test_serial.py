@@ -15,7 +15,7 @@ import pytest
 import serial
 
 from drivers.contract import frame_dtype
-from drivers.sciencemode2 import CMD_INIT, CMD_START_CLM_ACK, FrameParser, encode_frame
+from drivers.sciencemode2_codec import CMD_INIT, CMD_START_CLM_ACK, FrameParser, encode_frame
 from drivers.sensor_stream import SensorStreamReader, crc16, encode_packet, read_frames
 from drivers.serial_stim import ScienceModeEndpoint
 

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from hil.bench.peers import baseline_responder, can_peer, serial_peer
 from hil.bench.platform import cpu_model, steal_s, udp_receive_buffer_errors, unbound_workqueue_cpus
+from hil.run_result import RunResult
 
 ROOT = Path(__file__).resolve().parents[2]
 DBC = ROOT / "configs" / "fes-hil.dbc"
@@ -108,6 +109,11 @@ def _start_baseline(ctx, transport: str, rate_hz: float, duration_s: float, feed
     return proc
 
 
+def _as_dict(result) -> dict:
+    """A service run's RunResult or the baseline responder's dict, as a dict."""
+    return result.to_dict() if isinstance(result, RunResult) else result
+
+
 def _ports_or_error(rt_proc, results, port_file: Path) -> dict:
     """The ports the measured side announced, or ``{"error": ...}`` once it died or kept silent too long."""
     t_wait = time.monotonic() + 180
@@ -116,7 +122,7 @@ def _ports_or_error(rt_proc, results, port_file: Path) -> dict:
             if rt_proc.is_alive():
                 return {"error": "the service did not announce its ports"}
             try:
-                return {"error": results.get(timeout=5).get("error", "no ports")}
+                return {"error": _as_dict(results.get(timeout=5)).get("error", "no ports")}
             except queue.Empty:
                 return {"error": f"{rt_proc.name} exited (code {rt_proc.exitcode}) without a result"}
         time.sleep(0.05)
@@ -165,7 +171,7 @@ def run_link_bench(transport: str, rate_hz: float, duration_s: float, feedback: 
         if udp_overflows is not None:
             after = udp_receive_buffer_errors()
             udp_overflows = None if after is None else after - udp_overflows
-        summary = results.get(timeout=duration_s + 120)
+        summary = _as_dict(results.get(timeout=duration_s + 120))
     finally:
         if peer is not None:
             peer.join(10)

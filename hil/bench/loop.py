@@ -70,18 +70,17 @@ def _scraped_run(cfg_path: Path, duration_s: float, port: int, scrape_interval_s
     run = ServiceRun(str(cfg_path), duration_s)
     steal_before = steal_s(cpu)
     scrapes = failures = 0
-    state_i = service.STATUS_FIELDS.index("state")
     try:
         run.start()
         while run.alive(scrape_interval_s if scrape_interval_s > 0 else 0.5):
-            if scrape_interval_s > 0 and run.status[state_i] == service.STATE_RUNNING:
+            if scrape_interval_s > 0 and run.status.state == service.STATE_RUNNING:
                 try:
                     urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=1).read()
                     scrapes += 1
                 except OSError:
                     failures += 1
         steal_after = steal_s(cpu)
-        summary = run.result(5.0)
+        summary = run.result(5.0).to_dict()
     finally:
         run.close()
     return summary, scrapes, failures, steal_before, steal_after

@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 
-from drivers.link import link_scheduling
+from drivers.link_process import link_scheduling
 
 STIM_CHANNEL = 4          # biceps in the default map
 AMPLITUDES_MA = [10.0 + (k % 20) for k in range(256)]
@@ -145,7 +145,7 @@ def serial_peer(stim_port: str, sensor_port: str, duration_s: float, out) -> Non
     _controller_scheduling()
     import serial
 
-    from drivers.sciencemode2 import (
+    from drivers.sciencemode2_codec import (
         AMBIGUOUS_COUNTERS,
         CMD_INIT,
         CMD_INIT_ACK,

@@ -23,25 +23,26 @@ from hil.cli.common import (
     print_json,
     user_errors,
 )
+from hil.run_result import RunResult
 
 
-def _run_exit(summary: dict) -> None:
+def _run_exit(summary: RunResult) -> None:
     """The end of a finished run: one red line per problem (a lost driver, an incomplete recording), then
     exit 4 for a GH or ROM ``stop`` action (saying why), 5 for a run with problems, else 0."""
-    for problem in summary.get("problems", []):
+    for problem in summary.problems:
         error(problem)
-    if summary["stopped_by"] in ("gh_unstable", "range_of_motion"):
-        error(f"safety stop ({summary['stopped_by']}) at tick {summary['ticks'] - 1}: {summary['stop_detail']}")
+    if summary.stopped_by in ("gh_unstable", "range_of_motion"):
+        error(f"safety stop ({summary.stopped_by}) at tick {summary.ticks - 1}: {summary.stop_detail}")
         raise typer.Exit(ExitCode.SAFETY_STOP)
-    if summary.get("problems"):
+    if summary.problems:
         raise typer.Exit(ExitCode.INCOMPLETE)
 
 
-def _exit_if_failed(summary: dict) -> None:
+def _exit_if_failed(summary: RunResult) -> None:
     """A run that did not finish: its error as the red line, exit 2 for bad input, else 1."""
-    if not summary.get("ok"):
-        error(summary["error"])
-        raise typer.Exit(ExitCode.BAD_INPUT if summary.get("config_error") else ExitCode.ERROR)
+    if not summary.ok:
+        error(summary.error)
+        raise typer.Exit(ExitCode.BAD_INPUT if summary.config_error else ExitCode.ERROR)
 
 
 def _check_recording_path(record: Path) -> None:
@@ -136,52 +137,52 @@ def run(
         if now < next_draw[0]:
             return
         next_draw[0] = now + 0.1
-        if status[service.STATUS_FIELDS.index("state")] >= service.STATE_RUNNING:
-            progress.update(task, description="running", completed=status[0],
-                            info=f"elbow {status[4]:.1f} deg  GH {status[3]:+.2f}")
+        if status.state >= service.STATE_RUNNING:
+            progress.update(task, description="running", completed=status.ticks,
+                            info=f"elbow {status.elbow_deg:.1f} deg  GH {status.gh_stability:+.2f}")
         progress.refresh()
 
     with progress:
         summary = supervise(str(config), duration, record, on_poll=on_poll, port_file=port_file)
     _exit_if_failed(summary)
     if json_out:
-        print_json(summary)
+        print_json(summary.to_dict())
     else:
         _print_run_summary(config, cfg.loop.period_s, summary)
-        for w in summary["realtime"]["warnings"]:
+        for w in summary.realtime["warnings"]:
             err.print(Text(f"warning: {w}", style="yellow"))
-    if make_report and summary.get("recording"):
+    if make_report and summary.recording:
         from hil.cli.recordings import report
-        report(Path(summary["recording"]), out=None, json_out=False)
+        report(Path(summary.recording), out=None, json_out=False)
     _run_exit(summary)
 
 
-def _print_run_summary(config: Path, period_s: float, summary: dict) -> None:
+def _print_run_summary(config: Path, period_s: float, summary: RunResult) -> None:
     table = Table(title=f"hil run {config}", show_header=False)
     table.add_column(style="bold")
     table.add_column()
-    lat = summary["lateness_us"]
-    table.add_row("ticks", f"{summary['ticks']} x {period_s * 1e3:g} ms (stopped by "
-                           f"{summary['stopped_by']})")
+    lat = summary.lateness_us
+    table.add_row("ticks", f"{summary.ticks} x {period_s * 1e3:g} ms (stopped by "
+                           f"{summary.stopped_by})")
     if lat:
         table.add_row("lateness (us)", f"p50 {lat['p50']:.1f}  p99 {lat['p99']:.1f}  p99.9 "
                                        f"{lat['p99.9']:.1f}  max {lat['max']:.1f}")
-    table.add_row("deadline misses", str(summary["deadline_misses"]))
-    rt = summary["realtime"]
+    table.add_row("deadline misses", str(summary.deadline_misses))
+    rt = summary.realtime
     table.add_row("real-time", f"SCHED_FIFO {'yes' if rt['sched_fifo'] else 'no'}, mlock "
                                f"{'yes' if rt['mlock'] else 'no'}")
-    table.add_row("safety", f"watchdog trips {summary['watchdog_trips']}, GH unstable ticks "
-                            f"{summary['gh_unstable_ticks']}, ROM alarm ticks {summary['rom_alarm_ticks']}")
-    table.add_row("commands", f"{summary['commands_received']} accepted, rejected "
-                              f"{summary['commands_rejected'] or 'none'}, clamped "
-                              f"{summary['commands_clamped'] or 'none'}")
-    table.add_row("final elbow flexion", f"{summary['final_elbow_deg']:.1f} deg")
-    if summary.get("recording"):
-        unwritten = sum(summary["records_unwritten"].values())
-        table.add_row("recording", f"{summary['recording']} ({'complete' if not unwritten else 'INCOMPLETE: '}"
-                                   f"{summary['records_unwritten'] if unwritten else ''})")
-    if summary.get("drivers_lost"):
-        table.add_row("drivers lost", ", ".join(summary["drivers_lost"]))
+    table.add_row("safety", f"watchdog trips {summary.watchdog_trips}, GH unstable ticks "
+                            f"{summary.gh_unstable_ticks}, ROM alarm ticks {summary.rom_alarm_ticks}")
+    table.add_row("commands", f"{summary.commands_received} accepted, rejected "
+                              f"{summary.commands_rejected or 'none'}, clamped "
+                              f"{summary.commands_clamped or 'none'}")
+    table.add_row("final elbow flexion", f"{summary.final_elbow_deg:.1f} deg")
+    if summary.recording:
+        unwritten = sum(summary.records_unwritten.values())
+        table.add_row("recording", f"{summary.recording} ({'complete' if not unwritten else 'INCOMPLETE: '}"
+                                   f"{summary.records_unwritten if unwritten else ''})")
+    if summary.drivers_lost:
+        table.add_row("drivers lost", ", ".join(summary.drivers_lost))
     out_console().print(table)
 
 
@@ -207,6 +208,6 @@ def serve(
         _clear_port_file(port_file)
     summary = supervise(str(config), None, record, notify=True, port_file=port_file)
     _exit_if_failed(summary)
-    err_console().print(f"hil serve: stopped by {summary['stopped_by']} after {summary['ticks']} ticks"
-                        + (f"; recording {summary['recording']}" if summary.get("recording") else ""))
+    err_console().print(f"hil serve: stopped by {summary.stopped_by} after {summary.ticks} ticks"
+                        + (f"; recording {summary.recording}" if summary.recording else ""))
     _run_exit(summary)
