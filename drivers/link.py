@@ -46,6 +46,7 @@ import numpy as np
 
 from drivers.base import CommandSink, Driver, DriverInitializationError
 from drivers.contract import KIND_CHANNEL, KIND_EXCITATION, KIND_HEARTBEAT, REJECT_REASONS
+from drivers.process import HelperStartError, start_helper
 from drivers.shm_ring import ShmRing
 
 #: One command (or rejection) from a transport, as the link hands it to the loop.
@@ -212,31 +213,20 @@ class LinkDriver(Driver):
         self._outring = ShmRing.create(self._out_rec.dtype, OUTBOUND_CAPACITY)
         self._wake, far = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
         self._wake.setblocking(False)
-        ctx = mp.get_context("spawn")
-        parent_conn, child_conn = ctx.Pipe(duplex=False)
-        self._proc = ctx.Process(target=run_link, name=f"hil-link-{index}", daemon=True, args=(
-            endpoint_cls, endpoint_args, self._in.name, self._outring.name, self._out_rec.dtype.descr, far,
-            os.getpid(), child_conn, priority, loop_cpu))
+        args = (endpoint_cls, endpoint_args, self._in.name, self._outring.name, self._out_rec.dtype.descr, far,
+                os.getpid(), priority, loop_cpu)
         try:
-            self._proc.start()
-            far.close()
-            child_conn.close()        # the child's end only: EOF here once the link process is gone
-            if not parent_conn.poll(start_timeout_s):
-                raise DriverInitializationError(f"{endpoint_cls.__name__}: the link process did not start "
-                                                f"within {start_timeout_s:g} s")
-            try:
-                status, info = parent_conn.recv()
-            except EOFError:
-                self._proc.join(2.0)
-                raise DriverInitializationError(f"{endpoint_cls.__name__}: the link process exited during "
-                                                f"start-up (exit code {self._proc.exitcode})") from None
-            if status != "ready":
-                raise DriverInitializationError(info)
+            self._proc, info, pipe = start_helper(mp.get_context("spawn"), run_link, args, f"hil-link-{index}",
+                                                  f"{endpoint_cls.__name__}: the link process", start_timeout_s)
+            pipe.close()
+        except HelperStartError as exc:
+            self._stop_link()
+            raise DriverInitializationError(str(exc)) from None
         except BaseException:
             self._stop_link()
             raise
         finally:
-            parent_conn.close()
+            far.close()               # the link process has its own copy
         self.ports: dict[str, str] = dict(info)
         self._buf = np.zeros(MAX_RECORDS_PER_FETCH, LINK_RECORD)
         self._flat = self._buf.view(_LINK_RECORD_FLAT)

@@ -48,8 +48,8 @@ def link_scheduling(priority: int | None, loop_cpu: int | None) -> list[str]:
 
 
 def run_link(endpoint_cls, endpoint_args: dict, in_name: str, out_name: str, out_descr, wake: socket.socket,
-              parent_pid: int, conn, priority: int | None = None, loop_cpu: int | None = None) -> None:
-    """Target of the link process."""
+              parent_pid: int, priority: int | None, loop_cpu: int | None, conn) -> None:
+    """Target of the link process (started by :func:`drivers.process.start_helper`: answers on ``conn``)."""
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)     # the supervisor decides; shutdown closes the ring

@@ -41,8 +41,9 @@ def test_recording_layouts_are_unchanged():
 def command_tree(command=None, prefix: str = "hil") -> dict:
     """Every command path -> its parameters (names, flags, defaults, whether required), from click."""
     command = command or typer.main.get_command(app)
+    repo = str(Path(__file__).resolve().parents[1])
     params = [{"name": p.name, "opts": sorted(p.opts + p.secondary_opts), "required": p.required,
-               "default": None if callable(p.default) else repr(p.default),
+               "default": None if callable(p.default) else repr(p.default).replace(repo, "<repository>"),
                "flag": bool(getattr(p, "is_flag", False)), "kind": type(p).__name__}
               for p in command.params if p.name != "help"]
     tree = {prefix: params}
