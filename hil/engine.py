@@ -30,6 +30,7 @@ from drivers.contract import (
     STATUS_STOPPING,
     STATUS_WATCHDOG,
 )
+from hil.counters import RunCounters
 from hil.safety import GHMonitor, RangeOfMotion, SafetyConfig, Watchdog
 from hil.sensor import SensorModel
 from sim.plant import Plant
@@ -51,7 +52,7 @@ class TickEngine:
     def __init__(self, plant: Plant, stimulation, safety: SafetyConfig, sensor: SensorModel,
                  period_s: float, substeps: int, reject_reasons: tuple[str, ...],
                  group_index: dict[str, np.ndarray] | None = None,
-                 log_capacity: int = DEFAULT_LOG_CAPACITY) -> None:
+                 log_capacity: int = DEFAULT_LOG_CAPACITY, counters: RunCounters | None = None) -> None:
         if substeps < 1 or not math.isclose(plant.step_s * substeps, period_s, rel_tol=1e-12):
             raise ValueError("plant step x substeps must equal the loop period")
         self.plant = plant
@@ -71,12 +72,14 @@ class TickEngine:
         self.latched_by = np.full(self.n_channels, -1, np.int64)   # driver whose command is latched
         self.direct_by = np.full(n_mus, -1, np.int64)
         self.u = np.zeros(n_mus)
-        # safety
-        self.watchdog = Watchdog(safety.watchdog_timeout_s, period_s)
+        # the run's counters (stored once: the metrics block, or a private one) and the safety functions
+        self.counters = counters if counters is not None else RunCounters.private()
+        c = self.counters
+        self.watchdog = Watchdog(safety.watchdog_timeout_s, period_s, trips=c.watchdog_trips)
         self.gh = GHMonitor(safety.gh_action, safety.gh_threshold,
-                            hold_ticks=int(round(safety.gh_zero_hold_s / period_s)))
+                            hold_ticks=int(round(safety.gh_zero_hold_s / period_s)), alarm_ticks=c.gh_unstable_ticks)
         self.rom = RangeOfMotion(plant.model.dof_ranges, safety.rom_margin_rad, safety.rom_action,
-                                 hold_ticks=int(round(safety.rom_zero_hold_s / period_s)))
+                                 hold_ticks=int(round(safety.rom_zero_hold_s / period_s)), alarm_ticks=c.rom_alarm_ticks)
         self.gh.prime(plant.outputs.gh_stability)
         self.rom.prime(plant.outputs.q)
         # per-tick command log (recorded; sized by the builder for its drivers' worst case) and counters
@@ -85,9 +88,6 @@ class TickEngine:
         self.unlogged_tick = 0     # this tick's commands that did not fit the log (see _record)
         self.unlogged_total = 0
         self.drivers_lost: dict[int, int] = {}     # driver -> tick its loss took effect
-        self.received = {}
-        self.rejected = {}     # (driver, reason) -> commands not applied
-        self.clamped = {}      # (driver, reason) -> commands applied clamped to the limits
         self.tick = 0
         self.overrun = False
         self.stop_detail = ""      # why a safety action ended the run
@@ -108,8 +108,20 @@ class TickEngine:
         largest = max((len(g) for g in self.groups.values()), default=1)
         self.log = np.zeros(max(1, sum(d.max_log_entries(largest) for d in drivers)), COMMAND_DTYPE)
 
-    def _count(self, table: dict, key) -> None:
-        table[key] = table.get(key, 0) + 1
+    @property
+    def received(self) -> dict[int, int]:
+        """Commands accepted, by driver (read from the counters; not for the tick)."""
+        return self.counters.received_by_driver()
+
+    @property
+    def rejected(self) -> dict[tuple[int, str], int]:
+        """Commands not applied, by (driver, reason)."""
+        return self.counters.by_reason("rejected")
+
+    @property
+    def clamped(self) -> dict[tuple[int, str], int]:
+        """Commands applied clamped to the limits, by (driver, reason)."""
+        return self.counters.by_reason("clamped")
 
     def channel(self, driver: int, receive_ns: int, channel: int, pulse_width_us: float,
                 amplitude_ma: float, frequency_hz: float, mode: int) -> bool:
@@ -128,7 +140,7 @@ class TickEngine:
         self.latched_by[channel] = driver
         status = 0 if reason is None else self.reason_code.get(reason, 255)
         if reason is not None:     # clamped: applied within the limits, counted; the log keeps the request
-            self._count(self.clamped, (driver, reason))
+            self.counters.clamped(driver, reason)
         self._record(driver, receive_ns, KIND_CHANNEL, status, channel, pulse_width_us, amplitude_ma,
                      frequency_hz, mode)
         self._accept(driver)
@@ -143,7 +155,7 @@ class TickEngine:
             return self._reject_cmd(driver, receive_ns, KIND_EXCITATION, muscle, "non_finite", value)
         clipped = min(1.0, max(0.0, value))
         if clipped != value:       # applied clipped to [0, 1], counted; the log keeps the request
-            self._count(self.clamped, (driver, "excitation_clipped"))
+            self.counters.clamped(driver, "excitation_clipped")
         self.direct[muscle] = clipped
         self.direct_by[muscle] = driver
         self._record(driver, receive_ns, KIND_EXCITATION, 0, muscle, value)
@@ -171,25 +183,26 @@ class TickEngine:
     def rejects(self, driver: int, receive_ns: int, reason: str, count: int) -> None:
         """``count`` frames the transport rejected for ``reason`` since the driver's last report: one
         log entry (kind KIND_REJECTS, values[0] = count) and one counter update, whatever the count."""
-        key = (driver, reason)
-        self.rejected[key] = self.rejected.get(key, 0) + count
+        self.counters.rejected(driver, reason, count)
         self._record(driver, receive_ns, KIND_REJECTS, self.reason_code.get(reason, 255), -1, float(count))
 
     def driver_lost(self, driver: int, receive_ns: int) -> None:
         """The driver's transport died: what it latched goes to zero now (logged, so replay does the same)."""
         self.latched[self.latched_by == driver] = 0.0
         self.direct[self.direct_by == driver] = 0.0
-        self.drivers_lost.setdefault(driver, self.tick)
+        if driver not in self.drivers_lost:
+            self.drivers_lost[driver] = self.tick
+            self.counters.driver_failed(driver)
         self._record(driver, receive_ns, KIND_DRIVER_LOST, 0, -1)
 
     def _reject_cmd(self, driver, receive_ns, kind, index, reason, v0=0.0, v1=0.0, v2=0.0, v3=0.0):
-        self._count(self.rejected, (driver, reason))
+        self.counters.rejected(driver, reason)
         code = self.reason_code.get(reason, 255)
         self._record(driver, receive_ns, kind, code, index, v0, v1, v2, v3)
         return False
 
     def _accept(self, driver: int) -> None:
-        self._count(self.received, driver)
+        self.counters.received(driver)
         self.watchdog.feed(self.tick)
 
     def warmup(self) -> None:

@@ -101,7 +101,8 @@ class MetricsSchema:
         self.size = n
 
 
-class _Counter:
+class MetricCell:
+    """One counter or gauge value in a block: where the run keeps it (``value``), not a copy."""
     __slots__ = ("a", "i")
 
     def __init__(self, a, i):
@@ -110,8 +111,12 @@ class _Counter:
     def inc(self, n: float = 1.0) -> None:
         self.a[self.i] += n
 
-    def set(self, v: float) -> None:   # counters mirrored from a cumulative source
+    def set(self, v: float) -> None:
         self.a[self.i] = v
+
+    @property
+    def value(self) -> float:
+        return float(self.a[self.i])
 
 
 class _Histogram:
@@ -128,9 +133,17 @@ class _Histogram:
 
 
 class MetricsBlock:
+    """All series of a schema in one float64 array: in shared memory (served by the exporter) or, from
+    :meth:`private`, in this process only (metrics off: the run's counters still live in one place)."""
+
     def __init__(self, schema: MetricsSchema, shm, owner: bool) -> None:
         self.schema, self.shm, self.owner = schema, shm, owner
-        self.values = np.ndarray((schema.size,), dtype=np.float64, buffer=shm.buf)
+        self.values = (np.zeros(max(1, schema.size)) if shm is None
+                       else np.ndarray((schema.size,), dtype=np.float64, buffer=shm.buf))
+
+    @classmethod
+    def private(cls, schema: MetricsSchema) -> "MetricsBlock":
+        return cls(schema, None, True)
 
     @classmethod
     def create(cls, schema: MetricsSchema) -> "MetricsBlock":
@@ -152,8 +165,8 @@ class MetricsBlock:
             raise KeyError(f"{name}: no series with labels {labels}")
         return spec, self.schema.offsets[(name, lv)]
 
-    def counter(self, name: str, **labels) -> _Counter:
-        return _Counter(self.values, self._offset(name, labels)[1])
+    def counter(self, name: str, **labels) -> MetricCell:
+        return MetricCell(self.values, self._offset(name, labels)[1])
 
     gauge = counter
 
@@ -164,14 +177,17 @@ class MetricsBlock:
     def release(self) -> None:
         from drivers.shm_ring import close_shared_memory
         del self.values
-        close_shared_memory(self.shm, self.owner)
+        if self.shm is not None:
+            close_shared_memory(self.shm, self.owner)
 
 
 class LoopMetrics:
-    """What the loop updates each tick (histograms) and every 25 ticks (mirrored counters)."""
+    """What the loop updates: histograms and tick counters every tick, gauges every 25 ticks. The command
+    and safety counters are not here: the tick engine counts them in this block itself
+    (:class:`hil.counters.RunCounters`); only the plant's clipped-excitation count, kept by ``sim``,
+    is mirrored."""
 
-    def __init__(self, block: MetricsBlock, driver_names: list[str], reasons, period_s: float,
-                 drivers=()) -> None:
+    def __init__(self, block: MetricsBlock, driver_names: list[str], period_s: float, drivers=()) -> None:
         """``drivers``: the loop's drivers, whose ``connected()`` feeds ``hil_controller_connected``."""
         self.block = block
         self.lateness = block.histogram("hil_tick_lateness_seconds")
@@ -180,23 +196,13 @@ class LoopMetrics:
         self.latency = block.histogram("hil_command_latency_seconds")
         self.ticks = block.counter("hil_ticks_total")
         self.misses = block.counter("hil_deadline_misses_total")
-        self.wd = block.counter("hil_watchdog_trips_total")
-        self.gh_unstable = block.counter("hil_gh_unstable_ticks_total")
-        self.rom_alarm = block.counter("hil_rom_alarm_ticks_total")
         self.clipped = block.counter("hil_excitation_clipped_total")
         self.unrecorded = block.counter("hil_commands_unrecorded_total")
         self.unwritten = {s: block.counter("hil_records_unwritten_total", stream=s) for s in ("ticks", "commands")}
-        self.driver_failures = {i: block.counter("hil_driver_failures_total", driver=n)
-                                for i, n in enumerate(driver_names)}
         self.gh = block.gauge("hil_gh_stability")
         self.rtf = block.gauge("hil_realtime_factor")
         self.running = block.gauge("hil_running")
         self.privileged = block.gauge("hil_realtime_privileges")
-        self.received = {i: block.counter("hil_commands_received_total", driver=n) for i, n in enumerate(driver_names)}
-        self.rejected = {(i, r): block.counter("hil_commands_rejected_total", driver=n, reason=r)
-                         for i, n in enumerate(driver_names) for r in reasons}
-        self.clamped = {(i, r): block.counter("hil_commands_clamped_total", driver=n, reason=r)
-                        for i, n in enumerate(driver_names) for r in reasons}
         self.connected = {i: block.gauge("hil_controller_connected", driver=n) for i, n in enumerate(driver_names)}
         self.period_s = period_s
         self.drivers = tuple(drivers)
@@ -205,7 +211,8 @@ class LoopMetrics:
         self.n = 0
 
     def on_tick(self, record: np.ndarray, engine, actuation_ns: int) -> None:
-        """A tick listener (:class:`hil.tick.TickListener`): histograms every tick, counters every 25."""
+        """A tick listener (:class:`hil.tick.TickListener`): histograms and counters every tick, gauges
+        every 25."""
         rec = record[0]
         start_ns = int(rec["start_ns"])
         self.lateness.observe(rec["lateness_ns"] * 1e-9)
@@ -228,18 +235,7 @@ class LoopMetrics:
 
     def sync(self, engine, now_ns: int) -> None:
         self.gh.set(engine.plant.outputs.gh_stability)
-        self.wd.set(engine.watchdog.trips)
-        self.gh_unstable.set(engine.gh.unstable_ticks)
-        self.rom_alarm.set(engine.rom.alarm_ticks)
         self.clipped.set(engine.plant.clipped_total)
-        for d, c in self.received.items():
-            c.set(engine.received.get(d, 0))
-        for d, c in self.driver_failures.items():
-            c.set(1.0 if d in engine.drivers_lost else 0.0)
-        for counts, series in ((engine.rejected, self.rejected), (engine.clamped, self.clamped)):
-            for key, n in counts.items():
-                if key in series:
-                    series[key].set(n)
         alive = not engine.watchdog.tripped
         for i, g in self.connected.items():
             link_up = self.drivers[i].connected() if i < len(self.drivers) else True

@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from drivers.contract import REJECT_REASONS
 from drivers.process import die_with_parent, poll_report, start_helper, stop_process
 from hil import service
+from hil.counters import RunCounters
+from hil.metrics import MetricsBlock, MetricsSchema, default_schema
 from hil.run_result import RunResult
 
 
@@ -168,16 +170,18 @@ class RealtimeRun:
 
         from hil.config import load_service_config
         from hil.loop import RealtimeLoop
+        from hil.metrics import LoopMetrics
         from hil.tick import RecordingListener, TickBody
 
         self.status.state = service.STATE_WARMING
         self.cfg = cfg = load_service_config(self.spec.config_path)
         self.n_ticks = service.ticks_for(self.spec.duration_s, cfg.loop.period_s)
-        self.model, self.engine, self.drivers = service.build_engine(cfg)
+        counters = self._counters()
+        self.model, self.engine, self.drivers = service.build_engine(cfg, counters)
         self.engine.warmup()
         body = TickBody(self.engine, self.drivers)
-        if self.spec.metrics_shm:
-            self._attach_metrics()
+        if self.block is not None:
+            self.metrics = LoopMetrics(self.block, counters.driver_names, cfg.loop.period_s, self.drivers)
             body.listeners.append(self.metrics)
         if self.spec.record_path:
             self.recording = Recording(self.spec.record_path, service.recording_header(cfg, self.model, self.engine),
@@ -185,13 +189,15 @@ class RealtimeRun:
             body.listeners.insert(0, RecordingListener(self.recording.rings["ticks"], self.recording.rings["commands"]))
         self.loop = RealtimeLoop(body, cfg.loop, metrics=self.metrics)
 
-    def _attach_metrics(self) -> None:
-        from hil.metrics import LoopMetrics, MetricsBlock, MetricsSchema, default_schema
-
+    def _counters(self) -> RunCounters:
+        """The run's counters: in the supervisor's metrics block when metrics are on (so the exporter serves
+        them as they change), else in a private one."""
         names = service.driver_names(self.cfg)
-        self.block = MetricsBlock.attach(self.spec.metrics_shm,
-                                         MetricsSchema(default_schema(names, list(REJECT_REASONS))))
-        self.metrics = LoopMetrics(self.block, names, REJECT_REASONS, self.cfg.loop.period_s, self.drivers)
+        if not self.spec.metrics_shm:
+            return RunCounters.private(names)
+        schema = MetricsSchema(default_schema(names, list(REJECT_REASONS)))
+        self.block = MetricsBlock.attach(self.spec.metrics_shm, schema)
+        return RunCounters(self.block, names)
 
     def run(self) -> dict:
         """Announce the ports, run the loop, finish the recording; the summary dict."""

@@ -34,15 +34,30 @@ class SafetyConfig:
     rom_zero_hold_s: float = 0.25      # action 'zero': stimulation stays zero this long after the last alarm frame
 
 
+class _LocalCount:
+    """A count of its own, for a safety function used without a run's counters (unit tests)."""
+
+    def __init__(self) -> None:
+        self.value = 0
+
+    def inc(self) -> None:
+        self.value += 1
+
+
 class Watchdog:
     """Tick-based controller watchdog."""
 
-    def __init__(self, timeout_s: float, period_s: float) -> None:
+    def __init__(self, timeout_s: float, period_s: float, trips=None) -> None:
+        """``trips``: the cell (``inc``/``value``) that counts trips, e.g. the run's metrics counter."""
         self.timeout_ticks = max(1, int(round(timeout_s / period_s)))
         self.last_valid_tick = -1
         self.tripped = True          # no controller has spoken yet: stimulation stays at zero
         self.just_tripped = False    # this update was the transition to tripped
-        self.trips = 0
+        self._trips = trips if trips is not None else _LocalCount()
+
+    @property
+    def trips(self) -> int:
+        return int(self._trips.value)
 
     def feed(self, tick: int) -> None:
         self.last_valid_tick = tick
@@ -52,7 +67,7 @@ class Watchdog:
         expired = self.last_valid_tick < 0 or tick - self.last_valid_tick >= self.timeout_ticks
         self.just_tripped = expired and not self.tripped
         if self.just_tripped and self.last_valid_tick >= 0:
-            self.trips += 1
+            self._trips.inc()
         self.tripped = expired
         return expired
 
@@ -67,14 +82,18 @@ class _AlarmAction:
     the limit (on a patient: a train of jerks).
     """
 
-    def __init__(self, kind: str, action: str, hold_ticks: int) -> None:
+    def __init__(self, kind: str, action: str, hold_ticks: int, alarm_ticks=None) -> None:
         if action not in GH_ACTIONS:
             raise ValueError(f"{kind} action must be one of {GH_ACTIONS}, not {action!r}")
         self.action = action
         self.hold_ticks = hold_ticks
         self.alarm = False
-        self.alarm_ticks = 0
+        self._alarm_ticks = alarm_ticks if alarm_ticks is not None else _LocalCount()
         self._hold_left = 0
+
+    @property
+    def alarm_ticks(self) -> int:
+        return int(self._alarm_ticks.value)
 
     def _prime(self, alarm: bool) -> None:
         self.alarm = alarm
@@ -87,7 +106,7 @@ class _AlarmAction:
     def _classify(self, alarm: bool) -> bool:
         self.alarm = alarm
         if alarm:
-            self.alarm_ticks += 1
+            self._alarm_ticks.inc()
             self._hold_left = self.hold_ticks
         elif self._hold_left:
             self._hold_left -= 1
@@ -98,8 +117,8 @@ class GHMonitor(_AlarmAction):
     """Applies the configured action to the GH stability value (paper eq. 9) of each sensor frame:
     unstable above ``threshold`` (NaN counts as unstable)."""
 
-    def __init__(self, action: str, threshold: float = 0.0, hold_ticks: int = 0) -> None:
-        super().__init__("GH", action, hold_ticks)
+    def __init__(self, action: str, threshold: float = 0.0, hold_ticks: int = 0, alarm_ticks=None) -> None:
+        super().__init__("GH", action, hold_ticks, alarm_ticks)
         self.threshold = threshold
 
     @property
@@ -135,8 +154,9 @@ def _outside(q, lo, hi) -> bool:
 class RangeOfMotion(_AlarmAction):
     """Alarm when a joint leaves its range by more than a margin; same actions as the GH monitor."""
 
-    def __init__(self, ranges: np.ndarray, margin_rad: float, action: str = "monitor", hold_ticks: int = 0) -> None:
-        super().__init__("ROM", action, hold_ticks)
+    def __init__(self, ranges: np.ndarray, margin_rad: float, action: str = "monitor", hold_ticks: int = 0,
+                 alarm_ticks=None) -> None:
+        super().__init__("ROM", action, hold_ticks, alarm_ticks)
         self.margin_rad = margin_rad
         self.lo = np.asarray(ranges)[:, 0] - margin_rad
         self.hi = np.asarray(ranges)[:, 1] + margin_rad

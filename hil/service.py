@@ -22,6 +22,7 @@ import numpy as np
 from drivers.base import DriverContext, DriverInitializationError, driver_class
 from drivers.contract import REJECT_REASONS
 from hil.config import ServiceConfig
+from hil.counters import RunCounters
 from hil.engine import TickEngine
 from hil.files import load_state_file
 from hil.run_result import RunResult, lateness_percentiles_us
@@ -38,16 +39,16 @@ def muscle_groups(muscle_names) -> dict[str, np.ndarray]:
     return {g: np.array(v, dtype=np.int64) for g, v in groups.items()}
 
 
-def build_engine(cfg: ServiceConfig):
+def build_engine(cfg: ServiceConfig, counters=None):
     """(model, engine, drivers) for a config, drivers open; raises ConfigError/ValueError on inconsistent
-    settings."""
-    model, engine = build_tick_engine(cfg)
+    settings. ``counters``: where the engine counts (:class:`hil.counters.RunCounters`; default private)."""
+    model, engine = build_tick_engine(cfg, counters)
     drivers = open_drivers(cfg, model, engine)
     engine.size_log(drivers)
     return model, engine, drivers
 
 
-def build_tick_engine(cfg: ServiceConfig):
+def build_tick_engine(cfg: ServiceConfig, counters=None):
     """(model, engine) for a config: plant, stimulation model, safety and sensor model; opens nothing."""
     model = load_model(cfg.model)
     step = cfg.loop.period_s / cfg.loop.substeps
@@ -59,7 +60,8 @@ def build_tick_engine(cfg: ServiceConfig):
     stim_cfg = load_stimulation_config(cfg.stimulation, model.muscle_names, file=cfg.path)
     stimulation = None if stim_cfg.mode == "direct" else StimulationModel(stim_cfg, model.muscle_names, cfg.path)
     engine = TickEngine(plant, stimulation, cfg.safety, SensorModel(cfg.sensor), cfg.loop.period_s,
-                        cfg.loop.substeps, REJECT_REASONS, muscle_groups(model.muscle_names))
+                        cfg.loop.substeps, REJECT_REASONS, muscle_groups(model.muscle_names),
+                        counters=counters if counters is not None else RunCounters.private(driver_names(cfg) or None))
     return model, engine
 
 

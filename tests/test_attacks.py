@@ -506,6 +506,8 @@ def test_killed_exporter_is_restarted_and_counted(tmp_path, config_over):
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
     summary = json.loads(out)
+    received = next(line for line in text.splitlines() if line.startswith("hil_commands_received_total{"))
+    assert 0 < float(received.split()[-1]) <= summary["commands_received"]   # the engine counts in the block
     assert summary["exporter_restarts"] == 1 and summary["exporter_deaths"] == 1
     assert "metrics exporter died" in err
 
