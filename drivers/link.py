@@ -46,7 +46,7 @@ import numpy as np
 
 from drivers.base import CommandSink, Driver, DriverInitializationError
 from drivers.contract import KIND_CHANNEL, KIND_EXCITATION, KIND_HEARTBEAT, REJECT_REASONS
-from drivers.process import HelperStartError, start_helper
+from drivers.process import HelperStartError, start_helper, stop_process
 from drivers.shm_ring import ShmRing
 
 #: One command (or rejection) from a transport, as the link hands it to the loop.
@@ -328,11 +328,7 @@ class LinkDriver(Driver):
             self._wake.send(b"\0")
         except OSError:
             pass
-        if self._proc is not None and self._proc.pid is not None:
-            self._proc.join(3.0)
-            if self._proc.is_alive():
-                self._proc.terminate()
-                self._proc.join(2.0)
+        stop_process(self._proc, 3.0)
         self._wake.close()
         self._in.release()
         self._outring.release()

@@ -86,7 +86,6 @@ class TickEngine:
         self.log = np.zeros(max(1, log_capacity), COMMAND_DTYPE)
         self.n_log = 0
         self.unlogged_tick = 0     # this tick's commands that did not fit the log (see _record)
-        self.unlogged_total = 0
         self.drivers_lost: dict[int, int] = {}     # driver -> tick its loss took effect
         self.tick = 0
         self.overrun = False
@@ -97,7 +96,6 @@ class TickEngine:
                 v0: float = 0.0, v1: float = 0.0, v2: float = 0.0, v3: float = 0.0) -> None:
         if self.n_log >= self.log.shape[0]:   # cannot happen with a log sized for the drivers; counted
             self.unlogged_tick += 1
-            self.unlogged_total += 1
             return
         # one item assignment: a numpy call per field costs several times more, most in a cold tick
         self.log[self.n_log] = (self.tick, receive_ns, driver, kind, status, index, (v0, v1, v2, v3))

@@ -114,7 +114,7 @@ class RunSummary:
     max_lateness_s: float = 0.0
     commands_unrecorded: int = 0   # command-log entries that reached neither the log nor the recording ring
     stopped_by: str = ""       # 'duration', 'signal', 'gh_unstable', 'range_of_motion', 'recording_failed',
-    #                            'parent_died''
+    #                            'parent_died'
     realtime: RealtimeStatus | None = None
     lateness_s: np.ndarray | None = None
 

@@ -24,15 +24,13 @@ class OfflineResult:
 def run_offline(cfg: ServiceConfig, n_ticks: int, listeners: list[TickListener] | None = None) -> OfflineResult:
     """Run ``n_ticks`` ticks of ``cfg`` without a clock; listeners get every tick record. Tick k starts at
     the virtual time k T (its ``deadline_ns`` and ``start_ns``, with no lateness)."""
-    from hil.service import build_tick_engine, open_drivers
+    from hil.service import build_engine
 
     external = [f"driver[{i}] ({d['type']})" for i, d in enumerate(cfg.drivers) if d["type"] != "loopback"]
     if external:
         raise ConfigError(f"an offline run takes in-process (loopback) controllers only, not {', '.join(external)}",
                           file=cfg.path, key="driver")
-    model, engine = build_tick_engine(cfg)
-    drivers = open_drivers(cfg, model, engine)
-    engine.size_log(drivers)
+    _, engine, drivers = build_engine(cfg)
     engine.warmup()
     body = TickBody(engine, drivers, listeners)
     period_ns = round(cfg.loop.period_s * 1e9)

@@ -80,25 +80,27 @@ class RecordingWriter:
         payload = np.ascontiguousarray(records, dtype=self.streams[stream]).tobytes()
         head = _BLOCK_HEAD.pack(BLOCK_MAGIC, idx, records.shape[0])
         crc = zlib.crc32(payload, zlib.crc32(head[4:]))
-        try:
+        with self._write_errors():
             self.fh.write(head + payload + struct.pack("<I", crc))
+
+    @contextlib.contextmanager
+    def _write_errors(self):
+        """An OSError of a write, flush or fsync as a RecordingError naming the file."""
+        try:
+            yield
         except OSError as exc:
             raise RecordingError(f"{self.path}: write failed: {exc.strerror or exc}") from exc
 
     def hand_to_os(self) -> None:
         """Write Python's buffer to the file (what survives this process's death, not a power loss)."""
-        try:
+        with self._write_errors():
             self.fh.flush()
-        except OSError as exc:
-            raise RecordingError(f"{self.path}: write failed: {exc.strerror or exc}") from exc
 
     def flush(self) -> None:
         """Buffer to the OS, and the OS to the disk (fsync)."""
         self.hand_to_os()
-        try:
+        with self._write_errors():
             os.fsync(self.fh.fileno())
-        except OSError as exc:
-            raise RecordingError(f"{self.path}: write failed: {exc.strerror or exc}") from exc
 
     def close(self) -> None:
         if not self.fh.closed:

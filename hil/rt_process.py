@@ -20,7 +20,6 @@ import contextlib
 import math
 import os
 import signal
-import sys
 import time
 import traceback
 from dataclasses import dataclass
@@ -42,11 +41,6 @@ class RtSpec:
     port_file: str | None = None
     metrics_shm: str | None = None      # the supervisor's metrics block (None: metrics off)
     parent_pid: int | None = None       # None: the process that calls rt_main's parent
-
-
-def _say(message: str) -> None:
-    """One line on stderr from the real-time process (between ticks, for rare events only)."""
-    print(f"hil: {message}", file=sys.stderr, flush=True)
 
 
 class Recording:
@@ -78,10 +72,11 @@ class Recording:
         report = poll_report(self.pipe)
         if report is None and self.proc.is_alive():
             return True
-        if report is None:
-            report = f"the recorder process died (exit code {self.proc.exitcode})"
-        self.failure, self.failed_at_tick = report, tick
+        self.failure, self.failed_at_tick = report or self._died(), tick
         return False
+
+    def _died(self) -> str:
+        return f"the recorder process died (exit code {self.proc.exitcode})"
 
     def unwritten(self) -> dict[str, int]:
         """Records pushed (or dropped when a ring was full) that are not in the file."""
@@ -98,7 +93,7 @@ class Recording:
         stop_process(self.proc, timeout_s)
         report = poll_report(self.pipe)
         if not self.failure and (report or self.proc.exitcode):
-            self.failure = report or f"the recorder process died (exit code {self.proc.exitcode})"
+            self.failure = report or self._died()
         self.pipe.close()
         return self.unwritten()
 
@@ -109,12 +104,12 @@ class Recording:
 
 
 class HealthCheck:
-    """Between ticks, at most every HEALTH_INTERVAL_NS: parent, drivers and recorder (see the module
+    """Between ticks, with the loop's progress call: parent, drivers and recorder (see the module
     docstring); also copies the loop's figures into the supervisor's status block."""
 
     def __init__(self, run: "RealtimeRun", loop, status) -> None:
         self.run, self.loop, self.status = run, loop, status
-        self.lost_drivers: list[str] = []
+        self.announced: set[int] = set()     # drivers whose death was said on stderr
         self.elbow = run.engine.plant.model.dof_names.index("ELx")
 
     def __call__(self, tick: int) -> None:
@@ -128,19 +123,18 @@ class HealthCheck:
         if run.orphaned():
             self.loop.request_stop("parent_died")
         for d in run.drivers:
-            if not d.check_alive() and f"{d.index}:{d.name}" not in self.lost_drivers:
-                self.lost_drivers.append(f"{d.index}:{d.name}")
-                _say(f"driver {d.index}:{d.name}: its link process died; its stimulation is set to zero")
+            if not d.check_alive() and d.index not in self.announced:
+                self.announced.add(d.index)
+                service.say(f"driver {d.index}:{d.name}: its link process died; its stimulation is set to zero")
         rec = run.recording
         if rec is not None and not rec.check(tick):
             stop = rec.on_failure == "stop"
-            _say(f"recording {rec.path} failed at tick {tick}: {rec.failure}; "
+            service.say(f"recording {rec.path} failed at tick {tick}: {rec.failure}; "
                  + ("stopping the run" if stop else "the run goes on unrecorded (on_failure = continue)"))
             if stop:
                 self.loop.request_stop("recording_failed")
-        if run.metrics is not None and rec is not None:
-            for name, n in rec.unwritten().items():
-                run.metrics.unwritten[name].set(n)
+        if rec is not None:
+            run.publish_unwritten(rec.unwritten())
 
 
 class RealtimeRun:
@@ -199,8 +193,8 @@ class RealtimeRun:
         self.block = MetricsBlock.attach(self.spec.metrics_shm, schema)
         return RunCounters(self.block, names)
 
-    def run(self) -> dict:
-        """Announce the ports, run the loop, finish the recording; the summary dict."""
+    def run(self) -> RunResult:
+        """Announce the ports, run the loop, finish the recording; the run's result."""
         if self.stop_before_start:
             raise RunAborted("stopped by a signal during warm-up")
         service.announce_ports(self.drivers, self.spec.port_file)
@@ -212,16 +206,21 @@ class RealtimeRun:
         cpu_s, wall_s = time.process_time() - cpu0, time.monotonic() - wall0
         self.status.ticks, self.status.deadline_misses = summary.ticks, summary.deadline_misses
         self.status.max_lateness_s = summary.max_lateness_s
-        driver_stats = {}
+        driver_stats, lost = {}, []
         for d in self.drivers:      # links stop before the recording closes: nothing more comes in
-            d.check_alive()
+            if not d.check_alive():
+                lost.append(f"{d.index}:{d.name}")
             driver_stats[f"{d.index}:{d.name}"] = d.stats
             d.shutdown()
         unwritten = self.recording.finish() if self.recording is not None else {}
+        self.publish_unwritten(unwritten)
+        return service.run_summary(self, summary, driver_stats, lost, unwritten, cpu_s, wall_s)
+
+    def publish_unwritten(self, unwritten: dict[str, int]) -> None:
+        """Records the recorder did not write, by stream, into ``hil_records_unwritten_total``."""
         if self.metrics is not None:
             for name, n in unwritten.items():
                 self.metrics.unwritten[name].set(n)
-        return service.run_summary(self, summary, driver_stats, health.lost_drivers, unwritten, cpu_s, wall_s)
 
     def close(self) -> None:
         """Stop and release everything (idempotent; also after errors and when orphaned)."""
@@ -246,7 +245,7 @@ class RunAborted(Exception):
 
 
 def rt_main(spec: RtSpec, status, result_queue) -> None:
-    """Target of the real-time process: build, warm up, run, report a summary dict on the queue."""
+    """Target of the real-time process: build, warm up, run, put the :class:`RunResult` on the queue."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor decides when to stop
     run = RealtimeRun(spec, status)
     signal.signal(signal.SIGTERM, run.request_stop)

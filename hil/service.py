@@ -183,6 +183,12 @@ def write_port_file(ports: dict, port_file: str) -> None:
     os.replace(tmp, port_file)
 
 
+def say(message: str) -> None:
+    """One plain line on stderr (the supervisor's and the real-time process's notices of rare events)."""
+    import sys
+    print(f"hil: {message}", file=sys.stderr, flush=True)
+
+
 def driver_names(cfg: ServiceConfig) -> list[str]:
     """``index:type`` of each driver: the label of its metrics series and summary entries."""
     return [f"{i}:{d['type']}" for i, d in enumerate(cfg.drivers)]

@@ -14,7 +14,6 @@ import multiprocessing as mp
 import os
 import signal
 import socket
-import sys
 import time
 import traceback
 
@@ -76,7 +75,7 @@ class MetricsHost:
         now = time.monotonic()
         if self.proc is not None:
             self.deaths += 1
-            _say(f"the metrics exporter died (exit code {self.proc.exitcode}); restarting it")
+            service.say(f"the metrics exporter died (exit code {self.proc.exitcode}); restarting it")
             self.proc = None
             self._next_try = now
         if now < self._next_try:
@@ -88,7 +87,7 @@ class MetricsHost:
             self.failures.append(str(exc))
             pause = self.RETRY_S[min(self._failed_in_a_row, len(self.RETRY_S) - 1)]
             self._next_try = now + pause
-            _say(f"the metrics exporter could not be restarted ({exc}); next try in {pause:g} s")
+            service.say(f"the metrics exporter could not be restarted ({exc}); next try in {pause:g} s")
             return
         self._failed_in_a_row = 0
         self.restarts.inc()
@@ -100,16 +99,12 @@ class MetricsHost:
             stop_process(self.proc, 5.0)
         self.block.release()
 
-    def report(self, summary: dict) -> None:
-        summary.exporter_restarts = int(self.restarts.a[self.restarts.i])
+    def report(self, summary: RunResult) -> None:
+        summary.exporter_restarts = int(self.restarts.value)
         summary.exporter_deaths = self.deaths
         if self.failures and summary.ok:
             summary.problems.append(f"metrics were not exported for part of the run: {len(self.failures)} "
                                        f"restart(s) of the exporter failed (last: {self.failures[-1]})")
-
-
-def _say(message: str) -> None:
-    print(f"hil: {message}", file=sys.stderr, flush=True)
 
 
 class ServiceRun:
