@@ -291,8 +291,12 @@ def test_read_only_recording_directory_fails_at_once(tmp_path, config_over):
         out = hil("run", "--config", cfg, "--duration", "2", "--record", ro / "run.hilrec", timeout=60)
         elapsed = time.monotonic() - t0
         assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
-        assert len(red_lines(out.stderr)) == 1 and "cannot write" in out.stderr
+        assert len(red_lines(out.stderr)) == 1 and f"--record {ro / 'run.hilrec'}: cannot write in" in out.stderr
         assert elapsed < 15, "the check comes before the warm-up"
+        # behind the command line's check, the recorder's own start-up says so at once too
+        from hil.supervisor import supervise
+        result = supervise(str(cfg), 2.0, ro / "run.hilrec")
+        assert not result.ok and result.config_error and "cannot write recording" in result.error, result.error
     finally:
         if mounted:
             subprocess.run(["umount", str(ro)])
