@@ -23,8 +23,9 @@ from numba import njit
 
 from sim._dual import slot_q, slot_qd
 from sim._multibody import MultibodyWork, multibody_eval, new_multibody_work
-from sim._muscles import MuscleWork, activation_rates, muscle_eval, new_muscle_work, solve_contraction, sparse_row
-from sim.model import HUMERUS_FRAME, MUS_C1, MUS_C2, N_DOF, N_MUS, N_STATES, SCAPULA_FRAME
+from sim._muscles import MuscleWork, activation_rates, muscle_eval, new_muscle_work, solve_contraction
+from sim._outputs import OutputWork, compute_outputs, new_output_work
+from sim.model import MUS_C1, MUS_C2, N_DOF, N_MUS, N_STATES
 
 _jit = njit(cache=True, nogil=True, boundscheck=False)
 
@@ -72,18 +73,6 @@ class StepWork(NamedTuple):
     xd_prev: np.ndarray  # (298,)
 
 
-class OutputWork(NamedTuple):
-    th_angles: np.ndarray     # (3,) plane of elevation, elevation, axial rotation (rad)
-    gh_force: np.ndarray      # (3,) N, on the scapula, scapula frame
-    gh_angles: np.ndarray     # (2,) theta (superior-inferior), phi (anterior-posterior), rad
-    gh_stability: np.ndarray  # (1,)
-    contact_force: np.ndarray  # (2, 3) N on the scapula at TS, AI, thorax frame
-    hand_position: np.ndarray  # (3,) m, thorax frame
-    conoid_force: np.ndarray   # (3,) N on the scapula, thorax frame
-    loa: np.ndarray            # (3,) scratch
-    dense_mono: np.ndarray     # (NC,) scratch: monomials gathered for the dense line-of-action groups
-
-
 class PlantWork(NamedTuple):
     """The per-run ``Data`` workspace: everything a step writes. One per plant; never shared."""
 
@@ -101,11 +90,7 @@ def new_plant_work(A) -> PlantWork:
         dden=np.zeros(N_MUS), rq=np.zeros(N_DOF), B=np.zeros((N_DOF, N_DOF)),
         u_next=np.zeros(N_MUS), failed_muscle=np.zeros(1, np.int64), x_prev=np.zeros(N_STATES), xd_prev=np.zeros(N_STATES),
     )
-    out = OutputWork(
-        th_angles=np.zeros(3), gh_force=np.zeros(3), gh_angles=np.zeros(2), gh_stability=np.zeros(1),
-        contact_force=np.zeros((2, 3)), hand_position=np.zeros(3), conoid_force=np.zeros(3),
-        loa=np.zeros(3), dense_mono=np.zeros(A.loa_dense_mono.shape[0]),
-    )
+    out = new_output_work(A)
     return PlantWork(mb=new_multibody_work(), mu=new_muscle_work(A.mono_parent.shape[0]), st=st, out=out)
 
 
@@ -242,16 +227,6 @@ def rosenbrock_solve(A, x, xd, u0, u1, h, scheme, W):
     return STEP_OK
 
 
-@njit(cache=True, nogil=True, boundscheck=False, fastmath={"reassoc", "contract"})
-def dense_dot(a, b):
-    """sum_i a_i b_i, vectorised (reassociation allowed: the summation order is fixed by the compiled
-    code, so results are reproducible on the same machine and build)."""
-    acc = 0.0
-    for i in range(a.shape[0]):
-        acc += a[i] * b[i]
-    return acc
-
-
 @_jit
 def apply_step(x, xd, dx, h):
     """x <- x + dx, xdot <- dx / h if everything is finite (returns False and leaves x alone if not)."""
@@ -273,57 +248,6 @@ def residual_max(f):
         if not (v <= m):  # also catches NaN
             m = v
     return m
-
-
-@_jit
-def compute_outputs(A, W):
-    """Outputs of the state of the last :func:`evaluate` (spec "Outputs")."""
-    mb, mu, out = W.mb, W.mu, W.out
-    R = mb.R[HUMERUS_FRAME, :, :, 0]
-    # thoracohumeral YZY angles of R = R_thorax->humerus
-    out.th_angles[0] = math.atan2(R[2, 1], -R[0, 1])
-    out.th_angles[1] = math.acos(min(1.0, max(-1.0, R[1, 1])))
-    out.th_angles[2] = math.atan2(R[1, 2], R[1, 0])
-    for i in range(3):
-        out.hand_position[i] = mb.hand_position[i]
-        out.conoid_force[i] = mb.conoid_F[i, 0]
-        for n in range(2):
-            out.contact_force[n, i] = mb.contact_F[n, i, 0]
-    # GH force on the scapula, scapula frame: R6^T (sum m(g - a) + external) + sum_i F_i d_i
-    S = mb.R[SCAPULA_FRAME, :, :, 0]
-    gw = mb.gh_force_world
-    for i in range(3):
-        out.gh_force[i] = S[0, i] * gw[0] + S[1, i] * gw[1] + S[2, i] * gw[2]
-    loa = out.loa
-    for j in range(A.loa_dense_mono.shape[0]):
-        out.dense_mono[j] = mu.mono[A.loa_dense_mono[j]]
-    for k in range(A.gh_muscle.shape[0]):
-        for c in range(3):
-            r = 3 * k + c
-            g = A.loa_dense_group[r]
-            if g >= 0:
-                c0, c1 = A.loa_group_cols[g], A.loa_group_cols[g + 1]
-                off = A.loa_dense_off[r]
-                loa[c] = dense_dot(A.loa_dense_coef[off:off + c1 - c0], out.dense_mono[c0:c1])
-            else:
-                loa[c] = sparse_row(A.loa_row, A.loa_coef, A.loa_mono, mu.mono, r)
-        norm = math.sqrt(loa[0] * loa[0] + loa[1] * loa[1] + loa[2] * loa[2])
-        if norm > 0.0:
-            F = mu.force[A.gh_muscle[k]] / norm
-            for c in range(3):
-                out.gh_force[c] += F * loa[c]
-    # GH stability (paper eq. 9; spec "Outputs")
-    G = A.glenoid
-    fx = G[0, 0] * out.gh_force[0] + G[0, 1] * out.gh_force[1] + G[0, 2] * out.gh_force[2]
-    fy = G[1, 0] * out.gh_force[0] + G[1, 1] * out.gh_force[1] + G[1, 2] * out.gh_force[2]
-    fz = G[2, 0] * out.gh_force[0] + G[2, 1] * out.gh_force[1] + G[2, 2] * out.gh_force[2]
-    theta = math.atan2(fy, fx)
-    phi = math.atan2(fz, fx)
-    if fx <= 0.0 and fy == 0.0 and fz == 0.0:
-        theta = math.pi  # no direction: treat as pointing away from the fossa
-    out.gh_angles[0] = theta
-    out.gh_angles[1] = phi
-    out.gh_stability[0] = (theta / A.gh_rim[0]) ** 2 + (phi / A.gh_rim[1]) ** 2 - 1.0
 
 
 CONTRACTION_TOL = 1e-3   # |g| (units of Fmax) above which a fibre state is corrected after the step

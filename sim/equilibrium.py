@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sim._step import IA, IQ, IQD, IS, compute_outputs, evaluate, new_plant_work
+from sim._outputs import compute_outputs
+from sim._step import IA, IQ, IQD, IS, evaluate, new_plant_work
 from sim.model import N_DOF, N_LOADS, N_MUS, N_STATES, Das3Model
 
 

@@ -15,6 +15,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from sim._polynomials import MonomialTable, full_exponents, polynomial_arrays, readonly
 from sim.config import ModelConfig
 
 N_DOF = 11
@@ -128,106 +129,6 @@ class Das3Model:
             raise KeyError(f"unknown muscle element {name!r}") from None
 
 
-def _ro(a, dtype=np.float64) -> np.ndarray:
-    arr = np.ascontiguousarray(np.array(a, dtype=dtype))
-    arr.setflags(write=False)
-    return arr
-
-
-class _MonomialTable:
-    """Every monomial used by the path and line-of-action polynomials and their derivatives, closed under
-    lowering any exponent, so each is one multiplication away from a lower one (evaluated once a step)."""
-
-    def __init__(self) -> None:
-        self._index: dict[tuple[int, ...], int] = {}
-
-    def add(self, exps: tuple[int, ...]) -> None:
-        if exps in self._index:
-            return
-        self._index[exps] = -1
-        for j, e in enumerate(exps):
-            if e:
-                self.add(exps[:j] + (e - 1,) + exps[j + 1:])
-
-    def freeze(self):
-        order = sorted(self._index, key=lambda e: (sum(e), e))
-        self._index = {e: i for i, e in enumerate(order)}
-        parent = np.zeros(len(order), np.int64)
-        dof = np.zeros(len(order), np.int64)
-        for i, e in enumerate(order):
-            if sum(e):
-                j = next(k for k, v in enumerate(e) if v)
-                parent[i] = self._index[e[:j] + (e[j] - 1,) + e[j + 1:]]
-                dof[i] = j
-        return parent, dof
-
-    def __getitem__(self, exps: tuple[int, ...]) -> int:
-        return self._index[exps]
-
-
-def _full_exponents(row, dofs) -> tuple[int, ...]:
-    e = [0] * N_DOF
-    for local, v in enumerate(row):
-        e[dofs[local]] += int(v)
-    return tuple(e)
-
-
-def _lowered(e: tuple[int, ...], *dofs: int) -> tuple[int, ...]:
-    out = list(e)
-    for d in dofs:
-        out[d] -= 1
-    return tuple(out)
-
-
-def _csr(rows):
-    """rows: list of lists of (coef, key) -> (row starts, coefs, keys)."""
-    starts = np.zeros(len(rows) + 1, np.int64)
-    starts[1:] = np.cumsum([len(r) for r in rows])
-    coefs = np.array([c for r in rows for c, _ in r], np.float64)
-    keys = [k for r in rows for _, k in r]
-    return starts, coefs, keys
-
-
-DENSE_LOA_MIN_DOFS = 6
-
-
-def _dense_loa_groups(rows, fit_dofs):
-    """Split the line-of-action rows: fits over >= 6 DOFs (thorax- and clavicle-origin muscles, ~85 %
-    of all terms) become dense coefficient blocks, one per DOF set, over the monomials the group uses,
-    so they are evaluated as contiguous dot products; the others stay sparse (their CSR rows empty
-    here when dense)."""
-    groups: dict[tuple[int, ...], list[int]] = {}
-    for k, dofs in enumerate(fit_dofs):
-        if len(dofs) >= DENSE_LOA_MIN_DOFS:
-            groups.setdefault(dofs, []).append(k)
-    n_rows = len(rows)
-    dense_off = -np.ones(n_rows, np.int64)
-    dense_group = -np.ones(n_rows, np.int64)
-    group_cols, cols, coef_blocks = [0], [], []
-    offset = 0
-    sparse_rows = [list(r) for r in rows]
-    for g, fits in enumerate(groups.values()):
-        group_rows = [3 * k + c for k in fits for c in range(3)]
-        used = sorted({m for r in group_rows for _, m in rows[r]})
-        where = {m: j for j, m in enumerate(used)}
-        block = np.zeros((len(group_rows), len(used)))
-        for i, r in enumerate(group_rows):
-            for coef, m in rows[r]:
-                block[i, where[m]] += coef
-            dense_off[r] = offset + i * len(used)
-            dense_group[r] = g
-            sparse_rows[r] = []
-        offset += block.size
-        coef_blocks.append(block.ravel())
-        cols.extend(used)
-        group_cols.append(len(cols))
-    return {"loa_dense_off": dense_off, "loa_dense_group": dense_group,
-            "loa_group_cols": np.asarray(group_cols, np.int64),
-            "loa_dense_mono": np.asarray(cols, np.uint32),
-            "loa_dense_coef": np.concatenate(coef_blocks) if coef_blocks else np.zeros(0),
-            "sparse_rows": sparse_rows}
-
-
 def _unit(v) -> np.ndarray:
     v = np.asarray(v, np.float64)
     return v / np.linalg.norm(v)
@@ -274,7 +175,7 @@ def _bodies(m: dict, config: ModelConfig) -> tuple[list, list, list, list]:
     return body_mass, body_com, body_inertia, body_weight
 
 
-def _muscle_constants(muscles: list, table: _MonomialTable):
+def _muscle_constants(muscles: list, table: MonomialTable):
     """Per-muscle constants (MUS_* columns), DOFs crossed and path-length terms; adds their monomials."""
     if len(muscles) != N_MUS:
         raise ValueError(f"expected {N_MUS} muscles, found {len(muscles)}")
@@ -296,19 +197,19 @@ def _muscle_constants(muscles: list, table: _MonomialTable):
         mus_dofs[i, : len(dofs)] = dofs
         coefs = mu["lcoefs"]
         rows = np.asarray(mu["lparams"], np.int64).reshape(len(coefs), len(dofs))
-        terms.append([(float(c), _full_exponents(r, dofs)) for c, r in zip(coefs, rows)])
+        terms.append([(float(c), full_exponents(r, dofs, N_DOF)) for c, r in zip(coefs, rows)])
         for _, e in terms[-1]:
             table.add(e)
     return mus, mus_ndof, mus_dofs, terms
 
 
-def _loa_fits(loa: dict, names: tuple[str, ...], crosses: np.ndarray, table: _MonomialTable):
+def _loa_fits(loa: dict, names: tuple[str, ...], crosses: np.ndarray, table: MonomialTable):
     """Muscle index and x, y, z polynomial terms of each GH line-of-action fit; adds their monomials."""
     gh_muscle, loa_rows = [], []
     for fit in loa["muscles"]:
         gh_muscle.append(names.index(fit["name"]))
         for comp in "xyz":
-            row = [(float(c), _full_exponents(r, fit["dof_indices"]))
+            row = [(float(c), full_exponents(r, fit["dof_indices"], N_DOF))
                    for c, r in zip(fit[comp]["coefs"], fit[comp]["exponents"])]
             for _, e in row:
                 table.add(e)
@@ -316,48 +217,6 @@ def _loa_fits(loa: dict, names: tuple[str, ...], crosses: np.ndarray, table: _Mo
     if sorted(gh_muscle) != list(np.flatnonzero(crosses)):
         raise ValueError("GH line-of-action fits do not match the muscles that cross GH")
     return gh_muscle, loa_rows
-
-
-def _path_rows(muscles: list, terms: list, table: _MonomialTable):
-    """L, dL/dq (local order) and d2L/dq2 (a <= b) of every muscle as sparse sums of monomials."""
-    len_rows, grad_rows, hess_rows, hess_muscle, hess_dofs = [], [], [], [], []
-    for i in range(N_MUS):
-        dofs = list(muscles[i]["dof_indices"])
-        len_rows.append([(c, table[e]) for c, e in terms[i]])
-        for k in range(9):      # the rows of DOFs the muscle does not cross stay empty
-            a = dofs[k] if k < len(dofs) else None
-            grad_rows.append([] if a is None else [(c * e[a], table[_lowered(e, a)]) for c, e in terms[i] if e[a]])
-        for ka, a in enumerate(dofs):
-            for b in dofs[ka:]:
-                if a == b:
-                    row = [(c * e[a] * (e[a] - 1), table[_lowered(e, a, a)]) for c, e in terms[i] if e[a] >= 2]
-                else:
-                    row = [(c * e[a] * e[b], table[_lowered(e, a, b)]) for c, e in terms[i] if e[a] and e[b]]
-                if row:
-                    hess_rows.append(row)
-                    hess_muscle.append(i)
-                    hess_dofs.append((a, b))
-    return len_rows, grad_rows, hess_rows, hess_muscle, hess_dofs
-
-
-def _polynomial_arrays(muscles: list, terms: list, loa: dict, loa_rows: list, table: _MonomialTable) -> dict:
-    """The frozen monomial table and the CSR and dense arrays of the path and line-of-action polynomials."""
-    mono_parent, mono_dof = table.freeze()
-    len_rows, grad_rows, hess_rows, hess_muscle, hess_dofs = _path_rows(muscles, terms, table)
-    len_row, len_coef, len_mono = _csr(len_rows)
-    grad_row, grad_coef, grad_mono = _csr(grad_rows)
-    hess_row, hess_coef, hess_mono = _csr(hess_rows)
-    loa_dense = _dense_loa_groups([[(c, table[e]) for c, e in r] for r in loa_rows],
-                                  [tuple(f["dof_indices"]) for f in loa["muscles"]])
-    loa_row, loa_coef, loa_mono = _csr(loa_dense.pop("sparse_rows"))
-    return dict(
-        mono_parent=_ro(mono_parent, np.int64), mono_dof=_ro(mono_dof, np.int64),
-        len_row=_ro(len_row, np.int64), len_coef=_ro(len_coef), len_mono=_ro(len_mono, np.int64),
-        grad_row=_ro(grad_row, np.int64), grad_coef=_ro(grad_coef), grad_mono=_ro(grad_mono, np.int64),
-        hess_muscle=_ro(hess_muscle, np.int64), hess_dofs=_ro(np.array(hess_dofs).reshape(-1, 2), np.int64),
-        hess_row=_ro(hess_row, np.int64), hess_coef=_ro(hess_coef), hess_mono=_ro(hess_mono, np.int64),
-        loa_row=_ro(loa_row, np.int64), loa_coef=_ro(loa_coef), loa_mono=_ro(loa_mono, np.uint32),
-        **{key: _ro(val, val.dtype) for key, val in loa_dense.items()})
 
 
 def _glenoid_axes() -> list[np.ndarray]:
@@ -374,32 +233,32 @@ def load_model(config: ModelConfig | None = None) -> Das3Model:
     dof_names, ranges, joint_loc, joint_axis = _joints(m)
     body_mass, body_com, body_inertia, body_weight = _bodies(m, config)
     muscles = m["muscles"]
-    table = _MonomialTable()
+    table = MonomialTable()
     mus, mus_ndof, mus_dofs, terms = _muscle_constants(muscles, table)
     names = tuple(mu["name"] for mu in muscles)
     crosses = np.array([bool(mu["crossesGH"]) for mu in muscles])
     gh_muscle, loa_rows = _loa_fits(loa, names, crosses, table)
     arrays = ModelArrays(
-        joint_loc=_ro(joint_loc), joint_axis=_ro(joint_axis),
-        body_frame=_ro(BODY_FRAMES, np.int64), body_mass=_ro(body_mass), body_com=_ro(body_com),
-        body_inertia=_ro(body_inertia), body_weight=_ro(body_weight), gravity=_ro(m["gravity"]),
-        conoid=_ro([*m["conoid_origin"], *m["conoid_insertion"], m["conoid_length"],
+        joint_loc=readonly(joint_loc), joint_axis=readonly(joint_axis),
+        body_frame=readonly(BODY_FRAMES, np.int64), body_mass=readonly(body_mass), body_com=readonly(body_com),
+        body_inertia=readonly(body_inertia), body_weight=readonly(body_weight), gravity=readonly(m["gravity"]),
+        conoid=readonly([*m["conoid_origin"], *m["conoid_insertion"], m["conoid_length"],
                     m["conoid_stiffness"], m["conoid_eps"]]),
-        contact_points=_ro([m["TSprojection"], m["AIprojection"]]),
-        contact=_ro([*m["thorax_center"], *m["thorax_radii"], m["scap_thorax_k"], m["scap_thorax_eps"]]),
-        hand_com_radius=_ro(body_com[-1]),
-        joint_lo=_ro(ranges[:, 0]), joint_hi=_ro(ranges[:, 1]), joint_mid=_ro(ranges.mean(axis=1)),
-        joint_k=_ro([config.joint_k1, config.joint_k2, config.joint_damping]),
-        mus=_ro(mus), mus_ndof=_ro(mus_ndof, np.int64), mus_dofs=_ro(mus_dofs, np.int64),
-        gh_muscle=_ro(gh_muscle, np.int64), glenoid=_ro(_glenoid_axes()),
-        gh_rim=_ro([config.gh_rim_theta, config.gh_rim_phi]),
-        **_polynomial_arrays(muscles, terms, loa, loa_rows, table),
+        contact_points=readonly([m["TSprojection"], m["AIprojection"]]),
+        contact=readonly([*m["thorax_center"], *m["thorax_radii"], m["scap_thorax_k"], m["scap_thorax_eps"]]),
+        hand_com_radius=readonly(body_com[-1]),
+        joint_lo=readonly(ranges[:, 0]), joint_hi=readonly(ranges[:, 1]), joint_mid=readonly(ranges.mean(axis=1)),
+        joint_k=readonly([config.joint_k1, config.joint_k2, config.joint_damping]),
+        mus=readonly(mus), mus_ndof=readonly(mus_ndof, np.int64), mus_dofs=readonly(mus_dofs, np.int64),
+        gh_muscle=readonly(gh_muscle, np.int64), glenoid=readonly(_glenoid_axes()),
+        gh_rim=readonly([config.gh_rim_theta, config.gh_rim_phi]),
+        **polynomial_arrays(muscles, terms, loa, loa_rows, table),
     )
     x_eq = np.asarray(eq["x"], np.float64)
     if x_eq.shape != (N_STATES,):
         raise ValueError("equilibrium state must have 298 values")
     return Das3Model(
-        config=config, arrays=arrays, dof_names=dof_names, dof_ranges=_ro(ranges),
+        config=config, arrays=arrays, dof_names=dof_names, dof_ranges=readonly(ranges),
         muscle_names=names, muscle_dof_indices=tuple(tuple(mu["dof_indices"]) for mu in muscles),
-        crosses_gh=_ro(crosses, np.bool_), equilibrium_state=_ro(x_eq), data_sha256=digest,
+        crosses_gh=readonly(crosses, np.bool_), equilibrium_state=readonly(x_eq), data_sha256=digest,
     )
