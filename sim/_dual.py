@@ -15,6 +15,7 @@ import math
 
 from numba import njit
 
+from sim._jit import kernel
 from sim.model import N_DOF
 
 ND = 1 + 2 * N_DOF
@@ -35,10 +36,9 @@ def frame_slots(c):
     """Number of slots that can be non-zero for a quantity fixed in (or moving with) frame c."""
     return 2 * c + 1
 
-_jit = njit(cache=True, nogil=True, boundscheck=False)
 
 
-@_jit
+@kernel
 def d_add(a, b, out, n):
     """out <- a + b (vectors)."""
     for i in range(3):
@@ -46,14 +46,14 @@ def d_add(a, b, out, n):
             out[i, k] = a[i, k] + b[i, k]
 
 
-@_jit
+@kernel
 def d_sub(a, b, out, n):
     for i in range(3):
         for k in range(n):
             out[i, k] = a[i, k] - b[i, k]
 
 
-@_jit
+@kernel
 def d_iadd(out, a, n):
     """out += a (vectors)."""
     for i in range(3):
@@ -61,7 +61,7 @@ def d_iadd(out, a, n):
             out[i, k] += a[i, k]
 
 
-@_jit
+@kernel
 def d_iadd_scaled(out, a, c, n):
     """out += c * a for a constant c."""
     for i in range(3):
@@ -69,7 +69,7 @@ def d_iadd_scaled(out, a, c, n):
             out[i, k] += c * a[i, k]
 
 
-@_jit
+@kernel
 def d_cross(a, b, out, n):
     """out <- a x b with the product rule."""
     a0, a1, a2 = a[0, 0], a[1, 0], a[2, 0]
@@ -83,7 +83,7 @@ def d_cross(a, b, out, n):
     out[2, 0] = a0 * b1 - a1 * b0
 
 
-@_jit
+@kernel
 def d_dot(a, b, out, n):
     """Dual scalar out <- a . b."""
     for k in range(1, n):
@@ -92,7 +92,7 @@ def d_dot(a, b, out, n):
     out[0] = a[0, 0] * b[0, 0] + a[1, 0] * b[1, 0] + a[2, 0] * b[2, 0]
 
 
-@_jit
+@kernel
 def d_scale(a, s, out, n):
     """Vector out <- a * s for a dual scalar s."""
     s0 = s[0]
@@ -103,7 +103,7 @@ def d_scale(a, s, out, n):
         out[i, 0] = ai * s0
 
 
-@_jit
+@kernel
 def d_scale_var(a, value, slot, out, n):
     """Vector out <- a * v where v is an independent variable (value, unit derivative in ``slot``)."""
     for i in range(3):
@@ -112,7 +112,7 @@ def d_scale_var(a, value, slot, out, n):
         out[i, slot] += a[i, 0]
 
 
-@_jit
+@kernel
 def d_matvec_const(R, c, out, n):
     """out <- R c for a dual matrix R and a constant vector c."""
     for i in range(3):
@@ -120,7 +120,7 @@ def d_matvec_const(R, c, out, n):
             out[i, k] = R[i, 0, k] * c[0] + R[i, 1, k] * c[1] + R[i, 2, k] * c[2]
 
 
-@_jit
+@kernel
 def d_matvec(R, v, out, n):
     """out <- R v, both dual."""
     for i in range(3):
@@ -131,7 +131,7 @@ def d_matvec(R, v, out, n):
         out[i, 0] = r0 * v[0, 0] + r1 * v[1, 0] + r2 * v[2, 0]
 
 
-@_jit
+@kernel
 def d_mattvec(R, v, out, n):
     """out <- R^T v, both dual."""
     for i in range(3):
@@ -142,7 +142,7 @@ def d_mattvec(R, v, out, n):
         out[i, 0] = r0 * v[0, 0] + r1 * v[1, 0] + r2 * v[2, 0]
 
 
-@_jit
+@kernel
 def d_constmat_vec(A, v, out, n):
     """out <- A v for a constant 3x3 matrix A."""
     for i in range(3):
@@ -150,7 +150,7 @@ def d_constmat_vec(A, v, out, n):
             out[i, k] = A[i, 0] * v[0, k] + A[i, 1] * v[1, k] + A[i, 2] * v[2, k]
 
 
-@_jit
+@kernel
 def rotation_about_axis(axis, angle, rot, drot):
     """Rodrigues: rot = exp([axis]x angle) and drot = d rot / d angle = [axis]x rot (unit axis)."""
     x, y, z = axis[0], axis[1], axis[2]
@@ -172,7 +172,7 @@ def rotation_about_axis(axis, angle, rot, drot):
         drot[2, j] = x * r1 - y * r0
 
 
-@_jit
+@kernel
 def d_rotate_frame(R_parent, rot, drot, slot, R_child, n):
     """R_child <- R_parent rot(q), where rot depends only on the variable in ``slot`` (d rot = drot)."""
     for i in range(3):
@@ -184,7 +184,7 @@ def d_rotate_frame(R_parent, rot, drot, slot, R_child, n):
                                     + R_parent[i, 2, 0] * drot[2, j])
 
 
-@_jit
+@kernel
 def d_sqrt(a, out, n):
     """Dual scalar square root (a > 0)."""
     r = math.sqrt(a[0])

@@ -17,7 +17,6 @@ import math
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit
 
 from sim._dual import (
     ND,
@@ -40,9 +39,8 @@ from sim._dual import (
     slot_q,
     slot_qd,
 )
+from sim._jit import kernel
 from sim.model import CLAVICLE_FRAME, HUMERUS_FRAME, N_DOF, N_FRAMES, RADIUS_FRAME, SCAPULA_FRAME, ULNA_FRAME
-
-_jit = njit(cache=True, nogil=True, boundscheck=False)
 
 
 class MultibodyWork(NamedTuple):
@@ -90,7 +88,7 @@ def new_multibody_work() -> MultibodyWork:
     return w
 
 
-@_jit
+@kernel
 def _forward_kinematics(A, q, qd, qdd, W):
     """Positions, velocities and accelerations of all frames (dual). Frame 0 (thorax) is fixed."""
     r, t1, t2, t3, kq = W.tv[0], W.tv[1], W.tv[2], W.tv[3], W.tv[4]
@@ -116,7 +114,7 @@ def _forward_kinematics(A, q, qd, qdd, W):
         d_rotate_frame(W.R[f], W.rot, W.drot, slot_q(j), W.R[c], n)
 
 
-@_jit
+@kernel
 def _mass_matrix(A, W):
     """M = sum_b m Jv^T Jv + Jw^T I_w Jw with Jv_j = k_j x (p_b - o_j), Jw_j = k_j (values only)."""
     M = W.M
@@ -159,7 +157,7 @@ def _mass_matrix(A, W):
                     M[j, i] += v
 
 
-@_jit
+@kernel
 def _body_wrench(A, b, W):
     """Add body b's gravity-minus-inertia wrench, m(g - a) and -dH/dt, to the accumulators."""
     f = A.body_frame[b]
@@ -192,7 +190,7 @@ def _body_wrench(A, b, W):
     d_iadd_scaled(W.Mo, hd, -1.0, n)
 
 
-@_jit
+@kernel
 def _point_force(P, F, W, n):
     """Accumulate a force F (dual) applied at point P (dual)."""
     t = W.tv[11]
@@ -201,7 +199,7 @@ def _point_force(P, F, W, n):
     d_iadd(W.Mo, t, n)
 
 
-@_jit
+@kernel
 def _const_force_at(frame, local_point, force, W):
     """A constant world force applied at a point fixed in ``frame``."""
     n = frame_slots(frame)
@@ -214,7 +212,7 @@ def _const_force_at(frame, local_point, force, W):
     _point_force(p, F, W, n)
 
 
-@_jit
+@kernel
 def _ligament_and_contact(A, W):
     """Conoid ligament (spec "Conoid ligament") and scapulothoracic contact (paper App. B), dual."""
     con = A.conoid
@@ -271,7 +269,7 @@ def _ligament_and_contact(A, W):
             W.contact_F[pt, i, 0] = g * rel[i, 0] * Em
 
 
-@_jit
+@kernel
 def _thoracohumeral_torque(A, loads, W, T):
     """T = M1 e_y + M2 z' + M3 y_h: moments about the thorax Y, floating Z (= e_y x y_h normalised) and
     humeral Y axes (YZY thoracohumeral decomposition), applied to the humerus, reaction on the thorax."""
@@ -300,7 +298,7 @@ def _thoracohumeral_torque(A, loads, W, T):
     d_iadd_scaled(T, hy, loads[2], n)
 
 
-@_jit
+@kernel
 def multibody_eval(A, q, qd, qdd, loads, W):
     """Fill W.Q (generalized forces without muscles, dual) and W.M (mass matrix) at (q, qd, qdd).
 

@@ -14,8 +14,9 @@ import math
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit
 
+from sim._jit import kernel
+from sim._polynomials import POLY_CHUNK
 from sim.model import (
     ECC_FORCE_MAX,
     FL_WIDTH,
@@ -37,14 +38,14 @@ from sim.model import (
     SDOT_DAMPING,
 )
 
-_jit = njit(cache=True, nogil=True, boundscheck=False)
 
 class MuscleWork(NamedTuple):
     """Preallocated workspace and outputs of :func:`muscle_eval`."""
 
     mono: np.ndarray     # (NM,) every monomial of q used by the polynomials (see ModelArrays.mono_*)
     L: np.ndarray        # (138,) muscle-tendon length, m
-    G: np.ndarray        # (138, 9) dL/dq over the muscle's own DOFs (local order)
+    G: np.ndarray        # (138, 9) dL/dq over the muscle's own DOFs (local order); a view of G_flat
+    G_flat: np.ndarray   # (138 * 9,) the same memory, row 9 i + k
     force: np.ndarray    # (138,) N
     dF4: np.ndarray      # (138,) dF4/de (SEE), 1/m
     g: np.ndarray        # (138,) contraction residual
@@ -56,19 +57,21 @@ class MuscleWork(NamedTuple):
     tau: np.ndarray      # (11,) muscle generalized forces
     dtau_dq: np.ndarray  # (11, 11)
     C: np.ndarray        # (138, 9) d tau / d s_i on the muscle's DOFs (local order)
+    hess_flat: np.ndarray  # (11 * 11,) scratch: sum_i F_i d2L_i/dq_a dq_b at a * 11 + b, a <= b
 
 
 def new_muscle_work(n_monomials: int) -> MuscleWork:
+    G_flat = np.zeros(N_MUS * 9)
     return MuscleWork(
-        mono=np.zeros(n_monomials), L=np.zeros(N_MUS), G=np.zeros((N_MUS, 9)),
+        mono=np.zeros(n_monomials), L=np.zeros(N_MUS), G=G_flat.reshape(N_MUS, 9), G_flat=G_flat,
         force=np.zeros(N_MUS), dF4=np.zeros(N_MUS), g=np.zeros(N_MUS),
         g_s=np.zeros(N_MUS), g_sd=np.zeros(N_MUS), g_a=np.zeros(N_MUS), g_s_a=np.zeros(N_MUS),
         g_sd_a=np.zeros(N_MUS), tau=np.zeros(N_DOF),
-        dtau_dq=np.zeros((N_DOF, N_DOF)), C=np.zeros((N_MUS, 9)),
+        dtau_dq=np.zeros((N_DOF, N_DOF)), C=np.zeros((N_MUS, 9)), hess_flat=np.zeros(N_DOF * N_DOF),
     )
 
 
-@_jit
+@kernel
 def fill_monomials(A, q, mono):
     """mono[m] = prod_j q_j ** e_mj for every monomial of the model's polynomials (one product each)."""
     mono[0] = 1.0
@@ -76,16 +79,17 @@ def fill_monomials(A, q, mono):
         mono[m] = mono[A.mono_parent[m]] * q[A.mono_dof[m]]
 
 
-@_jit
-def sparse_row(row, coef, idx, mono, r):
-    """sum_t coef[t] * mono[idx[t]] over CSR row r (short rows)."""
-    acc = 0.0
-    for t in range(row[r], row[r + 1]):
-        acc += coef[t] * mono[idx[t]]
-    return acc
+@kernel
+def chunk_sums(target, coef, mono_index, mono, out):
+    """out[target[k]] += sum_j coef[k, j] * mono[mono_index[k, j]] over every chunk k (see POLY_CHUNK)."""
+    for k in range(target.shape[0]):
+        acc = 0.0
+        for j in range(POLY_CHUNK):
+            acc += coef[k, j] * mono[mono_index[k, j]]
+        out[target[k]] += acc
 
 
-@_jit
+@kernel
 def contraction(P, L, s, sd, a):
     """Hill model of one muscle (spec "Muscle contraction"); P = its row of ModelArrays.mus.
 
@@ -135,7 +139,7 @@ def contraction(P, L, s, sd, a):
     return g, g_s, g_sd, g_a, f4, df4, g_s_a, g_sd_a
 
 
-@_jit
+@kernel
 def solve_contraction(P, L, a, s0, ds_dv, sd0, dsd_dv, v, tol, max_iter):
     """Solve g(L, s, sdot, a) = 0 along the line s = s0 + ds_dv v, sdot = sd0 + dsd_dv v for v, from v.
 
@@ -167,45 +171,63 @@ def solve_contraction(P, L, a, s0, ds_dv, sd0, dsd_dv, v, tol, max_iter):
     return v, False
 
 
-@_jit
+@kernel
 def muscle_eval(A, q, s, sd, a, W):
     """Fill W with lengths, forces, contraction residuals, muscle moments and their derivatives:
     tau = -sum_i F_i dL_i/dq;  dtau/dq = -sum_i (F_i d2L_i/dq2 + Fmax dF4_i dL_i/dq dL_i/dq^T)."""
-    mono = W.mono
-    fill_monomials(A, q, mono)
+    fill_monomials(A, q, W.mono)
+    W.L[:] = 0.0
+    chunk_sums(A.len_target, A.len_coef, A.len_mono, W.mono, W.L)
+    W.G_flat[:] = 0.0
+    chunk_sums(A.grad_target, A.grad_coef, A.grad_mono, W.mono, W.G_flat)
     W.tau[:] = 0.0
     W.dtau_dq[:, :] = 0.0
     for i in range(N_MUS):
-        P = A.mus[i]
-        nd = A.mus_ndof[i]
-        L = sparse_row(A.len_row, A.len_coef, A.len_mono, mono, i)
-        for k in range(nd):
-            W.G[i, k] = sparse_row(A.grad_row, A.grad_coef, A.grad_mono, mono, 9 * i + k)
-        g, g_s, g_sd, g_a, f4, df4, g_s_a, g_sd_a = contraction(P, L, s[i], sd[i], a[i])
-        W.L[i] = L
-        W.g[i], W.g_s[i], W.g_sd[i], W.g_a[i] = g, g_s, g_sd, g_a
-        W.g_s_a[i], W.g_sd_a[i] = g_s_a, g_sd_a
-        fmax = P[MUS_FMAX]
-        F = fmax * f4
-        W.force[i] = F
-        W.dF4[i] = df4
-        dFdL = fmax * df4
-        for k in range(nd):
-            dk = A.mus_dofs[i, k]
-            Gk = W.G[i, k]
-            W.tau[dk] -= Gk * F
-            W.C[i, k] = dFdL * P[MUS_LCEOPT] * Gk
-            for m in range(nd):
-                W.dtau_dq[dk, A.mus_dofs[i, m]] -= dFdL * Gk * W.G[i, m]
-    for p in range(A.hess_muscle.shape[0]):
-        h = W.force[A.hess_muscle[p]] * sparse_row(A.hess_row, A.hess_coef, A.hess_mono, mono, p)
-        da, db = A.hess_dofs[p, 0], A.hess_dofs[p, 1]
-        W.dtau_dq[da, db] -= h
-        if da != db:
-            W.dtau_dq[db, da] -= h
+        _muscle_forces(A, i, s[i], sd[i], a[i], W)
+    _add_path_curvature(A, W)
 
 
-@_jit
+@kernel
+def _muscle_forces(A, i, s, sd, a, W):
+    """Muscle i's contraction residual and force, its moments and their stiffness Fmax dF4 G G^T."""
+    P = A.mus[i]
+    nd = A.mus_ndof[i]
+    g, g_s, g_sd, g_a, f4, df4, g_s_a, g_sd_a = contraction(P, W.L[i], s, sd, a)
+    W.g[i], W.g_s[i], W.g_sd[i], W.g_a[i] = g, g_s, g_sd, g_a
+    W.g_s_a[i], W.g_sd_a[i] = g_s_a, g_sd_a
+    fmax = P[MUS_FMAX]
+    F = fmax * f4
+    W.force[i] = F
+    W.dF4[i] = df4
+    dFdL = fmax * df4
+    for k in range(nd):
+        dk = A.mus_dofs[i, k]
+        Gk = W.G[i, k]
+        W.tau[dk] -= Gk * F
+        W.C[i, k] = dFdL * P[MUS_LCEOPT] * Gk
+        for m in range(nd):
+            W.dtau_dq[dk, A.mus_dofs[i, m]] -= dFdL * Gk * W.G[i, m]
+
+
+@kernel
+def _add_path_curvature(A, W):
+    """dtau/dq -= sum_i F_i d2L_i/dq2, accumulated on the upper triangle (a <= b) and mirrored."""
+    H = W.hess_flat
+    H[:] = 0.0
+    for k in range(A.hess_entry.shape[0]):
+        acc = 0.0
+        for j in range(POLY_CHUNK):
+            acc += A.hess_coef[k, j] * W.mono[A.hess_mono[k, j]]
+        H[A.hess_entry[k]] += W.force[A.hess_muscle[k]] * acc
+    for a in range(N_DOF):
+        for b in range(a, N_DOF):
+            h = H[a * N_DOF + b]
+            W.dtau_dq[a, b] -= h
+            if a != b:
+                W.dtau_dq[b, a] -= h
+
+
+@kernel
 def activation_rates(A, u, a, out_rate, out_da, out_du):
     """da/dt = (u - a)(c1 u + c2) (paper eq. 1) and its partial derivatives."""
     for i in range(N_MUS):

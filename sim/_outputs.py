@@ -6,12 +6,10 @@ import math
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit
 
-from sim._muscles import sparse_row
+from sim._jit import kernel, vector_kernel
+from sim._muscles import chunk_sums
 from sim.model import HUMERUS_FRAME, SCAPULA_FRAME
-
-_jit = njit(cache=True, nogil=True, boundscheck=False)
 
 
 class OutputWork(NamedTuple):
@@ -22,7 +20,7 @@ class OutputWork(NamedTuple):
     contact_force: np.ndarray  # (2, 3) N on the scapula at TS, AI, thorax frame
     hand_position: np.ndarray  # (3,) m, thorax frame
     conoid_force: np.ndarray   # (3,) N on the scapula, thorax frame
-    loa: np.ndarray            # (3,) scratch
+    loa: np.ndarray            # (67 * 3,) scratch: the GH line-of-action fits, row 3 k + c
     dense_mono: np.ndarray     # (NC,) scratch: monomials gathered for the dense line-of-action groups
 
 
@@ -30,21 +28,37 @@ def new_output_work(A) -> OutputWork:
     return OutputWork(
         th_angles=np.zeros(3), gh_force=np.zeros(3), gh_angles=np.zeros(2), gh_stability=np.zeros(1),
         contact_force=np.zeros((2, 3)), hand_position=np.zeros(3), conoid_force=np.zeros(3),
-        loa=np.zeros(3), dense_mono=np.zeros(A.loa_dense_mono.shape[0]),
+        loa=np.zeros(3 * A.gh_muscle.shape[0]), dense_mono=np.zeros(A.loa_dense_mono.shape[0]),
     )
 
 
-@njit(cache=True, nogil=True, boundscheck=False, fastmath={"reassoc", "contract"})
+@vector_kernel
 def dense_dot(a, b):
-    """sum_i a_i b_i, vectorised (reassociation allowed: the summation order is fixed by the compiled
-    code, so results are reproducible on the same machine and build)."""
+    """sum_i a_i b_i, vectorised (see :data:`sim._jit.vector_kernel`)."""
     acc = 0.0
     for i in range(a.shape[0]):
         acc += a[i] * b[i]
     return acc
 
 
-@_jit
+@kernel
+def _lines_of_action(A, mono, out):
+    """out.loa[3 k + c]: component c of GH line-of-action fit k (dense groups as dot products over the
+    monomials each group uses, the other fits as chunk sums)."""
+    loa = out.loa
+    loa[:] = 0.0
+    chunk_sums(A.loa_target, A.loa_coef, A.loa_mono, mono, loa)
+    for j in range(A.loa_dense_mono.shape[0]):
+        out.dense_mono[j] = mono[A.loa_dense_mono[j]]
+    for r in range(loa.shape[0]):
+        g = A.loa_dense_group[r]
+        if g >= 0:
+            c0, c1 = A.loa_group_cols[g], A.loa_group_cols[g + 1]
+            off = A.loa_dense_off[r]
+            loa[r] = dense_dot(A.loa_dense_coef[off:off + c1 - c0], out.dense_mono[c0:c1])
+
+
+@kernel
 def compute_outputs(A, W):
     """Outputs of the state of the last :func:`evaluate` (spec "Outputs")."""
     mb, mu, out = W.mb, W.mu, W.out
@@ -63,24 +77,16 @@ def compute_outputs(A, W):
     gw = mb.gh_force_world
     for i in range(3):
         out.gh_force[i] = S[0, i] * gw[0] + S[1, i] * gw[1] + S[2, i] * gw[2]
+    _lines_of_action(A, mu.mono, out)
     loa = out.loa
-    for j in range(A.loa_dense_mono.shape[0]):
-        out.dense_mono[j] = mu.mono[A.loa_dense_mono[j]]
     for k in range(A.gh_muscle.shape[0]):
-        for c in range(3):
-            r = 3 * k + c
-            g = A.loa_dense_group[r]
-            if g >= 0:
-                c0, c1 = A.loa_group_cols[g], A.loa_group_cols[g + 1]
-                off = A.loa_dense_off[r]
-                loa[c] = dense_dot(A.loa_dense_coef[off:off + c1 - c0], out.dense_mono[c0:c1])
-            else:
-                loa[c] = sparse_row(A.loa_row, A.loa_coef, A.loa_mono, mu.mono, r)
-        norm = math.sqrt(loa[0] * loa[0] + loa[1] * loa[1] + loa[2] * loa[2])
+        lx, ly, lz = loa[3 * k], loa[3 * k + 1], loa[3 * k + 2]
+        norm = math.sqrt(lx * lx + ly * ly + lz * lz)
         if norm > 0.0:
             F = mu.force[A.gh_muscle[k]] / norm
-            for c in range(3):
-                out.gh_force[c] += F * loa[c]
+            out.gh_force[0] += F * lx
+            out.gh_force[1] += F * ly
+            out.gh_force[2] += F * lz
     # GH stability (paper eq. 9; spec "Outputs")
     G = A.glenoid
     fx = G[0, 0] * out.gh_force[0] + G[0, 1] * out.gh_force[1] + G[0, 2] * out.gh_force[2]

@@ -58,13 +58,25 @@ def _lowered(e: tuple[int, ...], *dofs: int) -> tuple[int, ...]:
     return tuple(out)
 
 
-def _csr(rows):
-    """rows: list of lists of (coef, key) -> (row starts, coefs, keys)."""
-    starts = np.zeros(len(rows) + 1, np.int64)
-    starts[1:] = np.cumsum([len(r) for r in rows])
-    coefs = np.array([c for r in rows for c, _ in r], np.float64)
-    keys = [k for r in rows for _, k in r]
-    return starts, coefs, keys
+POLY_CHUNK = 4
+"""Terms per chunk: every polynomial row is cut into chunks of this many (coefficient, monomial) pairs, the
+last one padded with zero coefficients, so the kernels sum fixed-length, fully unrolled chunks instead of
+rows of varying length (short variable-length loops cost a mispredicted exit per row)."""
+
+
+def chunk_rows(rows, width: int = POLY_CHUNK):
+    """rows: list of lists of (coef, monomial) -> (row of each chunk, (n, width) coefs, (n, width) monomials).
+
+    A row's value is the sum over its chunks; empty rows have no chunks."""
+    target, coefs, monos = [], [], []
+    for r, row in enumerate(rows):
+        for start in range(0, len(row), width):
+            part = row[start:start + width]
+            target.append(r)
+            coefs.append([c for c, _ in part] + [0.0] * (width - len(part)))
+            monos.append([m for _, m in part] + [0] * (width - len(part)))
+    return (np.asarray(target, np.int64), np.asarray(coefs, np.float64).reshape(-1, width),
+            np.asarray(monos, np.int64).reshape(-1, width))
 
 
 DENSE_LOA_MIN_DOFS = 6
@@ -73,8 +85,8 @@ DENSE_LOA_MIN_DOFS = 6
 def _dense_loa_groups(rows, fit_dofs):
     """Split the line-of-action rows: fits over >= 6 DOFs (thorax- and clavicle-origin muscles, ~85 %
     of all terms) become dense coefficient blocks, one per DOF set, over the monomials the group uses,
-    so they are evaluated as contiguous dot products; the others stay sparse (their CSR rows empty
-    here when dense)."""
+    so they are evaluated as contiguous dot products; the others stay sparse (their rows are emptied here
+    when dense)."""
     groups: dict[tuple[int, ...], list[int]] = {}
     for k, dofs in enumerate(fit_dofs):
         if len(dofs) >= DENSE_LOA_MIN_DOFS:
@@ -107,9 +119,10 @@ def _dense_loa_groups(rows, fit_dofs):
             "sparse_rows": sparse_rows}
 
 
-def _path_rows(muscles: list, terms: list, table: MonomialTable):
-    """L, dL/dq (local order) and d2L/dq2 (a <= b) of every muscle as sparse sums of monomials."""
-    len_rows, grad_rows, hess_rows, hess_muscle, hess_dofs = [], [], [], [], []
+def _path_rows(muscles: list, terms: list, table: MonomialTable, n_dof: int):
+    """L, dL/dq (row 9 i + k for the muscle's k-th DOF) and d2L/dq_a dq_b (a <= b) of every muscle as sums of
+    monomials; the Hessian rows with their muscle and their entry a * n_dof + b of an n_dof x n_dof matrix."""
+    len_rows, grad_rows, hess_rows, hess_muscle, hess_entry = [], [], [], [], []
     for i in range(len(terms)):
         dofs = list(muscles[i]["dof_indices"])
         len_rows.append([(c, table[e]) for c, e in terms[i]])
@@ -125,27 +138,25 @@ def _path_rows(muscles: list, terms: list, table: MonomialTable):
                 if row:
                     hess_rows.append(row)
                     hess_muscle.append(i)
-                    hess_dofs.append((a, b))
-    return len_rows, grad_rows, hess_rows, hess_muscle, hess_dofs
+                    hess_entry.append(min(a, b) * n_dof + max(a, b))
+    return len_rows, grad_rows, hess_rows, np.asarray(hess_muscle, np.int64), np.asarray(hess_entry, np.int64)
 
 
-def polynomial_arrays(muscles: list, terms: list, loa: dict, loa_rows: list, table: MonomialTable) -> dict:
-    """The frozen monomial table and the CSR and dense arrays of the path and line-of-action polynomials."""
+def polynomial_arrays(muscles: list, terms: list, loa: dict, loa_rows: list, table: MonomialTable,
+                      n_dof: int) -> dict:
+    """The frozen monomial table and the chunked and dense arrays of the path and line-of-action polynomials."""
     mono_parent, mono_dof = table.freeze()
-    len_rows, grad_rows, hess_rows, hess_muscle, hess_dofs = _path_rows(muscles, terms, table)
-    len_row, len_coef, len_mono = _csr(len_rows)
-    grad_row, grad_coef, grad_mono = _csr(grad_rows)
-    hess_row, hess_coef, hess_mono = _csr(hess_rows)
+    len_rows, grad_rows, hess_rows, hess_muscle, hess_entry = _path_rows(muscles, terms, table, n_dof)
+    len_target, len_coef, len_mono = chunk_rows(len_rows)
+    grad_target, grad_coef, grad_mono = chunk_rows(grad_rows)
+    hess_row, hess_coef, hess_mono = chunk_rows(hess_rows)
     loa_dense = _dense_loa_groups([[(c, table[e]) for c, e in r] for r in loa_rows],
                                   [tuple(f["dof_indices"]) for f in loa["muscles"]])
-    loa_row, loa_coef, loa_mono = _csr(loa_dense.pop("sparse_rows"))
-    return dict(
-        mono_parent=readonly(mono_parent, np.int64), mono_dof=readonly(mono_dof, np.int64),
-        len_row=readonly(len_row, np.int64), len_coef=readonly(len_coef), len_mono=readonly(len_mono, np.int64),
-        grad_row=readonly(grad_row, np.int64), grad_coef=readonly(grad_coef), grad_mono=readonly(grad_mono, np.int64),
-        hess_muscle=readonly(hess_muscle, np.int64), hess_dofs=readonly(np.array(hess_dofs).reshape(-1, 2), np.int64),
-        hess_row=readonly(hess_row, np.int64), hess_coef=readonly(hess_coef), hess_mono=readonly(hess_mono, np.int64),
-        loa_row=readonly(loa_row, np.int64), loa_coef=readonly(loa_coef), loa_mono=readonly(loa_mono, np.uint32),
-        **{key: readonly(val, val.dtype) for key, val in loa_dense.items()})
-
-
+    loa_target, loa_coef, loa_mono = chunk_rows(loa_dense.pop("sparse_rows"))
+    arrays = dict(
+        mono_parent=mono_parent, mono_dof=mono_dof,
+        len_target=len_target, len_coef=len_coef, len_mono=len_mono,
+        grad_target=grad_target, grad_coef=grad_coef, grad_mono=grad_mono,
+        hess_muscle=hess_muscle[hess_row], hess_entry=hess_entry[hess_row], hess_coef=hess_coef, hess_mono=hess_mono,
+        loa_target=loa_target, loa_coef=loa_coef, loa_mono=loa_mono, **loa_dense)
+    return {key: readonly(val, np.asarray(val).dtype) for key, val in arrays.items()}

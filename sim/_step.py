@@ -19,15 +19,13 @@ import math
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit
 
 from sim._dual import slot_q, slot_qd
+from sim._jit import entry, kernel
 from sim._multibody import MultibodyWork, multibody_eval, new_multibody_work
 from sim._muscles import MuscleWork, activation_rates, muscle_eval, new_muscle_work, solve_contraction
 from sim._outputs import OutputWork, compute_outputs, new_output_work
 from sim.model import MUS_C1, MUS_C2, N_DOF, N_MUS, N_STATES
-
-_jit = njit(cache=True, nogil=True, boundscheck=False)
 
 IQ, IQD, IS, IA = 0, N_DOF, 2 * N_DOF, 2 * N_DOF + N_MUS  # state block offsets
 
@@ -94,7 +92,7 @@ def new_plant_work(A) -> PlantWork:
     return PlantWork(mb=new_multibody_work(), mu=new_muscle_work(A.mono_parent.shape[0]), st=st, out=out)
 
 
-@_jit
+@kernel
 def evaluate(A, x, xd, u, loads, W):
     """Residual f(x, xdot, u) into W.st.f and all Jacobian pieces into W (see module docstring)."""
     q, qd, s, a = x[IQ:IQD], x[IQD:IS], x[IS:IA], x[IA:]
@@ -115,7 +113,7 @@ def evaluate(A, x, xd, u, loads, W):
         f[IA + i] = ad[i] - st.rate[i]
 
 
-@_jit
+@kernel
 def _lu_solve_inplace(K, b, piv):
     """Solve K y = b (small dense) by Gaussian elimination with partial pivoting; y -> b. K is destroyed.
 
@@ -150,7 +148,7 @@ def _lu_solve_inplace(K, b, piv):
     return True
 
 
-@_jit
+@kernel
 def rosenbrock_solve(A, x, xd, u0, u1, h, scheme, W):
     """dx of paper eq. 8 from the pieces of the last :func:`evaluate` at (x, xd, u0); result in W.st.dx.
 
@@ -227,7 +225,14 @@ def rosenbrock_solve(A, x, xd, u0, u1, h, scheme, W):
     return STEP_OK
 
 
-@_jit
+@kernel
+def copy_into(dst, src):
+    """dst[:] = src element by element (numba's slice assignment may allocate a temporary copy)."""
+    for i in range(dst.shape[0]):
+        dst[i] = src[i]
+
+
+@kernel
 def apply_step(x, xd, dx, h):
     """x <- x + dx, xdot <- dx / h if everything is finite (returns False and leaves x alone if not)."""
     for k in range(dx.shape[0]):
@@ -240,7 +245,7 @@ def apply_step(x, xd, dx, h):
     return True
 
 
-@_jit
+@kernel
 def residual_max(f):
     m = 0.0
     for k in range(f.shape[0]):
@@ -253,7 +258,7 @@ def residual_max(f):
 CONTRACTION_TOL = 1e-3   # |g| (units of Fmax) above which a fibre state is corrected after the step
 
 
-@_jit
+@kernel
 def correct_contraction(A, x, xd, h, W):
     """Implicit-Euler correction of the fibre states the linear step got wrong (SCHEME_ACTIVATION).
 
@@ -277,7 +282,7 @@ def correct_contraction(A, x, xd, h, W):
     return n
 
 
-@_jit
+@kernel
 def plant_step(A, x, xd, u0, u1, loads, h, residual_limit, scheme, W):
     """One fixed step from an up-to-date evaluation at (x, xd, u0): solve, update, re-evaluate at the new
     state with u1 (ready for the next step) and compute the outputs. Returns a STEP_* status; on failure
@@ -286,8 +291,8 @@ def plant_step(A, x, xd, u0, u1, loads, h, residual_limit, scheme, W):
     if status != STEP_OK:
         return status
     st = W.st
-    st.x_prev[:] = x
-    st.xd_prev[:] = xd
+    copy_into(st.x_prev, x)
+    copy_into(st.xd_prev, xd)
     if not apply_step(x, xd, st.dx, h):
         return STEP_NONFINITE
     evaluate(A, x, xd, u1, loads, W)
@@ -307,8 +312,8 @@ def plant_step(A, x, xd, u0, u1, loads, h, residual_limit, scheme, W):
                 break
     if status != STEP_OK:
         # keep the last good state and make every output describe it again
-        x[:] = st.x_prev
-        xd[:] = st.xd_prev
+        copy_into(x, st.x_prev)
+        copy_into(xd, st.xd_prev)
         evaluate(A, x, xd, u0, loads, W)
         compute_outputs(A, W)
         return status
@@ -316,7 +321,7 @@ def plant_step(A, x, xd, u0, u1, loads, h, residual_limit, scheme, W):
     return STEP_OK
 
 
-@_jit
+@kernel
 def clip_excitation(u_in, u_out):
     """u_out <- clip(u_in, 0, 1). Returns the number of clipped values, or -1 (u_out untouched) if any
     value is NaN or infinite."""
@@ -336,7 +341,7 @@ def clip_excitation(u_in, u_out):
     return n
 
 
-@_jit
+@entry
 def bundle_prime(bundle, x, xd, u0, loads):
     """Evaluate at (x, xd, u0) and compute the outputs (after a reset or a change of loads)."""
     A, W = bundle.items
@@ -345,7 +350,7 @@ def bundle_prime(bundle, x, xd, u0, loads):
     return residual_max(W.st.f)
 
 
-@_jit
+@entry
 def bundle_step(bundle, x, xd, u0, u_in, loads, h, residual_limit, scheme, stale):
     """Real-time entry point: validate/clip u_in, (re-)evaluate if stale, one Rosenbrock step.
 
@@ -358,5 +363,5 @@ def bundle_step(bundle, x, xd, u0, u_in, loads, h, residual_limit, scheme, stale
         evaluate(A, x, xd, u0, loads, W)
     status = plant_step(A, x, xd, u0, W.st.u_next, loads, h, residual_limit, scheme, W)
     if status == STEP_OK:
-        u0[:] = W.st.u_next
+        copy_into(u0, W.st.u_next)
     return status, n_clipped

@@ -74,19 +74,18 @@ class ModelArrays(NamedTuple):
     mus_dofs: np.ndarray       # (138, 9) int, DOFs crossed (padded with -1)
     mono_parent: np.ndarray    # (NM,) int: monomial m = monomial[mono_parent[m]] * q[mono_dof[m]]
     mono_dof: np.ndarray       # (NM,) int (entry 0 is the constant 1)
-    len_row: np.ndarray        # (139,) CSR rows of L_i(q) = sum coef * monomial
-    len_coef: np.ndarray
-    len_mono: np.ndarray
-    grad_row: np.ndarray       # (138*9+1,) CSR rows of dL_i/dq_(local k), row 9 i + k
+    len_target: np.ndarray     # (NL,) int: muscle of each chunk of L_i(q) = sum coef * monomial (chunks of
+    len_coef: np.ndarray       # (NL, POLY_CHUNK) coefficients   POLY_CHUNK terms, zero-padded)
+    len_mono: np.ndarray       # (NL, POLY_CHUNK) int monomials
+    grad_target: np.ndarray    # (NG,) int: chunks of dL_i/dq_(local k) go to row 9 i + k
     grad_coef: np.ndarray
     grad_mono: np.ndarray
-    hess_muscle: np.ndarray    # (NP,) int: Hessian entry p belongs to muscle hess_muscle[p] ...
-    hess_dofs: np.ndarray      # (NP, 2) int: ... and is d2 L / dq_a dq_b (global DOFs, a <= b)
-    hess_row: np.ndarray       # (NP+1,) CSR rows of those second derivatives
+    hess_muscle: np.ndarray    # (NH,) int: chunks of d2 L_i / dq_a dq_b belong to muscle i ...
+    hess_entry: np.ndarray     # (NH,) int: ... and to entry a * 11 + b (a <= b)
     hess_coef: np.ndarray
     hess_mono: np.ndarray
     gh_muscle: np.ndarray      # (67,) int, muscle index of each GH line-of-action fit
-    loa_row: np.ndarray        # (67*3+1,) CSR rows: component c of fit k is row 3 k + c (sparse fits)
+    loa_target: np.ndarray     # (NA,) int: chunks of component c of fit k go to row 3 k + c (sparse fits only)
     loa_coef: np.ndarray
     loa_mono: np.ndarray
     loa_dense_off: np.ndarray  # (67*3,) int: offset of row 3 k + c in loa_dense_coef, -1 if sparse
@@ -252,7 +251,7 @@ def load_model(config: ModelConfig | None = None) -> Das3Model:
         mus=readonly(mus), mus_ndof=readonly(mus_ndof, np.int64), mus_dofs=readonly(mus_dofs, np.int64),
         gh_muscle=readonly(gh_muscle, np.int64), glenoid=readonly(_glenoid_axes()),
         gh_rim=readonly([config.gh_rim_theta, config.gh_rim_phi]),
-        **polynomial_arrays(muscles, terms, loa, loa_rows, table),
+        **polynomial_arrays(muscles, terms, loa, loa_rows, table, N_DOF),
     )
     x_eq = np.asarray(eq["x"], np.float64)
     if x_eq.shape != (N_STATES,):
