@@ -121,6 +121,11 @@ class Plant:
         return self._x
 
     @property
+    def workspace(self):
+        """The per-run workspace the kernels write (read it for analyses, never write it)."""
+        return self._work
+
+    @property
     def xdot(self) -> np.ndarray:
         return self._xd
 

@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 
-from hil.bench.platform import cpu_model
+from hil.bench.platform import cpu_model, steal_s
 
 STEP_SIZES_DEFAULT = (0.004, 0.001)
 """Step sizes timed when none is given, s: the loop's default period and the shortest one."""
@@ -32,29 +32,40 @@ def time_steps(plant, u: np.ndarray, n_steps: int) -> np.ndarray:
     return durations
 
 
-def plant_bench(step_sizes, steps: int, excitation: float, scheme: str) -> dict:
-    """Time ``steps`` steps per step size after the numba warm-up: the machine and library versions, then
-    ``results``, one dict per step size (median, p99 and max step time in µs, real-time factor)."""
+def plant_bench(step_sizes, steps: int, excitation: float, scheme: str, cpu: int | None = None) -> dict:
+    """Time ``steps`` steps per step size after the numba warm-up, pinned to ``cpu`` (None: not pinned): the
+    machine and library versions, then ``results``, one dict per step size (median, p99 and max step time
+    in µs, real-time factor, the per-phase medians of :func:`sim.phases.phase_medians_us` and the
+    hypervisor's steal on ``cpu`` while timing)."""
     import numba
 
     from sim.config import ModelConfig
     from sim.model import load_model
+    from sim.phases import phase_medians_us
     from sim.plant import Plant
 
+    if cpu is not None:
+        os.sched_setaffinity(0, {cpu})
     model = load_model(ModelConfig())
     u = np.full(len(model.muscle_names), excitation)
     results = []
     for h in step_sizes:
         plant = Plant(model, step_s=h, scheme=scheme)
         plant.warmup()
+        steal_before = steal_s(cpu) if cpu is not None else None
         durations = time_steps(plant, u, steps)
+        phases = phase_medians_us(plant, u)
+        steal_after = steal_s(cpu) if cpu is not None else None
         results.append({
             "step_s": h,
             "median_step_us": float(np.median(durations)) / 1e3,
             "p99_step_us": float(np.percentile(durations, 99)) / 1e3,
             "max_step_us": float(durations.max()) / 1e3,
             "realtime_factor": steps * h / (float(durations.sum()) * 1e-9),
+            "phases_us": phases,
+            "steal_ms": None if steal_before is None or steal_after is None
+            else round((steal_after - steal_before) * 1e3, 1),
         })
-    return {"cpu": cpu_model(), "cpu_count": os.cpu_count(), "python": platform.python_version(),
+    return {"cpu": cpu_model(), "cpu_count": os.cpu_count(), "pinned_cpu": cpu, "python": platform.python_version(),
             "numpy": np.__version__, "numba": numba.__version__, "steps": steps,
             "excitation": excitation, "scheme": scheme, "results": results}

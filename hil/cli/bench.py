@@ -36,6 +36,7 @@ def bench_plant(
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Time plant steps from the published equilibrium under a constant excitation."""
+    from hil.bench.loop import loop_cpu
     from hil.bench.plant import STEP_SIZES_DEFAULT, plant_bench
 
     with user_errors():
@@ -44,7 +45,7 @@ def bench_plant(
             raise BadInputError(f"--steps must be >= 1, not {steps}")
         if not (math.isfinite(excitation) and 0.0 <= excitation <= 1.0):
             raise BadInputError(f"--excitation must be in [0, 1], not {excitation!r}")
-        doc = plant_bench(step_sizes, steps, excitation, scheme)
+        doc = plant_bench(step_sizes, steps, excitation, scheme, cpu=loop_cpu())
     results = doc["results"]
     if json_out:
         if step is not None:
@@ -64,6 +65,10 @@ def bench_plant(
         table.add_row(f"{r['step_s'] * 1e3:g}", f"{r['median_step_us']:.1f}", f"{r['p99_step_us']:.1f}",
                       f"{r['max_step_us']:.1f}", f"{r['realtime_factor']:.1f}")
     console.print(table)
+    for r in results:
+        phases = ", ".join(f"{name} {us:.1f}" for name, us in r["phases_us"].items())
+        console.print(f"h = {r['step_s'] * 1e3:g} ms, median per phase (µs): {phases}; "
+                      f"steal on CPU {doc['pinned_cpu']} while timing: {r['steal_ms']} ms")
     console.print(f"CPU: {doc['cpu']} ({doc['cpu_count']} logical), Python {doc['python']}, "
                   f"numpy {doc['numpy']}, numba {doc['numba']}")
 
