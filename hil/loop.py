@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from hil.run_result import percentiles_us
 from hil.tick import TickBody, tick_dtype
 
 NS = 1_000_000_000
@@ -106,6 +107,21 @@ def wait_until(deadline_ns: int, spin_ns: int) -> int:
     return now
 
 
+TIMING_COLUMNS = ("lateness", "fetch", "compute", "publish", "listeners")
+"""Per-tick timing the loop keeps in memory for the run's summary: start minus deadline, then the tick's
+phases (drivers' fetch, the engine's step, drivers' publish, the listeners: recording rings and metrics)."""
+
+
+def tick_timing_us(timing_s: np.ndarray | None) -> dict:
+    """The run result's timing fields from the loop's per-tick log: ``lateness_us`` and ``compute_us``
+    (p50, p99, p99.9, max) and ``tick_phases_us`` (the median of each phase)."""
+    if timing_s is None or not timing_s.size:
+        return {"lateness_us": {}, "compute_us": {}, "tick_phases_us": {}}
+    return {"lateness_us": percentiles_us(timing_s[:, 0]), "compute_us": percentiles_us(timing_s[:, 2]),
+            "tick_phases_us": {name: float(np.median(timing_s[:, i]) * 1e6)
+                               for i, name in enumerate(TIMING_COLUMNS) if name != "lateness"}}
+
+
 @dataclass
 class RunSummary:
     ticks: int = 0
@@ -116,7 +132,7 @@ class RunSummary:
     stopped_by: str = ""       # 'duration', 'signal', 'gh_unstable', 'range_of_motion', 'recording_failed',
     #                            'parent_died'
     realtime: RealtimeStatus | None = None
-    lateness_s: np.ndarray | None = None
+    timing_s: np.ndarray | None = None   # (ticks, len(TIMING_COLUMNS)), s
 
 
 def deadlines_missed(end_ns: int, next_deadline_ns: int, period_ns: int) -> int:
@@ -160,7 +176,7 @@ class RealtimeLoop:
         if self.metrics is not None:
             self.metrics.privileged.set(1.0 if summary.realtime.privileged else 0.0)
             self.metrics.running.set(1.0)
-        lateness_log = np.zeros(n_ticks if (n_ticks and keep_lateness) else 0)
+        timing_log = np.zeros((n_ticks if (n_ticks and keep_lateness) else 0, len(TIMING_COLUMNS)))
         old_switch = sys.getswitchinterval()
         sys.setswitchinterval(self.config.switch_interval_s)
         gc.collect()
@@ -168,7 +184,7 @@ class RealtimeLoop:
         gc.disable()
         self.engine.warmup()        # touch every kernel and the plant's data right before the first tick
         try:
-            self._ticks(n_ticks, summary, lateness_log, progress)
+            self._ticks(n_ticks, summary, timing_log, progress)
         finally:
             if self.metrics is not None:
                 self.metrics.sync(self.engine, self.clock())
@@ -179,10 +195,10 @@ class RealtimeLoop:
             restore_scheduling()
         if not summary.stopped_by:
             summary.stopped_by = self._stop_reason if self._stop else "duration"
-        summary.lateness_s = lateness_log[:summary.ticks] if lateness_log.shape[0] else None
+        summary.timing_s = timing_log[:summary.ticks] if timing_log.shape[0] else None
         return summary
 
-    def _ticks(self, n_ticks, summary: RunSummary, lateness_log: np.ndarray, progress) -> None:
+    def _ticks(self, n_ticks, summary: RunSummary, timing_log: np.ndarray, progress) -> None:
         """The timed loop: absolute deadlines t0 + slot T, late ones skipped (:func:`deadlines_missed`)."""
         period_ns = int(round(self.config.period_s * NS))
         spin_ns = int(self.config.spin_us * 1000)
@@ -205,8 +221,13 @@ class RealtimeLoop:
             rec["deadline_ns"], rec["start_ns"], rec["lateness_ns"] = deadline, start, start - deadline
             rec["tick_ns"], rec["skipped_deadlines"] = end - start, missed
             summary.commands_unrecorded += body.emit()
-            if lateness_log.shape[0] > tick:
-                lateness_log[tick] = (start - deadline) / NS
+            if timing_log.shape[0] > tick:
+                row = timing_log[tick]
+                row[0] = (start - deadline) / NS
+                row[1] = body.fetch_ns / NS
+                row[2] = rec["compute_ns"] / NS
+                row[3] = body.publish_ns / NS
+                row[4] = (clock() - end) / NS
             summary.max_lateness_s = max(summary.max_lateness_s, (start - deadline) / NS)
             tick += 1
             summary.ticks = tick
@@ -218,5 +239,5 @@ class RealtimeLoop:
                 next_progress = clock() + NS // 10
 
 
-__all__ = ["LoopConfig", "RealtimeLoop", "RealtimeStatus", "RunSummary", "deadlines_missed", "setup_realtime",
+__all__ = ["TIMING_COLUMNS", "LoopConfig", "RealtimeLoop", "RealtimeStatus", "RunSummary", "deadlines_missed", "setup_realtime",
            "tick_dtype", "wait_until"]

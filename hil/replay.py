@@ -54,18 +54,27 @@ class ReplayDriver(Driver):
 
 
 class FrameComparison:
-    """A tick listener: the first tick whose frame differs from the recorded one, and in which field."""
+    """A tick listener: the first tick whose frame differs from the recorded one and in which field, and the
+    largest absolute difference of any floating-point field over the whole replay (a recording made by
+    another version of the plant's arithmetic differs in the last bits: this says by how much)."""
 
     def __init__(self, recorded_frames: np.ndarray) -> None:
         self.recorded = recorded_frames
+        self.float_fields = [n for n in recorded_frames.dtype.names if recorded_frames.dtype[n].base.kind == "f"]
         self.k = 0
         self.first_tick = self.field = None
+        self.max_difference, self.max_difference_field = 0.0, None
 
     def on_tick(self, record: np.ndarray, engine, actuation_ns: int) -> None:
         got, want = record[0]["frame"], self.recorded[self.k]
-        if self.first_tick is None and got.tobytes() != want.tobytes():
-            self.first_tick = int(record[0]["tick"])
-            self.field = next(n for n in want.dtype.names if got[n].tobytes() != want[n].tobytes())
+        if got.tobytes() != want.tobytes():
+            if self.first_tick is None:
+                self.first_tick = int(record[0]["tick"])
+                self.field = next(n for n in want.dtype.names if got[n].tobytes() != want[n].tobytes())
+            for name in self.float_fields:
+                diff = float(np.max(np.abs(np.asarray(got[name]) - np.asarray(want[name]))))
+                if not diff <= self.max_difference:     # also a NaN on one side
+                    self.max_difference, self.max_difference_field = diff, name
         self.k += 1
 
 
@@ -88,11 +97,11 @@ def replay_recording(path: str) -> dict:
     for rec in ticks:
         body.step(int(rec["tick"]), int(rec["start_ns"]), bool(rec["frame"]["status"] & STATUS_OVERRUN))
         body.emit()
-        if comparison.first_tick is not None:
-            break
     identical = comparison.first_tick is None
     return {"identical": identical, "ticks": comparison.k, "first_tick": comparison.first_tick,
-            "field": comparison.field, "truncated": reader.truncated, **completeness(ticks, reader.warnings)}
+            "field": comparison.field, "max_difference": comparison.max_difference,
+            "max_difference_field": comparison.max_difference_field, "truncated": reader.truncated,
+            **completeness(ticks, reader.warnings)}
 
 
 def completeness(ticks: np.ndarray, warnings: list[str]) -> dict:

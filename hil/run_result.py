@@ -26,6 +26,8 @@ class RunResult:
     cpu_s: float = 0.0
     wall_s: float = 0.0
     lateness_us: dict = field(default_factory=dict)      # p50, p99, p99.9, max
+    compute_us: dict = field(default_factory=dict)       # the engine's step per tick: p50, p99, p99.9, max
+    tick_phases_us: dict = field(default_factory=dict)   # median of each phase of a tick (hil.loop.TIMING_COLUMNS)
     realtime: dict = field(default_factory=dict)         # sched_fifo, mlock, affinity, warnings
     watchdog_trips: int = 0
     gh_unstable_ticks: int = 0
@@ -60,9 +62,9 @@ class RunResult:
                 if f.name not in ("error", "config_error", "traceback")}
 
 
-def lateness_percentiles_us(lateness_s: np.ndarray | None) -> dict:
-    """p50, p99, p99.9 and max of the ticks' lateness, µs ({} without ticks)."""
-    if lateness_s is None or not lateness_s.size:
+def percentiles_us(values_s: np.ndarray | None) -> dict:
+    """p50, p99, p99.9 and max of per-tick durations, µs ({} without ticks)."""
+    if values_s is None or not values_s.size:
         return {}
-    return {"p50": float(np.percentile(lateness_s, 50) * 1e6), "p99": float(np.percentile(lateness_s, 99) * 1e6),
-            "p99.9": float(np.percentile(lateness_s, 99.9) * 1e6), "max": float(lateness_s.max() * 1e6)}
+    return {"p50": float(np.percentile(values_s, 50) * 1e6), "p99": float(np.percentile(values_s, 99) * 1e6),
+            "p99.9": float(np.percentile(values_s, 99.9) * 1e6), "max": float(values_s.max() * 1e6)}

@@ -25,7 +25,8 @@ from hil.config import ServiceConfig
 from hil.counters import RunCounters
 from hil.engine import TickEngine
 from hil.files import load_state_file
-from hil.run_result import RunResult, lateness_percentiles_us
+from hil.loop import tick_timing_us
+from hil.run_result import RunResult
 from hil.sensor import SensorModel
 from sim.model import load_model
 from sim.plant import Plant
@@ -198,12 +199,12 @@ def run_summary(run, summary, driver_stats: dict, lost_drivers: list[str], unwri
                 cpu_s: float, wall_s: float) -> RunResult:
     """The result of a finished run (``problems``: one line each for the operator; exit 5)."""
     engine, rec = run.engine, run.recording
-    lat = summary.lateness_s
+    lat = None if summary.timing_s is None else summary.timing_s[:, 0]
     return RunResult(
         ok=True, ticks=summary.ticks, stopped_by=summary.stopped_by, stop_detail=engine.stop_detail,
         deadline_misses=summary.deadline_misses, skipped_deadlines=summary.skipped_deadlines,
         late_over_1ms=0 if lat is None else int(np.count_nonzero(lat > 1e-3)), cpu_s=cpu_s, wall_s=wall_s,
-        lateness_us=lateness_percentiles_us(lat),
+        **tick_timing_us(summary.timing_s),
         realtime={"sched_fifo": summary.realtime.sched_fifo, "mlock": summary.realtime.mlock,
                   "affinity": summary.realtime.affinity, "warnings": summary.realtime.warnings},
         watchdog_trips=engine.watchdog.trips, gh_unstable_ticks=engine.gh.unstable_ticks,

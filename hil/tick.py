@@ -65,19 +65,22 @@ class TickBody:
         self.clock = clock
         self.record = np.zeros(1, tick_dtype(engine.n_channels, engine.plant.model.n_muscles, engine.sensor.dtype))
         self.actuation_ns = 0
+        self.fetch_ns = self.publish_ns = 0     # the last tick's fetch and publish phases (not recorded)
 
     def step(self, tick: int, now_ns: int, overrun: bool = False) -> TickResult:
         """Run tick ``tick`` (commands received at ``now_ns``); the record's timing fields other than
         ``compute_ns`` are the caller's to fill before :meth:`emit`."""
-        engine, rec = self.engine, self.record[0]
+        engine, rec, clock = self.engine, self.record[0], self.clock
+        t_fetch = clock()
         engine.begin(tick, overrun)
         for d in self.drivers:
             d.fetch(tick, now_ns, engine)
-        t_compute = self.clock()
+        t_compute = clock()
         result = engine.step()
-        t_done = self.clock()
+        t_done = clock()
         for d in self.drivers:
             d.publish(result.frame)
+        self.fetch_ns, self.publish_ns = t_compute - t_fetch, clock() - t_done
         rec["tick"] = tick
         rec["compute_ns"] = t_done - t_compute
         rec["applied"][: engine.n_channels] = engine.applied

@@ -245,7 +245,10 @@ def test_realtime_loop_runs_on_deadlines_without_catch_up(model):
     summary = loop.run(50)
     assert summary.ticks == 50 and summary.stopped_by == "duration"
     assert loop.record[0]["tick"] == 49 and loop.record[0]["frame"]["tick"] == 49
-    assert summary.lateness_s.shape == (50,)
+    assert summary.timing_s.shape == (50, 5)
+    assert summary.timing_s[-1, 2] == pytest.approx(loop.record[0]["compute_ns"] * 1e-9, rel=1e-12)  # the engine step
+    assert np.all(summary.timing_s[:, 1:] > 0.0)       # every phase of every tick timed
+    assert summary.timing_s[:, 4].max() < H             # listeners timed alone, not the wait for the next tick
     assert engine.plant.time == pytest.approx(50 * H)   # simulated time locked to ticks
     driver.shutdown()
 
@@ -298,7 +301,7 @@ def test_an_overrun_skips_the_missed_deadlines_without_catch_up(model):
     assert slots == [0, 1, 2, 3, 6, 7, 8, 9]
     assert skipped == [0, 0, 0, 2, 0, 0, 0, 0] and summary.deadline_misses == 1 and summary.skipped_deadlines == 2
     assert [bool(s & STATUS_OVERRUN) for s in status] == [False] * 4 + [True] + [False] * 3
-    assert engine.plant.time == pytest.approx(8 * H) and summary.lateness_s.max() == 0.0
+    assert engine.plant.time == pytest.approx(8 * H) and summary.timing_s[:, 0].max() == 0.0
     assert deadlines_missed(100, 100, 10) == 0 and deadlines_missed(101, 100, 10) == 1
     assert deadlines_missed(125, 100, 10) == 3
     driver.shutdown()

@@ -440,3 +440,43 @@ def test_outputs_are_views_of_the_state(plant):
     np.testing.assert_array_equal(out.s, plant.x[2 * N_DOF:2 * N_DOF + N_MUS])
     assert out.q.shape == (N_DOF,) and out.activation.shape == (N_MUS,)
     assert out.st_contact_force.shape == (2, 3) and out.th_angles.shape == (3,)
+
+
+def test_plant_kernels_are_compiled_without_the_nrt():
+    """Every kernel of the step is compiled without numba's reference-counting runtime: it cannot allocate
+    (a compile error) and pays no atomic reference counts per call (sim/_jit.py). Only the entry points
+    that Python calls with the plant's StructRef bundle keep it."""
+    import importlib
+
+    from numba.core.registry import CPUDispatcher
+
+    entry_points = {"bundle_prime", "bundle_step"}
+    kernels = {}
+    for name in ("sim._dual", "sim._multibody", "sim._muscles", "sim._outputs", "sim._step", "sim.phases"):
+        module = importlib.import_module(name)
+        kernels.update({f"{name}.{k}": v for k, v in vars(module).items()
+                        if isinstance(v, CPUDispatcher) and v.__module__ == name})
+    assert len(kernels) > 30
+    with_nrt = sorted(k for k, v in kernels.items() if v.targetoptions.get("_nrt", True)
+                      and k.rsplit(".", 1)[1] not in entry_points and not v.targetoptions.get("inline") == "always")
+    assert with_nrt == []
+
+
+def test_phase_timing_leaves_the_plant_unchanged(model):
+    """hil bench plant times each phase on the benchmarked plant: the plant must step on exactly as an
+    untimed twin does."""
+    from sim.phases import PHASES, phase_medians_us
+
+    timed, twin = Plant(model, step_s=0.004), Plant(model, step_s=0.004)
+    u = np.full(N_MUS, 0.2)
+    for p in (timed, twin):
+        p.warmup()
+        for _ in range(5):
+            p.step(u)
+    medians = phase_medians_us(timed, u, batches=3, batch=2)
+    assert list(medians) == list(PHASES) and all(v > 0.0 for v in medians.values())
+    for _ in range(5):
+        timed.step(u)
+        twin.step(u)
+    assert timed.x.tobytes() == twin.x.tobytes() and timed.xdot.tobytes() == twin.xdot.tobytes()
+    assert timed.outputs.gh_force.tobytes() == twin.outputs.gh_force.tobytes()

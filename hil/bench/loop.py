@@ -87,8 +87,10 @@ def _scraped_run(cfg_path: Path, duration_s: float, port: int, scrape_interval_s
 
 
 def loop_bench(period_s: float, duration_s: float, scrape_interval_s: float, spin_us: float, cpu: int) -> dict:
-    """One scraped loopback run on ``cpu``: tick lateness percentiles (µs), misses, scrapes, CPU use of the
-    real-time process, hypervisor steal on its CPU; ``{"error": ...}`` if the run failed."""
+    """One scraped loopback run on ``cpu``: tick lateness percentiles (µs), the engine's compute time per tick
+    (``compute_us``: p50, p99, p99.9, max) and the median of each phase of a tick (``tick_phases_us``),
+    misses, scrapes, CPU use of the real-time process, hypervisor steal on its CPU; ``{"error": ...}`` if
+    the run failed."""
     work = Path(tempfile.mkdtemp(prefix="hil-bench-"))
     port = free_port()
     cfg_path = write_loop_config(work, period_s, spin_us, cpu, port)
@@ -100,6 +102,7 @@ def loop_bench(period_s: float, duration_s: float, scrape_interval_s: float, spi
     steal_ms = None if steal_before is None or steal_after is None else round((steal_after - steal_before) * 1e3, 1)
     return {"period_s": period_s, "duration_s": duration_s, "spin_us": spin_us, "ticks": summary["ticks"],
             "p50_us": lat["p50"], "p99_us": lat["p99"], "p999_us": lat["p99.9"], "max_us": lat["max"],
+            "compute_us": summary["compute_us"], "tick_phases_us": summary["tick_phases_us"],
             "misses_over_1ms": summary["late_over_1ms"], "deadline_misses": summary["deadline_misses"],
             "scrapes": scrapes, "scrape_failures": failures,
             "cpu_percent": 100.0 * summary["cpu_s"] / max(summary["wall_s"], 1e-9),

@@ -127,14 +127,15 @@ def _print_loop(doc: dict, cpu: int) -> None:
 
     period, duration, floor = doc["period_s"], doc["duration_s"], doc.get("baseline")
     table = Table(title=f"hil bench loop: {period * 1e3:g} ms period, {duration:g} s, {doc['scrapes']} scrapes")
-    for k in ("p50_us", "p99_us", "p999_us", "max_us"):
-        table.add_column(k.replace("_us", " (µs)").replace("p999", "p99.9"), justify="right")
-    table.add_column("late > 1 ms", justify="right")
-    table.add_column("CPU %", justify="right")
-    table.add_row(*(f"{doc[k]:.1f}" for k in ("p50_us", "p99_us", "p999_us", "max_us")),
-                  str(doc["misses_over_1ms"]), f"{doc['cpu_percent']:.0f}")
+    table.add_column("per tick")
+    for k in ("p50", "p99", "p99.9", "max"):
+        table.add_column(f"{k} (µs)", justify="right")
+    table.add_row("lateness", *(f"{doc[k]:.1f}" for k in ("p50_us", "p99_us", "p999_us", "max_us")))
+    table.add_row("compute", *(f"{doc['compute_us'][k]:.1f}" for k in ("p50", "p99", "p99.9", "max")))
     console = out_console()
     console.print(table)
+    console.print(f"late > 1 ms: {doc['misses_over_1ms']}; CPU {doc['cpu_percent']:.0f} % of the real-time process; "
+                  "median per phase (µs): " + ", ".join(f"{k} {v:.1f}" for k, v in doc["tick_phases_us"].items()))
     rt = doc["realtime"]
     console.print(f"SCHED_FIFO {'yes' if rt['sched_fifo'] else 'no'}, mlock {'yes' if rt['mlock'] else 'no'}; "
                   f"CPU {doc['cpu']}")

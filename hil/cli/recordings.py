@@ -79,8 +79,9 @@ def replay(run_file: Annotated[Path, typer.Argument(help="Recording (.hilrec).")
         if result["identical"]:
             out_console().print(f"[green]bit-identical[/green]: {result['ticks']} ticks replayed")
         else:
-            out_console().print(f"[red]differs[/red] at tick {result['first_tick']}, field {result['field']!r} "
-                                f"({result['ticks']} ticks compared)")
+            out_console().print(f"[red]differs[/red] from tick {result['first_tick']}, field {result['field']!r} "
+                                f"({result['ticks']} ticks compared); largest difference "
+                                f"{result['max_difference']:.3g} (SI units) in {result['max_difference_field']!r}")
         for w in result["warnings"]:
             warn(w)
     if not result["identical"]:

@@ -167,6 +167,10 @@ def _print_run_summary(config: Path, period_s: float, summary: RunResult) -> Non
     if lat:
         table.add_row("lateness (us)", f"p50 {lat['p50']:.1f}  p99 {lat['p99']:.1f}  p99.9 "
                                        f"{lat['p99.9']:.1f}  max {lat['max']:.1f}")
+    comp = summary.compute_us
+    if comp:
+        table.add_row("compute (us)", f"p50 {comp['p50']:.1f}  p99 {comp['p99']:.1f}  p99.9 "
+                                      f"{comp['p99.9']:.1f}  max {comp['max']:.1f}")
     table.add_row("deadline misses", str(summary.deadline_misses))
     rt = summary.realtime
     table.add_row("real-time", f"SCHED_FIFO {'yes' if rt['sched_fifo'] else 'no'}, mlock "
