@@ -37,7 +37,6 @@ def frame_slots(c):
     return 2 * c + 1
 
 
-
 @kernel
 def d_add(a, b, out, n):
     """out <- a + b (vectors)."""

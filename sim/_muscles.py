@@ -80,13 +80,19 @@ def fill_monomials(A, q, mono):
 
 
 @kernel
+def chunk_value(coef, mono_index, mono, k):
+    """sum_j coef[k, j] * mono[mono_index[k, j]]: chunk k of a polynomial row (see POLY_CHUNK)."""
+    acc = 0.0
+    for j in range(POLY_CHUNK):
+        acc += coef[k, j] * mono[mono_index[k, j]]
+    return acc
+
+
+@kernel
 def chunk_sums(target, coef, mono_index, mono, out):
-    """out[target[k]] += sum_j coef[k, j] * mono[mono_index[k, j]] over every chunk k (see POLY_CHUNK)."""
+    """out[target[k]] += chunk k, over every chunk k."""
     for k in range(target.shape[0]):
-        acc = 0.0
-        for j in range(POLY_CHUNK):
-            acc += coef[k, j] * mono[mono_index[k, j]]
-        out[target[k]] += acc
+        out[target[k]] += chunk_value(coef, mono_index, mono, k)
 
 
 @kernel
@@ -215,10 +221,7 @@ def _add_path_curvature(A, W):
     H = W.hess_flat
     H[:] = 0.0
     for k in range(A.hess_entry.shape[0]):
-        acc = 0.0
-        for j in range(POLY_CHUNK):
-            acc += A.hess_coef[k, j] * W.mono[A.hess_mono[k, j]]
-        H[A.hess_entry[k]] += W.force[A.hess_muscle[k]] * acc
+        H[A.hess_entry[k]] += W.force[A.hess_muscle[k]] * chunk_value(A.hess_coef, A.hess_mono, W.mono, k)
     for a in range(N_DOF):
         for b in range(a, N_DOF):
             h = H[a * N_DOF + b]

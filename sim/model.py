@@ -74,9 +74,9 @@ class ModelArrays(NamedTuple):
     mus_dofs: np.ndarray       # (138, 9) int, DOFs crossed (padded with -1)
     mono_parent: np.ndarray    # (NM,) int: monomial m = monomial[mono_parent[m]] * q[mono_dof[m]]
     mono_dof: np.ndarray       # (NM,) int (entry 0 is the constant 1)
-    len_target: np.ndarray     # (NL,) int: muscle of each chunk of L_i(q) = sum coef * monomial (chunks of
-    len_coef: np.ndarray       # (NL, POLY_CHUNK) coefficients   POLY_CHUNK terms, zero-padded)
-    len_mono: np.ndarray       # (NL, POLY_CHUNK) int monomials
+    len_target: np.ndarray     # (NL,) int: muscle i of each chunk of L_i(q) = sum coef * monomial
+    len_coef: np.ndarray       # (NL, POLY_CHUNK) the chunk's coefficients (the last chunk of a row zero-padded)
+    len_mono: np.ndarray       # (NL, POLY_CHUNK) int: the chunk's monomials
     grad_target: np.ndarray    # (NG,) int: chunks of dL_i/dq_(local k) go to row 9 i + k
     grad_coef: np.ndarray
     grad_mono: np.ndarray

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from hil.bench.peers import baseline_responder, can_peer, serial_peer
-from hil.bench.platform import cpu_model, steal_s, udp_receive_buffer_errors, unbound_workqueue_cpus
+from hil.bench.platform import cpu_model, steal_delta_ms, steal_s, udp_receive_buffer_errors, unbound_workqueue_cpus
 from hil.run_result import RunResult
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -212,8 +212,8 @@ def measure_link(transport: str, rate_hz: float, duration_s: float, feedback: st
     before = [steal_s(c) for c in range(n_cpus)]
     run = run_link_bench(transport, rate_hz, duration_s, feedback, baseline=baseline)
     after = [steal_s(c) for c in range(n_cpus)]
-    run["steal_ms"] = {f"cpu{c}": round((a - b) * 1e3, 1) for c, (b, a) in enumerate(zip(before, after))
-                       if a is not None and b is not None}
+    steal = [steal_delta_ms(b, a) for b, a in zip(before, after)]
+    run["steal_ms"] = {f"cpu{c}": ms for c, ms in enumerate(steal) if ms is not None}
     return run
 
 

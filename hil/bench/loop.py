@@ -11,7 +11,7 @@ import tempfile
 import urllib.request
 from pathlib import Path
 
-from hil.bench.platform import cpu_model, free_port, steal_s
+from hil.bench.platform import cpu_model, free_port, steal_delta_ms, steal_s
 
 LOOP_CONFIG = """
 [loop]
@@ -99,7 +99,7 @@ def loop_bench(period_s: float, duration_s: float, scrape_interval_s: float, spi
     if not summary.get("ok"):
         return {"error": summary["error"]}
     lat = summary["lateness_us"]
-    steal_ms = None if steal_before is None or steal_after is None else round((steal_after - steal_before) * 1e3, 1)
+    steal_ms = steal_delta_ms(steal_before, steal_after)
     return {"period_s": period_s, "duration_s": duration_s, "spin_us": spin_us, "ticks": summary["ticks"],
             "p50_us": lat["p50"], "p99_us": lat["p99"], "p999_us": lat["p99.9"], "max_us": lat["max"],
             "compute_us": summary["compute_us"], "tick_phases_us": summary["tick_phases_us"],

@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 
-from hil.bench.platform import cpu_model, steal_s
+from hil.bench.platform import cpu_model, steal_delta_ms, steal_s
 
 STEP_SIZES_DEFAULT = (0.004, 0.001)
 """Step sizes timed when none is given, s: the loop's default period and the shortest one."""
@@ -63,8 +63,7 @@ def plant_bench(step_sizes, steps: int, excitation: float, scheme: str, cpu: int
             "max_step_us": float(durations.max()) / 1e3,
             "realtime_factor": steps * h / (float(durations.sum()) * 1e-9),
             "phases_us": phases,
-            "steal_ms": None if steal_before is None or steal_after is None
-            else round((steal_after - steal_before) * 1e3, 1),
+            "steal_ms": steal_delta_ms(steal_before, steal_after),
         })
     return {"cpu": cpu_model(), "cpu_count": os.cpu_count(), "pinned_cpu": cpu, "python": platform.python_version(),
             "numpy": np.__version__, "numba": numba.__version__, "steps": steps,

@@ -128,6 +128,11 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine() or "unknown"
 
 
+def steal_delta_ms(before: float | None, after: float | None) -> float | None:
+    """Steal between two :func:`steal_s` readings, ms (0.1 ms resolution); None if either is unknown."""
+    return None if before is None or after is None else round((after - before) * 1e3, 1)
+
+
 def steal_s(cpu: int) -> float | None:
     """Time the hypervisor ran something else while ``cpu`` had work (``steal`` column of
     /proc/stat, proc(5)), s; None where the kernel does not report it."""
