@@ -33,6 +33,8 @@ from drivers.contract import (
 from hil.counters import RunCounters
 from hil.safety import GHMonitor, RangeOfMotion, SafetyConfig, Watchdog
 from hil.sensor import SensorModel
+from hil.stimulation import no_stimulation_params
+from hil.tick_kernel import compute_tick, tick_arrays
 from sim.plant import Plant
 
 #: Command-log entries per tick when the builder does not size the log from its drivers.
@@ -90,6 +92,10 @@ class TickEngine:
         self.tick = 0
         self.overrun = False
         self.stop_detail = ""      # why a safety action ended the run
+        stim_params = no_stimulation_params(n_mus) if stimulation is None else stimulation.kernel_params
+        self._tick_arrays = tick_arrays(plant, self.latched, self.direct, self.applied, self.u, stim_params,
+                                        stimulation is not None, self.rom.lo, self.rom.hi, sensor.frame_views,
+                                        substeps)
 
     # -- CommandSink --------------------------------------------------------------------------
     def _record(self, driver: int, receive_ns: int, kind: int, status: int, index: int,
@@ -204,12 +210,14 @@ class TickEngine:
         self.watchdog.feed(self.tick)
 
     def warmup(self) -> None:
-        """Compile (or load from numba's cache) and touch every kernel of a tick without changing any
-        state: the plant (stepped and restored), the stimulation map and the range check."""
-        self.plant.warmup()
-        if self.stim is not None:
-            self.stim.warmup()
-        self.rom.warmup(self.plant.outputs.q)
+        """Compile (or load from numba's cache) and run the tick's kernel without changing any state: a
+        tick with zero stimulation on copies of the plant state and the engine's arrays, then restored."""
+        plant = self.plant
+        saved = [a.copy() for a in (plant.x, plant.xdot, plant.excitation, self.applied, self.u)]
+        compute_tick(self._tick_arrays, plant.begin_steps(), True, 0, 0.0)
+        for a, b in zip((plant.x, plant.xdot, plant.excitation, self.applied, self.u), saved):
+            a[:] = b
+        plant.warmup()                     # and the outputs of the saved state
 
     # -- the tick ----------------------------------------------------------------------------
     def begin(self, tick: int, overrun: bool = False) -> None:
@@ -227,20 +235,12 @@ class TickEngine:
             self.latched[:] = 0.0
             self.direct[:] = 0.0
         zero_gh, zero_rom = self.gh.zero_now(), self.rom.zero_now()   # from the last frame
-        zero = wd or zero_gh or zero_rom
-        if zero:
-            self.applied[:] = 0.0
-            self.u[:] = 0.0
-        else:
-            self.applied[:] = self.latched
-            if self.stim is not None:
-                self.stim.excitation_from_applied(self.applied, self.u)
-            else:
-                self.u[:] = self.direct
-        for _ in range(self.substeps):
-            self.plant.step(self.u)
+        plant_status, n_clipped, n_done, outside = compute_tick(
+            self._tick_arrays, self.plant.begin_steps(), wd or zero_gh or zero_rom, self.tick,
+            (self.tick + 1) * self.period_s)
+        self.plant.finish_steps(plant_status, n_clipped, n_done, self.u)
         stop_gh = self.gh.observe(out.gh_stability)                    # this tick's frame
-        stop_rom = self.rom.observe(out.q)
+        stop_rom = self.rom.classify(outside)
         stop = stop_gh or stop_rom
         status = 0
         if wd:
@@ -257,7 +257,7 @@ class TickEngine:
             status |= STATUS_OVERRUN
         if stop:
             status |= STATUS_STOPPING
-        frame = self.sensor.measure(self.tick, (self.tick + 1) * self.period_s, self.plant.outputs, status)
+        frame = self.sensor.finish(self.tick, status)
         reason = "gh_unstable" if stop_gh else ("range_of_motion" if stop_rom else "")
         if stop:       # once, at the end of the run: what the operator is told
             self.stop_detail = (self.gh.describe(out.gh_stability) if stop_gh

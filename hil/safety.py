@@ -143,7 +143,7 @@ class GHMonitor(_AlarmAction):
 
 
 @njit(cache=True, nogil=True)
-def _outside(q, lo, hi) -> bool:
+def outside_range(q, lo, hi) -> bool:
     """Any q_i < lo_i or q_i > hi_i (one compiled call per tick instead of four numpy calls)."""
     for i in range(q.shape[0]):
         if q[i] < lo[i] or q[i] > hi[i]:
@@ -163,15 +163,19 @@ class RangeOfMotion(_AlarmAction):
 
     def warmup(self, q: np.ndarray) -> None:
         """Compile/load the range-check kernel (no state change)."""
-        _outside(q, self.lo, self.hi)
+        outside_range(q, self.lo, self.hi)
 
     def prime(self, q: np.ndarray) -> None:
         """The posture before the first tick (not counted)."""
-        self._prime(_outside(q, self.lo, self.hi))
+        self._prime(outside_range(q, self.lo, self.hi))
 
     def observe(self, q: np.ndarray) -> bool:
         """Classify a new frame; True: end the run (action ``stop``)."""
-        return self._classify(_outside(q, self.lo, self.hi))
+        return self.classify(outside_range(q, self.lo, self.hi))
+
+    def classify(self, outside: bool) -> bool:
+        """Classify a new frame whose posture is ``outside`` the range (:func:`outside_range`)."""
+        return self._classify(outside)
 
     def describe(self, q: np.ndarray, dof_names) -> str:
         """Which joints are out of range and by how much, in degrees (after a stop; not for the tick)."""

@@ -10,11 +10,38 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numba import njit
 
 from drivers.contract import frame_dtype
 from sim.model import DOF_NAMES
 
 ELBOW, PRONATION = DOF_NAMES.index("ELx"), DOF_NAMES.index("PSy")
+CONTACT_MIN_N = 1.0
+"""A scapulothoracic contact point is in contact when its force exceeds this (sum of |components|, N)."""
+
+
+@njit(cache=True, nogil=True)
+def fill_true_frame(views, tick, time_s, q, qdot, th_angles, hand_position, gh_force, st_force, gh_stability):
+    """The noise-free frame from plant outputs into ``views`` (:attr:`SensorModel.frame_views`), status
+    aside; one compiled call (also inlined in :func:`hil.tick_kernel.compute_tick`)."""
+    vq, vqd, vth, vhand, vgh, vst, vtick, vtime, velbow, vpron, vstab, vcontact = views
+    for i in range(q.shape[0]):
+        vq[i] = q[i]
+        vqd[i] = qdot[i]
+    for i in range(3):
+        vth[i] = th_angles[i]
+        vhand[i] = hand_position[i]
+        vgh[i] = gh_force[i]
+    for n in range(2):
+        for i in range(3):
+            vst[n, i] = st_force[n, i]
+        vcontact[n] = abs(st_force[n, 0]) + abs(st_force[n, 1]) + abs(st_force[n, 2]) > CONTACT_MIN_N
+    vtick[0] = tick
+    vtime[0] = time_s
+    velbow[0] = q[ELBOW]
+    vpron[0] = q[PRONATION]
+    vstab[0] = gh_stability
+
 
 @dataclass(frozen=True)
 class SensorModelConfig:
@@ -40,37 +67,28 @@ class SensorModel:
         self._n3 = np.zeros(3)
         self._noisy = (config.angle_noise_rad > 0 or config.velocity_noise_rad_s > 0
                        or config.force_noise_n > 0 or config.angle_quantum_rad > 0)
-        # field views resolved once: a slice copy into a view is several times cheaper per tick than a
-        # structured-record field assignment
+        # field views resolved once, for the compiled fill (fill_true_frame) and the noise model
         f = self.true_frame
-        self._views = tuple(f[name][0] for name in ("q", "qdot", "th_angles", "hand_position", "gh_force",
-                                                    "st_contact_force"))
-        self._scalars = {name: f[name] for name in ("tick", "time", "elbow_flexion", "forearm_pronation",
-                                                    "gh_stability", "status")}
-        self._in_contact = f["st_in_contact"][0]
+        self.frame_views = tuple(f[name][0] for name in ("q", "qdot", "th_angles", "hand_position", "gh_force",
+                                                         "st_contact_force")) + tuple(
+            f[name] for name in ("tick", "time", "elbow_flexion", "forearm_pronation", "gh_stability")) + (
+            f["st_in_contact"][0],)
+        self._status, self._elbow, self._pronation = f["status"], f["elbow_flexion"], f["forearm_pronation"]
 
     def reset(self) -> None:
         self.rng = np.random.Generator(np.random.PCG64(self.config.seed))
         self._history[:] = np.zeros(1, self.dtype)
 
     def measure(self, tick: int, time_s: float, outputs, status: int) -> np.ndarray:
-        """The frame for this tick (a 1-element view valid until the next call)."""
-        q, qdot, th, hand, gh_force, st_force = self._views
-        q[:] = outputs.q
-        qdot[:] = outputs.qdot
-        th[:] = outputs.th_angles
-        hand[:] = outputs.hand_position
-        gh_force[:] = outputs.gh_force
-        st_force[:] = outputs.st_contact_force
-        sc = self._scalars
-        sc["tick"][0] = tick
-        sc["time"][0] = time_s
-        sc["elbow_flexion"][0] = q[ELBOW]
-        sc["forearm_pronation"][0] = q[PRONATION]
-        sc["gh_stability"][0] = outputs.gh_stability
-        sc["status"][0] = status
-        for i in range(2):     # in contact: the contact force is more than 1 N (sum of |components|)
-            self._in_contact[i] = abs(st_force[i, 0]) + abs(st_force[i, 1]) + abs(st_force[i, 2]) > 1.0
+        """The frame for this tick from plant outputs (a 1-element view valid until the next call)."""
+        fill_true_frame(self.frame_views, tick, time_s, outputs.q, outputs.qdot, outputs.th_angles,
+                        outputs.hand_position, outputs.gh_force, outputs.st_contact_force, outputs.gh_stability)
+        return self.finish(tick, status)
+
+    def finish(self, tick: int, status: int) -> np.ndarray:
+        """Complete the frame :func:`fill_true_frame` filled for ``tick``: its status bits, then the
+        measurement model (noise, quantisation, delay). Returns the frame to send (a 1-element view)."""
+        self._status[0] = status
         if self._noisy:
             self._apply_noise()
         if self.config.delay_ticks == 0:
@@ -87,7 +105,7 @@ class SensorModel:
         on their own, e.g. by IMUs), q-dot and the GH force; then angles quantised to ``angle_quantum``.
         In place on preallocated buffers (no allocation in the tick)."""
         c = self.config
-        q, qdot, th, _, gh_force, _ = self._views
+        q, qdot, th, _, gh_force = self.frame_views[:5]
         nq, n3 = self._nq, self._n3
         if c.angle_noise_rad > 0:
             self._add_noise(q, nq, c.angle_noise_rad)
@@ -101,9 +119,8 @@ class SensorModel:
                 np.divide(angles, c.angle_quantum_rad, out=angles)
                 np.round(angles, out=angles)
                 np.multiply(angles, c.angle_quantum_rad, out=angles)
-        sc = self._scalars
-        sc["elbow_flexion"][0] = q[ELBOW]
-        sc["forearm_pronation"][0] = q[PRONATION]
+        self._elbow[0] = q[ELBOW]
+        self._pronation[0] = q[PRONATION]
 
     def _add_noise(self, values: np.ndarray, scratch: np.ndarray, std: float) -> None:
         self.rng.standard_normal(out=scratch)

@@ -82,7 +82,7 @@ def expand_gains(gains: dict[str, float], muscle_names, where: str, file=None) -
 
 
 @njit(cache=True, nogil=True)
-def _excitation_kernel(applied, pw_scale, amp_scale, q_th, q_sat, f_c, fuse_norm, g_d, gains, out):
+def excitation_kernel(applied, pw_scale, amp_scale, q_th, q_sat, f_c, fuse_norm, g_d, gains, out):
     """The module docstring's equations for every channel (rows of ``applied``: pulse width, amplitude,
     frequency, mode; pw * pw_scale in s, amp * amp_scale in A) and muscle element, into ``out``."""
     n_ch, n_mus = gains.shape
@@ -103,6 +103,12 @@ def _excitation_kernel(applied, pw_scale, amp_scale, q_th, q_sat, f_c, fuse_norm
     for k in range(n_mus):
         out[k] = min(1.0, max(0.0, out[k]))
     return out
+
+
+def no_stimulation_params(n_muscles: int) -> tuple:
+    """:attr:`StimulationModel.kernel_params` of a map with no channels (direct excitation mode)."""
+    empty = np.zeros(0)
+    return empty, empty, empty, empty, empty, np.zeros((0, n_muscles))
 
 
 class StimulationModel:
@@ -131,8 +137,13 @@ class StimulationModel:
     def excitation_from_applied(self, applied, out, pw_scale: float = 1e-6, amp_scale: float = 1e-3) -> np.ndarray:
         """u into ``out`` from the loop's (n_channels, 4) array: pulse width µs, amplitude mA, frequency
         Hz, mode (one compiled kernel: no allocation, no per-channel Python)."""
-        return _excitation_kernel(applied, pw_scale, amp_scale, self.q_th, self.q_sat, self.f_c, self._fuse_norm,
-                                  self.g_d, self.gains, out)
+        return excitation_kernel(applied, pw_scale, amp_scale, *self.kernel_params, out)
+
+    @property
+    def kernel_params(self) -> tuple:
+        """(q_th, q_sat, f_c, fusion normaliser, g_d, gains): the map's parameters as
+        :func:`excitation_kernel` takes them after the scales."""
+        return self.q_th, self.q_sat, self.f_c, self._fuse_norm, self.g_d, self.gains
 
     def warmup(self) -> None:
         """Compile (or load from cache) the kernel before the loop starts."""

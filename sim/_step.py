@@ -350,18 +350,27 @@ def bundle_prime(bundle, x, xd, u0, loads):
     return residual_max(W.st.f)
 
 
-@entry
-def bundle_step(bundle, x, xd, u0, u_in, loads, h, residual_limit, scheme, stale):
-    """Real-time entry point: validate/clip u_in, (re-)evaluate if stale, one Rosenbrock step.
-
-    Returns (status, n_clipped). On STEP_OK, u0 <- the applied (clipped) excitation."""
-    A, W = bundle.items
+@kernel
+def plant_steps(A, W, x, xd, u0, u_in, loads, h, residual_limit, scheme, stale, n):
+    """``n`` steps holding u_in (zero-order hold): validate/clip u_in, (re-)evaluate first if stale, then
+    Rosenbrock steps until one fails. Returns (status, excitations clipped over the steps done, steps
+    done). After each good step u0 <- the applied (clipped) excitation."""
     n_clipped = clip_excitation(u_in, W.st.u_next)
     if n_clipped < 0:
-        return STEP_BAD_INPUT, 0
+        return STEP_BAD_INPUT, 0, 0
     if stale:
         evaluate(A, x, xd, u0, loads, W)
-    status = plant_step(A, x, xd, u0, W.st.u_next, loads, h, residual_limit, scheme, W)
-    if status == STEP_OK:
+    for k in range(n):
+        status = plant_step(A, x, xd, u0, W.st.u_next, loads, h, residual_limit, scheme, W)
+        if status != STEP_OK:
+            return status, k * n_clipped, k
         copy_into(u0, W.st.u_next)
+    return STEP_OK, n * n_clipped, n
+
+
+@entry
+def bundle_step(bundle, x, xd, u0, u_in, loads, h, residual_limit, scheme, stale):
+    """Real-time entry point for one step (:func:`plant_steps` with n = 1): (status, n_clipped)."""
+    A, W = bundle.items
+    status, n_clipped, _ = plant_steps(A, W, x, xd, u0, u_in, loads, h, residual_limit, scheme, stale, 1)
     return status, n_clipped

@@ -49,7 +49,7 @@ class PlantOutputs:
     """Per-step outputs (SI units, radians). Array attributes are views valid until the next step."""
 
     __slots__ = ("q", "qdot", "s", "activation", "muscle_force", "muscle_length", "th_angles",
-                 "hand_position", "gh_force", "gh_angles", "st_contact_force", "conoid_force", "_stab")
+                 "hand_position", "gh_force", "gh_angles", "st_contact_force", "conoid_force", "gh_stability_cell")
 
     def __init__(self, x: np.ndarray, work) -> None:
         self.q = x[IQ:IQD]
@@ -64,12 +64,12 @@ class PlantOutputs:
         self.gh_angles = work.out.gh_angles      # theta (superior +), phi (anterior-posterior), rad
         self.st_contact_force = work.out.contact_force  # (2, 3) N on the scapula at TS, AI, thorax frame
         self.conoid_force = work.out.conoid_force  # N on the scapula, thorax frame
-        self._stab = work.out.gh_stability
+        self.gh_stability_cell = work.out.gh_stability   # (1,) view of gh_stability, for compiled callers
 
     @property
     def gh_stability(self) -> float:
         """(theta/theta_a)^2 + (phi/phi_a)^2 - 1 (paper eq. 9): < 0 inside the glenoid rim."""
-        return float(self._stab[0])
+        return float(self.gh_stability_cell[0])
 
 
 def _as_state(values, name: str) -> np.ndarray:
@@ -195,28 +195,48 @@ class Plant:
     # -- stepping --------------------------------------------------------------------------------
     def step(self, u: np.ndarray) -> None:
         """Advance one step; ``u`` (138,) is the excitation at the end of the step (u_{n+1})."""
-        if self.failed:
-            raise PlantDivergedError("the plant diverged earlier; call reset() first")
+        stale = self.begin_steps()
         if not (isinstance(u, np.ndarray) and u.dtype == np.float64 and u.shape == (N_MUS,)):
             u = np.asarray(u, dtype=np.float64)
             if u.shape != (N_MUS,):
                 raise InvalidInputError(f"excitation must have {N_MUS} values, got shape {u.shape}")
         status, n_clipped = bundle_step(self._bundle, self._x, self._xd, self._u, u, self._loads,
-                                        self.step_s, self.residual_limit, self._scheme_code,
-                                        self._stale)
-        if status != STEP_OK:
-            if status == STEP_BAD_INPUT:
-                bad = [self.model.muscle_names[i] for i in np.flatnonzero(~np.isfinite(u))[:5]]
-                raise InvalidInputError(f"excitation is NaN or infinite for {', '.join(bad)}")
-            self.failed = True
-            what = STEP_MESSAGES[status]
-            if status == STEP_FIBRE_COLLAPSE:
-                what = f"{self.model.muscle_names[self._work.st.failed_muscle[0]]}: {what}"
-            raise PlantDivergedError(f"step {self.steps + 1} (t = {self.time + self.step_s:.4f} s): "
-                                     f"{what}; state kept at t = {self.time:.4f} s")
-        self._stale = False
+                                        self.step_s, self.residual_limit, self._scheme_code, stale)
+        self.finish_steps(status, n_clipped, 1 if status == STEP_OK else 0, u)
+
+    # -- stepping from a compiled caller ------------------------------------------------------------
+    @property
+    def kernel_args(self) -> tuple:
+        """(bundle, x, xdot, u, loads, step_s, residual_limit, scheme code): the arguments after which a
+        compiled caller passes (stale, n) to :func:`sim._step.plant_steps` with ``bundle.items`` unpacked
+        as (A, W). Bracket the call with :meth:`begin_steps` and :meth:`finish_steps`."""
+        return (self._bundle, self._x, self._xd, self._u, self._loads, self.step_s, self.residual_limit,
+                self._scheme_code)
+
+    def begin_steps(self) -> bool:
+        """Refuse a diverged plant; returns whether the first step must re-evaluate (the loads changed)."""
+        if self.failed:
+            raise PlantDivergedError("the plant diverged earlier; call reset() first")
+        return self._stale
+
+    def finish_steps(self, status: int, n_clipped: int, n_done: int, u: np.ndarray) -> None:
+        """Book ``n_done`` good steps (``n_clipped`` clipped excitations) and raise if a step failed with
+        ``status`` (the plant then keeps its last good state and refuses to step until reset)."""
+        if n_done:
+            self._stale = False
         self.clipped_total += n_clipped
-        self.steps += 1
+        self.steps += n_done
+        if status == STEP_OK:
+            return
+        if status == STEP_BAD_INPUT:
+            bad = [self.model.muscle_names[i] for i in np.flatnonzero(~np.isfinite(u))[:5]]
+            raise InvalidInputError(f"excitation is NaN or infinite for {', '.join(bad)}")
+        self.failed = True
+        what = STEP_MESSAGES[status]
+        if status == STEP_FIBRE_COLLAPSE:
+            what = f"{self.model.muscle_names[self._work.st.failed_muscle[0]]}: {what}"
+        raise PlantDivergedError(f"step {self.steps + 1} (t = {self.time + self.step_s:.4f} s): "
+                                 f"{what}; state kept at t = {self.time:.4f} s")
 
     def warmup(self) -> None:
         """Compile (or load from cache) and run every kernel once; the plant state is unchanged."""

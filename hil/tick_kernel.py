@@ -1,0 +1,70 @@
+"""The compiled part of a tick: one call from Python per tick (:meth:`hil.engine.TickEngine.step`).
+
+In one numba call: the applied stimulation (the latched commands, or zero when safety says so) and its
+excitation (the stimulation map, or the latched direct excitations), the plant's sub-steps under that
+zero-order hold, the range-of-motion check and the noise-free sensor frame. Python keeps what has state
+and rules (watchdog, the alarm actions, status bits, the optional measurement model), so the decisions
+read as before and the call crosses the Python/numba boundary once instead of once per piece.
+
+Everything the call touches is preallocated and fixed for the run, and held in one StructRef
+(:func:`tick_arrays`), so a call unboxes one object and four scalars.
+"""
+from __future__ import annotations
+
+from numba import njit
+
+from hil.safety import outside_range
+from hil.sensor import fill_true_frame
+from hil.stimulation import excitation_kernel
+from sim._bundle import Bundle
+from sim._step import plant_steps
+
+PW_SCALE, AMP_SCALE = 1e-6, 1e-3
+"""The tick's channel rows are in µs and mA; the stimulation map takes s and A."""
+
+
+def tick_arrays(plant, latched, direct, applied, u, stim_params, use_stim: bool, rom_lo, rom_hi,
+                frame_views, n_steps: int) -> Bundle:
+    """Bundle an engine's tick: the plant's kernel arguments (:attr:`sim.plant.Plant.kernel_args`), the
+    latched and applied channel rows and direct excitations, the excitation ``u``, the stimulation map's
+    parameters, the range limits (rad), the views of plant outputs and of the sensor's frame."""
+    out = plant.outputs
+    outputs = (out.q, out.qdot, out.th_angles, out.hand_position, out.gh_force, out.st_contact_force,
+               out.gh_stability_cell)
+    return Bundle((plant.kernel_args, n_steps, latched, direct, applied, u, stim_params, use_stim,
+                   rom_lo, rom_hi, outputs, frame_views))
+
+
+@njit(cache=True, nogil=True)
+def _excitation(zero, use_stim, latched, direct, applied, u, stim):
+    """applied <- latched (or 0) and u <- the stimulation map of it, or the direct excitations (or 0)."""
+    if zero:
+        applied[:, :] = 0.0
+        u[:] = 0.0
+        return
+    for c in range(latched.shape[0]):
+        for j in range(4):
+            applied[c, j] = latched[c, j]
+    if use_stim:
+        q_th, q_sat, f_c, fuse_norm, g_d, gains = stim
+        excitation_kernel(applied, PW_SCALE, AMP_SCALE, q_th, q_sat, f_c, fuse_norm, g_d, gains, u)
+    else:
+        for k in range(u.shape[0]):
+            u[k] = direct[k]
+
+
+@njit(cache=True, nogil=True)
+def compute_tick(arrays, stale, zero, tick, time_s):
+    """One tick's compiled work; returns (plant status, excitations clipped, plant steps done, posture
+    outside the range of motion). The frame is filled only when every step succeeded."""
+    (plant, n_steps, latched, direct, applied, u, stim, use_stim, rom_lo, rom_hi, outputs,
+     frame) = arrays.items
+    _excitation(zero, use_stim, latched, direct, applied, u, stim)
+    bundle, x, xd, u0, loads, h, residual_limit, scheme = plant
+    A, W = bundle.items
+    status, n_clipped, n_done = plant_steps(A, W, x, xd, u0, u, loads, h, residual_limit, scheme, stale, n_steps)
+    q, qdot, th, hand, gh_force, st_force, stability = outputs
+    outside = outside_range(q, rom_lo, rom_hi)
+    if n_done == n_steps:
+        fill_true_frame(frame, tick, time_s, q, qdot, th, hand, gh_force, st_force, stability[0])
+    return status, n_clipped, n_done, outside

@@ -1,0 +1,84 @@
+"""The compiled tick (hil.tick_kernel.compute_tick) against the same tick composed from its documented
+pieces in Python: stimulation map, zero-order hold over the plant's sub-steps, the noise-free frame."""
+import tomllib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from drivers.loopback import Controller, LoopbackDriver
+from hil.engine import TickEngine
+from hil.safety import SafetyConfig
+from hil.sensor import SensorModel, SensorModelConfig
+from hil.stimulation import StimulationModel, load_stimulation_config
+from hil.tick import TickBody
+from sim.plant import Plant, PlantDivergedError
+
+REPO = Path(__file__).resolve().parents[1]
+H, SUBSTEPS = 0.002, 2
+REASONS = ("unknown_channel", "unknown_muscle", "non_finite", "bad_frame")
+
+
+class RampingChannels(Controller):
+    """Channels 0 and 1 (biceps, triceps of the default map) with a rising pulse width; silent from
+    ``silent_from`` on, so the watchdog zeroes the stimulation."""
+
+    def __init__(self, silent_from: int) -> None:
+        self.silent_from = silent_from
+
+    def control(self, tick, time_s, frame, emit):
+        if tick < self.silent_from:
+            emit.channel(0, 100.0 + 10.0 * tick, 30.0, 40.0, 0)
+            emit.channel(1, 80.0 + 5.0 * tick, 25.0, 30.0, 1)
+
+
+def stimulation_map(model) -> StimulationModel:
+    table = tomllib.loads((REPO / "configs/stimulation-default.toml").read_text())["stimulation"]
+    return StimulationModel(load_stimulation_config(table, model.muscle_names), model.muscle_names)
+
+
+def engine_with(model, plant) -> TickEngine:
+    return TickEngine(plant, stimulation_map(model), SafetyConfig(watchdog_timeout_s=0.02), SensorModel(
+        SensorModelConfig()), H * SUBSTEPS, SUBSTEPS, REASONS)
+
+
+def test_compiled_tick_equals_the_tick_composed_in_python(model):
+    """Every tick: u is the stimulation map of the applied channels (zero while the watchdog is tripped),
+    the plant state is that of SUBSTEPS Python-level steps holding u, and the frame reports it."""
+    engine = engine_with(model, Plant(model, step_s=H))
+    engine.warmup()
+    reference, ref_map = Plant(model, step_s=H), stimulation_map(model)
+    driver = LoopbackDriver(RampingChannels(silent_from=15), H * SUBSTEPS)
+    body, u_ref = TickBody(engine, [driver]), np.zeros(model.n_muscles)
+    zeroed = 0
+    for tick in range(30):
+        frame = body.step(tick, tick).frame[0]
+        ref_map.excitation_from_applied(engine.applied, u_ref)
+        zeroed += not engine.applied.any()
+        for _ in range(SUBSTEPS):
+            reference.step(u_ref)
+        assert engine.u.tobytes() == u_ref.tobytes(), tick
+        assert engine.plant.x.tobytes() == reference.x.tobytes(), tick
+        out = reference.outputs
+        assert frame["q"].tobytes() == out.q.tobytes() and frame["qdot"].tobytes() == out.qdot.tobytes()
+        assert frame["gh_stability"] == out.gh_stability and frame["gh_force"].tobytes() == out.gh_force.tobytes()
+        assert frame["elbow_flexion"] == out.q[model.dof_names.index("ELx")]
+        assert frame["tick"] == tick and frame["time"] == pytest.approx((tick + 1) * H * SUBSTEPS, rel=1e-15)
+    assert engine.plant.steps == reference.steps == 30 * SUBSTEPS
+    assert 0 < zeroed < 30 and engine.u.max() == 0.0 and u_ref.max() == 0.0 and engine.watchdog.tripped
+    driver.shutdown()
+
+
+def test_a_plant_failure_inside_the_tick_raises_and_keeps_the_last_good_state(model):
+    """A step rejected inside the compiled tick (here by an impossible residual limit) raises like
+    Plant.step: the state and the step count stay those of the last good step, and the plant refuses
+    further ticks."""
+    engine = engine_with(model, Plant(model, step_s=H, residual_limit=1e-30))
+    x0 = engine.plant.x.copy()
+    engine.begin(0)
+    with pytest.raises(PlantDivergedError, match="step 1 "):
+        engine.step()
+    assert engine.plant.failed and engine.plant.steps == 0 and engine.plant.x.tobytes() == x0.tobytes()
+    engine.begin(1)
+    with pytest.raises(PlantDivergedError, match="diverged earlier"):
+        engine.step()
