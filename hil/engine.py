@@ -211,13 +211,11 @@ class TickEngine:
 
     def warmup(self) -> None:
         """Compile (or load from numba's cache) and run the tick's kernel without changing any state: a
-        tick with zero stimulation on copies of the plant state and the engine's arrays, then restored."""
-        plant = self.plant
-        saved = [a.copy() for a in (plant.x, plant.xdot, plant.excitation, self.applied, self.u)]
-        compute_tick(self._tick_arrays, plant.begin_steps(), True, 0, 0.0)
-        for a, b in zip((plant.x, plant.xdot, plant.excitation, self.applied, self.u), saved):
-            a[:] = b
-        plant.warmup()                     # and the outputs of the saved state
+        tick with zero stimulation, after which the plant (:meth:`sim.plant.Plant.warmup`) and the engine's
+        applied channels and excitations are restored."""
+        saved = self.applied.copy(), self.u.copy()
+        self.plant.warmup(lambda: compute_tick(self._tick_arrays, self.plant.begin_steps(), True, 0, 0.0))
+        self.applied[:], self.u[:] = saved
 
     # -- the tick ----------------------------------------------------------------------------
     def begin(self, tick: int, overrun: bool = False) -> None:

@@ -161,10 +161,6 @@ class RangeOfMotion(_AlarmAction):
         self.lo = np.asarray(ranges)[:, 0] - margin_rad
         self.hi = np.asarray(ranges)[:, 1] + margin_rad
 
-    def warmup(self, q: np.ndarray) -> None:
-        """Compile/load the range-check kernel (no state change)."""
-        outside_range(q, self.lo, self.hi)
-
     def prime(self, q: np.ndarray) -> None:
         """The posture before the first tick (not counted)."""
         self._prime(outside_range(q, self.lo, self.hi))

@@ -81,6 +81,10 @@ def expand_gains(gains: dict[str, float], muscle_names, where: str, file=None) -
     return row
 
 
+PW_SCALE, AMP_SCALE = 1e-6, 1e-3
+"""s per µs and A per mA: the loop's channel rows are in µs and mA, the map's equations in s and A."""
+
+
 @njit(cache=True, nogil=True)
 def excitation_kernel(applied, pw_scale, amp_scale, q_th, q_sat, f_c, fuse_norm, g_d, gains, out):
     """The module docstring's equations for every channel (rows of ``applied``: pulse width, amplitude,
@@ -134,7 +138,8 @@ class StimulationModel:
         si[:, 0], si[:, 1], si[:, 2], si[:, 3] = pw_s, amp_a, freq_hz, mode
         return self.excitation_from_applied(si, out, 1.0, 1.0)
 
-    def excitation_from_applied(self, applied, out, pw_scale: float = 1e-6, amp_scale: float = 1e-3) -> np.ndarray:
+    def excitation_from_applied(self, applied, out, pw_scale: float = PW_SCALE, amp_scale: float = AMP_SCALE
+                                ) -> np.ndarray:
         """u into ``out`` from the loop's (n_channels, 4) array: pulse width µs, amplitude mA, frequency
         Hz, mode (one compiled kernel: no allocation, no per-channel Python)."""
         return excitation_kernel(applied, pw_scale, amp_scale, *self.kernel_params, out)
@@ -144,10 +149,6 @@ class StimulationModel:
         """(q_th, q_sat, f_c, fusion normaliser, g_d, gains): the map's parameters as
         :func:`excitation_kernel` takes them after the scales."""
         return self.q_th, self.q_sat, self.f_c, self._fuse_norm, self.g_d, self.gains
-
-    def warmup(self) -> None:
-        """Compile (or load from cache) the kernel before the loop starts."""
-        self.excitation_from_applied(np.zeros((self.n_channels, 4)), np.zeros(self.gains.shape[1]))
 
     def check_command(self, channel: int, pw_us: float, amp_ma: float, freq_hz: float, mode: int):
         """((pw, amp, freq, mode), reason): reason None if within limits; with policy 'reject' an

@@ -15,12 +15,9 @@ from numba import njit
 
 from hil.safety import outside_range
 from hil.sensor import fill_true_frame
-from hil.stimulation import excitation_kernel
+from hil.stimulation import AMP_SCALE, PW_SCALE, excitation_kernel
 from sim._bundle import Bundle
 from sim._step import plant_steps
-
-PW_SCALE, AMP_SCALE = 1e-6, 1e-3
-"""The tick's channel rows are in µs and mA; the stimulation map takes s and A."""
 
 
 def tick_arrays(plant, latched, direct, applied, u, stim_params, use_stim: bool, rom_lo, rom_hi,

@@ -238,10 +238,16 @@ class Plant:
         raise PlantDivergedError(f"step {self.steps + 1} (t = {self.time + self.step_s:.4f} s): "
                                  f"{what}; state kept at t = {self.time:.4f} s")
 
-    def warmup(self) -> None:
-        """Compile (or load from cache) and run every kernel once; the plant state is unchanged."""
+    def warmup(self, run_step=None) -> None:
+        """Compile (or load from cache) and run every kernel once; the plant state is unchanged.
+
+        ``run_step``: what steps the plant (default: one :meth:`step` holding the excitation), e.g. a
+        compiled caller of :func:`sim._step.plant_steps` warming up its own kernel."""
         saved = (self._x.copy(), self._xd.copy(), self._u.copy(), self.steps, self.clipped_total)
-        self.step(self._u.copy())
+        if run_step is None:
+            self.step(self._u.copy())
+        else:
+            run_step()
         self._x[:], self._xd[:], self._u[:] = saved[0], saved[1], saved[2]
         self.steps, self.clipped_total = saved[3], saved[4]
         bundle_prime(self._bundle, self._x, self._xd, self._u, self._loads)
