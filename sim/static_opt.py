@@ -386,7 +386,9 @@ def solve_static(model: Das3Model, posture: Posture, loads=None, criterion: str 
         cap = t_max * (1 + 1e-6) + 1e-9
         cons.append({"type": "ineq", "fun": lambda z: cap - rest.at(z).force / rest.fmax,
                      "jac": lambda z: -rest.at(z).J_force / rest.fmax[:, None]})
-    z, its = _run_slsqp(fun, jac, z, cons, _bounds(model, N_Z), max_iterations)
+    f0 = max(fun(z), 1e-12)
+    z, its = _run_slsqp(lambda z: fun(z) / f0, lambda z: jac(z) / f0, z, cons, _bounds(model, N_Z),
+                        max_iterations)
     iterations += its
     rest.at(z)
     checks = check_state(model, rest.state(z), posture, loads, gh_limit, tolerances)
