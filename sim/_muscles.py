@@ -239,3 +239,44 @@ def activation_rates(A, u, a, out_rate, out_da, out_du):
         out_rate[i] = (u[i] - a[i]) * k
         out_da[i] = -k
         out_du[i] = k + (u[i] - a[i]) * c1
+
+
+@kernel
+def solve_rest_lengths(A, L, a, s, s_min, tol, max_iter):
+    """Every muscle's s with g(L, s, 0, a) = 0 at rest (sdot = 0), in place from the given s, by the
+    bracketed Newton of :func:`solve_contraction` along s. A muscle whose tendon stays slack down to
+    ``s_min`` (no rest length in the model's range) is left at ``s_min`` with g != 0. Returns the number
+    of such muscles."""
+    failed = 0
+    for i in range(N_MUS):
+        v, ok = solve_contraction(A.mus[i], L[i], a[i], 0.0, 1.0, 0.0, 0.0, s[i], tol, max_iter)
+        if not ok or v < s_min:
+            v = max(v, s_min)
+            failed += 1
+        s[i] = v
+    return failed
+
+
+@kernel
+def rest_state_from_force(A, L, F, s, a):
+    """The rest (sdot = 0) contraction state and activation of every muscle that carries force F_i at
+    length L_i: invert the SEE, F4 = F/Fmax = k1 e + kSEE e^2 (e > 0) or k1 e, for e; then
+    s = (L - SEEslack - e) / Lceopt, and a from g = 0 with F2 = 1: a = (F4 / cos p - F3) / F1."""
+    for i in range(N_MUS):
+        P = A.mus[i]
+        f4 = F[i] / P[MUS_FMAX]
+        k1, k2 = P[MUS_K1SEE], P[MUS_KSEE]
+        if f4 <= 0.0:
+            e = f4 / k1
+        else:
+            e = 2.0 * f4 / (k1 + math.sqrt(k1 * k1 + 4.0 * k2 * f4))
+        si = (L[i] - P[MUS_SEESLACK] - e) / P[MUS_LCEOPT]
+        b = P[MUS_PENN_B]
+        lce = math.sqrt(si * si + b * b)
+        x1 = (lce - 1.0) / FL_WIDTH
+        xp = lce - P[MUS_PEESLACK]
+        f3 = P[MUS_K1PEE] * xp
+        if xp > 0.0:
+            f3 += P[MUS_KPEE] * xp * xp
+        s[i] = si
+        a[i] = (f4 * lce / si - f3) / math.exp(-x1 * x1)

@@ -1,50 +1,60 @@
 """Static optimisation of the DAS3 muscles with the GH stability constraint (van der Helm 1994, "Inverse
 dynamic optimization" and "Results"; Chadwick et al. 2014 §II-F for the DAS3 form f*(x, 0, 0, M) = 0).
 
-Unknowns z = [q (11) | s (138) | a (138)] at rest (q̇ = 0, ṡ = 0, activation = excitation). Constraints:
+At rest (q̇ = 0, ṡ = 0, activation = excitation) each muscle's force F_i lies between its passive rest
+force Fp_i(q) (a = 0) and its full rest force Ff_i(q) (a = 1, or the force at the shortest valid fibre
+``FIBRE_MIN`` where full activation would collapse it). The unknowns are
 
-- static equilibrium of the full model, f_eom(q, 0, s) = 0 (11) and the contraction equations
-  g(q, s, 0, a) = 0 (138): passive muscle forces, conoid, scapulothoracic contact, joint stops and loads
-  are all in the plant's own residual, with its exact Jacobian (:func:`sim.dynamics.jacobians`);
-- the posture: thoracohumeral plane of elevation, elevation and axial rotation (spec "Outputs"), elbow
-  flexion and pronation; with ``girdle`` given also the six clavicle and scapula angles;
-- GH stability (paper eq. 9) ≤ ``gh_limit`` (0 = the glenoid rim; van der Helm App. C);
-- scapula on the thorax: the ellipsoid function E of TS and AI ≤ 0 (no winging; Chadwick §II-F);
-- 0 ≤ a ≤ 1 and q within the DOF ranges.
+    z = [q_free | alpha (138) | M (0 or 5)],   F = Fp(q) + alpha (Ff(q) - Fp(q)),  0 <= alpha <= 1,
 
-Criteria (van der Helm 1994, "Results" (a)-(d)), with F the muscle-tendon force Fmax·F4 (passive
-included; the 1994 model had none) and PCSA = Fmax / 100 N/cm² (Chadwick 2014 App. A, eq. 12):
-(a) Σ F², (b) Σ (F/PCSA)², (c) Σ (F_CE,active / (Fmax f_FL(Lce)))² = Σ a² at zero velocity,
-(d) max F/PCSA, as an epigraph (min t with F/PCSA ≤ t), then, among the solutions with that maximum,
-the one of criterion (b) (the max alone leaves the muscles below it undetermined: van der Helm's
+so the equations of motion f_eom = Q(q, M) - G(q)^T F are linear in F at a fixed posture; each muscle's
+s and a follow from its F in closed form (:func:`sim._muscles.rest_state_from_force`), so the
+contraction equations g = 0 hold by construction. Constraints:
+
+- f_eom = 0 (11): passive muscle forces, conoid, scapulothoracic contact, joint stops and loads are all in
+  the plant's own residual; derivatives from its exact Jacobian (:func:`sim._step.evaluate`);
+- the posture: elbow and pronation held; with ``girdle`` given the whole q is fixed (the GH angles solved
+  from the thoracohumeral target), otherwise the girdle and GH angles are free and the thoracohumeral
+  YZY angles are equality constraints;
+- GH stability (Chadwick eq. 9; van der Helm App. C) <= ``gh_limit`` (0 = at the glenoid rim);
+- with the girdle free, TS and AI not lifted off the thorax: the ellipsoid function E <= 0 (Chadwick §II-F,
+  "to prevent scapular winging"; the DAS3 contact is a penalty force, so E = 0 exactly would carry none).
+
+Criteria (van der Helm 1994, "Results" (a)-(d)), F the muscle-tendon force (passive included; the 1994
+model had none) and PCSA = Fmax / 100 N/cm² (Chadwick 2014 App. A): (a) Σ F², (b) Σ (F/PCSA)²,
+(c) Σ a², which at zero velocity is Σ (F_CE,active / (Fmax f_FL(Lce)))², the paper's Σ (F/Fmax(l))² for the
+active part; (d) max F/PCSA as an epigraph (min t, F/PCSA <= t), then criterion (b) among the solutions
+within 1e-6 of that t, since the max alone leaves every muscle below it undetermined (the paper's
 "numerically unstable").
 """
 from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from scipy.optimize import minimize
 
 from sim._dual import slot_q
+from sim._muscles import rest_state_from_force, solve_rest_lengths
 from sim._outputs import compute_outputs
-from sim._step import IA, IQ, IQD, IS, evaluate, new_plant_work
-from sim.dynamics import jacobians
+from sim._step import FIBRE_MIN, IA, IQ, IQD, IS, evaluate, new_plant_work
 from sim.model import HUMERUS_FRAME, MUS_FMAX, MUS_LCEOPT, N_DOF, N_LOADS, N_MUS, N_STATES, Das3Model
 
-SPECIFIC_TENSION = 100.0e4
-"""N/m² (100 N/cm²): Fmax = PCSA x specific tension in DAS3 (Chadwick et al. 2014, App. A)."""
+SPECIFIC_TENSION_N_PER_CM2 = 100.0
+"""Fmax = PCSA x 100 N/cm² in DAS3 (Chadwick et al. 2014, App. A)."""
 CRITERIA = ("a", "b", "c", "d")
+CRITERION_UNITS = {"a": "N^2", "b": "(N/cm^2)^2", "c": "1", "d": "N/cm^2"}
 ELBOW, PRONATION = 9, 10
-GIRDLE = slice(0, 6)
-N_Z = N_DOF + N_MUS
-ZQ, ZA = 0, N_DOF
+GIRDLE_DOFS = tuple(range(6))
+GH_DOFS = (6, 7, 8)
+N_MOMENTS = 5
+"""The five external moments of Chadwick eq. 10 (loads M_th_y, M_th_z, M_hum_y, M_elbow, M_pronation)."""
 
 
 class StaticOptError(RuntimeError):
-    """The optimisation found no solution that passes the checks."""
+    """The optimisation found no solution that passes the checks (message: the failed checks)."""
 
 
 @dataclass(frozen=True)
@@ -59,15 +69,18 @@ class Posture:
     pronation: float
     girdle: tuple[float, ...] | None = None
 
+    def th_target(self) -> np.ndarray:
+        return np.array([self.plane_of_elevation, self.elevation, self.axial_rotation])
+
 
 @dataclass(frozen=True)
 class Tolerances:
     """Acceptance limits of :func:`check_state` (the solver's own "converged" is not trusted)."""
 
     eom_nm: float = 1e-6          # max |f_eom|, N m
-    contraction: float = 1e-8     # max |g| (normalised by Fmax)
+    contraction: float = 1e-9     # max |g| (normalised by Fmax)
     posture_rad: float = 1e-6
-    constraint: float = 1e-6      # GH stability, E of TS/AI, bounds
+    constraint: float = 1e-6      # GH stability, E of TS/AI, activation bounds
 
 
 @dataclass
@@ -76,30 +89,16 @@ class Checks:
     contraction_max: float
     posture_max_rad: float
     gh_stability: float
-    contact_e: np.ndarray        # (2,) E of TS, AI (≤ 0: on or in the thorax)
+    contact_e: np.ndarray        # (2,) E of TS, AI (<= 0: on or in the thorax)
     activation_range: tuple[float, float]
-    joint_outside_rad: float     # largest excursion outside a DOF range
+    joint_outside_rad: float     # largest excursion outside a DOF range (joint stops act; reported only)
     passed: bool
-    failures: list[str]
+    failures: list[str] = field(default_factory=list)
 
 
-@dataclass
-class StaticSolution:
-    x: np.ndarray                # (298,) state at rest: [q | 0 | s | a]
-    activation: np.ndarray       # (138,)
-    force: np.ndarray            # (138,) N, muscle-tendon force
-    criterion: str
-    cost: float                  # criterion value in its own units (N², (N/cm²)², 1, N/cm²)
-    th_angles: np.ndarray        # (3,) rad
-    gh_force: np.ndarray         # (3,) N, on the scapula, scapula frame
-    gh_angles: np.ndarray        # (2,) rad: theta, phi
-    gh_stability: float
-    contact_force: np.ndarray    # (2, 3) N at TS, AI, thorax frame
-    conoid_force: np.ndarray     # (3,) N
-    active: list[str]            # constraints at their limit
-    iterations: int
-    time_s: float
-    checks: Checks
+def _angle_error(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a - b wrapped to (-pi, pi]."""
+    return (a - b + math.pi) % (2 * math.pi) - math.pi
 
 
 def thoracohumeral_angles(R: np.ndarray) -> np.ndarray:
@@ -124,73 +123,168 @@ def thoracohumeral_jacobian(Rd: np.ndarray) -> np.ndarray:
     return J
 
 
-class _RestState:
-    """The model at rest for z = [q | a]: each muscle's s solved from its contraction equation g = 0 (so
-    F and f_eom are functions of z; derivatives by the implicit function theorem from the plant's exact
-    Jacobian), outputs and their derivatives, cached per z."""
+def contact_function(A, W) -> np.ndarray:
+    """E of TS and AI (spec "Scapulothoracic contact"): < 0 inside the thorax ellipsoid, > 0 lifted off."""
+    c = np.asarray(A.contact)
+    P = W.mb.contact_P[:, :, 0]
+    return np.sum(((P - c[0:3]) / c[3:6]) ** 2, axis=1) - 1.0
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """Where each unknown lives in z: the free DOFs, the 138 alphas, the free external moments."""
+
+    free_dofs: tuple[int, ...]
+    n_moments: int = 0
+    n_extra: int = 0          # e.g. the epigraph variable t of criterion (d), after everything else
+
+    @property
+    def n_q(self) -> int:
+        return len(self.free_dofs)
+
+    @property
+    def alpha(self) -> slice:
+        return slice(self.n_q, self.n_q + N_MUS)
+
+    @property
+    def moments(self) -> slice:
+        return slice(self.n_q + N_MUS, self.n_q + N_MUS + self.n_moments)
+
+    @property
+    def size(self) -> int:
+        return self.n_q + N_MUS + self.n_moments + self.n_extra
+
+    def with_extra(self, n: int) -> "_Layout":
+        return _Layout(self.free_dofs, self.n_moments, n)
+
+
+class _RestModel:
+    """The model at rest as a function of z (see the module docstring): forces, activations, f_eom,
+    outputs and their derivatives, cached for the last z."""
 
     FD_STEP = 1e-7
 
-    def __init__(self, model: Das3Model, loads: np.ndarray) -> None:
-        self.model, self.A, self.loads = model, model.arrays, loads
+    def __init__(self, model: Das3Model, loads: np.ndarray, q_template: np.ndarray, layout: _Layout) -> None:
+        self.model, self.A, self.loads, self.layout = model, model.arrays, np.array(loads, float), layout
         self.W = new_plant_work(self.A)
+        self.q_template = np.array(q_template, float)
         self.fmax = np.array(self.A.mus[:, MUS_FMAX])
         self.lceopt = np.array(self.A.mus[:, MUS_LCEOPT])
-        c = np.asarray(self.A.contact)
-        self.thorax_centre, self.thorax_radii = c[0:3], c[3:6]
         self.xd = np.zeros(N_STATES)
-        self.s = np.array(model.equilibrium_state[IS:IA])    # warm start of the contraction solve
+        self._s_guess = {a: np.array(model.equilibrium_state[IS:IA]) for a in (0.0, 1.0)}
         self._key = None
 
-    def state(self, z: np.ndarray) -> np.ndarray:
-        """x = [q | 0 | s | a] with the s last solved (call :meth:`at` first)."""
+    # --- pieces -----------------------------------------------------------------------------------
+    def q_of(self, z: np.ndarray) -> np.ndarray:
+        q = self.q_template.copy()
+        q[list(self.layout.free_dofs)] = z[:self.layout.n_q]
+        return q
+
+    def loads_of(self, z: np.ndarray) -> np.ndarray:
+        loads = self.loads.copy()
+        loads[:self.layout.n_moments] += z[self.layout.moments]
+        return loads
+
+    def _evaluate(self, q, s, a, loads) -> np.ndarray:
         x = np.zeros(N_STATES)
-        x[IQ:IQD], x[IS:IA], x[IA:] = z[ZQ:ZA], self.s, z[ZA:N_Z]
+        x[IQ:IQD], x[IS:IA], x[IA:] = q, s, a
+        evaluate(self.A, x, self.xd, x[IA:], loads, self.W)
         return x
 
-    def _solve_s(self, z: np.ndarray) -> np.ndarray:
-        from sim.equilibrium import _contraction_states
+    def _rest_force(self, q, level: float):
+        """(F (138,), dF/dL (138,)) of every muscle at rest with a = ``level`` (0 or 1) at posture q; a muscle
+        whose fibre would collapse is held at FIBRE_MIN (its force there is the most it can carry)."""
+        a = np.full(N_MUS, level)
+        s = self._s_guess[level]
+        self._evaluate(q, s, a, self.loads)
+        solve_rest_lengths(self.A, self.W.mu.L, a, s, FIBRE_MIN, 1e-13, 200)
+        self._evaluate(q, s, a, self.loads)
+        mu = self.W.mu
+        clamped = np.abs(mu.g) > 1e-9
+        dF4 = mu.dF4.copy()
+        dF_dL = self.fmax * dF4 * np.where(clamped, 1.0, 1.0 + self.lceopt * dF4 / mu.g_s)
+        return mu.force.copy(), dF_dL
 
-        x = self.state(z)
-        _contraction_states(self.A, self.W, x, self.xd, x[IA:], self.loads)
-        self.s = x[IS:IA].copy()
-        return x
+    def _state_of(self, q, alpha, loads):
+        """(F, dF/dL at fixed alpha, dFull - dPassive, x) with the plant evaluated at the rest state."""
+        Fp, dFp = self._rest_force(q, 0.0)
+        Ff, dFf = self._rest_force(q, 1.0)
+        span = Ff - Fp
+        F = Fp + alpha * span
+        s, a = np.empty(N_MUS), np.empty(N_MUS)
+        rest_state_from_force(self.A, self.W.mu.L, F, s, a)
+        x = self._evaluate(q, s, a, loads)
+        return F, dFp + alpha * (dFf - dFp), span, x
 
-    def _outputs_at(self, x: np.ndarray):
-        """(GH stability, E of TS and AI (2,)) at x."""
-        evaluate(self.A, x, self.xd, x[IA:], self.loads, self.W)
+    def moment_arms(self) -> np.ndarray:
+        """(138, 11) dL_i/dq_j of the last evaluation."""
+        G = np.zeros((N_MUS, N_DOF))
+        A, mu = self.A, self.W.mu
+        for i in range(N_MUS):
+            n = A.mus_ndof[i]
+            G[i, A.mus_dofs[i, :n]] = mu.G[i, :n]
+        return G
+
+    def _outputs(self):
+        """(GH stability, E of TS/AI) of the last evaluation."""
         compute_outputs(self.A, self.W)
-        P = self.W.mb.contact_P[:, :, 0]
-        return float(self.W.out.gh_stability[0]), np.sum(((P - self.thorax_centre) / self.thorax_radii) ** 2,
-                                                         axis=1) - 1.0
+        return float(self.W.out.gh_stability[0]), contact_function(self.A, self.W)
 
-    def at(self, z: np.ndarray) -> "_RestState":
-        """Make every attribute describe z: f_eom, force and their total derivatives, outputs."""
-        key = z[:N_Z].tobytes()
+    # --- everything at z --------------------------------------------------------------------------
+    def at(self, z: np.ndarray) -> "_RestModel":
+        key = z.tobytes()
         if key == self._key:
             return self
-        x = self._solve_s(z)
-        f, dfdx, _, _ = jacobians(self.model, x, self.xd, x[IA:], self.loads, work=self.W)
-        mu = self.W.mu
-        g_q, g_s, g_a = dfdx[IS:IA, IQ:IQD], mu.g_s.copy(), mu.g_a.copy()
-        ds_dq, ds_da = -g_q / g_s[:, None], -g_a / g_s                      # from g(q, s(q, a), a) = 0
-        eom_s = dfdx[IQD:IS, IS:IA]
-        self.f_eom, self.g = f[IQD:IS], f[IS:IA]
-        self.J_eom = np.hstack([dfdx[IQD:IS, IQ:IQD] + eom_s @ ds_dq, eom_s * ds_da])
-        dF_ds = -self.fmax * mu.dF4 * self.lceopt                          # F = Fmax F4(L(q) - s Lceopt - slack)
-        self.force = mu.force.copy()
-        self.J_force = np.hstack([self.fmax[:, None] * g_q + dF_ds[:, None] * ds_dq, np.diag(dF_ds * ds_da)])
-        self._ds_dq, self._dF_ds = ds_dq, dF_ds
-        compute_outputs(self.A, self.W)
-        W = self.W
+        L = self.layout
+        q, loads, alpha = self.q_of(z), self.loads_of(z), z[L.alpha]
+        F, dF_dL, span, x = self._state_of(q, alpha, loads)
+        W, mu = self.W, self.W.mu
+        self.x, self.force, self.span = x, F, span
+        self.f_eom = W.st.f[IQD:IS].copy()
+        self.g_max = float(np.max(np.abs(mu.g)))
+        G = self.moment_arms()
+        stiff = G.T @ ((self.fmax * mu.dF4)[:, None] * G)            # F-dependence removed: fixed F
+        dF_dq = dF_dL[:, None] * G
+        self.J_force = self._zjac(dF_dq, np.diag(span))
+        self.J_eom = self._zjac((W.st.Aq + stiff - G.T @ dF_dq), -G.T * span, self._moment_matrix(x, loads))
+        da_dL = -(mu.dF4 + mu.g_s / self.lceopt) / mu.g_a
+        da_dF = mu.g_s / (self.lceopt * self.fmax * mu.dF4 * mu.g_a)
+        self.J_act = self._zjac((da_dL + da_dF * dF_dL)[:, None] * G, np.diag(da_dF * span))
         Rd = W.mb.R[HUMERUS_FRAME]
-        self.th, self.J_th = thoracohumeral_angles(Rd[:, :, 0]), thoracohumeral_jacobian(Rd)
-        self.outputs = (W.out.gh_force.copy(), W.out.gh_angles.copy(), float(W.out.gh_stability[0]),
-                        W.out.contact_force.copy(), W.out.conoid_force.copy())
-        self._dstab_dF = self._stability_force_gradient()
-        self.stability, self.contact_e = self._outputs_at(x)
-        self._x, self._key, self._jac_outputs = x, key, None
+        self.th, self.J_th = thoracohumeral_angles(Rd[:, :, 0]), self._zjac(thoracohumeral_jacobian(Rd))
+        self.stability, self.contact_e = self._outputs()
+        out = W.out
+        self.outputs = dict(gh_force=out.gh_force.copy(), gh_angles=out.gh_angles.copy(),
+                            contact_force=out.contact_force.copy(), conoid_force=out.conoid_force.copy())
+        self.dstab_dF = self._stability_force_gradient()
+        self._key, self._z, self._jac_outputs = key, z.copy(), None
         return self
+
+    def _zjac(self, d_dq: np.ndarray, d_dalpha: np.ndarray | None = None, d_dm: np.ndarray | None = None):
+        """Assemble a Jacobian over z from its parts (q over all 11 DOFs; the free columns are kept)."""
+        L = self.layout
+        J = np.zeros((d_dq.shape[0], L.size))
+        J[:, :L.n_q] = d_dq[:, list(L.free_dofs)]
+        if d_dalpha is not None:
+            J[:, L.alpha] = d_dalpha
+        if d_dm is not None and L.n_moments:
+            J[:, L.moments] = d_dm
+        return J
+
+    def _moment_matrix(self, x, loads) -> np.ndarray | None:
+        """d f_eom / dM (11, n_moments): f_eom is linear in the moments, so unit differences are exact."""
+        n = self.layout.n_moments
+        if not n:
+            return None
+        base = self.W.st.f[IQD:IS].copy()
+        B = np.zeros((N_DOF, n))
+        for k in range(n):
+            unit = loads.copy()
+            unit[k] += 1.0
+            evaluate(self.A, x, self.xd, x[IA:], unit, self.W)
+            B[:, k] = self.W.st.f[IQD:IS] - base
+        evaluate(self.A, x, self.xd, x[IA:], loads, self.W)
+        return B
 
     def _stability_force_gradient(self) -> np.ndarray:
         """d stability / d F_i (138,): F_GH = ... + sum_i F_i d_i over the GH-crossing muscles (spec
@@ -208,260 +302,303 @@ class _RestState:
         return d
 
     def output_jacobians(self, z: np.ndarray):
-        """(d stability / dz (N_Z,), d E / dz (2, N_Z)): the q part by central differences at fixed s
-        (the line-of-action fits and the contact geometry have no derivative in the plant) plus the
-        path through s(q), the a part through F(a) (exact)."""
+        """(d stability / dz, d E / dz (2, n)): alpha exactly through F (pure moments add no force at
+        GH), the free DOFs by central differences at fixed alpha (the line-of-action fits and the contact
+        points have no derivative in the plant)."""
         self.at(z)
         if self._jac_outputs is None:
-            Js, Je = np.zeros(N_Z), np.zeros((2, N_Z))
-            x = self._x.copy()
-            for k in range(N_DOF):
-                x[IQ + k] += self.FD_STEP
-                sp, ep = self._outputs_at(x)
-                x[IQ + k] -= 2 * self.FD_STEP
-                sm, em = self._outputs_at(x)
-                x[IQ + k] += self.FD_STEP
+            L = self.layout
+            Js, Je = np.zeros(L.size), np.zeros((2, L.size))
+            Js[L.alpha] = self.dstab_dF * self.span
+            alpha, loads = z[L.alpha], self.loads_of(z)
+            for k in range(L.n_q):
+                values = []
+                for step in (self.FD_STEP, -self.FD_STEP):
+                    zk = z.copy()
+                    zk[k] += step
+                    self._state_of(self.q_of(zk), alpha, loads)
+                    values.append(self._outputs())
+                (sp, ep), (sm, em) = values
                 Js[k], Je[:, k] = (sp - sm) / (2 * self.FD_STEP), (ep - em) / (2 * self.FD_STEP)
-            dstab_ds = self._dstab_dF * self._dF_ds
-            Js[:N_DOF] += dstab_ds @ self._ds_dq
-            Js[ZA:] = self._dstab_dF * (self.J_force[np.arange(N_MUS), ZA + np.arange(N_MUS)])
-            self._outputs_at(self._x)
+            self._key = None
+            self.at(z)
             self._jac_outputs = (Js, Je)
         return self._jac_outputs
 
 
-def _posture_targets(posture: Posture) -> tuple[np.ndarray, np.ndarray]:
-    """(DOF indices held directly, their values): elbow, pronation and, if given, the girdle."""
-    idx, val = [ELBOW, PRONATION], [posture.elbow_flexion, posture.pronation]
+def _held(posture: Posture) -> dict[int, float]:
+    """DOF -> value for the DOFs the posture fixes directly: elbow, pronation and, if given, the girdle."""
+    held = {ELBOW: posture.elbow_flexion, PRONATION: posture.pronation}
     if posture.girdle is not None:
         if len(posture.girdle) != 6 or not all(math.isfinite(v) for v in posture.girdle):
             raise ValueError("girdle must be six finite angles (SCy, SCz, SCx, ACy, ACz, ACx), rad")
-        idx += list(range(6))
-        val += list(posture.girdle)
-    return np.array(idx), np.array(val, float)
+        held.update(zip(GIRDLE_DOFS, posture.girdle))
+    return held
 
 
-def _th_target(posture: Posture) -> np.ndarray:
-    return np.array([posture.plane_of_elevation, posture.elevation, posture.axial_rotation])
-
-
-def _angle_error(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """a - b wrapped to (-pi, pi]."""
-    return (a - b + math.pi) % (2 * math.pi) - math.pi
-
-
-def initial_guess(rest: _RestState, posture: Posture, activation: float = 0.02) -> np.ndarray:
-    """z0: the published equilibrium's girdle (or the given one), the humerus turned by Newton on the GH
-    angles to the thoracohumeral target, elbow and pronation set, each s solved for ``activation``."""
-    model = rest.model
-    idx, val = _posture_targets(posture)
-    x = np.array(model.equilibrium_state)
-    x[IQD:IS] = 0.0
-    x[IQ + idx] = val
-    x[IA:] = activation
-    z = z_of(x)
-    gh = np.arange(6, 9)
-    for _ in range(30):
-        rest.at(z)
-        err = _angle_error(rest.th, _th_target(posture))
-        if np.max(np.abs(err)) < 1e-12:
+def place_humerus(model: Das3Model, q: np.ndarray, target: np.ndarray, iterations: int = 30) -> np.ndarray:
+    """q with the GH angles turned (Newton on the exact thoracohumeral Jacobian) so that the
+    thoracohumeral angles are ``target``, the other DOFs as given."""
+    A, W = model.arrays, new_plant_work(model.arrays)
+    q = np.array(q, float)
+    x, xd = np.array(model.equilibrium_state), np.zeros(N_STATES)
+    gh = list(GH_DOFS)
+    for _ in range(iterations):
+        x[IQ:IQD] = q
+        evaluate(A, x, xd, x[IA:], np.zeros(N_LOADS), W)
+        Rd = W.mb.R[HUMERUS_FRAME]
+        err = _angle_error(thoracohumeral_angles(Rd[:, :, 0]), target)
+        if np.max(np.abs(err)) < 1e-13:
             break
-        z[gh] -= np.linalg.lstsq(rest.J_th[:, gh], err, rcond=None)[0]
-    return z
+        q[gh] -= np.linalg.lstsq(thoracohumeral_jacobian(Rd)[:, gh], err, rcond=None)[0]
+    return q
 
 
-def _padded(J: np.ndarray, n_var: int) -> np.ndarray:
-    if J.shape[-1] == n_var:
-        return J
-    out = np.zeros(J.shape[:-1] + (n_var,))
-    out[..., :J.shape[-1]] = J
-    return out
+def _start_posture(model: Das3Model, posture: Posture, q_start: np.ndarray | None) -> np.ndarray:
+    """All 11 angles to start from: ``q_start`` or the published equilibrium, with the held DOFs set and
+    the humerus placed at the thoracohumeral target."""
+    q = np.array(model.equilibrium_state[IQ:IQD] if q_start is None else q_start, float)
+    for dof, value in _held(posture).items():
+        q[dof] = value
+    return place_humerus(model, q, posture.th_target())
 
 
-def _equalities(rest: _RestState, posture: Posture, n_var: int) -> dict:
-    """f_eom = 0 (g = 0 holds by construction), thoracohumeral angles, held DOFs."""
-    idx, val = _posture_targets(posture)
-    target = _th_target(posture)
+def _layout(posture: Posture, n_moments: int) -> _Layout:
+    free = () if posture.girdle is not None else GIRDLE_DOFS + GH_DOFS
+    return _Layout(free_dofs=free, n_moments=n_moments)
+
+
+def _equalities(rest: _RestModel, posture: Posture) -> dict:
+    """f_eom = 0 and, with the GH angles free, the thoracohumeral angles."""
+    target = posture.th_target()
+    with_th = bool(rest.layout.n_q)
 
     def fun(z):
-        r = rest.at(z)
-        return np.concatenate([r.f_eom, _angle_error(r.th, target), z[idx] - val])
+        r = rest.at(z[:rest.layout.size])
+        parts = [r.f_eom] + ([_angle_error(r.th, target)] if with_th else [])
+        return np.concatenate(parts)
 
     def jac(z):
-        r = rest.at(z)
-        held = np.zeros((len(idx), N_Z))
-        held[np.arange(len(idx)), idx] = 1.0
-        J_th = np.zeros((3, N_Z))
-        J_th[:, :N_DOF] = r.J_th
-        return _padded(np.vstack([r.J_eom, J_th, held]), n_var)
+        r = rest.at(z[:rest.layout.size])
+        return _pad(np.vstack([r.J_eom] + ([r.J_th] if with_th else [])), z.size)
 
     return {"type": "eq", "fun": fun, "jac": jac}
 
 
-def _inequalities(rest: _RestState, gh_limit: float | None, girdle_free: bool, n_var: int) -> list[dict]:
-    """GH stability <= gh_limit (if not None) and, with the girdle free, E(TS), E(AI) <= 0 (as >= 0 forms)."""
-    out = []
-    if gh_limit is not None:
-        out.append({"type": "ineq", "fun": lambda z: np.array([gh_limit - rest.at(z).stability]),
-                    "jac": lambda z: _padded(-rest.output_jacobians(z)[0][None, :], n_var)})
-    if girdle_free:
-        out.append({"type": "ineq", "fun": lambda z: -rest.at(z).contact_e,
-                    "jac": lambda z: _padded(-rest.output_jacobians(z)[1], n_var)})
+def _pad(J: np.ndarray, n: int) -> np.ndarray:
+    """J with zero columns appended up to n (for the extra variables after the layout)."""
+    if J.shape[-1] == n:
+        return J
+    out = np.zeros(J.shape[:-1] + (n,))
+    out[..., :J.shape[-1]] = J
     return out
 
 
-def _objective(rest: _RestState, criterion: str, n_var: int):
-    """(fun, jac, scale to the criterion's units) of criteria (a)-(c) (see the module docstring)."""
-    if criterion == "c":
-        def fun(z):
-            return float(np.sum(z[ZA:N_Z] ** 2))
+def _inequalities(rest: _RestModel, gh_limit: float | None) -> list[dict]:
+    """GH stability <= gh_limit (if not None) and, with the girdle free, E(TS), E(AI) <= 0 (as >= 0)."""
+    n = rest.layout.size
+    cons = []
+    if gh_limit is not None:
+        cons.append({"type": "ineq", "fun": lambda z: np.array([gh_limit - rest.at(z[:n]).stability]),
+                     "jac": lambda z: _pad(-rest.output_jacobians(z[:n])[0][None, :], z.size)})
+    if rest.layout.n_q:
+        cons.append({"type": "ineq", "fun": lambda z: -rest.at(z[:n]).contact_e,
+                     "jac": lambda z: _pad(-rest.output_jacobians(z[:n])[1], z.size)})
+    return cons
 
-        def jac(z):
-            g = np.zeros(n_var)
-            g[ZA:N_Z] = 2 * z[ZA:N_Z]
-            return g
-        return fun, jac, 1.0
-    ref = np.full(N_MUS, 1000.0) if criterion == "a" else rest.fmax
-    scale = 1e6 if criterion == "a" else (SPECIFIC_TENSION * 1e-4) ** 2   # N², (N/cm²)²
+
+def _criterion(rest: _RestModel, criterion: str):
+    """(fun, jac) of criterion (a), (b) or (c) in its own units (module docstring)."""
+    n = rest.layout.size
+    if criterion == "c":
+        def values(r):
+            return r.x[IA:], r.J_act
+    else:
+        weight = np.ones(N_MUS) if criterion == "a" else SPECIFIC_TENSION_N_PER_CM2 / rest.fmax
+
+        def values(r):
+            return weight * r.force, weight[:, None] * r.J_force
 
     def fun(z):
-        return float(np.sum((rest.at(z).force / ref) ** 2))
+        v, _ = values(rest.at(z[:n]))
+        return float(v @ v)
 
     def jac(z):
-        r = rest.at(z)
-        return _padded(2 * (r.force / ref ** 2) @ r.J_force, n_var)
-    return fun, jac, scale
+        v, J = values(rest.at(z[:n]))
+        return _pad(2 * v @ J, z.size)
+
+    return fun, jac
 
 
-def _bounds(model: Das3Model, n_var: int) -> list[tuple[float, float]]:
-    """q within its range, 0 <= a <= 1, t free."""
-    b = [tuple(r) for r in np.asarray(model.dof_ranges)] + [(0.0, 1.0)] * N_MUS
-    return b + [(None, None)] * (n_var - N_Z)
+def _bounds(model: Das3Model, layout: _Layout, q0: np.ndarray) -> list[tuple]:
+    """Free DOFs within their range (widened to contain the start: the published equilibrium has ACz and
+    ACx just outside theirs), 0 <= alpha <= 1, moments and extra variables free. Outside the ranges
+    muscle paths become shorter than their tendons (fibre collapse) in the girdle's corners."""
+    ranges = np.asarray(model.dof_ranges)
+    b = [(min(ranges[j, 0], q0[j]), max(ranges[j, 1], q0[j])) for j in layout.free_dofs]
+    return b + [(0.0, 1.0)] * N_MUS + [(None, None)] * (layout.n_moments + layout.n_extra)
 
 
-def _run_slsqp(fun, jac, z0, constraints, bounds, max_iterations: int):
-    res = minimize(fun, z0, jac=jac, method="SLSQP", bounds=bounds, constraints=constraints,
-                   options={"maxiter": max_iterations, "ftol": 1e-12})
+@dataclass(frozen=True)
+class SolverSettings:
+    max_iterations: int = 500
+    ftol: float = 1e-10
+
+
+def _slsqp(fun, jac, z0, constraints, bounds, settings: SolverSettings, floor: float = 1.0):
+    """SLSQP (dense SQP with exact first derivatives: suits ~150 unknowns with 11-14 nonlinear equalities;
+    IPOPT would need a system library the package index does not ship). The objective is scaled by its
+    start value (at least ``floor``). Returns (z, iterations)."""
+    scale = max(abs(fun(z0)), floor)
+    res = minimize(lambda z: fun(z) / scale, z0, jac=lambda z: jac(z) / scale, method="SLSQP",
+                   bounds=bounds, constraints=constraints,
+                   options={"maxiter": settings.max_iterations, "ftol": settings.ftol})
     return res.x, int(res.nit)
 
 
-def _min_max_stress(rest, posture, z0, gh_limit, max_iterations):
-    """Criterion (d), stage 1: min t subject to F_i / Fmax_i <= t (the epigraph of max F/PCSA)."""
-    n_var = N_Z + 1
-    cons = [_equalities(rest, posture, n_var), *_inequalities(rest, gh_limit, posture.girdle is None, n_var),
-            {"type": "ineq", "fun": lambda z: z[N_Z] - rest.at(z).force / rest.fmax,
-             "jac": lambda z: np.hstack([-rest.at(z).J_force / rest.fmax[:, None], np.ones((N_MUS, 1))])}]
-    t0 = float(np.max(rest.at(z0).force / rest.fmax))
-    grad = np.zeros(n_var)
-    grad[N_Z] = 1.0
-    z, its = _run_slsqp(lambda z: float(z[N_Z]), lambda z: grad, np.append(z0, t0), cons,
-                        _bounds(rest.model, n_var), max_iterations)
-    return z[:N_Z], float(z[N_Z]), its
+OBJECTIVE_FLOOR = {"a": 1e4, "b": 1e2, "c": 1e-2}
+"""Objective scales when the start value is smaller (e.g. criterion (c) from a = 0)."""
+
+
+@dataclass
+class StaticSolution:
+    x: np.ndarray                # (298,) state at rest: [q | 0 | s | a]
+    activation: np.ndarray       # (138,)
+    force: np.ndarray            # (138,) N, muscle-tendon force
+    criterion: str
+    cost: float                  # criterion value in CRITERION_UNITS
+    th_angles: np.ndarray        # (3,) rad
+    gh_force: np.ndarray         # (3,) N, on the scapula, scapula frame
+    gh_angles: np.ndarray        # (2,) rad: theta, phi
+    gh_stability: float
+    contact_force: np.ndarray    # (2, 3) N at TS, AI, thorax frame
+    conoid_force: np.ndarray     # (3,) N
+    moments: np.ndarray          # (n_moments,) N m, the free external moments (max-moment problems)
+    active: list[str]            # constraints at their limit
+    iterations: int
+    time_s: float
+    checks: Checks
 
 
 def solve_static(model: Das3Model, posture: Posture, loads=None, criterion: str = "b",
-                 gh_limit: float | None = 0.0, x0: np.ndarray | None = None, max_iterations: int = 300,
+                 gh_limit: float | None = 0.0, q_start: np.ndarray | None = None,
+                 settings: SolverSettings = SolverSettings(),
                  tolerances: Tolerances = Tolerances()) -> StaticSolution:
     """Muscle activations (and, with ``posture.girdle`` None, the girdle angles) that hold ``posture``
     under ``loads`` at minimum ``criterion`` with GH stability <= ``gh_limit`` (None: unconstrained).
-    ``x0``: a warm start (e.g. the previous posture's :attr:`StaticSolution.x`).
+    ``q_start``: the 11 angles to start from (e.g. the previous posture's, for a trajectory).
     Raises :class:`StaticOptError` when the result fails :func:`check_state`."""
     if criterion not in CRITERIA:
         raise ValueError(f"criterion must be one of {', '.join(CRITERIA)}, not {criterion!r}")
+    loads = _checked_loads(loads)
+    t_start = time.perf_counter()
+    q0 = _start_posture(model, posture, q_start)
+    layout = _layout(posture, 0)
+    rest = _RestModel(model, loads, q0, layout)
+    z = np.concatenate([q0[list(layout.free_dofs)], np.zeros(N_MUS)])
+    cons = [_equalities(rest, posture), *_inequalities(rest, gh_limit)]
+    iterations = 0
+    if criterion == "d":
+        z, cap, iterations = _min_max_stress(rest, z, cons, settings)
+        cons.append(cap)
+    fun, jac = _criterion(rest, "b" if criterion == "d" else criterion)
+    z, its = _slsqp(fun, jac, z, cons, _bounds(model, layout, q0), settings,
+                    OBJECTIVE_FLOOR["b" if criterion == "d" else criterion])
+    iterations += its
+    r = rest.at(z)
+    cost = float(np.max(r.force / rest.fmax)) * SPECIFIC_TENSION_N_PER_CM2 if criterion == "d" else fun(z)
+    return _finish(rest, z, posture, criterion, cost, gh_limit, iterations, t_start, tolerances)
+
+
+def _checked_loads(loads) -> np.ndarray:
     loads = np.zeros(N_LOADS) if loads is None else np.asarray(loads, float)
     if loads.shape != (N_LOADS,) or not np.all(np.isfinite(loads)):
         raise ValueError(f"loads must be {N_LOADS} finite values (sim.model.LOAD_NAMES)")
-    t_start = time.perf_counter()
-    rest = _RestState(model, loads)
-    if x0 is None:
-        z = initial_guess(rest, posture)
-    else:
-        z, rest.s = z_of(np.asarray(x0, float)), np.array(x0[IS:IA], float)
-    iterations = 0
-    if criterion == "d":
-        z, t_max, iterations = _min_max_stress(rest, posture, z, gh_limit, max_iterations)
-    fun, jac, scale = _objective(rest, "b" if criterion == "d" else criterion, N_Z)
-    cons = [_equalities(rest, posture, N_Z), *_inequalities(rest, gh_limit, posture.girdle is None, N_Z)]
-    if criterion == "d":     # stage 2: criterion (b) among the solutions whose max F/PCSA is t_max
-        cap = t_max * (1 + 1e-6) + 1e-9
-        cons.append({"type": "ineq", "fun": lambda z: cap - rest.at(z).force / rest.fmax,
-                     "jac": lambda z: -rest.at(z).J_force / rest.fmax[:, None]})
-    f0 = max(fun(z), 1e-12)
-    z, its = _run_slsqp(lambda z: fun(z) / f0, lambda z: jac(z) / f0, z, cons, _bounds(model, N_Z),
-                        max_iterations)
-    iterations += its
-    rest.at(z)
-    checks = check_state(model, rest.state(z), posture, loads, gh_limit, tolerances)
-    cost = float(np.max(rest.at(z).force / rest.fmax)) * SPECIFIC_TENSION * 1e-4 if criterion == "d" \
-        else fun(z) * scale
-    return _solution(rest, z, posture, criterion, cost, gh_limit, iterations, time.perf_counter() - t_start, checks)
+    return loads
 
 
-def z_of(x: np.ndarray) -> np.ndarray:
-    """The optimiser's z = [q | a] of a rest state x."""
-    return np.concatenate([x[IQ:IQD], x[IA:]])
+def _min_max_stress(rest: _RestModel, z0: np.ndarray, cons: list, settings: SolverSettings):
+    """Criterion (d), stage 1: min t with F_i/PCSA_i <= t (epigraph; t the one extra variable).
+    Returns (z, the stage-2 constraint F/PCSA <= t (1 + 1e-6), iterations)."""
+    n = rest.layout.size
+    stress = SPECIFIC_TENSION_N_PER_CM2 / rest.fmax
+    epigraph = {"type": "ineq", "fun": lambda z: z[n] - stress * rest.at(z[:n]).force,
+                "jac": lambda z: np.hstack([-stress[:, None] * rest.at(z[:n]).J_force, np.ones((N_MUS, 1))])}
+    grad = np.zeros(n + 1)
+    grad[n] = 1.0
+    t0 = float(np.max(stress * rest.at(z0).force))
+    q0 = rest.q_template
+    z, its = _slsqp(lambda z: float(z[n]), lambda z: grad, np.append(z0, t0), cons + [epigraph],
+                    _bounds(rest.model, rest.layout.with_extra(1), q0), settings)
+    cap = z[n] * (1 + 1e-6)
+    second = {"type": "ineq", "fun": lambda z: cap - stress * rest.at(z[:n]).force,
+              "jac": lambda z: _pad(-stress[:, None] * rest.at(z[:n]).J_force, z.size)}
+    return z[:n], second, its
 
 
 def check_state(model: Das3Model, x: np.ndarray, posture: Posture, loads, gh_limit: float | None,
                 tol: Tolerances = Tolerances()) -> Checks:
-    """Re-evaluate a rest state with the plant's own residual (:func:`sim.dynamics.residual`, xdot = 0,
-    u = a) and outputs, and test every condition of the problem against ``tol``."""
+    """Re-evaluate a rest state with the plant's own residual (:func:`sim.dynamics.residual` with
+    xdot = 0 and u = a, so the activation rows vanish too) and outputs, and test every condition of the
+    problem against ``tol``."""
     from sim.dynamics import residual
 
+    loads = _checked_loads(loads)
     f = residual(model, x, np.zeros(N_STATES), x[IA:], loads)
-    rest = _RestState(model, np.asarray(loads, float))
-    stability, contact_e = rest._outputs_at(x)
-    th = thoracohumeral_angles(rest.W.mb.R[HUMERUS_FRAME][:, :, 0])
-    idx, val = _posture_targets(posture)
-    posture_err = max(float(np.max(np.abs(_angle_error(th, _th_target(posture))))),
-                      float(np.max(np.abs(x[IQ + idx] - val))))
+    W = new_plant_work(model.arrays)
+    evaluate(model.arrays, x, np.zeros(N_STATES), x[IA:], loads, W)
+    compute_outputs(model.arrays, W)
+    th = thoracohumeral_angles(W.mb.R[HUMERUS_FRAME][:, :, 0])
+    held = _held(posture)
+    posture_err = max(float(np.max(np.abs(_angle_error(th, posture.th_target())))),
+                      max(abs(x[IQ + dof] - v) for dof, v in held.items()))
     lo, hi = np.asarray(model.dof_ranges).T
-    q = x[IQ:IQD]
-    outside = float(max(0.0, np.max(lo - q), np.max(q - hi)))
-    a = x[IA:]
+    q, a = x[IQ:IQD], x[IA:]
     c = Checks(eom_max_nm=float(np.max(np.abs(f[IQD:IS]))), contraction_max=float(np.max(np.abs(f[IS:IA]))),
-               posture_max_rad=posture_err, gh_stability=stability, contact_e=contact_e,
-               activation_range=(float(a.min()), float(a.max())), joint_outside_rad=outside,
-               passed=True, failures=[])
+               posture_max_rad=posture_err, gh_stability=float(W.out.gh_stability[0]),
+               contact_e=contact_function(model.arrays, W), activation_range=(float(a.min()), float(a.max())),
+               joint_outside_rad=float(max(0.0, np.max(lo - q), np.max(q - hi))), passed=True)
     tests = [(c.eom_max_nm <= tol.eom_nm, f"equations of motion residual {c.eom_max_nm:.3g} N m"),
              (c.contraction_max <= tol.contraction, f"contraction residual {c.contraction_max:.3g}"),
              (posture_err <= tol.posture_rad, f"posture off by {math.degrees(posture_err):.3g} deg"),
              (gh_limit is None or c.gh_stability <= gh_limit + tol.constraint,
               f"GH stability {c.gh_stability:+.4f} above the limit {gh_limit}"),
-             (posture.girdle is not None or np.all(c.contact_e <= tol.constraint),
+             (posture.girdle is not None or bool(np.all(c.contact_e <= tol.constraint)),
               f"scapula off the thorax (E of TS, AI = {c.contact_e[0]:+.3g}, {c.contact_e[1]:+.3g})"),
              (a.min() >= -tol.constraint and a.max() <= 1 + tol.constraint,
-              f"activation outside [0, 1] ({a.min():.3g}..{a.max():.3g})"),
-             (outside <= tol.constraint, f"a joint {math.degrees(outside):.3g} deg outside its range")]
+              f"activation outside [0, 1] ({a.min():.3g}..{a.max():.3g})")]
     c.failures = [msg for ok, msg in tests if not ok]
     c.passed = not c.failures
     return c
 
 
-def _active_constraints(rest: _RestState, z: np.ndarray, gh_limit, girdle_free: bool, model) -> list[str]:
+def _active_constraints(rest: _RestModel, z: np.ndarray, gh_limit) -> list[str]:
     """Names of the inequality constraints at their limit (within 1e-6) at z."""
-    r = rest.at(z)
+    r, L, model = rest.at(z), rest.layout, rest.model
     active = []
     if gh_limit is not None and r.stability >= gh_limit - 1e-6:
         active.append("gh_stability")
-    if girdle_free:
-        active += [f"scapula_on_thorax_{p}" for p, e in zip(("TS", "AI"), r.contact_e) if e >= -1e-6]
-    a = z[ZA:N_Z]
-    names = model.muscle_names
-    active += [f"activation_max:{names[i]}" for i in np.flatnonzero(a >= 1 - 1e-6)]
+    if L.n_q:
+        active += [f"scapula_on_thorax:{p}" for p, e in zip(("TS", "AI"), r.contact_e) if e >= -1e-6]
+    alpha = z[L.alpha]
+    active += [f"force_max:{model.muscle_names[i]}" for i in np.flatnonzero(alpha >= 1 - 1e-6)]
     lo, hi = np.asarray(model.dof_ranges).T
-    q = z[ZQ:ZA]
-    active += [f"joint_range:{model.dof_names[j]}" for j in np.flatnonzero((q <= lo + 1e-6) | (q >= hi - 1e-6))]
+    q = r.x[IQ:IQD]
+    active += [f"joint_range:{model.dof_names[j]}" for j in L.free_dofs if q[j] <= lo[j] + 1e-6 or q[j] >= hi[j] - 1e-6]
     return active
 
 
-def _solution(rest, z, posture, criterion, cost, gh_limit, iterations, elapsed, checks) -> StaticSolution:
+def _finish(rest: _RestModel, z, posture, criterion, cost, gh_limit, iterations, t_start, tol) -> StaticSolution:
+    """The solution at z, checked with the plant's residual; raises StaticOptError if a check fails."""
     r = rest.at(z)
-    gh_force, gh_angles, gh_stability, contact, conoid = r.outputs
-    x = rest.state(z)
-    return StaticSolution(
+    x = r.x.copy()
+    loads = rest.loads_of(z)
+    checks = check_state(rest.model, x, posture, loads, gh_limit, tol)
+    sol = StaticSolution(
         x=x, activation=x[IA:].copy(), force=r.force.copy(), criterion=criterion, cost=cost,
-        th_angles=r.th.copy(), gh_force=gh_force, gh_angles=gh_angles, gh_stability=gh_stability,
-        contact_force=contact, conoid_force=conoid,
-        active=_active_constraints(rest, z, gh_limit, posture.girdle is None, rest.model),
-        iterations=iterations, time_s=elapsed, checks=checks)
+        th_angles=r.th.copy(), gh_stability=r.stability, moments=z[rest.layout.moments].copy(),
+        active=_active_constraints(rest, z, gh_limit), iterations=iterations,
+        time_s=time.perf_counter() - t_start, checks=checks, **r.outputs)
+    if not checks.passed:
+        raise StaticOptError("; ".join(checks.failures), sol)
+    return sol
