@@ -131,7 +131,7 @@ def contact_function(A, W) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class _Layout:
+class Layout:
     """Where each unknown lives in z: the free DOFs, the 138 alphas, the free external moments."""
 
     free_dofs: tuple[int, ...]
@@ -154,17 +154,17 @@ class _Layout:
     def size(self) -> int:
         return self.n_q + N_MUS + self.n_moments + self.n_extra
 
-    def with_extra(self, n: int) -> "_Layout":
-        return _Layout(self.free_dofs, self.n_moments, n)
+    def with_extra(self, n: int) -> "Layout":
+        return Layout(self.free_dofs, self.n_moments, n)
 
 
-class _RestModel:
+class RestModel:
     """The model at rest as a function of z (see the module docstring): forces, activations, f_eom,
     outputs and their derivatives, cached for the last z."""
 
     FD_STEP = 1e-7
 
-    def __init__(self, model: Das3Model, loads: np.ndarray, q_template: np.ndarray, layout: _Layout) -> None:
+    def __init__(self, model: Das3Model, loads: np.ndarray, q_template: np.ndarray, layout: Layout) -> None:
         self.model, self.A, self.loads, self.layout = model, model.arrays, np.array(loads, float), layout
         self.W = new_plant_work(self.A)
         self.q_template = np.array(q_template, float)
@@ -231,7 +231,7 @@ class _RestModel:
         return float(self.W.out.gh_stability[0]), contact_function(self.A, self.W)
 
     # --- everything at z --------------------------------------------------------------------------
-    def at(self, z: np.ndarray) -> "_RestModel":
+    def at(self, z: np.ndarray) -> "RestModel":
         key = z.tobytes()
         if key == self._key:
             return self
@@ -354,7 +354,7 @@ def place_humerus(model: Das3Model, q: np.ndarray, target: np.ndarray, iteration
     return q
 
 
-def _start_posture(model: Das3Model, posture: Posture, q_start: np.ndarray | None) -> np.ndarray:
+def start_posture(model: Das3Model, posture: Posture, q_start: np.ndarray | None) -> np.ndarray:
     """All 11 angles to start from: ``q_start`` or the published equilibrium, with the held DOFs set and
     the humerus placed at the thoracohumeral target."""
     q = np.array(model.equilibrium_state[IQ:IQD] if q_start is None else q_start, float)
@@ -363,12 +363,12 @@ def _start_posture(model: Das3Model, posture: Posture, q_start: np.ndarray | Non
     return place_humerus(model, q, posture.th_target())
 
 
-def _layout(posture: Posture, n_moments: int) -> _Layout:
+def layout_for(posture: Posture, n_moments: int) -> Layout:
     free = () if posture.girdle is not None else GIRDLE_DOFS + GH_DOFS
-    return _Layout(free_dofs=free, n_moments=n_moments)
+    return Layout(free_dofs=free, n_moments=n_moments)
 
 
-def _equalities(rest: _RestModel, posture: Posture) -> dict:
+def equalities(rest: RestModel, posture: Posture) -> dict:
     """f_eom = 0 and, with the GH angles free, the thoracohumeral angles."""
     target = posture.th_target()
     with_th = bool(rest.layout.n_q)
@@ -380,12 +380,12 @@ def _equalities(rest: _RestModel, posture: Posture) -> dict:
 
     def jac(z):
         r = rest.at(z[:rest.layout.size])
-        return _pad(np.vstack([r.J_eom] + ([r.J_th] if with_th else [])), z.size)
+        return pad_columns(np.vstack([r.J_eom] + ([r.J_th] if with_th else [])), z.size)
 
     return {"type": "eq", "fun": fun, "jac": jac}
 
 
-def _pad(J: np.ndarray, n: int) -> np.ndarray:
+def pad_columns(J: np.ndarray, n: int) -> np.ndarray:
     """J with zero columns appended up to n (for the extra variables after the layout)."""
     if J.shape[-1] == n:
         return J
@@ -394,20 +394,20 @@ def _pad(J: np.ndarray, n: int) -> np.ndarray:
     return out
 
 
-def _inequalities(rest: _RestModel, gh_limit: float | None) -> list[dict]:
+def inequalities(rest: RestModel, gh_limit: float | None) -> list[dict]:
     """GH stability <= gh_limit (if not None) and, with the girdle free, E(TS), E(AI) <= 0 (as >= 0)."""
     n = rest.layout.size
     cons = []
     if gh_limit is not None:
         cons.append({"type": "ineq", "fun": lambda z: np.array([gh_limit - rest.at(z[:n]).stability]),
-                     "jac": lambda z: _pad(-rest.output_jacobians(z[:n])[0][None, :], z.size)})
+                     "jac": lambda z: pad_columns(-rest.output_jacobians(z[:n])[0][None, :], z.size)})
     if rest.layout.n_q:
         cons.append({"type": "ineq", "fun": lambda z: -rest.at(z[:n]).contact_e,
-                     "jac": lambda z: _pad(-rest.output_jacobians(z[:n])[1], z.size)})
+                     "jac": lambda z: pad_columns(-rest.output_jacobians(z[:n])[1], z.size)})
     return cons
 
 
-def _criterion(rest: _RestModel, criterion: str):
+def _criterion(rest: RestModel, criterion: str):
     """(fun, jac) of criterion (a), (b) or (c) in its own units (module docstring)."""
     n = rest.layout.size
     if criterion == "c":
@@ -425,12 +425,12 @@ def _criterion(rest: _RestModel, criterion: str):
 
     def jac(z):
         v, J = values(rest.at(z[:n]))
-        return _pad(2 * v @ J, z.size)
+        return pad_columns(2 * v @ J, z.size)
 
     return fun, jac
 
 
-def _bounds(model: Das3Model, layout: _Layout, q0: np.ndarray) -> list[tuple]:
+def bounds(model: Das3Model, layout: Layout, q0: np.ndarray) -> list[tuple]:
     """Free DOFs within their range (widened to contain the start: the published equilibrium has ACz and
     ACx just outside theirs), 0 <= alpha <= 1, moments and extra variables free. Outside the ranges
     muscle paths become shorter than their tendons (fibre collapse) in the girdle's corners."""
@@ -445,7 +445,7 @@ class SolverSettings:
     ftol: float = 1e-10
 
 
-def _slsqp(fun, jac, z0, constraints, bounds, settings: SolverSettings, floor: float = 1.0):
+def run_slsqp(fun, jac, z0, constraints, bounds, settings: SolverSettings, floor: float = 1.0):
     """SLSQP (dense SQP with exact first derivatives: suits ~150 unknowns with 11-14 nonlinear equalities;
     IPOPT would need a system library the package index does not ship). The objective is scaled by its
     start value (at least ``floor``). Returns (z, iterations)."""
@@ -490,34 +490,34 @@ def solve_static(model: Das3Model, posture: Posture, loads=None, criterion: str 
     Raises :class:`StaticOptError` when the result fails :func:`check_state`."""
     if criterion not in CRITERIA:
         raise ValueError(f"criterion must be one of {', '.join(CRITERIA)}, not {criterion!r}")
-    loads = _checked_loads(loads)
+    loads = checked_loads(loads)
     t_start = time.perf_counter()
-    q0 = _start_posture(model, posture, q_start)
-    layout = _layout(posture, 0)
-    rest = _RestModel(model, loads, q0, layout)
+    q0 = start_posture(model, posture, q_start)
+    layout = layout_for(posture, 0)
+    rest = RestModel(model, loads, q0, layout)
     z = np.concatenate([q0[list(layout.free_dofs)], np.zeros(N_MUS)])
-    cons = [_equalities(rest, posture), *_inequalities(rest, gh_limit)]
+    cons = [equalities(rest, posture), *inequalities(rest, gh_limit)]
     iterations = 0
     if criterion == "d":
         z, cap, iterations = _min_max_stress(rest, z, cons, settings)
         cons.append(cap)
     fun, jac = _criterion(rest, "b" if criterion == "d" else criterion)
-    z, its = _slsqp(fun, jac, z, cons, _bounds(model, layout, q0), settings,
+    z, its = run_slsqp(fun, jac, z, cons, bounds(model, layout, q0), settings,
                     OBJECTIVE_FLOOR["b" if criterion == "d" else criterion])
     iterations += its
     r = rest.at(z)
     cost = float(np.max(r.force / rest.fmax)) * SPECIFIC_TENSION_N_PER_CM2 if criterion == "d" else fun(z)
-    return _finish(rest, z, posture, criterion, cost, gh_limit, iterations, t_start, tolerances)
+    return finish(rest, z, posture, criterion, cost, gh_limit, iterations, t_start, tolerances)
 
 
-def _checked_loads(loads) -> np.ndarray:
+def checked_loads(loads) -> np.ndarray:
     loads = np.zeros(N_LOADS) if loads is None else np.asarray(loads, float)
     if loads.shape != (N_LOADS,) or not np.all(np.isfinite(loads)):
         raise ValueError(f"loads must be {N_LOADS} finite values (sim.model.LOAD_NAMES)")
     return loads
 
 
-def _min_max_stress(rest: _RestModel, z0: np.ndarray, cons: list, settings: SolverSettings):
+def _min_max_stress(rest: RestModel, z0: np.ndarray, cons: list, settings: SolverSettings):
     """Criterion (d), stage 1: min t with F_i/PCSA_i <= t (epigraph; t the one extra variable).
     Returns (z, the stage-2 constraint F/PCSA <= t (1 + 1e-6), iterations)."""
     n = rest.layout.size
@@ -528,11 +528,11 @@ def _min_max_stress(rest: _RestModel, z0: np.ndarray, cons: list, settings: Solv
     grad[n] = 1.0
     t0 = float(np.max(stress * rest.at(z0).force))
     q0 = rest.q_template
-    z, its = _slsqp(lambda z: float(z[n]), lambda z: grad, np.append(z0, t0), cons + [epigraph],
-                    _bounds(rest.model, rest.layout.with_extra(1), q0), settings)
+    z, its = run_slsqp(lambda z: float(z[n]), lambda z: grad, np.append(z0, t0), cons + [epigraph],
+                    bounds(rest.model, rest.layout.with_extra(1), q0), settings)
     cap = z[n] * (1 + 1e-6)
     second = {"type": "ineq", "fun": lambda z: cap - stress * rest.at(z[:n]).force,
-              "jac": lambda z: _pad(-stress[:, None] * rest.at(z[:n]).J_force, z.size)}
+              "jac": lambda z: pad_columns(-stress[:, None] * rest.at(z[:n]).J_force, z.size)}
     return z[:n], second, its
 
 
@@ -543,7 +543,7 @@ def check_state(model: Das3Model, x: np.ndarray, posture: Posture, loads, gh_lim
     problem against ``tol``."""
     from sim.dynamics import residual
 
-    loads = _checked_loads(loads)
+    loads = checked_loads(loads)
     f = residual(model, x, np.zeros(N_STATES), x[IA:], loads)
     W = new_plant_work(model.arrays)
     evaluate(model.arrays, x, np.zeros(N_STATES), x[IA:], loads, W)
@@ -572,7 +572,7 @@ def check_state(model: Das3Model, x: np.ndarray, posture: Posture, loads, gh_lim
     return c
 
 
-def _active_constraints(rest: _RestModel, z: np.ndarray, gh_limit) -> list[str]:
+def _active_constraints(rest: RestModel, z: np.ndarray, gh_limit) -> list[str]:
     """Names of the inequality constraints at their limit (within 1e-6) at z."""
     r, L, model = rest.at(z), rest.layout, rest.model
     active = []
@@ -588,7 +588,7 @@ def _active_constraints(rest: _RestModel, z: np.ndarray, gh_limit) -> list[str]:
     return active
 
 
-def _finish(rest: _RestModel, z, posture, criterion, cost, gh_limit, iterations, t_start, tol) -> StaticSolution:
+def finish(rest: RestModel, z, posture, criterion, cost, gh_limit, iterations, t_start, tol) -> StaticSolution:
     """The solution at z, checked with the plant's residual; raises StaticOptError if a check fails."""
     r = rest.at(z)
     x = r.x.copy()

@@ -1,0 +1,180 @@
+"""``hil analyze``: static optimisation with the GH constraint, stimulation-channel optimisation and maximum
+isometric moments (numerics in :mod:`sim.static_opt`, :mod:`sim.max_moment`, :mod:`hil.channel_opt`)."""
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+from typing import Annotated, Optional
+
+import numpy as np
+import typer
+
+from hil.cli.common import BadInputError, ExitCode, error, load_model_options, out_console, user_errors
+
+app = typer.Typer(no_args_is_help=True, help="Optimisation analyses of the DAS3 model.")
+
+CRITERION_HELP = ("(a) min sum F^2, (b) min sum (F/PCSA)^2, (c) min sum a^2 (= (F_active/(Fmax f_FL))^2), "
+                  "(d) min max F/PCSA, then (b) at that maximum (van der Helm 1994).")
+
+
+def parse_loads(items: list[str]) -> np.ndarray:
+    """``NAME=VALUE`` items (sim.model.LOAD_NAMES; N, N m, m) -> the 10 loads."""
+    from sim.model import LOAD_NAMES
+
+    loads = np.zeros(len(LOAD_NAMES))
+    for item in items:
+        name, _, value = item.partition("=")
+        if name not in LOAD_NAMES:
+            raise BadInputError(f"--load {item!r}: name must be one of {', '.join(LOAD_NAMES)}")
+        try:
+            loads[LOAD_NAMES.index(name)] = float(value)
+        except ValueError:
+            raise BadInputError(f"--load {item!r}: value must be a number") from None
+        if not math.isfinite(loads[LOAD_NAMES.index(name)]):
+            raise BadInputError(f"--load {item!r}: value must be finite")
+    return loads
+
+
+def parse_angles(text: str) -> np.ndarray:
+    """``START:STOP:STEP`` in degrees (STOP included) -> radians."""
+    try:
+        start, stop, step = (float(v) for v in text.split(":"))
+    except ValueError:
+        raise BadInputError(f"--angles {text!r}: expected START:STOP:STEP in degrees") from None
+    if not (all(math.isfinite(v) for v in (start, stop, step)) and step > 0 and stop >= start):
+        raise BadInputError(f"--angles {text!r}: need finite values, STEP > 0 and STOP >= START")
+    n = int(math.floor((stop - start) / step + 1e-9)) + 1
+    if n > 1000:
+        raise BadInputError(f"--angles {text!r}: {n} angles (at most 1000)")
+    return np.radians(start + step * np.arange(n))
+
+
+def read_trajectory(path: Path, defaults: dict) -> list[dict]:
+    """Postures from a CSV with ``elevation_deg`` and optional ``plane_deg``, ``axial_rotation_deg``,
+    ``elbow_deg``, ``pronation_deg`` columns (missing ones take the command's options)."""
+    with open(path, newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    if not rows or "elevation_deg" not in rows[0]:
+        raise BadInputError(f"--trajectory {path}: a CSV with at least an 'elevation_deg' column and one row")
+    postures = []
+    for n, row in enumerate(rows, start=2):
+        try:
+            values = {k: float(row[k]) if row.get(k) not in (None, "") else defaults[k] for k in defaults}
+        except ValueError:
+            raise BadInputError(f"--trajectory {path}, line {n}: values must be numbers") from None
+        if not all(math.isfinite(v) for v in values.values()):
+            raise BadInputError(f"--trajectory {path}, line {n}: values must be finite")
+        postures.append(values)
+    return postures
+
+
+def _posture(values: dict):
+    from sim.static_opt import Posture
+
+    return Posture(math.radians(values["plane_deg"]), math.radians(values["elevation_deg"]),
+                   math.radians(values["axial_rotation_deg"]), math.radians(values["elbow_deg"]),
+                   math.radians(values["pronation_deg"]))
+
+
+def _report_solution(sol, label: str) -> None:
+    c = sol.checks
+    status = "[green]checks passed[/]" if c.passed else "[red]checks FAILED: " + "; ".join(c.failures) + "[/]"
+    out_console().print(
+        f"{label}: cost {sol.cost:.6g}, GH stability {sol.gh_stability:+.3f}, {sol.iterations} iterations, "
+        f"{sol.time_s:.2f} s; residual |f_eom| {c.eom_max_nm:.2g} N m, |g| {c.contraction_max:.2g}, "
+        f"a in [{c.activation_range[0]:.3g}, {c.activation_range[1]:.3g}]; active: "
+        f"{', '.join(sol.active[:8]) or 'none'}{' ...' if len(sol.active) > 8 else ''}; {status}")
+
+
+def static_opt(
+    out: Annotated[Path, typer.Option(help="Output directory (created).")],
+    elevation: Annotated[Optional[float], typer.Option(help="Thoracohumeral elevation, deg.")] = None,
+    plane: Annotated[float, typer.Option(help="Plane of elevation, deg (0 = forward, 90 = coronal).")] = 60.0,
+    axial_rotation: Annotated[float, typer.Option(help="Axial rotation, deg (+ = internal).")] = 0.0,
+    elbow: Annotated[float, typer.Option(help="Elbow flexion, deg.")] = 37.64,
+    pronation: Annotated[float, typer.Option(help="Forearm pronation, deg.")] = 81.44,
+    criterion: Annotated[str, typer.Option(help=CRITERION_HELP)] = "b",
+    load: Annotated[list[str], typer.Option(help="A load NAME=VALUE (repeatable; names as in "
+                                                 "'hil model info').")] = [],
+    gh_limit: Annotated[float, typer.Option(help="GH stability limit (0 = the glenoid rim; < 0 a margin).")] = 0.0,
+    no_gh: Annotated[bool, typer.Option("--no-gh", help="Drop the GH stability constraint.")] = False,
+    trajectory: Annotated[Optional[Path], typer.Option(help="CSV of postures (elevation_deg[, plane_deg, ...]) "
+                                                           "solved in order with warm starts.")] = None,
+    model_config: Annotated[Optional[Path], typer.Option(help="Model options TOML.")] = None,
+) -> None:
+    """Muscle activations that hold a posture at minimum criterion with the GH joint stable; exits 1
+    when no solution passes the checks (residual, constraints, bounds) re-evaluated with the plant."""
+    from hil import analysis_output as ao
+    from sim.model import load_model
+    from sim.static_opt import CRITERIA, StaticOptError, solve_static
+
+    with user_errors():
+        if criterion not in CRITERIA:
+            raise BadInputError(f"--criterion must be one of {', '.join(CRITERIA)}")
+        if (elevation is None) == (trajectory is None):
+            raise BadInputError("give exactly one of --elevation and --trajectory")
+        loads = parse_loads(load)
+        defaults = {"plane_deg": plane, "elevation_deg": elevation, "axial_rotation_deg": axial_rotation,
+                    "elbow_deg": elbow, "pronation_deg": pronation}
+        postures = [defaults] if trajectory is None else read_trajectory(trajectory, defaults)
+        model = load_model(load_model_options(model_config))
+        out.mkdir(parents=True, exist_ok=True)
+        results, q_start = [], None
+        for values in postures:
+            try:
+                sol = solve_static(model, _posture(values), loads, criterion, None if no_gh else gh_limit, q_start)
+                q_start = sol.x[:11]
+            except StaticOptError as exc:
+                sol = exc.args[1]
+            results.append(sol)
+            _report_solution(sol, f"elevation {values['elevation_deg']:g} deg, plane {values['plane_deg']:g} deg")
+        if trajectory is None:
+            ao.write_solution(out, results[0], model)
+        else:
+            ao.write_trajectory(out, results, model)
+        failed = sum(not s.checks.passed for s in results)
+        if failed:
+            error(f"{failed} of {len(results)} postures have no solution that passes the checks")
+            raise typer.Exit(ExitCode.ERROR)
+        out_console().print(f"wrote {out}")
+
+
+def max_moment(
+    task: Annotated[str, typer.Option(help="shoulder-flexion, shoulder-extension, abduction, adduction, "
+                                           "internal-rotation, external-rotation, elbow-flexion, "
+                                           "elbow-extension, pronation or supination.")],
+    out: Annotated[Path, typer.Option(help="Output directory (created).")],
+    angles: Annotated[Optional[str], typer.Option(help="START:STOP:STEP of the swept angle, deg "
+                                                       "(default: the task's).")] = None,
+    gh_limit: Annotated[float, typer.Option(help="GH stability limit.")] = 0.0,
+    model_config: Annotated[Optional[Path], typer.Option(help="Model options TOML.")] = None,
+) -> None:
+    """Maximum isometric moment of a task over its angle range (Chadwick 2014 §II-F, Figs. 4-8): CSV and
+    figure; exits 1 if any angle has no solution that passes the checks."""
+    from hil import analysis_output as ao
+    from sim.max_moment import TASKS, sweep
+    from sim.model import load_model
+    from sim.static_opt import StaticOptError
+
+    with user_errors():
+        if task not in TASKS:
+            raise BadInputError(f"--task must be one of {', '.join(TASKS)}")
+        spec = TASKS[task]
+        angles_rad = parse_angles(angles or ":".join(f"{v:g}" for v in spec.default_angles_deg))
+        model = load_model(load_model_options(model_config))
+        out.mkdir(parents=True, exist_ok=True)
+        results = sweep(model, spec, angles_rad, gh_limit)
+        for angle, r in zip(angles_rad, results):
+            sol = r.args[1] if isinstance(r, StaticOptError) else r.solution
+            _report_solution(sol, f"{task} at {math.degrees(angle):g} deg: moment {sol.cost:.2f} N m")
+        path = ao.write_max_moment(out, task, spec, angles_rad, results, model)
+        failed = sum(isinstance(r, StaticOptError) for r in results)
+        if failed:
+            error(f"{failed} of {len(results)} angles have no solution that passes the checks")
+            raise typer.Exit(ExitCode.ERROR)
+        out_console().print(f"wrote {path}")
+
+
+app.command("static-opt")(static_opt)
+app.command("max-moment")(max_moment)

@@ -1,0 +1,126 @@
+"""Maximum isometric moments (Chadwick et al. 2014 §II-F, eqs. 10-11, Figs. 4-8).
+
+For each posture find the rest state x and the five external moments M (loads M_th_y, M_th_z, M_hum_y,
+M_elbow, M_pronation) with f*(x, 0, 0, M) = 0 that maximise the moment the arm exerts in the task's
+direction, with GH stability <= 0, TS and AI not lifted off the thorax and 0 <= a <= 1; the clavicle
+and scapula angles are free (panels B and C), the other four moments hold the posture. The moment the
+arm exerts on a dynamometer is minus the external moment that balances it, so the task maximises
+-direction * M_k for its load k (load k does unit virtual work on its own angle; positive angles are
+elevation, internal rotation, elbow flexion and pronation).
+
+Posture conventions from the figure captions; values the captions do not give are this project's
+choices and are named as such in :data:`TASKS`.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from sim import static_opt as so
+from sim.model import N_DOF, Das3Model
+
+DEG = math.pi / 180.0
+NEUTRAL_PRONATION_RAD = 82.5 * DEG
+"""Neutral forearm: the middle of the DAS3 pronation range (5-160 deg); the captions say "neutral"
+without a value."""
+ARM_AT_SIDE_ELEVATION_RAD = 10.0 * DEG
+""""Arm at the side" (Fig. 8): 10 deg, since plane of elevation and axial rotation are undefined at 0."""
+SCAPULAR_PLANE_RAD = 60.0 * DEG
+"""Plane of elevation of the scapular plane, 30 deg anterior to the coronal plane (in the model's YZY
+convention 0 = sagittal / forward, 90 deg = coronal); the captions say "scapular plane" without a value."""
+
+
+@dataclass(frozen=True)
+class Task:
+    """One panel-A curve: which external moment (load index), the direction of the arm's effort (+1:
+    elevation, internal rotation, elbow flexion, pronation), the angle swept and the fixed posture
+    (plane of elevation, elevation, axial rotation, elbow, pronation; rad, the swept one ignored)."""
+
+    load: int
+    direction: int
+    swept: str                      # "elevation", "axial_rotation", "elbow_flexion" or "pronation"
+    posture: tuple[float, float, float, float, float]
+    default_angles_deg: tuple[float, float, float]   # start, stop (inclusive), step
+    figure: str
+
+
+_SAGITTAL = (0.0, 0.0, 0.0, 60 * DEG, NEUTRAL_PRONATION_RAD)
+_SCAPULAR = (SCAPULAR_PLANE_RAD, 0.0, 0.0, 60 * DEG, NEUTRAL_PRONATION_RAD)
+_ROTATION = (SCAPULAR_PLANE_RAD, 60 * DEG, 0.0, 60 * DEG, NEUTRAL_PRONATION_RAD)
+_ELBOW = (90 * DEG, 90 * DEG, 0.0, 0.0, NEUTRAL_PRONATION_RAD)
+_FOREARM = (0.0, ARM_AT_SIDE_ELEVATION_RAD, 0.0, 90 * DEG, 0.0)
+
+TASKS = {
+    "shoulder-flexion": Task(1, +1, "elevation", _SAGITTAL, (10, 80, 10), "Fig. 4"),
+    "shoulder-extension": Task(1, -1, "elevation", _SAGITTAL, (10, 80, 10), "Fig. 4"),
+    "abduction": Task(1, +1, "elevation", _SCAPULAR, (10, 80, 10), "Fig. 5"),
+    "adduction": Task(1, -1, "elevation", _SCAPULAR, (10, 80, 10), "Fig. 5"),
+    "internal-rotation": Task(2, +1, "axial_rotation", _ROTATION, (-40, 40, 10), "Fig. 6"),
+    "external-rotation": Task(2, -1, "axial_rotation", _ROTATION, (-40, 40, 10), "Fig. 6"),
+    "elbow-flexion": Task(3, +1, "elbow_flexion", _ELBOW, (15, 135, 15), "Fig. 7"),
+    "elbow-extension": Task(3, -1, "elbow_flexion", _ELBOW, (15, 135, 15), "Fig. 7"),
+    "pronation": Task(4, +1, "pronation", _FOREARM, (15, 150, 15), "Fig. 8"),
+    "supination": Task(4, -1, "pronation", _FOREARM, (15, 150, 15), "Fig. 8"),
+}
+"""The ten tasks of Chadwick Figs. 4-8. The shoulder-flexion caption's "arm externally rotated" has no
+value; axial rotation 0 is used for every shoulder task."""
+
+_FIELDS = ("plane_of_elevation", "elevation", "axial_rotation", "elbow_flexion", "pronation")
+
+
+@dataclass
+class MaxMomentPoint:
+    angle_rad: float
+    moment_nm: float               # the arm's moment in the task direction (>= 0 when it can push)
+    solution: so.StaticSolution    # the rest state, the five moments, the checks
+    girdle_rad: np.ndarray         # (6,) SCy, SCz, SCx, ACy, ACz, ACx
+
+
+def task_posture(task: Task, angle_rad: float) -> so.Posture:
+    values = dict(zip(_FIELDS, task.posture))
+    values[task.swept] = angle_rad
+    return so.Posture(**values)
+
+
+def solve_max_moment(model: Das3Model, task: Task, angle_rad: float, gh_limit: float = 0.0,
+                     q_start: np.ndarray | None = None, settings: so.SolverSettings = so.SolverSettings(),
+                     tolerances: so.Tolerances = so.Tolerances()) -> MaxMomentPoint:
+    """The maximum isometric moment of ``task`` at ``angle_rad``; raises so.StaticOptError (with the
+    checked solution) when the result fails the checks."""
+    t_start = time.perf_counter()
+    posture = task_posture(task, angle_rad)
+    loads = so.checked_loads(None)
+    q0 = so.start_posture(model, posture, q_start)
+    layout = so.layout_for(posture, so.N_MOMENTS)
+    rest = so.RestModel(model, loads, q0, layout)
+    z = np.concatenate([q0[list(layout.free_dofs)], np.zeros(so.N_MUS + so.N_MOMENTS)])
+    k = layout.moments.start + task.load
+    grad = np.zeros(layout.size)
+    grad[k] = task.direction
+
+    def objective(z):
+        return float(task.direction * z[k])
+
+    cons = [so.equalities(rest, posture), *so.inequalities(rest, gh_limit)]
+    z, iterations = so.run_slsqp(objective, lambda z: grad, z, cons, so.bounds(model, layout, q0), settings,
+                                 floor=10.0)
+    sol = so.finish(rest, z, posture, f"max-moment:{task.load}", -objective(z), gh_limit, iterations,
+                    t_start, tolerances)
+    return MaxMomentPoint(angle_rad, sol.cost, sol, sol.x[:6].copy())
+
+
+def sweep(model: Das3Model, task: Task, angles_rad, gh_limit: float = 0.0, settings=so.SolverSettings()):
+    """One MaxMomentPoint (or the failed one's StaticOptError) per angle, each warm-started from the last
+    checked posture."""
+    out, q_start = [], None
+    for angle in angles_rad:
+        try:
+            point = solve_max_moment(model, task, float(angle), gh_limit, q_start, settings)
+            q_start = point.solution.x[:N_DOF]
+            out.append(point)
+        except so.StaticOptError as exc:
+            out.append(exc)
+    return out
