@@ -206,3 +206,16 @@ def _plot_max_moment(path: Path, task_name: str, task, angles_rad, results: list
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def write_feedforward(out_dir: Path, ff, model) -> None:
+    """``feedforward.csv`` (time + one column per muscle element: the loopback playback's direct
+    schedule), ``initial_state.json`` (the first posture's rest state, for ``[plant] initial``) and the
+    trajectory files of :func:`write_trajectory` for the distinct postures."""
+    with open(out_dir / "feedforward.csv", "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["time", *model.muscle_names])
+        w.writerows([f"{t:.6f}", *(f"{v:.6f}" for v in row)] for t, row in zip(ff.times, ff.excitation))
+    (out_dir / "initial_state.json").write_text(json.dumps({"x": ff.initial_state.tolist()}) + "\n")
+    distinct = list({id(s): s for s in ff.solutions}.values())
+    write_trajectory(out_dir, distinct, model)

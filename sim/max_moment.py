@@ -105,8 +105,7 @@ def solve_max_moment(model: Das3Model, task: Task, angle_rad: float, gh_limit: f
         return float(task.direction * z[k])
 
     cons = [so.equalities(rest, posture), *so.inequalities(rest, gh_limit)]
-    z, iterations = so.run_slsqp(objective, lambda z: grad, z, cons, so.bounds(model, layout, q0), settings,
-                                 floor=10.0)
+    z, iterations = so.optimise(rest, objective, lambda z: grad, z, cons, settings, tolerances, floor=10.0)
     sol = so.finish(rest, z, posture, f"max-moment:{task.load}", -objective(z), gh_limit, iterations,
                     t_start, tolerances)
     return MaxMomentPoint(angle_rad, sol.cost, sol, sol.x[:6].copy())

@@ -3,7 +3,7 @@ dynamic optimization" and "Results"; Chadwick et al. 2014 §II-F for the DAS3 fo
 
 At rest (q̇ = 0, ṡ = 0, activation = excitation) each muscle's force F_i lies between its passive rest
 force Fp_i(q) (a = 0) and its full rest force Ff_i(q) (a = 1, or the force at the shortest valid fibre
-``FIBRE_MIN`` where full activation would collapse it). The unknowns are
+``REST_FIBRE_MIN`` where full activation would shorten it further). The unknowns are
 
     z = [q_free | alpha (138) | M (0 or 5)],   F = Fp(q) + alpha (Ff(q) - Fp(q)),  0 <= alpha <= 1,
 
@@ -44,6 +44,9 @@ from sim.model import HUMERUS_FRAME, MUS_FMAX, MUS_LCEOPT, N_DOF, N_LOADS, N_MUS
 
 SPECIFIC_TENSION_N_PER_CM2 = 100.0
 """Fmax = PCSA x 100 N/cm² in DAS3 (Chadwick et al. 2014, App. A)."""
+REST_FIBRE_MIN = 2.0 * FIBRE_MIN
+"""Shortest fibre (s, in L_CEopt) a solution may use: twice the plant's validity limit, so that a
+solution played in the plant does not sit on the edge where a fibre collapses."""
 CRITERIA = ("a", "b", "c", "d")
 CRITERION_UNITS = {"a": "N^2", "b": "(N/cm^2)^2", "c": "1", "d": "N/cm^2"}
 ELBOW, PRONATION = 9, 10
@@ -191,13 +194,13 @@ class RestModel:
         evaluate(self.A, x, self.xd, x[IA:], loads, self.W)
         return x
 
-    def _rest_force(self, q, level: float):
+    def _rest_force(self, q, level: float, s_min: float):
         """(F (138,), dF/dL (138,)) of every muscle at rest with a = ``level`` (0 or 1) at posture q; a muscle
-        whose fibre would collapse is held at FIBRE_MIN (its force there is the most it can carry)."""
+        whose fibre would get shorter than ``s_min`` is held there (the most force it may carry)."""
         a = np.full(N_MUS, level)
         s = self._s_guess[level]
         self._evaluate(q, s, a, self.loads)
-        solve_rest_lengths(self.A, self.W.mu.L, a, s, FIBRE_MIN, 1e-13, 200)
+        solve_rest_lengths(self.A, self.W.mu.L, a, s, s_min, 1e-13, 200)
         self._evaluate(q, s, a, self.loads)
         mu = self.W.mu
         clamped = np.abs(mu.g) > 1e-9
@@ -207,8 +210,10 @@ class RestModel:
 
     def _state_of(self, q, alpha, loads):
         """(F, dF/dL at fixed alpha, dFull - dPassive, x) with the plant evaluated at the rest state."""
-        Fp, dFp = self._rest_force(q, 0.0)
-        Ff, dFf = self._rest_force(q, 1.0)
+        Fp, dFp = self._rest_force(q, 0.0, FIBRE_MIN)
+        Ff, dFf = self._rest_force(q, 1.0, REST_FIBRE_MIN)
+        short = Ff < Fp                  # passive fibre already below REST_FIBRE_MIN: no active range
+        Ff[short], dFf[short] = Fp[short], dFp[short]
         span = Ff - Fp
         F = Fp + alpha * span
         s, a = np.empty(N_MUS), np.empty(N_MUS)
@@ -443,6 +448,8 @@ def bounds(model: Das3Model, layout: Layout, q0: np.ndarray) -> list[tuple]:
 class SolverSettings:
     max_iterations: int = 500
     ftol: float = 1e-10
+    restarts: int = 2        # SLSQP runs again from its last point (a fresh quasi-Newton matrix) if the
+                             # constraints are not met there
 
 
 def run_slsqp(fun, jac, z0, constraints, bounds, settings: SolverSettings, floor: float = 1.0):
@@ -502,12 +509,33 @@ def solve_static(model: Das3Model, posture: Posture, loads=None, criterion: str 
         z, cap, iterations = _min_max_stress(rest, z, cons, settings)
         cons.append(cap)
     fun, jac = _criterion(rest, "b" if criterion == "d" else criterion)
-    z, its = run_slsqp(fun, jac, z, cons, bounds(model, layout, q0), settings,
-                    OBJECTIVE_FLOOR["b" if criterion == "d" else criterion])
+    z, its = optimise(rest, fun, jac, z, cons, settings, tolerances, OBJECTIVE_FLOOR["b" if criterion == "d" else criterion])
     iterations += its
     r = rest.at(z)
     cost = float(np.max(r.force / rest.fmax)) * SPECIFIC_TENSION_N_PER_CM2 if criterion == "d" else fun(z)
     return finish(rest, z, posture, criterion, cost, gh_limit, iterations, t_start, tolerances)
+
+
+def optimise(rest: RestModel, fun, jac, z: np.ndarray, cons: list, settings: SolverSettings, tol: Tolerances,
+             floor: float) -> tuple[np.ndarray, int]:
+    """SLSQP within the layout's bounds, run again from its last point (up to ``settings.restarts``
+    times) while a constraint is not met there. Returns (z, total iterations)."""
+    total = 0
+    for _ in range(1 + settings.restarts):
+        z, its = run_slsqp(fun, jac, z, cons, bounds(rest.model, rest.layout, rest.q_template), settings, floor)
+        total += its
+        if _satisfied(z, cons, tol):
+            break
+    return z, total
+
+
+def _satisfied(z: np.ndarray, cons: list, tol: Tolerances) -> bool:
+    """Every constraint within the acceptance tolerances at z (equalities to ``eom_nm``)."""
+    for c in cons:
+        v = np.atleast_1d(c["fun"](z))
+        if (c["type"] == "eq" and np.max(np.abs(v)) > tol.eom_nm) or (c["type"] == "ineq" and v.min() < -tol.constraint):
+            return False
+    return True
 
 
 def checked_loads(loads) -> np.ndarray:

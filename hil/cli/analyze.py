@@ -178,3 +178,55 @@ def max_moment(
 
 app.command("static-opt")(static_opt)
 app.command("max-moment")(max_moment)
+
+
+def feedforward(
+    out: Annotated[Path, typer.Option(help="Output directory (created): feedforward.csv (direct excitation "
+                                          "schedule for the loopback playback), initial_state.json, "
+                                          "trajectory.csv and trajectory.png.")],
+    start: Annotated[float, typer.Option(help="Start elevation, deg.")] = 10.0,
+    stop: Annotated[float, typer.Option(help="End elevation, deg.")] = 80.0,
+    move: Annotated[float, typer.Option(help="Movement time, s (minimum jerk).")] = 1.3,
+    hold: Annotated[float, typer.Option(help="Hold before and after the movement, s.")] = 0.3,
+    knot_ms: Annotated[float, typer.Option(help="Schedule row spacing, ms (the playback's command period).")] = 20.0,
+    plane: Annotated[float, typer.Option(help="Plane of elevation, deg (0 = forward flexion).")] = 0.0,
+    axial_rotation: Annotated[float, typer.Option(help="Axial rotation, deg.")] = 0.0,
+    elbow: Annotated[float, typer.Option(help="Elbow flexion, deg.")] = 37.64,
+    pronation: Annotated[float, typer.Option(help="Forearm pronation, deg.")] = 81.44,
+    criterion: Annotated[str, typer.Option(help=CRITERION_HELP)] = "b",
+    model_config: Annotated[Optional[Path], typer.Option(help="Model options TOML.")] = None,
+) -> None:
+    """A feed-forward excitation schedule for an elevation movement from static optimisation at every
+    knot (minimum-jerk posture path; excitations that reproduce the activations through the activation
+    dynamics); exits 1 if a knot has no checked solution."""
+    from hil import analysis_output as ao
+    from sim.feedforward import elevation_schedule
+    from sim.model import load_model
+    from sim.static_opt import CRITERIA, Posture, StaticOptError
+
+    with user_errors():
+        if criterion not in CRITERIA:
+            raise BadInputError(f"--criterion must be one of {', '.join(CRITERIA)}")
+        for name, value in (("--move", move), ("--knot-ms", knot_ms)):
+            if not (math.isfinite(value) and value > 0):
+                raise BadInputError(f"{name} must be a finite number > 0")
+        if not (math.isfinite(hold) and hold >= 0):
+            raise BadInputError("--hold must be a finite number >= 0")
+        model = load_model(load_model_options(model_config))
+        base = Posture(math.radians(plane), 0.0, math.radians(axial_rotation), math.radians(elbow),
+                       math.radians(pronation))
+        out.mkdir(parents=True, exist_ok=True)
+        try:
+            ff = elevation_schedule(model, base, math.radians(start), math.radians(stop), move, hold,
+                                    knot_ms * 1e-3, criterion)
+        except StaticOptError as exc:
+            error(f"a knot has no checked solution: {exc.args[0]}")
+            raise typer.Exit(ExitCode.ERROR) from None
+        ao.write_feedforward(out, ff, model)
+        worst = max(s.gh_stability for s in ff.solutions)
+        total = sum(s.time_s for s in ff.solutions)
+        out_console().print(f"{len(ff.times)} rows, {len({id(s) for s in ff.solutions})} postures solved in "
+                            f"{total:.1f} s; largest GH stability {worst:+.3f}; wrote {out}")
+
+
+app.command("feedforward")(feedforward)

@@ -1,0 +1,177 @@
+"""Static optimisation with the GH constraint, maximum moments and feed-forward schedules (issue 15).
+
+Every solution is re-checked here with the plant's own residual (sim.dynamics.residual), not with the
+optimiser's numbers."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from sim import static_opt as so
+from sim.dynamics import residual
+from sim.model import LOAD_NAMES, N_STATES, load_model
+
+DEG = math.pi / 180
+
+
+@pytest.fixture(scope="module")
+def model():
+    return load_model()
+
+
+def _posture(model, elevation_deg, plane_deg=60.0):
+    eq = model.equilibrium_state
+    return so.Posture(plane_deg * DEG, elevation_deg * DEG, 0.0, float(eq[9]), float(eq[10]))
+
+
+def _loads(**values):
+    loads = np.zeros(len(LOAD_NAMES))
+    for name, value in values.items():
+        loads[LOAD_NAMES.index(name)] = value
+    return loads
+
+
+@pytest.fixture(scope="module")
+def solution_b(model):
+    return so.solve_static(model, _posture(model, 60.0), criterion="b")
+
+
+def test_solution_satisfies_plant_residual_and_constraints(model, solution_b):
+    x = solution_b.x
+    f = residual(model, x, np.zeros(N_STATES), x[so.IA:], np.zeros(len(LOAD_NAMES)))
+    assert np.max(np.abs(f)) < 1e-6                      # all 298 rows: kinematic, EOM, contraction, activation
+    assert np.all(x[so.IQD:so.IS] == 0.0)
+    assert -1e-9 <= x[so.IA:].min() and x[so.IA:].max() <= 1 + 1e-9
+    assert solution_b.checks.passed and solution_b.checks.gh_stability <= 1e-6
+    assert np.all(solution_b.checks.contact_e <= 1e-6)
+    th = so.thoracohumeral_angles(_humerus_rotation(model, x))
+    np.testing.assert_allclose(th, [60 * DEG, 60 * DEG, 0.0], atol=1e-6)
+    # the muscles do work: some are well above their passive level
+    assert solution_b.activation.max() > 0.1
+
+
+def _humerus_rotation(model, x):
+    from sim._step import evaluate, new_plant_work
+
+    W = new_plant_work(model.arrays)
+    evaluate(model.arrays, x, np.zeros(N_STATES), x[so.IA:], np.zeros(len(LOAD_NAMES)), W)
+    return W.mb.R[so.HUMERUS_FRAME][:, :, 0]
+
+
+def test_rest_model_derivatives_match_finite_differences(model, solution_b):
+    posture = _posture(model, 60.0)
+    layout = so.layout_for(posture, so.N_MOMENTS)
+    rest = so.RestModel(model, np.zeros(len(LOAD_NAMES)), solution_b.x[:11], layout)
+    z = np.concatenate([solution_b.x[list(layout.free_dofs)], np.full(so.N_MUS, 0.3), [1.0, -2.0, 0.5, 3.0, 0.2]])
+    r = rest.at(z)
+    J_eom, J_force, J_act = r.J_eom.copy(), r.J_force.copy(), r.J_act.copy()
+    h = 1e-6
+    for k in [0, 3, 5, 7, 8, layout.alpha.start + 4, layout.alpha.start + 100, layout.moments.start + 1]:
+        zp, zm = z.copy(), z.copy()
+        zp[k] += h
+        zm[k] -= h
+        rp = rest.at(zp)
+        fp, Fp, ap = rp.f_eom.copy(), rp.force.copy(), rp.x[so.IA:].copy()
+        rm = rest.at(zm)
+        for exact, fd in ((J_eom[:, k], (fp - rm.f_eom) / (2 * h)), (J_force[:, k], (Fp - rm.force) / (2 * h)),
+                          (J_act[:, k], (ap - rm.x[so.IA:]) / (2 * h))):
+            np.testing.assert_allclose(exact, fd, rtol=1e-4, atol=1e-5 * max(1.0, np.abs(fd).max()))
+
+
+def test_criteria_give_different_reproducible_load_sharing(model, solution_b):
+    posture = _posture(model, 60.0)
+    a = so.solve_static(model, posture, criterion="a")
+    c = so.solve_static(model, posture, criterion="c")
+    again = so.solve_static(model, posture, criterion="b")
+    np.testing.assert_array_equal(again.activation, solution_b.activation)
+    np.testing.assert_array_equal(again.x, solution_b.x)
+    for one, other in ((a, solution_b), (a, c), (solution_b, c)):
+        assert np.max(np.abs(one.activation - other.activation)) > 0.05
+    # each is optimal for its own criterion among the three
+    assert a.cost <= _sum_sq(solution_b.force) + 1e-6 * a.cost
+    assert c.cost <= float(np.sum(solution_b.activation ** 2)) + 1e-9
+
+
+def _sum_sq(force):
+    return float(force @ force)
+
+
+def test_criterion_d_minimises_the_largest_stress(model, solution_b):
+    d = so.solve_static(model, _posture(model, 60.0), criterion="d")
+    assert d.checks.passed
+    stress_b = 100.0 * np.max(solution_b.force / model.arrays.mus[:, 0])
+    assert d.cost <= stress_b + 1e-6
+    assert d.cost == pytest.approx(100.0 * np.max(d.force / model.arrays.mus[:, 0]))
+
+
+def _cuff_force(model, sol):
+    return sum(f for n, f in zip(model.muscle_names, sol.force) if n.startswith(("supra", "infra", "subscap", "termin")))
+
+
+def test_gh_constraint_recruits_the_rotator_cuff(model):
+    """van der Helm 1994: with the GH force kept inside the glenoid (here a margin: the stability
+    limit below the free optimum's value) the rotator cuff carries more force."""
+    posture, loads = _posture(model, 60.0, plane_deg=30.0), _loads(hand_force_z=-30.0)
+    free = so.solve_static(model, posture, loads, criterion="b", gh_limit=None)
+    limit = free.gh_stability - 0.15
+    held = so.solve_static(model, posture, loads, criterion="b", gh_limit=limit)
+    assert "gh_stability" in held.active and held.gh_stability <= limit + 1e-6
+    assert _cuff_force(model, held) > _cuff_force(model, free) + 10.0
+
+
+def test_impossible_load_is_reported_not_returned(model):
+    with pytest.raises(so.StaticOptError) as info:
+        so.solve_static(model, _posture(model, 90.0), _loads(hand_force_y=-3000.0), criterion="c",
+                        settings=so.SolverSettings(max_iterations=60, restarts=0))
+    message, sol = info.value.args
+    assert "residual" in message and not sol.checks.passed
+
+
+def test_held_static_solution_stays_put_and_recovers(model, solution_b):
+    """Excitation = activation in the plant at the solution: no drift; a 0.5 deg push decays."""
+    from sim.plant import Plant
+
+    u = np.clip(solution_b.activation, 0.0, 1.0)
+    for push in (0.0, 0.5 * DEG):
+        x0 = solution_b.x.copy()
+        x0[7] += push
+        plant = Plant(model, step_s=0.001, initial_state=x0)
+        plant.reset(x0, excitation=u)
+        for _ in range(1000):
+            plant.step(u)
+        drift = np.max(np.abs(plant.x[:11] - solution_b.x[:11]))
+        assert drift < (1e-6 * DEG if push == 0 else 0.5 * push)
+
+
+def test_max_moment_is_balanced_by_the_external_moment(model):
+    from sim.max_moment import TASKS, solve_max_moment
+
+    task = TASKS["shoulder-flexion"]
+    point = solve_max_moment(model, task, 40 * DEG)
+    sol = point.solution
+    assert sol.checks.passed and point.moment_nm > 20.0
+    assert sol.moments[task.load] == pytest.approx(-point.moment_nm)     # the dynamometer's moment
+    loads = np.zeros(len(LOAD_NAMES))
+    loads[:5] = sol.moments
+    f = residual(model, sol.x, np.zeros(N_STATES), sol.x[so.IA:], loads)
+    assert np.max(np.abs(f)) < 1e-6
+    extension = solve_max_moment(model, TASKS["shoulder-extension"], 40 * DEG)
+    assert extension.moment_nm > 0 and extension.solution.moments[1] > 0
+
+
+def test_feedforward_excitation_reaches_the_next_activation(model):
+    from sim.feedforward import excitation_between, minimum_jerk
+    from sim.model import MUS_C1, MUS_C2
+
+    rng = np.random.default_rng(3)
+    a0, a1 = rng.uniform(0, 0.6, so.N_MUS), rng.uniform(0, 0.6, so.N_MUS)
+    dt = 0.02
+    u = excitation_between(model, a0, a1, dt)
+    k = model.arrays.mus[:, MUS_C1] * u + model.arrays.mus[:, MUS_C2]
+    reached = u + (a0 - u) * np.exp(-k * dt)
+    inside = (u > 1e-9) & (u < 1 - 1e-9)
+    np.testing.assert_allclose(reached[inside], a1[inside], atol=1e-12)
+    assert np.all(reached[u >= 1 - 1e-9] <= a1[u >= 1 - 1e-9] + 1e-12)
+    np.testing.assert_allclose(minimum_jerk(np.array([0, 0.65, 1.3]), 10, 80, 1.3), [10, 45, 80])
