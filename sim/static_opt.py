@@ -44,6 +44,10 @@ from sim.model import HUMERUS_FRAME, MUS_FMAX, MUS_LCEOPT, N_DOF, N_LOADS, N_MUS
 
 SPECIFIC_TENSION_N_PER_CM2 = 100.0
 """Fmax = PCSA x 100 N/cm² in DAS3 (Chadwick et al. 2014, App. A)."""
+JOINT_MARGIN_RAD = math.radians(5.0)
+"""How far a free DOF may go outside its range (the published equilibrium has ACz and ACx 3 deg outside
+theirs; the service's default range-of-motion alarm margin is 5 deg). Much further out, muscle paths in
+the girdle's corners become shorter than their tendons."""
 REST_FIBRE_MIN = 2.0 * FIBRE_MIN
 """Shortest fibre (s, in L_CEopt) a solution may use: twice the plant's validity limit, so that a
 solution played in the plant does not sit on the edge where a fibre collapses."""
@@ -140,6 +144,7 @@ class Layout:
     free_dofs: tuple[int, ...]
     n_moments: int = 0
     n_extra: int = 0          # e.g. the epigraph variable t of criterion (d), after everything else
+    n_alpha: int = N_MUS      # one per muscle, or one per stimulation channel (sim.channel_opt)
 
     @property
     def n_q(self) -> int:
@@ -147,18 +152,18 @@ class Layout:
 
     @property
     def alpha(self) -> slice:
-        return slice(self.n_q, self.n_q + N_MUS)
+        return slice(self.n_q, self.n_q + self.n_alpha)
 
     @property
     def moments(self) -> slice:
-        return slice(self.n_q + N_MUS, self.n_q + N_MUS + self.n_moments)
+        return slice(self.n_q + self.n_alpha, self.n_q + self.n_alpha + self.n_moments)
 
     @property
     def size(self) -> int:
-        return self.n_q + N_MUS + self.n_moments + self.n_extra
+        return self.n_q + self.n_alpha + self.n_moments + self.n_extra
 
     def with_extra(self, n: int) -> "Layout":
-        return Layout(self.free_dofs, self.n_moments, n)
+        return Layout(self.free_dofs, self.n_moments, n, self.n_alpha)
 
 
 class RestModel:
@@ -209,7 +214,8 @@ class RestModel:
         return mu.force.copy(), dF_dL
 
     def _state_of(self, q, alpha, loads):
-        """(F, dF/dL at fixed alpha, dFull - dPassive, x) with the plant evaluated at the rest state."""
+        """(F, dF/dL at fixed alpha, dF/dalpha (138, n_alpha), x) with the plant evaluated at the rest
+        state."""
         Fp, dFp = self._rest_force(q, 0.0, FIBRE_MIN)
         Ff, dFf = self._rest_force(q, 1.0, REST_FIBRE_MIN)
         short = Ff < Fp                  # passive fibre already below REST_FIBRE_MIN: no active range
@@ -219,7 +225,7 @@ class RestModel:
         s, a = np.empty(N_MUS), np.empty(N_MUS)
         rest_state_from_force(self.A, self.W.mu.L, F, s, a)
         x = self._evaluate(q, s, a, loads)
-        return F, dFp + alpha * (dFf - dFp), span, x
+        return F, dFp + alpha * (dFf - dFp), np.diag(span), x
 
     def moment_arms(self) -> np.ndarray:
         """(138, 11) dL_i/dq_j of the last evaluation."""
@@ -242,19 +248,19 @@ class RestModel:
             return self
         L = self.layout
         q, loads, alpha = self.q_of(z), self.loads_of(z), z[L.alpha]
-        F, dF_dL, span, x = self._state_of(q, alpha, loads)
+        F, dF_dL, dF_dalpha, x = self._state_of(q, alpha, loads)
         W, mu = self.W, self.W.mu
-        self.x, self.force, self.span = x, F, span
+        self.x, self.force, self.dF_dalpha = x, F, dF_dalpha
         self.f_eom = W.st.f[IQD:IS].copy()
         self.g_max = float(np.max(np.abs(mu.g)))
         G = self.moment_arms()
         stiff = G.T @ ((self.fmax * mu.dF4)[:, None] * G)            # F-dependence removed: fixed F
         dF_dq = dF_dL[:, None] * G
-        self.J_force = self._zjac(dF_dq, np.diag(span))
-        self.J_eom = self._zjac((W.st.Aq + stiff - G.T @ dF_dq), -G.T * span, self._moment_matrix(x, loads))
+        self.J_force = self._zjac(dF_dq, dF_dalpha)
+        self.J_eom = self._zjac((W.st.Aq + stiff - G.T @ dF_dq), -G.T @ dF_dalpha, self._moment_matrix(x, loads))
         da_dL = -(mu.dF4 + mu.g_s / self.lceopt) / mu.g_a
         da_dF = mu.g_s / (self.lceopt * self.fmax * mu.dF4 * mu.g_a)
-        self.J_act = self._zjac((da_dL + da_dF * dF_dL)[:, None] * G, np.diag(da_dF * span))
+        self.J_act = self._zjac((da_dL + da_dF * dF_dL)[:, None] * G, da_dF[:, None] * dF_dalpha)
         Rd = W.mb.R[HUMERUS_FRAME]
         self.th, self.J_th = thoracohumeral_angles(Rd[:, :, 0]), self._zjac(thoracohumeral_jacobian(Rd))
         self.stability, self.contact_e = self._outputs()
@@ -314,7 +320,7 @@ class RestModel:
         if self._jac_outputs is None:
             L = self.layout
             Js, Je = np.zeros(L.size), np.zeros((2, L.size))
-            Js[L.alpha] = self.dstab_dF * self.span
+            Js[L.alpha] = self.dstab_dF @ self.dF_dalpha
             alpha, loads = z[L.alpha], self.loads_of(z)
             for k in range(L.n_q):
                 values = []
@@ -436,12 +442,11 @@ def _criterion(rest: RestModel, criterion: str):
 
 
 def bounds(model: Das3Model, layout: Layout, q0: np.ndarray) -> list[tuple]:
-    """Free DOFs within their range (widened to contain the start: the published equilibrium has ACz and
-    ACx just outside theirs), 0 <= alpha <= 1, moments and extra variables free. Outside the ranges
-    muscle paths become shorter than their tendons (fibre collapse) in the girdle's corners."""
-    ranges = np.asarray(model.dof_ranges)
+    """Free DOFs within their range widened by JOINT_MARGIN_RAD and to contain the start, 0 <= alpha <= 1,
+    moments and extra variables free."""
+    ranges = np.asarray(model.dof_ranges) + np.array([-JOINT_MARGIN_RAD, JOINT_MARGIN_RAD])
     b = [(min(ranges[j, 0], q0[j]), max(ranges[j, 1], q0[j])) for j in layout.free_dofs]
-    return b + [(0.0, 1.0)] * N_MUS + [(None, None)] * (layout.n_moments + layout.n_extra)
+    return b + [(0.0, 1.0)] * layout.n_alpha + [(None, None)] * (layout.n_moments + layout.n_extra)
 
 
 @dataclass(frozen=True)
