@@ -216,3 +216,25 @@ def load_stimulation_config(table: dict, muscle_names, file=None) -> Stimulation
             doublet_gain=ch.number("doublet_gain", 0.5, 0.0, 2.0)))
         ch.done()
     return StimulationConfig(mode=mode, channels=tuple(channels))
+
+
+def amplitude_for_level(channel: ChannelConfig, level: float, pulse_width_s: float, frequency_hz: float,
+                        mode: int = 0) -> float | None:
+    """The amplitude (A) at which ``channel`` drives its muscles at ``level`` = r phi (module
+    docstring) for the given pulse width, frequency and mode: r = level / phi, x from r = 3x^2 - 2x^3,
+    Q = Q_th + x (Q_sat - Q_th), I = Q / PW. None when the level needs r > 1 at that frequency."""
+    f_eff = frequency_hz * (1.0 + channel.doublet_gain * mode)
+    phi = min(1.0, -math.expm1(-f_eff / channel.frequency_constant_hz)
+              / -math.expm1(-channel.fusion_frequency_hz / channel.frequency_constant_hz))
+    if level <= 0.0:
+        return 0.0
+    r = level / phi
+    if r > 1.0 + 1e-12:
+        return None
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if mid * mid * (3.0 - 2.0 * mid) < r else (lo, mid)
+    x = 0.5 * (lo + hi)
+    charge = channel.threshold_charge_c + x * (channel.saturation_charge_c - channel.threshold_charge_c)
+    return charge / pulse_width_s

@@ -1,116 +1,189 @@
-"""Stimulation-channel optimisation: which channel levels hold a posture with the GH joint stable, and
-whether any can with these electrodes.
+"""Stimulation-channel optimisation: which channel levels make the arm rest at a posture with the GH joint
+stable, and whether any can with these electrodes.
 
-The unknowns are the free girdle and GH angles and one level per channel, l_c in [0, 1] (recruitment x
-frequency factor of the stimulation map, ``hil.stimulation``); the excitation of element k is
-u_k = min(1, max_c G_ck l_c) (the map's rule) and at rest a = u. Elements under no electrode stay at
-a = 0: the paralysed arm's muscles act only passively. Each element's rest state solves g = 0 at its a
-(bracketed Newton, :func:`sim._muscles.solve_rest_lengths`), and F(q, a) with its implicit-function
-derivatives gives the constraints of :mod:`sim.static_opt` (equations of motion, thoracohumeral
-angles, GH stability, TS/AI on the thorax).
+The unknowns are one level per channel, l_c in [0, 1] (recruitment x frequency factor of the stimulation
+map, ``hil.stimulation``). The excitation of element k is u_k = min(1, max_c G_ck l_c) (the map's rule;
+elements under no electrode stay at 0: a paralysed arm's muscles act only passively) and, at rest,
+a = u. For given levels the arm's rest state is the plant's own static equilibrium x(l), f(x, 0, u) = 0
+with every DOF free (:func:`sim.equilibrium.solve_equilibrium`, warm-started from the last one), so the
+answer is what the arm does, girdle included. Its derivative follows from the implicit function
+theorem on the plant's exact Jacobian: dx/du = -(df/dx restricted to q and s)^-1 df/da.
 
-Two stages: (1) the smallest violation: min |f_eom|² + |thoracohumeral error|² (N m and rad, 1 N m per
-rad) within the bounds, by bounded Gauss-Newton (scipy ``least_squares``, trust-region reflective, exact
-Jacobian; SLSQP stalls on this badly scaled sum of squares: the contact makes the girdle columns
-~100 times stiffer than the channel columns); if it is not zero the posture cannot be held and the
-unbalanced equations are reported; (2) otherwise the least stimulation, min sum l², holding the posture
-with GH stability and TS/AI contact constrained (SLSQP, as in :mod:`sim.static_opt`).
+Stage 1, the smallest violation: min |posture error|² over the levels within [0, 1] (thoracohumeral
+angles, elbow and pronation, rad; bounded Gauss-Newton, scipy ``least_squares``). If the error does not
+vanish the posture cannot be held and the closest reachable posture is reported. Stage 2, the least
+stimulation: min sum l² with the posture error = 0 and GH stability <= limit (SLSQP; the stability's
+derivative by central differences over the levels).
 """
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.optimize import least_squares, minimize
 
 from sim import static_opt as so
-from sim._muscles import solve_rest_lengths
-from sim._step import FIBRE_MIN, IA, IS
-from sim.model import N_MUS, Das3Model
+from sim._outputs import compute_outputs
+from sim._step import IA, IQ, IQD, IS, evaluate, new_plant_work
+from sim.dynamics import jacobians
+from sim.equilibrium import EquilibriumError, solve_equilibrium
+from sim.model import HUMERUS_FRAME, N_DOF, N_MUS, N_STATES, Das3Model
+
+ELBOW, PRONATION = so.ELBOW, so.PRONATION
 
 
-class ChannelRestModel(so.RestModel):
-    """:class:`sim.static_opt.RestModel` with channel levels instead of per-muscle force fractions."""
+class ChannelEquilibria:
+    """The arm's rest state and posture error as functions of the channel levels (cached per level set)."""
 
-    def __init__(self, model: Das3Model, loads, q_template, layout: so.Layout, gains: np.ndarray) -> None:
-        super().__init__(model, loads, q_template, layout)
-        self.gains = np.asarray(gains, float)
-        self._s = np.array(model.equilibrium_state[IS:IA])
+    FD_STEP = 1e-6
+
+    def __init__(self, model: Das3Model, gains: np.ndarray, posture: so.Posture, loads: np.ndarray) -> None:
+        self.model, self.gains, self.posture, self.loads = model, np.asarray(gains, float), posture, loads
+        self.W = new_plant_work(model.arrays)
+        self.x = np.array(model.equilibrium_state)
+        self._key = None
 
     def excitation(self, levels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(u (138,), du/dl (138, n_ch)) of the map's max rule."""
+        """(u (138,), du/dl (138, n_ch)) of the map's max rule (ties at 0: the muscle's own channel)."""
         drive = self.gains * np.asarray(levels)[:, None]
-        best = np.argmax(drive + 1e-12 * self.gains, axis=0)      # ties at level 0: the muscle's own channel
-        u = drive[best, np.arange(N_MUS)]
+        best = np.argmax(drive + 1e-12 * self.gains, axis=0)
+        k = np.arange(N_MUS)
+        u = drive[best, k]
         du = np.zeros((N_MUS, len(levels)))
         inside = u < 1.0
-        du[np.arange(N_MUS)[inside], best[inside]] = self.gains[best[inside], np.arange(N_MUS)[inside]]
+        du[k[inside], best[inside]] = self.gains[best[inside], k[inside]]
         return np.minimum(u, 1.0), du
 
-    def _state_of(self, q, levels, loads):
-        a, du = self.excitation(levels)
-        self._evaluate(q, self._s, a, loads)
-        solve_rest_lengths(self.A, self.W.mu.L, a, self._s, FIBRE_MIN, 1e-13, 200)
-        x = self._evaluate(q, self._s, a, loads)
-        mu = self.W.mu
-        free = np.abs(mu.g) <= 1e-9                    # not held at the fibre floor
-        dF4 = mu.dF4
-        dF_dL = self.fmax * dF4 * np.where(free, 1.0 + self.lceopt * dF4 / mu.g_s, 1.0)
-        dF_da = np.where(free, self.fmax * dF4 * self.lceopt * mu.g_a / mu.g_s, 0.0)
-        return mu.force.copy(), dF_dL, dF_da[:, None] * du, x
+    def at(self, levels: np.ndarray) -> "ChannelEquilibria":
+        key = np.asarray(levels, float).tobytes()
+        if key == self._key:
+            return self
+        u, du = self.excitation(levels)
+        self.u = u
+        self.x = solve_equilibrium(self.model, u, self.loads, self.x).x
+        f, dfdx, _, _ = jacobians(self.model, self.x, np.zeros(N_STATES), u, self.loads, work=self.W)
+        rows = np.r_[IQD:IA]                                   # f_eom and g
+        cols = np.r_[IQ:IQD, IS:IA]                            # q and s
+        dqs_da = -np.linalg.solve(dfdx[np.ix_(rows, cols)], dfdx[rows, IA:])
+        self.dq_dl = dqs_da[:N_DOF] @ du
+        compute_outputs(self.model.arrays, self.W)
+        Rd = self.W.mb.R[HUMERUS_FRAME]
+        self.th = so.thoracohumeral_angles(Rd[:, :, 0])
+        J_post = np.vstack([so.thoracohumeral_jacobian(Rd), np.eye(N_DOF)[[ELBOW, PRONATION]]])
+        self.error = np.concatenate([so._angle_error(self.th, self.posture.th_target()),
+                                     [self.x[ELBOW] - self.posture.elbow_flexion,
+                                      self.x[PRONATION] - self.posture.pronation]])
+        self.J_error = J_post @ self.dq_dl
+        self.stability = float(self.W.out.gh_stability[0])
+        self._key = key
+        return self
 
-
-def _least_violation(rest: ChannelRestModel, eq: dict, z0: np.ndarray) -> np.ndarray:
-    """Stage 1: z within the bounds at the smallest equality residual."""
-    from scipy.optimize import least_squares
-
-    lo, hi = np.array(so.bounds(rest.model, rest.layout, rest.q_template), float).T
-    res = least_squares(eq["fun"], np.clip(z0, lo, hi), jac=eq["jac"], bounds=(lo, hi), method="trf",
-                        xtol=1e-15, ftol=1e-15, gtol=1e-15, max_nfev=400)
-    return res.x
+    def stability_gradient(self, levels: np.ndarray) -> np.ndarray:
+        """d GH stability / d l by central differences (each a warm-started equilibrium)."""
+        levels = np.asarray(levels, float)
+        grad = np.zeros(len(levels))
+        for c in range(len(levels)):
+            step = np.zeros(len(levels))
+            step[c] = self.FD_STEP
+            plus = self.at(np.clip(levels + step, 0.0, 1.0)).stability
+            minus = self.at(np.clip(levels - step, 0.0, 1.0)).stability
+            grad[c] = (plus - minus) / (min(1.0, levels[c] + self.FD_STEP) - max(0.0, levels[c] - self.FD_STEP))
+        self.at(levels)
+        return grad
 
 
 @dataclass
 class ChannelSolution:
     levels: np.ndarray                 # (n_ch,) recruitment x frequency factor
     feasible: bool
-    smallest_violation_nm: float       # max |f_eom| of stage 1 (0 when feasible)
-    unbalanced: list[tuple[str, float]]   # DOF, residual N m of stage 1 (largest first)
-    solution: so.StaticSolution | None   # the checked stage-2 solution (None when infeasible)
+    posture_error_deg: float           # the largest posture error of the answer (0 when feasible)
+    reached_deg: dict                  # the posture the levels hold: plane, elevation, axial rotation, elbow, pronation
+    gh_stability: float
+    x: np.ndarray                      # (298,) the arm's rest state under these levels
+    checks: so.Checks
     message: str
     time_s: float
 
 
+POSTURE_KEYS = ("plane_of_elevation", "elevation", "axial_rotation", "elbow_flexion", "pronation")
+
+
 def solve_channels(model: Das3Model, posture: so.Posture, gains: np.ndarray, loads=None, gh_limit: float = 0.0,
-                   settings: so.SolverSettings = so.SolverSettings(),
-                   tolerances: so.Tolerances = so.Tolerances()) -> ChannelSolution:
-    """Channel levels that hold ``posture`` (girdle free unless given) at least stimulation."""
+                   tolerances: so.Tolerances = so.Tolerances(), starts: int = 4, seed: int = 0) -> ChannelSolution:
+    """Channel levels that make the arm rest at ``posture`` at least stimulation (module docstring).
+    Stage 1 is a local method: it runs from all levels 0 and from ``starts - 1`` random level sets in
+    [0, 0.3] (seeded), keeping the smallest violation; a start whose path leaves every static
+    equilibrium is skipped. Raises so.StaticOptError if every start is."""
     t_start = time.perf_counter()
     loads = so.checked_loads(loads)
     gains = np.asarray(gains, float)
-    q0 = so.start_posture(model, posture, None)
-    layout = so.Layout(so.layout_for(posture, 0).free_dofs, n_alpha=gains.shape[0])
-    rest = ChannelRestModel(model, loads, q0, layout, gains)
-    z = np.concatenate([q0[list(layout.free_dofs)], np.zeros(gains.shape[0])])
-    eq = so.equalities(rest, posture)
-    ineq = so.inequalities(rest, gh_limit)
-    z = _least_violation(rest, eq, z)
-    r = rest.at(z)
-    worst = float(np.max(np.abs(r.f_eom)))
-    order = np.argsort(-np.abs(r.f_eom))
-    unbalanced = [(model.dof_names[j], float(r.f_eom[j])) for j in order if abs(r.f_eom[j]) > tolerances.eom_nm]
-    if unbalanced or np.max(np.abs(eq["fun"](z))) > tolerances.posture_rad:
-        listing = ", ".join(f"{n} {v:+.3g} N m" for n, v in unbalanced[:4])
-        return ChannelSolution(z[layout.alpha].copy(), False, worst, unbalanced, None,
-                               f"infeasible: no channel levels hold this posture; smallest violation "
-                               f"max |f_eom| = {worst:.3g} N m ({listing})", time.perf_counter() - t_start)
-    levels_sq = (lambda z: float(z[layout.alpha] @ z[layout.alpha]),
-                 lambda z: np.concatenate([np.zeros(layout.n_q), 2 * z[layout.alpha]]))
-    z, its = so.optimise(rest, *levels_sq, z, [eq, *ineq], settings, tolerances, floor=1e-2)
-    try:
-        sol = so.finish(rest, z, posture, "channels", levels_sq[0](z), gh_limit, its, t_start, tolerances)
-    except so.StaticOptError as exc:
-        return ChannelSolution(z[layout.alpha].copy(), False, worst, [], exc.args[1],
-                               f"infeasible: the least-stimulation solution fails its checks: {exc.args[0]}",
-                               time.perf_counter() - t_start)
-    return ChannelSolution(z[layout.alpha].copy(), True, 0.0, [], sol, "feasible", time.perf_counter() - t_start)
+    rng = np.random.default_rng(seed)
+    best, best_error, failures = None, math.inf, []
+    for start in [np.zeros(gains.shape[0])] + [rng.uniform(0.0, 0.3, gains.shape[0]) for _ in range(starts - 1)]:
+        eqs = ChannelEquilibria(model, gains, posture, loads)
+        try:
+            levels = _least_violation(eqs, start)
+            error = float(np.max(np.abs(eqs.at(levels).error)))
+        except EquilibriumError as exc:
+            failures.append(str(exc))
+            continue
+        if error < best_error:
+            best, best_error = (eqs, levels), error
+        if error <= tolerances.posture_rad:
+            break
+    if best is None:
+        raise so.StaticOptError(f"no static equilibrium along any start: {failures[0]}", None)
+    eqs, levels = best
+    if best_error <= tolerances.posture_rad:
+        try:
+            levels = _least_stimulation(eqs, levels, gh_limit)
+        except EquilibriumError:
+            pass                                   # keep the feasible stage-1 levels
+    return _answer(eqs, levels, posture, gh_limit, tolerances, t_start)
+
+
+def _least_violation(eqs: ChannelEquilibria, start: np.ndarray) -> np.ndarray:
+    """Stage 1 from ``start``: levels in [0, 1] at the smallest posture error."""
+    fit = least_squares(lambda lv: eqs.at(lv).error, start, jac=lambda lv: eqs.at(lv).J_error, bounds=(0.0, 1.0),
+                        method="trf", xtol=1e-14, ftol=1e-14, gtol=1e-14, max_nfev=200)
+    return fit.x
+
+
+def _least_stimulation(eqs: ChannelEquilibria, levels: np.ndarray, gh_limit: float) -> np.ndarray:
+    """Stage 2 from a feasible point (returns it unchanged when SLSQP does not improve on it feasibly)."""
+    cons = [{"type": "eq", "fun": lambda lv: eqs.at(lv).error, "jac": lambda lv: eqs.at(lv).J_error}]
+    if gh_limit is not None:
+        cons.append({"type": "ineq", "fun": lambda lv: np.array([gh_limit - eqs.at(lv).stability]),
+                     "jac": lambda lv: -eqs.stability_gradient(lv)[None, :]})
+    res = minimize(lambda lv: float(lv @ lv), levels, jac=lambda lv: 2 * lv, method="SLSQP",
+                   bounds=[(0.0, 1.0)] * len(levels), constraints=cons, options={"maxiter": 200, "ftol": 1e-12})
+    return res.x
+
+
+def _answer(eqs: ChannelEquilibria, levels, posture, gh_limit, tol, t_start) -> ChannelSolution:
+    """The checked answer at ``levels``: the plant's residual, the posture error and GH stability."""
+    e = eqs.at(levels)
+    reached = dict(zip(POSTURE_KEYS, np.degrees(np.r_[e.th, e.x[ELBOW], e.x[PRONATION]]).round(4).tolist()))
+    worst = math.degrees(float(np.max(np.abs(e.error))))
+    checks = so.check_state(eqs.model, _rest_state(e), posture, eqs.loads, gh_limit, tol)
+    feasible = checks.passed
+    if feasible:
+        message = f"feasible: GH stability {e.stability:+.3f}"
+    elif worst > math.degrees(tol.posture_rad):
+        message = (f"infeasible: these channels cannot hold the posture; the closest rest posture they reach is "
+                   f"{worst:.3g} deg away (" + ", ".join(f"{k} {v:.1f}" for k, v in reached.items()) + " deg)")
+    else:
+        message = "infeasible: " + "; ".join(checks.failures)
+    return ChannelSolution(np.asarray(levels, float).copy(), feasible, 0.0 if feasible else worst, reached,
+                           e.stability, e.x.copy(), checks, message, time.perf_counter() - t_start)
+
+
+def _rest_state(e: ChannelEquilibria) -> np.ndarray:
+    """The equilibrium with q̇ = 0 and a = u exactly (as the checks evaluate it)."""
+    x = e.x.copy()
+    x[IQD:IS] = 0.0
+    x[IA:] = e.u
+    evaluate(e.model.arrays, x, np.zeros(N_STATES), e.u, e.loads, e.W)
+    return x

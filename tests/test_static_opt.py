@@ -175,3 +175,69 @@ def test_feedforward_excitation_reaches_the_next_activation(model):
     np.testing.assert_allclose(reached[inside], a1[inside], atol=1e-12)
     assert np.all(reached[u >= 1 - 1e-9] <= a1[u >= 1 - 1e-9] + 1e-12)
     np.testing.assert_allclose(minimum_jerk(np.array([0, 0.65, 1.3]), 10, 80, 1.3), [10, 45, 80])
+
+
+@pytest.fixture(scope="module")
+def default_map(model):
+    import tomllib
+
+    from hil.stimulation import StimulationModel, load_stimulation_config
+
+    with open("configs/stimulation-default.toml", "rb") as fh:
+        table = tomllib.load(fh)["stimulation"]
+    return StimulationModel(load_stimulation_config(table, model.muscle_names), model.muscle_names).gains
+
+
+def test_channel_levels_found_for_a_posture_the_channels_can_hold(model, default_map):
+    """The posture the arm rests at under the biceps channel alone at level 0.3: the least stimulation
+    that holds it is that level (the other channels at 0 up to a trace)."""
+    from sim.channel_opt import solve_channels
+    from sim.equilibrium import solve_equilibrium
+
+    levels = np.zeros(default_map.shape[0])
+    levels[3] = 0.3
+    rest = solve_equilibrium(model, np.max(default_map * levels[:, None], axis=0))
+    posture = so.Posture(*rest.th_angles, rest.x[9], rest.x[10])
+    res = solve_channels(model, posture, default_map, starts=1)
+    assert res.feasible and res.checks.passed, res.message
+    assert res.levels[3] == pytest.approx(0.3, abs=0.01)
+    assert np.delete(res.levels, 3).max() < 0.02
+    np.testing.assert_allclose(res.x[:11], rest.x[:11], atol=0.1 * DEG)
+
+
+def test_infeasible_channel_problem_says_so(model, default_map):
+    """Elbow channels only: the arm cannot be raised to 90 deg."""
+    from sim.channel_opt import solve_channels
+
+    elbow_only = default_map.copy()
+    elbow_only[[0, 1, 2, 5, 6, 7]] = 0.0
+    res = solve_channels(model, _posture(model, 90.0, plane_deg=0.0), elbow_only, starts=1)
+    assert not res.feasible and res.posture_error_deg > 20.0
+    assert "cannot hold the posture" in res.message and "closest rest posture" in res.message
+
+
+def test_cli_static_opt_and_max_moment_write_checked_files(tmp_path):
+    import csv
+    import json
+
+    from typer.testing import CliRunner
+
+    from hil.cli import app
+
+    runner = CliRunner()
+    res = runner.invoke(app, ["analyze", "static-opt", "--elevation", "45", "--criterion", "c", "--out", str(tmp_path / "so")])
+    assert res.exit_code == 0, res.output
+    doc = json.loads((tmp_path / "so" / "solution.json").read_text())
+    assert doc["checks"]["passed"] and doc["checks"]["eom_residual_max_Nm"] < 1e-6
+    assert len((tmp_path / "so" / "muscles.csv").read_text().splitlines()) == 139
+    res = runner.invoke(app, ["analyze", "max-moment", "--task", "abduction", "--angles", "40:40:10",
+                              "--out", str(tmp_path / "mm")])
+    assert res.exit_code == 0, res.output
+    rows = list(csv.DictReader(open(tmp_path / "mm" / "max_moment_abduction.csv")))
+    assert len(rows) == 1 and float(rows[0]["moment_Nm"]) > 10 and rows[0]["checks_passed"] == "True"
+    assert {"angle_deg", "moment_Nm", "gh_stability", "SCy_deg", "ACx_deg"} <= set(rows[0])
+    bad = runner.invoke(app, ["analyze", "static-opt", "--elevation", "45", "--criterion", "e", "--out", str(tmp_path)])
+    assert bad.exit_code == 2
+    impossible = runner.invoke(app, ["analyze", "static-opt", "--elevation", "90", "--load", "hand_force_y=-3000",
+                                     "--max-iterations", "60", "--out", str(tmp_path / "no")])
+    assert impossible.exit_code == 1 and "no solution that passes the checks" in impossible.output

@@ -101,17 +101,20 @@ def static_opt(
     no_gh: Annotated[bool, typer.Option("--no-gh", help="Drop the GH stability constraint.")] = False,
     trajectory: Annotated[Optional[Path], typer.Option(help="CSV of postures (elevation_deg[, plane_deg, ...]) "
                                                            "solved in order with warm starts.")] = None,
+    max_iterations: Annotated[int, typer.Option(help="SLSQP iterations per run (it restarts twice).")] = 500,
     model_config: Annotated[Optional[Path], typer.Option(help="Model options TOML.")] = None,
 ) -> None:
     """Muscle activations that hold a posture at minimum criterion with the GH joint stable; exits 1
     when no solution passes the checks (residual, constraints, bounds) re-evaluated with the plant."""
     from hil import analysis_output as ao
     from sim.model import load_model
-    from sim.static_opt import CRITERIA, StaticOptError, solve_static
+    from sim.static_opt import CRITERIA, SolverSettings, StaticOptError, solve_static
 
     with user_errors():
         if criterion not in CRITERIA:
             raise BadInputError(f"--criterion must be one of {', '.join(CRITERIA)}")
+        if not 1 <= max_iterations <= 100000:
+            raise BadInputError("--max-iterations must be in 1..100000")
         if (elevation is None) == (trajectory is None):
             raise BadInputError("give exactly one of --elevation and --trajectory")
         loads = parse_loads(load)
@@ -123,7 +126,8 @@ def static_opt(
         results, q_start = [], None
         for values in postures:
             try:
-                sol = solve_static(model, _posture(values), loads, criterion, None if no_gh else gh_limit, q_start)
+                sol = solve_static(model, _posture(values), loads, criterion, None if no_gh else gh_limit, q_start,
+                                   SolverSettings(max_iterations=max_iterations))
                 q_start = sol.x[:11]
             except StaticOptError as exc:
                 sol = exc.args[1]
@@ -230,3 +234,68 @@ def feedforward(
 
 
 app.command("feedforward")(feedforward)
+
+
+def channels(
+    config: Annotated[Path, typer.Option(help="Service config whose [[stimulation.channel]] map is used.")],
+    out: Annotated[Path, typer.Option(help="Output directory (created): channels.json, channels.csv.")],
+    elevation: Annotated[float, typer.Option(help="Thoracohumeral elevation, deg.")],
+    plane: Annotated[float, typer.Option(help="Plane of elevation, deg (0 = forward, 90 = coronal).")] = 60.0,
+    axial_rotation: Annotated[float, typer.Option(help="Axial rotation, deg.")] = 0.0,
+    elbow: Annotated[float, typer.Option(help="Elbow flexion, deg.")] = 90.0,
+    pronation: Annotated[float, typer.Option(help="Forearm pronation, deg.")] = 81.44,
+    load: Annotated[list[str], typer.Option(help="A load NAME=VALUE (repeatable).")] = [],
+    gh_limit: Annotated[float, typer.Option(help="GH stability limit.")] = 0.0,
+    pulse_width_us: Annotated[float, typer.Option(help="Pulse width of the commands reported, us.")] = 300.0,
+    frequency_hz: Annotated[float, typer.Option(help="Frequency of the commands reported, Hz.")] = 40.0,
+    starts: Annotated[int, typer.Option(help="Starts of the local search for the smallest violation.")] = 4,
+) -> None:
+    """Channel levels of a stimulation map that make the arm rest at a posture with the GH joint stable
+    (the girdle finds its own equilibrium); exits 1 with the closest reachable posture when none is found."""
+    import json
+
+    from hil.config import load_service_config
+    from hil.stimulation import StimulationModel, amplitude_for_level, load_stimulation_config
+    from sim.channel_opt import solve_channels
+    from sim.model import load_model
+    from sim.static_opt import Posture
+
+    with user_errors():
+        for name, value in (("--pulse-width-us", pulse_width_us), ("--frequency-hz", frequency_hz)):
+            if not (math.isfinite(value) and value > 0):
+                raise BadInputError(f"{name} must be a finite number > 0")
+        if not 1 <= starts <= 50:
+            raise BadInputError("--starts must be in 1..50")
+        service = load_service_config(config)
+        model = load_model(service.model)
+        stim = load_stimulation_config(service.stimulation, model.muscle_names, str(config))
+        if stim.mode != "channels":
+            raise BadInputError(f"{config}: [stimulation] mode must be 'channels' for a channel optimisation")
+        gains = StimulationModel(stim, model.muscle_names).gains
+        posture = Posture(*(math.radians(v) for v in (plane, elevation, axial_rotation, elbow, pronation)))
+        res = solve_channels(model, posture, gains, parse_loads(load), gh_limit, starts=starts)
+        out.mkdir(parents=True, exist_ok=True)
+        rows = []
+        for ch, level in zip(stim.channels, np.where(res.levels < 1e-6, 0.0, res.levels)):
+            amp = amplitude_for_level(ch, float(level), pulse_width_us * 1e-6, frequency_hz)
+            rows.append({"channel": ch.name, "level": float(level), "pulse_width_us": pulse_width_us,
+                         "frequency_hz": frequency_hz, "amplitude_mA": None if amp is None else amp * 1e3})
+        doc = {"feasible": res.feasible, "message": res.message, "posture_error_deg": res.posture_error_deg,
+               "reached_deg": res.reached_deg, "gh_stability": res.gh_stability, "channels": rows,
+               "checks_failures": res.checks.failures, "solve_time_s": res.time_s,
+               "joint_angles_deg": dict(zip(model.dof_names, np.degrees(res.x[:11]).round(4).tolist()))}
+        (out / "channels.json").write_text(json.dumps(doc, indent=2) + "\n")
+        with open(out / "channels.csv", "w", newline="") as fh:
+            w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
+        for r in rows:
+            amp = "unreachable at this frequency" if r["amplitude_mA"] is None else f"{r['amplitude_mA']:.1f} mA"
+            out_console().print(f"{r['channel']:>20}: level {r['level']:.3f}  ({amp})")
+        if not res.feasible:
+            error(res.message)
+            raise typer.Exit(ExitCode.ERROR)
+        out_console().print(f"{res.message}; {res.time_s:.1f} s; wrote {out}")
+
+
+app.command("channels")(channels)
