@@ -11,18 +11,10 @@ from pathlib import Path
 
 import numpy as np
 
-from hil.report import glenoid_angles
+from hil.report import glenoid_angles, pyplot_agg
 from sim.static_opt import CRITERION_UNITS, StaticOptError, StaticSolution
 
 GIRDLE_COLUMNS = ("SCy_deg", "SCz_deg", "SCx_deg", "ACy_deg", "ACz_deg", "ACx_deg")
-
-
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    return plt
 
 
 def checks_dict(sol: StaticSolution) -> dict:
@@ -77,7 +69,7 @@ def _rim(ax, model) -> None:
 
 def plot_solution(path: Path, sol: StaticSolution, model, top: int = 20) -> None:
     """The most active muscles (activation and force / Fmax) and the GH force in the glenoid."""
-    plt = _pyplot()
+    plt = pyplot_agg()
     fig, (ax, gx) = plt.subplots(1, 2, figsize=(12, 5), gridspec_kw={"width_ratios": [2, 1]})
     order = np.argsort(-sol.activation)[:top]
     y = np.arange(len(order))
@@ -137,7 +129,7 @@ def muscle_groups(names) -> dict[str, list[int]]:
 
 
 def plot_trajectory(path: Path, sols: list, model, n_groups: int = 8) -> None:
-    plt = _pyplot()
+    plt = pyplot_agg()
     elevation = np.degrees([s.th_angles[1] for s in sols])
     forces = np.array([s.force for s in sols])
     groups = muscle_groups(model.muscle_names)
@@ -183,7 +175,7 @@ def write_max_moment(out_dir: Path, task_name: str, task, angles_rad, results: l
 
 
 def _plot_max_moment(path: Path, task_name: str, task, angles_rad, results: list) -> None:
-    plt = _pyplot()
+    plt = pyplot_agg()
     ok = [(math.degrees(a), r) for a, r in zip(angles_rad, results) if not isinstance(r, StaticOptError)]
     fig, axes = plt.subplots(3, 1, figsize=(6, 10), sharex=True)
     if ok:

@@ -28,7 +28,7 @@ def glenoid_angles(gh_force: np.ndarray, glenoid: np.ndarray) -> tuple[np.ndarra
     return np.arctan2(f[:, 1], f[:, 0]), np.arctan2(f[:, 2], f[:, 0])
 
 
-def _pyplot():
+def pyplot_agg():
     """matplotlib's pyplot on the non-interactive Agg backend."""
     import matplotlib
 
@@ -120,7 +120,7 @@ def _summary(path: str, reader: RecordingReader, ticks: np.ndarray, lat_us: np.n
 
 def make_report(path: str, out_dir: str) -> dict:
     """Write the PNG plots and ``summary.json`` of the recording ``path`` into ``out_dir``; returns the summary."""
-    plt = _pyplot()
+    plt = pyplot_agg()
     reader = RecordingReader(path)
     h = reader.header
     cfg = service_config_from_dict(h["config"], h["config_path"])

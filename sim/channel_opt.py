@@ -72,7 +72,7 @@ class ChannelEquilibria:
         Rd = self.W.mb.R[HUMERUS_FRAME]
         self.th = so.thoracohumeral_angles(Rd[:, :, 0])
         J_post = np.vstack([so.thoracohumeral_jacobian(Rd), np.eye(N_DOF)[[ELBOW, PRONATION]]])
-        self.error = np.concatenate([so._angle_error(self.th, self.posture.th_target()),
+        self.error = np.concatenate([so.angle_error(self.th, self.posture.th_target()),
                                      [self.x[ELBOW] - self.posture.elbow_flexion,
                                       self.x[PRONATION] - self.posture.pronation]])
         self.J_error = J_post @ self.dq_dl

@@ -103,7 +103,7 @@ class Checks:
     failures: list[str] = field(default_factory=list)
 
 
-def _angle_error(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def angle_error(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """a - b wrapped to (-pi, pi]."""
     return (a - b + math.pi) % (2 * math.pi) - math.pi
 
@@ -358,7 +358,7 @@ def place_humerus(model: Das3Model, q: np.ndarray, target: np.ndarray, iteration
         x[IQ:IQD] = q
         evaluate(A, x, xd, x[IA:], np.zeros(N_LOADS), W)
         Rd = W.mb.R[HUMERUS_FRAME]
-        err = _angle_error(thoracohumeral_angles(Rd[:, :, 0]), target)
+        err = angle_error(thoracohumeral_angles(Rd[:, :, 0]), target)
         if np.max(np.abs(err)) < 1e-13:
             break
         q[gh] -= np.linalg.lstsq(thoracohumeral_jacobian(Rd)[:, gh], err, rcond=None)[0]
@@ -386,7 +386,7 @@ def equalities(rest: RestModel, posture: Posture) -> dict:
 
     def fun(z):
         r = rest.at(z[:rest.layout.size])
-        parts = [r.f_eom] + ([_angle_error(r.th, target)] if with_th else [])
+        parts = [r.f_eom] + ([angle_error(r.th, target)] if with_th else [])
         return np.concatenate(parts)
 
     def jac(z):
@@ -583,7 +583,7 @@ def check_state(model: Das3Model, x: np.ndarray, posture: Posture, loads, gh_lim
     compute_outputs(model.arrays, W)
     th = thoracohumeral_angles(W.mb.R[HUMERUS_FRAME][:, :, 0])
     held = _held(posture)
-    posture_err = max(float(np.max(np.abs(_angle_error(th, posture.th_target())))),
+    posture_err = max(float(np.max(np.abs(angle_error(th, posture.th_target())))),
                       max(abs(x[IQ + dof] - v) for dof, v in held.items()))
     lo, hi = np.asarray(model.dof_ranges).T
     q, a = x[IQ:IQD], x[IA:]
