@@ -44,10 +44,6 @@ from sim.model import HUMERUS_FRAME, MUS_FMAX, MUS_LCEOPT, N_DOF, N_LOADS, N_MUS
 
 SPECIFIC_TENSION_N_PER_CM2 = 100.0
 """Fmax = PCSA x 100 N/cm² in DAS3 (Chadwick et al. 2014, App. A)."""
-JOINT_MARGIN_RAD = math.radians(5.0)
-"""How far a free DOF may go outside its range (the published equilibrium has ACz and ACx 3 deg outside
-theirs; the service's default range-of-motion alarm margin is 5 deg). Much further out, muscle paths in
-the girdle's corners become shorter than their tendons."""
 REST_FIBRE_MIN = 2.0 * FIBRE_MIN
 """Shortest fibre (s, in L_CEopt) a solution may use: twice the plant's validity limit, so that a
 solution played in the plant does not sit on the edge where a fibre collapses."""
@@ -442,9 +438,10 @@ def _criterion(rest: RestModel, criterion: str):
 
 
 def bounds(model: Das3Model, layout: Layout, q0: np.ndarray) -> list[tuple]:
-    """Free DOFs within their range widened by JOINT_MARGIN_RAD and to contain the start, 0 <= alpha <= 1,
-    moments and extra variables free."""
-    ranges = np.asarray(model.dof_ranges) + np.array([-JOINT_MARGIN_RAD, JOINT_MARGIN_RAD])
+    """Free DOFs within their range, widened to contain the start (the published equilibrium has ACz and
+    ACx 3 deg outside theirs), 0 <= alpha <= 1, moments and extra variables free. Beyond the ranges, in
+    the girdle's corners, muscle paths become shorter than their tendons: no valid rest state."""
+    ranges = np.asarray(model.dof_ranges)
     b = [(min(ranges[j, 0], q0[j]), max(ranges[j, 1], q0[j])) for j in layout.free_dofs]
     return b + [(0.0, 1.0)] * layout.n_alpha + [(None, None)] * (layout.n_moments + layout.n_extra)
 
