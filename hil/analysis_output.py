@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from hil.report import glenoid_angles, pyplot_agg
+from sim.model import MUS_FMAX
 from sim.static_opt import CRITERION_UNITS, StaticOptError, StaticSolution
 
 GIRDLE_COLUMNS = ("SCy_deg", "SCz_deg", "SCx_deg", "ACy_deg", "ACz_deg", "ACx_deg")
@@ -46,7 +47,7 @@ def write_muscles(path: Path, sol: StaticSolution, model) -> None:
     with open(path, "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(["muscle", "activation", "force_N", "force_per_Fmax"])
-        fmax = model.arrays.mus[:, 0]
+        fmax = model.arrays.mus[:, MUS_FMAX]
         for name, a, f, fm in zip(model.muscle_names, sol.activation, sol.force, fmax):
             w.writerow([name, f"{a:.9g}", f"{f:.9g}", f"{f / fm:.9g}"])
 
@@ -74,7 +75,7 @@ def plot_solution(path: Path, sol: StaticSolution, model, top: int = 20) -> None
     order = np.argsort(-sol.activation)[:top]
     y = np.arange(len(order))
     ax.barh(y, sol.activation[order], label="activation")
-    ax.barh(y, sol.force[order] / model.arrays.mus[order, 0], height=0.35, label="force / Fmax")
+    ax.barh(y, sol.force[order] / model.arrays.mus[order, MUS_FMAX], height=0.35, label="force / Fmax")
     ax.set_yticks(y, [model.muscle_names[i] for i in order], fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel("activation, force / Fmax")
@@ -102,11 +103,10 @@ def trajectory_row(sol: StaticSolution) -> list:
             *np.degrees(sol.x[:6]).round(4), sol.iterations, f"{sol.time_s:.3f}", c.passed, "; ".join(c.failures)]
 
 
-def write_trajectory(out_dir: Path, results: list, model) -> None:
+def write_trajectory(out_dir: Path, sols: list, model) -> None:
     """``trajectory.csv`` (one row per posture), ``activations.csv`` and ``forces.csv`` (postures x
     muscles) and ``trajectory.png`` (forces of the strongest muscle groups vs elevation and the GH force
     path in the glenoid, in the manner of van der Helm 1994 Figs. 7-8)."""
-    sols = [r if isinstance(r, StaticSolution) else r.args[1] for r in results]
     with open(out_dir / "trajectory.csv", "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(TRAJECTORY_COLUMNS)
@@ -165,7 +165,7 @@ def write_max_moment(out_dir: Path, task_name: str, task, angles_rad, results: l
         w = csv.writer(fh)
         w.writerow(MAX_MOMENT_COLUMNS)
         for angle, r in zip(angles_rad, results):
-            sol = r.solution if not isinstance(r, StaticOptError) else r.args[1]
+            sol = r.solution             # a MaxMomentPoint or the StaticOptError of a failed angle
             c = sol.checks
             w.writerow([f"{math.degrees(angle):.4f}", f"{sol.cost:.6f}", f"{sol.gh_stability:.6f}",
                         *np.degrees(sol.x[:6]).round(4), sol.iterations, f"{sol.time_s:.3f}",

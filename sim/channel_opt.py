@@ -26,7 +26,7 @@ from scipy.optimize import least_squares, minimize
 
 from sim import static_opt as so
 from sim._outputs import compute_outputs
-from sim._step import IA, IQ, IQD, IS, evaluate, new_plant_work
+from sim._step import IA, IQ, IQD, IS, new_plant_work
 from sim.dynamics import jacobians
 from sim.equilibrium import EquilibriumError, solve_equilibrium
 from sim.model import HUMERUS_FRAME, N_DOF, N_MUS, N_STATES, Das3Model
@@ -70,7 +70,7 @@ class ChannelEquilibria:
         self.dq_dl = dqs_da[:N_DOF] @ du
         compute_outputs(self.model.arrays, self.W)
         Rd = self.W.mb.R[HUMERUS_FRAME]
-        self.th = so.thoracohumeral_angles(Rd[:, :, 0])
+        self.th = self.W.out.th_angles.copy()
         J_post = np.vstack([so.thoracohumeral_jacobian(Rd), np.eye(N_DOF)[[ELBOW, PRONATION]]])
         self.error = np.concatenate([so.angle_error(self.th, self.posture.th_target()),
                                      [self.x[ELBOW] - self.posture.elbow_flexion,
@@ -167,7 +167,7 @@ def _answer(eqs: ChannelEquilibria, levels, posture, gh_limit, tol, t_start) -> 
     e = eqs.at(levels)
     reached = dict(zip(POSTURE_KEYS, np.degrees(np.r_[e.th, e.x[ELBOW], e.x[PRONATION]]).round(4).tolist()))
     worst = math.degrees(float(np.max(np.abs(e.error))))
-    checks = so.check_state(eqs.model, _rest_state(e), posture, eqs.loads, gh_limit, tol)
+    checks = so.check_state(eqs.model, e.x, posture, eqs.loads, gh_limit, tol)   # q̇ = 0, a = u exactly
     feasible = checks.passed
     if feasible:
         message = f"feasible: GH stability {e.stability:+.3f}"
@@ -179,11 +179,3 @@ def _answer(eqs: ChannelEquilibria, levels, posture, gh_limit, tol, t_start) -> 
     return ChannelSolution(np.asarray(levels, float).copy(), feasible, 0.0 if feasible else worst, reached,
                            e.stability, e.x.copy(), checks, message, time.perf_counter() - t_start)
 
-
-def _rest_state(e: ChannelEquilibria) -> np.ndarray:
-    """The equilibrium with q̇ = 0 and a = u exactly (as the checks evaluate it)."""
-    x = e.x.copy()
-    x[IQD:IS] = 0.0
-    x[IA:] = e.u
-    evaluate(e.model.arrays, x, np.zeros(N_STATES), e.u, e.loads, e.W)
-    return x

@@ -13,6 +13,7 @@ reach the excitation saturates. Inertia is ignored (quasi-static), so the moveme
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -62,8 +63,7 @@ def elevation_schedule(model: Das3Model, base: so.Posture, start_rad: float, sto
     solutions, q_start, cache = [], None, {}
     for value in elevation:
         if value not in cache:
-            posture = so.Posture(base.plane_of_elevation, float(value), base.axial_rotation, base.elbow_flexion,
-                                 base.pronation, base.girdle)
+            posture = dataclasses.replace(base, elevation=float(value))
             cache[value] = so.solve_static(model, posture, loads, criterion, gh_limit, q_start)
             q_start = cache[value].x[:11]
         solutions.append(cache[value])

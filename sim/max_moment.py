@@ -74,9 +74,17 @@ _FIELDS = ("plane_of_elevation", "elevation", "axial_rotation", "elbow_flexion",
 @dataclass
 class MaxMomentPoint:
     angle_rad: float
-    moment_nm: float               # the arm's moment in the task direction (>= 0 when it can push)
     solution: so.StaticSolution    # the rest state, the five moments, the checks
-    girdle_rad: np.ndarray         # (6,) SCy, SCz, SCx, ACy, ACz, ACx
+
+    @property
+    def moment_nm(self) -> float:
+        """The arm's moment in the task direction (>= 0 when it can push)."""
+        return self.solution.cost
+
+    @property
+    def girdle_rad(self) -> np.ndarray:
+        """(6,) SCy, SCz, SCx, ACy, ACz, ACx."""
+        return self.solution.x[:6]
 
 
 def task_posture(task: Task, angle_rad: float) -> so.Posture:
@@ -92,23 +100,18 @@ def solve_max_moment(model: Das3Model, task: Task, angle_rad: float, gh_limit: f
     checked solution) when the result fails the checks."""
     t_start = time.perf_counter()
     posture = task_posture(task, angle_rad)
-    loads = so.checked_loads(None)
-    q0 = so.start_posture(model, posture, q_start)
-    layout = so.layout_for(posture, so.N_MOMENTS)
-    rest = so.RestModel(model, loads, q0, layout)
-    z = np.concatenate([q0[list(layout.free_dofs)], np.zeros(so.N_MUS + so.N_MOMENTS)])
-    k = layout.moments.start + task.load
-    grad = np.zeros(layout.size)
+    rest, z, cons = so.rest_problem(model, posture, None, gh_limit, q_start, so.N_MOMENTS)
+    k = rest.layout.moments.start + task.load
+    grad = np.zeros(rest.layout.size)
     grad[k] = task.direction
 
     def objective(z):
         return float(task.direction * z[k])
 
-    cons = [so.equalities(rest, posture), *so.inequalities(rest, gh_limit)]
     z, iterations = so.optimise(rest, objective, lambda z: grad, z, cons, settings, tolerances, floor=10.0)
     sol = so.finish(rest, z, posture, f"max-moment:{task.load}", -objective(z), gh_limit, iterations,
                     t_start, tolerances)
-    return MaxMomentPoint(angle_rad, sol.cost, sol, sol.x[:6].copy())
+    return MaxMomentPoint(angle_rad, sol)
 
 
 def sweep(model: Das3Model, task: Task, angles_rad, gh_limit: float = 0.0, settings=so.SolverSettings()):

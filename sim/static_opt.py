@@ -57,7 +57,12 @@ N_MOMENTS = 5
 
 
 class StaticOptError(RuntimeError):
-    """The optimisation found no solution that passes the checks (message: the failed checks)."""
+    """The optimisation found no solution that passes the checks (message: the failed checks);
+    ``solution``: the best point found, with its checks (None if there is none)."""
+
+    def __init__(self, message: str, solution: "StaticSolution | None" = None) -> None:
+        super().__init__(message, solution)
+        self.solution = solution
 
 
 @dataclass(frozen=True)
@@ -104,14 +109,9 @@ def angle_error(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (a - b + math.pi) % (2 * math.pi) - math.pi
 
 
-def thoracohumeral_angles(R: np.ndarray) -> np.ndarray:
-    """Plane of elevation, elevation, axial rotation (YZY) of R = R_thorax->humerus (spec "Outputs")."""
-    return np.array([math.atan2(R[2, 1], -R[0, 1]), math.acos(min(1.0, max(-1.0, R[1, 1]))),
-                     math.atan2(R[1, 2], R[1, 0])])
-
-
 def thoracohumeral_jacobian(Rd: np.ndarray) -> np.ndarray:
-    """(3, 11) derivative of :func:`thoracohumeral_angles` from the dual rotation R (3, 3, ND) whose slot
+    """(3, 11) derivative of the thoracohumeral angles (:func:`sim._outputs.compute_outputs`, spec
+    "Outputs": YZY of R = R_thorax->humerus) from the dual rotation R (3, 3, ND) whose slot
     ``slot_q(j)`` holds dR/dq_j (exact; singular at 0 and 180 deg elevation, where plane and axial
     rotation are undefined)."""
     R = Rd[:, :, 0]
@@ -140,7 +140,6 @@ class Layout:
     free_dofs: tuple[int, ...]
     n_moments: int = 0
     n_extra: int = 0          # e.g. the epigraph variable t of criterion (d), after everything else
-    n_alpha: int = N_MUS      # one per muscle, or one per stimulation channel (sim.channel_opt)
 
     @property
     def n_q(self) -> int:
@@ -148,18 +147,18 @@ class Layout:
 
     @property
     def alpha(self) -> slice:
-        return slice(self.n_q, self.n_q + self.n_alpha)
+        return slice(self.n_q, self.n_q + N_MUS)
 
     @property
     def moments(self) -> slice:
-        return slice(self.n_q + self.n_alpha, self.n_q + self.n_alpha + self.n_moments)
+        return slice(self.n_q + N_MUS, self.n_q + N_MUS + self.n_moments)
 
     @property
     def size(self) -> int:
-        return self.n_q + self.n_alpha + self.n_moments + self.n_extra
+        return self.n_q + N_MUS + self.n_moments + self.n_extra
 
     def with_extra(self, n: int) -> "Layout":
-        return Layout(self.free_dofs, self.n_moments, n, self.n_alpha)
+        return Layout(self.free_dofs, self.n_moments, n)
 
 
 class RestModel:
@@ -175,6 +174,7 @@ class RestModel:
         self.fmax = np.array(self.A.mus[:, MUS_FMAX])
         self.lceopt = np.array(self.A.mus[:, MUS_LCEOPT])
         self.xd = np.zeros(N_STATES)
+        self._dof_slots = np.arange(self.A.mus_dofs.shape[1]) < np.asarray(self.A.mus_ndof)[:, None]
         self._s_guess = {a: np.array(model.equilibrium_state[IS:IA]) for a in (0.0, 1.0)}
         self._key = None
 
@@ -195,13 +195,13 @@ class RestModel:
         evaluate(self.A, x, self.xd, x[IA:], loads, self.W)
         return x
 
-    def _rest_force(self, q, level: float, s_min: float):
-        """(F (138,), dF/dL (138,)) of every muscle at rest with a = ``level`` (0 or 1) at posture q; a muscle
-        whose fibre would get shorter than ``s_min`` is held there (the most force it may carry)."""
+    def _rest_force(self, q, L, level: float, s_min: float):
+        """(F (138,), dF/dL (138,)) of every muscle at rest with a = ``level`` (0 or 1) at posture q (muscle
+        lengths L); a muscle whose fibre would get shorter than ``s_min`` is held there (the most force
+        it may carry)."""
         a = np.full(N_MUS, level)
         s = self._s_guess[level]
-        self._evaluate(q, s, a, self.loads)
-        solve_rest_lengths(self.A, self.W.mu.L, a, s, s_min, 1e-13, 200)
+        solve_rest_lengths(self.A, L, a, s, s_min, 1e-13, 200)
         self._evaluate(q, s, a, self.loads)
         mu = self.W.mu
         clamped = np.abs(mu.g) > 1e-9
@@ -210,26 +210,25 @@ class RestModel:
         return mu.force.copy(), dF_dL
 
     def _state_of(self, q, alpha, loads):
-        """(F, dF/dL at fixed alpha, dF/dalpha (138, n_alpha), x) with the plant evaluated at the rest
-        state."""
-        Fp, dFp = self._rest_force(q, 0.0, FIBRE_MIN)
-        Ff, dFf = self._rest_force(q, 1.0, REST_FIBRE_MIN)
+        """(F, dF/dL at fixed alpha, dF/dalpha = Ff - Fp, x) with the plant evaluated at the rest state."""
+        self._evaluate(q, self._s_guess[0.0], np.zeros(N_MUS), self.loads)      # muscle lengths L(q)
+        L = self.W.mu.L.copy()
+        Fp, dFp = self._rest_force(q, L, 0.0, FIBRE_MIN)
+        Ff, dFf = self._rest_force(q, L, 1.0, REST_FIBRE_MIN)
         short = Ff < Fp                  # passive fibre already below REST_FIBRE_MIN: no active range
         Ff[short], dFf[short] = Fp[short], dFp[short]
         span = Ff - Fp
         F = Fp + alpha * span
         s, a = np.empty(N_MUS), np.empty(N_MUS)
-        rest_state_from_force(self.A, self.W.mu.L, F, s, a)
+        rest_state_from_force(self.A, L, F, s, a)
         x = self._evaluate(q, s, a, loads)
-        return F, dFp + alpha * (dFf - dFp), np.diag(span), x
+        return F, dFp + alpha * (dFf - dFp), span, x
 
     def moment_arms(self) -> np.ndarray:
         """(138, 11) dL_i/dq_j of the last evaluation."""
         G = np.zeros((N_MUS, N_DOF))
-        A, mu = self.A, self.W.mu
-        for i in range(N_MUS):
-            n = A.mus_ndof[i]
-            G[i, A.mus_dofs[i, :n]] = mu.G[i, :n]
+        muscle, slot = np.nonzero(self._dof_slots)
+        G[muscle, self.A.mus_dofs[muscle, slot]] = self.W.mu.G[muscle, slot]
         return G
 
     def _outputs(self):
@@ -244,27 +243,26 @@ class RestModel:
             return self
         L = self.layout
         q, loads, alpha = self.q_of(z), self.loads_of(z), z[L.alpha]
-        F, dF_dL, dF_dalpha, x = self._state_of(q, alpha, loads)
+        F, dF_dL, span, x = self._state_of(q, alpha, loads)
         W, mu = self.W, self.W.mu
-        self.x, self.force, self.dF_dalpha = x, F, dF_dalpha
+        self.x, self.force, self.span = x, F, span
         self.f_eom = W.st.f[IQD:IS].copy()
-        self.g_max = float(np.max(np.abs(mu.g)))
         G = self.moment_arms()
         stiff = G.T @ ((self.fmax * mu.dF4)[:, None] * G)            # F-dependence removed: fixed F
         dF_dq = dF_dL[:, None] * G
-        self.J_force = self._zjac(dF_dq, dF_dalpha)
-        self.J_eom = self._zjac((W.st.Aq + stiff - G.T @ dF_dq), -G.T @ dF_dalpha, self._moment_matrix(x, loads))
+        self.J_force = self._zjac(dF_dq, np.diag(span))
+        self.J_eom = self._zjac((W.st.Aq + stiff - G.T @ dF_dq), -G.T * span, self._moment_matrix(x, loads))
         da_dL = -(mu.dF4 + mu.g_s / self.lceopt) / mu.g_a
         da_dF = mu.g_s / (self.lceopt * self.fmax * mu.dF4 * mu.g_a)
-        self.J_act = self._zjac((da_dL + da_dF * dF_dL)[:, None] * G, da_dF[:, None] * dF_dalpha)
-        Rd = W.mb.R[HUMERUS_FRAME]
-        self.th, self.J_th = thoracohumeral_angles(Rd[:, :, 0]), self._zjac(thoracohumeral_jacobian(Rd))
+        self.J_act = self._zjac((da_dL + da_dF * dF_dL)[:, None] * G, np.diag(da_dF * span))
+        self.J_th = self._zjac(thoracohumeral_jacobian(W.mb.R[HUMERUS_FRAME]))
         self.stability, self.contact_e = self._outputs()
         out = W.out
+        self.th = out.th_angles.copy()
         self.outputs = dict(gh_force=out.gh_force.copy(), gh_angles=out.gh_angles.copy(),
                             contact_force=out.contact_force.copy(), conoid_force=out.conoid_force.copy())
         self.dstab_dF = self._stability_force_gradient()
-        self._key, self._z, self._jac_outputs = key, z.copy(), None
+        self._key, self._jac_outputs = key, None
         return self
 
     def _zjac(self, d_dq: np.ndarray, d_dalpha: np.ndarray | None = None, d_dm: np.ndarray | None = None):
@@ -316,7 +314,7 @@ class RestModel:
         if self._jac_outputs is None:
             L = self.layout
             Js, Je = np.zeros(L.size), np.zeros((2, L.size))
-            Js[L.alpha] = self.dstab_dF @ self.dF_dalpha
+            Js[L.alpha] = self.dstab_dF * self.span
             alpha, loads = z[L.alpha], self.loads_of(z)
             for k in range(L.n_q):
                 values = []
@@ -327,9 +325,7 @@ class RestModel:
                     values.append(self._outputs())
                 (sp, ep), (sm, em) = values
                 Js[k], Je[:, k] = (sp - sm) / (2 * self.FD_STEP), (ep - em) / (2 * self.FD_STEP)
-            self._key = None
-            self.at(z)
-            self._jac_outputs = (Js, Je)
+            self._jac_outputs = (Js, Je)     # the workspace now holds the last difference; z's values are kept
         return self._jac_outputs
 
 
@@ -353,11 +349,11 @@ def place_humerus(model: Das3Model, q: np.ndarray, target: np.ndarray, iteration
     for _ in range(iterations):
         x[IQ:IQD] = q
         evaluate(A, x, xd, x[IA:], np.zeros(N_LOADS), W)
-        Rd = W.mb.R[HUMERUS_FRAME]
-        err = angle_error(thoracohumeral_angles(Rd[:, :, 0]), target)
+        compute_outputs(A, W)
+        err = angle_error(W.out.th_angles, target)
         if np.max(np.abs(err)) < 1e-13:
             break
-        q[gh] -= np.linalg.lstsq(thoracohumeral_jacobian(Rd)[:, gh], err, rcond=None)[0]
+        q[gh] -= np.linalg.lstsq(thoracohumeral_jacobian(W.mb.R[HUMERUS_FRAME])[:, gh], err, rcond=None)[0]
     return q
 
 
@@ -443,7 +439,7 @@ def bounds(model: Das3Model, layout: Layout, q0: np.ndarray) -> list[tuple]:
     the girdle's corners, muscle paths become shorter than their tendons: no valid rest state."""
     ranges = np.asarray(model.dof_ranges)
     b = [(min(ranges[j, 0], q0[j]), max(ranges[j, 1], q0[j])) for j in layout.free_dofs]
-    return b + [(0.0, 1.0)] * layout.n_alpha + [(None, None)] * (layout.n_moments + layout.n_extra)
+    return b + [(0.0, 1.0)] * N_MUS + [(None, None)] * (layout.n_moments + layout.n_extra)
 
 
 @dataclass(frozen=True)
@@ -499,13 +495,8 @@ def solve_static(model: Das3Model, posture: Posture, loads=None, criterion: str 
     Raises :class:`StaticOptError` when the result fails :func:`check_state`."""
     if criterion not in CRITERIA:
         raise ValueError(f"criterion must be one of {', '.join(CRITERIA)}, not {criterion!r}")
-    loads = checked_loads(loads)
     t_start = time.perf_counter()
-    q0 = start_posture(model, posture, q_start)
-    layout = layout_for(posture, 0)
-    rest = RestModel(model, loads, q0, layout)
-    z = np.concatenate([q0[list(layout.free_dofs)], np.zeros(N_MUS)])
-    cons = [equalities(rest, posture), *inequalities(rest, gh_limit)]
+    rest, z, cons = rest_problem(model, posture, loads, gh_limit, q_start, 0)
     iterations = 0
     if criterion == "d":
         z, cap, iterations = _min_max_stress(rest, z, cons, settings)
@@ -516,6 +507,16 @@ def solve_static(model: Das3Model, posture: Posture, loads=None, criterion: str 
     r = rest.at(z)
     cost = float(np.max(r.force / rest.fmax)) * SPECIFIC_TENSION_N_PER_CM2 if criterion == "d" else fun(z)
     return finish(rest, z, posture, criterion, cost, gh_limit, iterations, t_start, tolerances)
+
+
+def rest_problem(model: Das3Model, posture: Posture, loads, gh_limit: float | None, q_start, n_moments: int):
+    """(RestModel, start z: the start posture's free angles, alpha = 0, M = 0, the constraints) of a
+    problem at ``posture`` with ``n_moments`` free external moments."""
+    q0 = start_posture(model, posture, q_start)
+    layout = layout_for(posture, n_moments)
+    rest = RestModel(model, checked_loads(loads), q0, layout)
+    z = np.concatenate([q0[list(layout.free_dofs)], np.zeros(N_MUS + n_moments)])
+    return rest, z, [equalities(rest, posture), *inequalities(rest, gh_limit)]
 
 
 def optimise(rest: RestModel, fun, jac, z: np.ndarray, cons: list, settings: SolverSettings, tol: Tolerances,
@@ -574,11 +575,10 @@ def check_state(model: Das3Model, x: np.ndarray, posture: Posture, loads, gh_lim
     from sim.dynamics import residual
 
     loads = checked_loads(loads)
-    f = residual(model, x, np.zeros(N_STATES), x[IA:], loads)
     W = new_plant_work(model.arrays)
-    evaluate(model.arrays, x, np.zeros(N_STATES), x[IA:], loads, W)
+    f = residual(model, x, np.zeros(N_STATES), x[IA:], loads, work=W)
     compute_outputs(model.arrays, W)
-    th = thoracohumeral_angles(W.mb.R[HUMERUS_FRAME][:, :, 0])
+    th = W.out.th_angles
     held = _held(posture)
     posture_err = max(float(np.max(np.abs(angle_error(th, posture.th_target())))),
                       max(abs(x[IQ + dof] - v) for dof, v in held.items()))

@@ -130,7 +130,7 @@ def static_opt(
                                    SolverSettings(max_iterations=max_iterations))
                 q_start = sol.x[:11]
             except StaticOptError as exc:
-                sol = exc.args[1]
+                sol = exc.solution
             results.append(sol)
             _report_solution(sol, f"elevation {values['elevation_deg']:g} deg, plane {values['plane_deg']:g} deg")
         if trajectory is None:
@@ -170,7 +170,7 @@ def max_moment(
         out.mkdir(parents=True, exist_ok=True)
         results = sweep(model, spec, angles_rad, gh_limit)
         for angle, r in zip(angles_rad, results):
-            sol = r.args[1] if isinstance(r, StaticOptError) else r.solution
+            sol = r.solution              # a MaxMomentPoint or the StaticOptError of a failed angle
             _report_solution(sol, f"{task} at {math.degrees(angle):g} deg: moment {sol.cost:.2f} N m")
         path = ao.write_max_moment(out, task, spec, angles_rad, results, model)
         failed = sum(isinstance(r, StaticOptError) for r in results)
@@ -224,7 +224,7 @@ def feedforward(
             ff = elevation_schedule(model, base, math.radians(start), math.radians(stop), move, hold,
                                     knot_ms * 1e-3, criterion)
         except StaticOptError as exc:
-            error(f"a knot has no checked solution: {exc.args[0]}")
+            error(f"a knot has no checked solution: {exc}")
             raise typer.Exit(ExitCode.ERROR) from None
         ao.write_feedforward(out, ff, model)
         worst = max(s.gh_stability for s in ff.solutions)
