@@ -166,6 +166,9 @@ def write_max_moment(out_dir: Path, task_name: str, task, angles_rad, results: l
         w.writerow(MAX_MOMENT_COLUMNS)
         for angle, r in zip(angles_rad, results):
             sol = r.solution             # a MaxMomentPoint or the StaticOptError of a failed angle
+            if sol is None:              # no point found at all (the posture could not be set up)
+                w.writerow([f"{math.degrees(angle):.4f}", "nan", "nan", *["nan"] * 6, 0, "nan", "nan", False, str(r)])
+                continue
             c = sol.checks
             w.writerow([f"{math.degrees(angle):.4f}", f"{sol.cost:.6f}", f"{sol.gh_stability:.6f}",
                         *np.degrees(sol.x[:6]).round(4), sol.iterations, f"{sol.time_s:.3f}",

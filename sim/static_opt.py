@@ -52,6 +52,9 @@ CRITERION_UNITS = {"a": "N^2", "b": "(N/cm^2)^2", "c": "1", "d": "N/cm^2"}
 ELBOW, PRONATION = 9, 10
 GIRDLE_DOFS = tuple(range(6))
 GH_DOFS = (6, 7, 8)
+GH_STEP_MAX_RAD = 0.2
+"""Largest GH-angle change per Newton step of :func:`place_humerus` (its Jacobian is singular at 0 and
+180 deg elevation, where a full step can throw the humerus several turns)."""
 N_MOMENTS = 5
 """The five external moments of Chadwick eq. 10 (loads M_th_y, M_th_z, M_hum_y, M_elbow, M_pronation)."""
 
@@ -339,9 +342,11 @@ def _held(posture: Posture) -> dict[int, float]:
     return held
 
 
-def place_humerus(model: Das3Model, q: np.ndarray, target: np.ndarray, iterations: int = 30) -> np.ndarray:
-    """q with the GH angles turned (Newton on the exact thoracohumeral Jacobian) so that the
-    thoracohumeral angles are ``target``, the other DOFs as given."""
+def place_humerus(model: Das3Model, q: np.ndarray, target: np.ndarray, iterations: int = 60) -> np.ndarray:
+    """q with the GH angles turned (Newton on the exact thoracohumeral Jacobian, steps limited to
+    ``GH_STEP_MAX_RAD`` and the angles kept in (-pi, pi], where the muscle-path polynomials are fitted)
+    so that the thoracohumeral angles are ``target``, the other DOFs as given. Raises StaticOptError if
+    Newton does not converge."""
     A, W = model.arrays, new_plant_work(model.arrays)
     q = np.array(q, float)
     x, xd = np.array(model.equilibrium_state), np.zeros(N_STATES)
@@ -352,9 +357,11 @@ def place_humerus(model: Das3Model, q: np.ndarray, target: np.ndarray, iteration
         compute_outputs(A, W)
         err = angle_error(W.out.th_angles, target)
         if np.max(np.abs(err)) < 1e-13:
-            break
-        q[gh] -= np.linalg.lstsq(thoracohumeral_jacobian(W.mb.R[HUMERUS_FRAME])[:, gh], err, rcond=None)[0]
-    return q
+            return q
+        step = np.linalg.lstsq(thoracohumeral_jacobian(W.mb.R[HUMERUS_FRAME])[:, gh], err, rcond=None)[0]
+        q[gh] = angle_error(q[gh] - np.clip(step, -GH_STEP_MAX_RAD, GH_STEP_MAX_RAD), 0.0)
+    raise StaticOptError(f"cannot place the humerus at thoracohumeral angles {np.degrees(target).round(3)} deg "
+                         f"from this girdle (Newton left an error of {np.degrees(np.max(np.abs(err))):.3g} deg)")
 
 
 def start_posture(model: Das3Model, posture: Posture, q_start: np.ndarray | None) -> np.ndarray:

@@ -242,3 +242,18 @@ def test_cli_static_opt_and_max_moment_write_checked_files(tmp_path):
     impossible = runner.invoke(app, ["analyze", "static-opt", "--elevation", "90", "--load", "hand_force_y=-3000",
                                      "--max-iterations", "60", "--out", str(tmp_path / "no")])
     assert impossible.exit_code == 1 and "no solution that passes the checks" in impossible.output
+
+
+def test_humerus_placement_stays_in_the_fitted_range_near_the_singular_axis(model):
+    """From this girdle and humerus (a shoulder-flexion sweep's warm start, GH elevation near 0) plain
+    Newton on the thoracohumeral angles turned GHy and GHyy by about +-3 turns in opposite directions,
+    where the muscle-path polynomials are meaningless and a fibre length came out zero."""
+    q = np.array([-0.469149, 0.5236, 0.0, 0.66926, 0.111803, 0.211762, 0.609434, -0.006886, -0.882811,
+                  1.047198, 1.439897])
+    target = np.array([0.0, 40 * DEG, 0.0])
+    placed = so.place_humerus(model, q, target)
+    assert np.all(np.abs(placed[6:9]) <= math.pi)
+    np.testing.assert_array_equal(placed[[0, 1, 2, 3, 4, 5, 9, 10]], q[[0, 1, 2, 3, 4, 5, 9, 10]])
+    x = np.array(model.equilibrium_state)
+    x[:11] = placed
+    np.testing.assert_allclose(_thoracohumeral_angles(model, x), target, atol=1e-12)

@@ -123,23 +123,28 @@ def static_opt(
         postures = [defaults] if trajectory is None else read_trajectory(trajectory, defaults)
         model = load_model(load_model_options(model_config))
         out.mkdir(parents=True, exist_ok=True)
-        results, q_start = [], None
+        results, q_start, unsolved = [], None, 0
         for values in postures:
+            label = f"elevation {values['elevation_deg']:g} deg, plane {values['plane_deg']:g} deg"
             try:
                 sol = solve_static(model, _posture(values), loads, criterion, None if no_gh else gh_limit, q_start,
                                    SolverSettings(max_iterations=max_iterations))
                 q_start = sol.x[:11]
             except StaticOptError as exc:
                 sol = exc.solution
+                if sol is None:          # no point to report (the posture could not be set up)
+                    error(f"{label}: {exc}")
+                    unsolved += 1
+                    continue
             results.append(sol)
-            _report_solution(sol, f"elevation {values['elevation_deg']:g} deg, plane {values['plane_deg']:g} deg")
-        if trajectory is None:
+            _report_solution(sol, label)
+        if results and trajectory is None:
             ao.write_solution(out, results[0], model)
-        else:
+        elif results:
             ao.write_trajectory(out, results, model)
-        failed = sum(not s.checks.passed for s in results)
+        failed = unsolved + sum(not s.checks.passed for s in results)
         if failed:
-            error(f"{failed} of {len(results)} postures have no solution that passes the checks")
+            error(f"{failed} of {len(postures)} postures have no solution that passes the checks")
             raise typer.Exit(ExitCode.ERROR)
         out_console().print(f"wrote {out}")
 
@@ -171,7 +176,10 @@ def max_moment(
         results = sweep(model, spec, angles_rad, gh_limit)
         for angle, r in zip(angles_rad, results):
             sol = r.solution              # a MaxMomentPoint or the StaticOptError of a failed angle
-            _report_solution(sol, f"{task} at {math.degrees(angle):g} deg: moment {sol.cost:.2f} N m")
+            if sol is None:
+                error(f"{task} at {math.degrees(angle):g} deg: {r}")
+            else:
+                _report_solution(sol, f"{task} at {math.degrees(angle):g} deg: moment {sol.cost:.2f} N m")
         path = ao.write_max_moment(out, task, spec, angles_rad, results, model)
         failed = sum(isinstance(r, StaticOptError) for r in results)
         if failed:
