@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from hil.report import glenoid_angles, pyplot_agg
+from sim.max_moment import literature_curves
 from sim.model import MUS_FMAX
 from sim.static_opt import CRITERION_UNITS, StaticOptError, StaticSolution
 
@@ -181,26 +182,37 @@ def _plot_max_moment(path: Path, task_name: str, task, angles_rad, results: list
     plt = pyplot_agg()
     ok = [(math.degrees(a), r) for a, r in zip(angles_rad, results) if not isinstance(r, StaticOptError)]
     fig, axes = plt.subplots(3, 1, figsize=(6, 10), sharex=True)
+    _plot_literature(axes[0], task_name)
     if ok:
         x = [a for a, _ in ok]
         girdle = np.degrees([r.girdle_rad for _, r in ok])
-        axes[0].plot(x, [r.moment_nm for _, r in ok], "ro-")
+        axes[0].plot(x, [r.moment_nm for _, r in ok], "ro-", lw=2, label="model")
         for j, name in enumerate(("SCy", "SCz", "SCx")):
             axes[1].plot(x, girdle[:, j], "o-", ms=3, label=name)
         for j, name in enumerate(("ACy", "ACz", "ACx"), start=3):
             axes[2].plot(x, girdle[:, j], "o-", ms=3, label=name)
     axes[0].set_ylabel("maximum moment (N m)")
-    axes[0].set_title(f"{task_name} (model; posture as Chadwick 2014 {task.figure})")
+    axes[0].set_title(f"{task_name}: model and published data (posture of Chadwick 2014 {task.figure})",
+                      fontsize=9)
     axes[1].set_ylabel("clavicle angles (deg)")
     axes[2].set_ylabel("scapula angles (deg)")
     axes[2].set_xlabel(f"{task.swept.replace('_', ' ')} (deg)")
     for ax in axes:
         ax.grid(alpha=0.3)
-    axes[1].legend(fontsize=8)
-    axes[2].legend(fontsize=8)
+        ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def _plot_literature(ax, task_name: str) -> None:
+    """The published curves Chadwick compares with (thin grey, with their spread where given)."""
+    styles = ("--", ":", "-.", (0, (1, 3)), (0, (5, 2, 1, 2)))
+    for k, curve in enumerate(literature_curves(task_name)):
+        x = np.degrees(curve.angle_rad)
+        spread = None if np.isnan(curve.below_nm).all() else np.vstack([curve.below_nm, curve.above_nm])
+        ax.errorbar(x, curve.moment_nm, yerr=spread, color="0.35", lw=1, capsize=2,
+                    linestyle=styles[k % len(styles)], label=curve.label)
 
 
 def write_feedforward(out_dir: Path, ff, model) -> None:

@@ -13,9 +13,11 @@ choices and are named as such in :data:`TASKS`.
 """
 from __future__ import annotations
 
+import csv
 import math
 import time
 from dataclasses import dataclass
+from importlib import resources
 
 import numpy as np
 
@@ -23,14 +25,22 @@ from sim import static_opt as so
 from sim.model import N_DOF, Das3Model
 
 DEG = math.pi / 180.0
-NEUTRAL_PRONATION_RAD = 82.5 * DEG
-"""Neutral forearm: the middle of the DAS3 pronation range (5-160 deg); the captions say "neutral"
-without a value."""
+NEUTRAL_PRONATION_RAD = 90.0 * DEG
+"""Neutral forearm. The captions say "neutral" without a value; 90 deg is where the DAS3 authors put it
+(their figure script plots the model against PSy - 90 deg)."""
 ARM_AT_SIDE_ELEVATION_RAD = 10.0 * DEG
 """"Arm at the side" (Fig. 8): 10 deg, since plane of elevation and axial rotation are undefined at 0."""
-SCAPULAR_PLANE_RAD = 60.0 * DEG
-"""Plane of elevation of the scapular plane, 30 deg anterior to the coronal plane (in the model's YZY
-convention 0 = sagittal / forward, 90 deg = coronal); the captions say "scapular plane" without a value."""
+SAGITTAL_PLANE_RAD = 90.0 * DEG
+"""Plane of elevation of forward flexion. In the YZY convention of the model's outputs (thorax X lateral,
+Z posterior) plane 0 elevates the arm laterally (abduction in the coronal plane) and plane 90 deg
+forwards (flexion in the sagittal plane); ``tests/test_static_opt.py`` checks this on the hand."""
+SCAPULAR_PLANE_RAD = 45.0 * DEG
+"""The scapular plane, 45 deg anterior to the coronal plane: the value in the DAS3 authors' script for
+Figs. 5-6 (the captions say "scapular plane" without a value)."""
+EXTERNALLY_ROTATED_RAD = -SAGITTAL_PLANE_RAD
+"""Fig. 4's "arm externally rotated": axial rotation = -plane of elevation, so the humerus keeps the
+long-axis rotation of the YZY zero posture (forearm pointing forwards, more external than the resting
+posture's plane + axial rotation of about 60 deg), as the DAS3 authors set it."""
 
 
 @dataclass(frozen=True)
@@ -47,26 +57,26 @@ class Task:
     figure: str
 
 
-_SAGITTAL = (0.0, 0.0, 0.0, 60 * DEG, NEUTRAL_PRONATION_RAD)
+_SAGITTAL = (SAGITTAL_PLANE_RAD, 0.0, EXTERNALLY_ROTATED_RAD, 60 * DEG, NEUTRAL_PRONATION_RAD)
 _SCAPULAR = (SCAPULAR_PLANE_RAD, 0.0, 0.0, 60 * DEG, NEUTRAL_PRONATION_RAD)
 _ROTATION = (SCAPULAR_PLANE_RAD, 60 * DEG, 0.0, 60 * DEG, NEUTRAL_PRONATION_RAD)
-_ELBOW = (90 * DEG, 90 * DEG, 0.0, 0.0, NEUTRAL_PRONATION_RAD)
+_ELBOW = (0.0, 90 * DEG, 0.0, 0.0, NEUTRAL_PRONATION_RAD)        # 90 deg abduction in the coronal plane
 _FOREARM = (0.0, ARM_AT_SIDE_ELEVATION_RAD, 0.0, 90 * DEG, 0.0)
 
 TASKS = {
     "shoulder-flexion": Task(1, +1, "elevation", _SAGITTAL, (10, 80, 10), "Fig. 4"),
     "shoulder-extension": Task(1, -1, "elevation", _SAGITTAL, (10, 80, 10), "Fig. 4"),
-    "abduction": Task(1, +1, "elevation", _SCAPULAR, (10, 80, 10), "Fig. 5"),
-    "adduction": Task(1, -1, "elevation", _SCAPULAR, (10, 80, 10), "Fig. 5"),
-    "internal-rotation": Task(2, +1, "axial_rotation", _ROTATION, (-40, 40, 10), "Fig. 6"),
-    "external-rotation": Task(2, -1, "axial_rotation", _ROTATION, (-40, 40, 10), "Fig. 6"),
+    "abduction": Task(1, +1, "elevation", _SCAPULAR, (10, 90, 10), "Fig. 5"),
+    "adduction": Task(1, -1, "elevation", _SCAPULAR, (10, 90, 10), "Fig. 5"),
+    "internal-rotation": Task(2, +1, "axial_rotation", _ROTATION, (-90, 0, 15), "Fig. 6"),
+    "external-rotation": Task(2, -1, "axial_rotation", _ROTATION, (-90, 0, 15), "Fig. 6"),
     "elbow-flexion": Task(3, +1, "elbow_flexion", _ELBOW, (15, 135, 15), "Fig. 7"),
     "elbow-extension": Task(3, -1, "elbow_flexion", _ELBOW, (15, 135, 15), "Fig. 7"),
     "pronation": Task(4, +1, "pronation", _FOREARM, (15, 150, 15), "Fig. 8"),
     "supination": Task(4, -1, "pronation", _FOREARM, (15, 150, 15), "Fig. 8"),
 }
-"""The ten tasks of Chadwick Figs. 4-8. The shoulder-flexion caption's "arm externally rotated" has no
-value; axial rotation 0 is used for every shoulder task."""
+"""The ten tasks of Chadwick Figs. 4-8 with the captions' postures and, by default, the figures' angle
+ranges."""
 
 _FIELDS = ("plane_of_elevation", "elevation", "axial_rotation", "elbow_flexion", "pronation")
 
@@ -126,3 +136,49 @@ def sweep(model: Das3Model, task: Task, angles_rad, gh_limit: float = 0.0, setti
         except so.StaticOptError as exc:
             out.append(exc)
     return out
+
+
+LITERATURE_SOURCES = {
+    "Garner2001": "Garner & Pandy 2001 [15]",
+    "Otis1990": "Otis et al. 1990 [16]",
+    "Engin1980": "Engin & Kaleps 1980 [17]",
+    "Winters1993": "Winters & Kleweno 1993 [18]",
+    "Amis1980": "Amis et al. 1980 [19]",
+    "Buchanan1998": "Buchanan et al. 1998 [20]",
+}
+"""Citation labels (reference numbers of Chadwick et al. 2014) of ``sim/data/isometric_moments_literature.csv``."""
+
+
+@dataclass(frozen=True)
+class LiteratureCurve:
+    """Published maximum moments for one task from one source (as plotted in Chadwick Figs. 4-8);
+    ``below_nm``/``above_nm`` the published spread, NaN where the source gives none."""
+
+    source: str                 # a LITERATURE_SOURCES key, with ":k" for one of several series
+    angle_rad: np.ndarray
+    moment_nm: np.ndarray
+    below_nm: np.ndarray
+    above_nm: np.ndarray
+
+    @property
+    def label(self) -> str:
+        key, _, series = self.source.partition(":")
+        return LITERATURE_SOURCES[key] + (f" series {series}" if series else "")
+
+
+def literature_curves(task_name: str) -> list[LiteratureCurve]:
+    """The published curves for ``task_name`` (a TASKS key), in file order."""
+    if task_name not in TASKS:
+        raise KeyError(task_name)
+    text = resources.files("sim.data").joinpath("isometric_moments_literature.csv").read_text(encoding="utf-8")
+    rows: dict[str, list] = {}
+    for row in csv.DictReader(text.splitlines()):
+        if row["task"] == task_name:
+            rows.setdefault(row["source"], []).append(row)
+
+    def column(points, name):
+        return np.array([float(p[name]) if p[name] else math.nan for p in points])
+
+    return [LiteratureCurve(source, np.radians(column(points, "angle_deg")), column(points, "moment_Nm"),
+                            column(points, "below_Nm"), column(points, "above_Nm"))
+            for source, points in rows.items()]

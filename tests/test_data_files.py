@@ -1,4 +1,4 @@
-"""The shipped model data are the documented, unmodified files."""
+"""The shipped model and comparison data are the documented, unmodified files."""
 import hashlib
 import json
 import re
@@ -6,7 +6,7 @@ from importlib import resources
 
 import pytest
 
-FILES = ("das3_model.json", "das3_equilibrium.json", "gh_lines_of_action.json")
+FILES = ("das3_model.json", "das3_equilibrium.json", "gh_lines_of_action.json", "isometric_moments_literature.csv")
 
 
 def data(name: str):
@@ -16,7 +16,7 @@ def data(name: str):
 @pytest.mark.parametrize("name", FILES)
 def test_sha256_matches_the_data_readme(name):
     readme = data("README.md").read_text(encoding="utf-8")
-    documented = dict(re.findall(r"\| `([\w.]+\.json)` \| `([0-9a-f]{64})` \|", readme))
+    documented = dict(re.findall(r"\| `([\w.]+\.(?:json|csv))` \| `([0-9a-f]{64})` \|", readme))
     assert set(documented) == set(FILES)
     assert hashlib.sha256(data(name).read_bytes()).hexdigest() == documented[name]
 

@@ -146,6 +146,36 @@ def test_held_static_solution_stays_put_and_recovers(model, solution_b):
         assert drift < (1e-6 * DEG if push == 0 else 0.5 * push)
 
 
+def _hand_position(model, q):
+    """Hand centre of mass (m, thorax frame: X lateral, Y superior, Z posterior) with the DOFs at q."""
+    x = np.array(model.equilibrium_state)
+    x[so.IQ:so.IQD] = q
+    work = so.new_plant_work(model.arrays)
+    so.evaluate(model.arrays, x, np.zeros(N_STATES), x[so.IA:], np.zeros(len(LOAD_NAMES)), work)
+    so.compute_outputs(model.arrays, work)
+    return np.array(work.out.hand_position)
+
+
+def test_task_postures_raise_the_arm_in_their_planes(model):
+    """Plane of elevation 0 raises the arm sideways (+X), 90 deg forwards (-Z): shoulder flexion is
+    sagittal, abduction scapular (between the two), the elbow tasks abducted in the coronal plane.
+    Measured on the straight arm's hand path from 10 deg elevation to the task's posture."""
+    from sim.max_moment import TASKS, task_posture
+
+    def hand_travel(task_name, angle_deg):
+        posture = so.Posture(**{**task_posture(TASKS[task_name], angle_deg * DEG).__dict__, "elbow_flexion": 0.0})
+        low = so.Posture(**{**posture.__dict__, "elevation": 10 * DEG})
+        travel = [_hand_position(model, so.start_posture(model, p, None)) for p in (low, posture)]
+        return travel[1] - travel[0]
+
+    lateral, _, posterior = hand_travel("shoulder-flexion", 80)
+    assert posterior < -0.4 and abs(lateral) < 0.1 * abs(posterior)
+    lateral, _, posterior = hand_travel("abduction", 80)
+    assert lateral > 0.25 and abs(lateral + posterior) < 0.1 * lateral          # 45 deg between X and -Z
+    lateral, _, posterior = hand_travel("elbow-flexion", 0)
+    assert lateral > 0.4 and abs(posterior) < 0.1 * lateral
+
+
 def test_max_moment_is_balanced_by_the_external_moment(model):
     from sim.max_moment import TASKS, solve_max_moment
 

@@ -16,6 +16,7 @@ app = typer.Typer(no_args_is_help=True, help="Optimisation analyses of the DAS3 
 
 CRITERION_HELP = ("(a) min sum F^2, (b) min sum (F/PCSA)^2, (c) min sum a^2 (= (F_active/(Fmax f_FL))^2), "
                   "(d) min max F/PCSA, then (b) at that maximum (van der Helm 1994).")
+PLANE_HELP = "Plane of elevation, deg (0 = coronal/abduction, 45 = scapular plane, 90 = sagittal/forward flexion)."
 
 
 def parse_loads(items: list[str]) -> np.ndarray:
@@ -90,7 +91,7 @@ def _report_solution(sol, label: str) -> None:
 def static_opt(
     out: Annotated[Path, typer.Option(help="Output directory (created).")],
     elevation: Annotated[Optional[float], typer.Option(help="Thoracohumeral elevation, deg.")] = None,
-    plane: Annotated[float, typer.Option(help="Plane of elevation, deg (0 = forward, 90 = coronal).")] = 60.0,
+    plane: Annotated[float, typer.Option(help=PLANE_HELP)] = 45.0,
     axial_rotation: Annotated[float, typer.Option(help="Axial rotation, deg (+ = internal).")] = 0.0,
     elbow: Annotated[float, typer.Option(help="Elbow flexion, deg.")] = 37.64,
     pronation: Annotated[float, typer.Option(help="Forearm pronation, deg.")] = 81.44,
@@ -201,8 +202,10 @@ def feedforward(
     move: Annotated[float, typer.Option(help="Movement time, s (minimum jerk).")] = 1.3,
     hold: Annotated[float, typer.Option(help="Hold before and after the movement, s.")] = 0.3,
     knot_ms: Annotated[float, typer.Option(help="Schedule row spacing, ms (the playback's command period).")] = 20.0,
-    plane: Annotated[float, typer.Option(help="Plane of elevation, deg (0 = forward flexion).")] = 0.0,
-    axial_rotation: Annotated[float, typer.Option(help="Axial rotation, deg.")] = 0.0,
+    plane: Annotated[float, typer.Option(help=PLANE_HELP)] = 90.0,
+    axial_rotation: Annotated[float, typer.Option(help="Axial rotation, deg (+ = internal); the default keeps the "
+                                                        "resting posture's plane + axial rotation of about 60 deg.")
+                              ] = -30.0,
     elbow: Annotated[float, typer.Option(help="Elbow flexion, deg.")] = 37.64,
     pronation: Annotated[float, typer.Option(help="Forearm pronation, deg.")] = 81.44,
     criterion: Annotated[str, typer.Option(help=CRITERION_HELP)] = "b",
@@ -248,7 +251,7 @@ def channels(
     config: Annotated[Path, typer.Option(help="Service config whose [[stimulation.channel]] map is used.")],
     out: Annotated[Path, typer.Option(help="Output directory (created): channels.json, channels.csv.")],
     elevation: Annotated[float, typer.Option(help="Thoracohumeral elevation, deg.")],
-    plane: Annotated[float, typer.Option(help="Plane of elevation, deg (0 = forward, 90 = coronal).")] = 60.0,
+    plane: Annotated[float, typer.Option(help=PLANE_HELP)] = 45.0,
     axial_rotation: Annotated[float, typer.Option(help="Axial rotation, deg.")] = 0.0,
     elbow: Annotated[float, typer.Option(help="Elbow flexion, deg.")] = 90.0,
     pronation: Annotated[float, typer.Option(help="Forearm pronation, deg.")] = 81.44,
