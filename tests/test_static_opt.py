@@ -208,6 +208,29 @@ def test_feedforward_excitation_reaches_the_next_activation(model):
     np.testing.assert_allclose(minimum_jerk(np.array([0, 0.65, 1.3]), 10, 80, 1.3), [10, 45, 80])
 
 
+@pytest.mark.slow
+def test_feedforward_flexion_played_open_loop_reaches_and_holds_the_target(model):
+    """The forward-flexion schedule (sagittal plane, girdle rhythm) played in the plant without feedback,
+    as the loopback playback does (each row held for its knot), ends within 3 deg of 80 deg elevation
+    with the GH force inside the glenoid throughout."""
+    from sim.feedforward import elevation_schedule
+    from sim.plant import Plant
+
+    knot, step = 0.04, 0.004
+    base = so.Posture(90 * DEG, 0.0, -30 * DEG, float(model.equilibrium_state[9]), float(model.equilibrium_state[10]))
+    ff = elevation_schedule(model, base, 10 * DEG, 80 * DEG, 1.3, 0.8, knot, "b", gh_limit=-0.1)
+    plant = Plant(model, step_s=step, initial_state=ff.initial_state)
+    plant.reset(ff.initial_state, excitation=np.clip(ff.solutions[0].activation, 0.0, 1.0))
+    worst_gh = -np.inf
+    for u in ff.excitation:
+        for _ in range(round(knot / step)):
+            plant.step(u)
+            worst_gh = max(worst_gh, plant.outputs.gh_stability)
+    plane, elevation, _ = np.degrees(plant.outputs.th_angles)
+    assert abs(elevation - 80.0) < 3.0 and abs(plane - 90.0) < 10.0
+    assert worst_gh < 0.0
+
+
 @pytest.fixture(scope="module")
 def default_map(model):
     import tomllib
