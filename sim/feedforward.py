@@ -10,12 +10,6 @@ exactly under the DAS3 activation dynamics (Chadwick et al. 2014 eq. 1) with u c
 
 solved for u in [0, 1] by bisection (the right side increases with u); where the target is out of
 reach the excitation saturates. Inertia is ignored (quasi-static), so the movement lags a little.
-
-The shoulder girdle follows a prescribed rhythm: the optimiser chooses the clavicle and scapula angles
-freely at the first and last postures only, and in between they move linearly with the elevation
-(``girdle="rhythm"``). Left free at every knot (``girdle="free"``) the optimiser keeps the girdle on
-its joint stops and then jumps to another local optimum within a knot or two, a girdle movement the
-plant cannot follow; the open-loop arm then stalls well short of the target.
 """
 from __future__ import annotations
 
@@ -56,28 +50,21 @@ class FeedForward:
     initial_state: np.ndarray    # (298,) the rest state of the first posture
 
 
-GIRDLE_MODES = ("rhythm", "free")
-
-
 def elevation_schedule(model: Das3Model, base: so.Posture, start_rad: float, stop_rad: float, move_s: float,
                        hold_s: float, knot_s: float = 0.02, criterion: str = "b", loads=None,
-                       gh_limit: float = 0.0, girdle: str = "rhythm") -> FeedForward:
+                       gh_limit: float = 0.0) -> FeedForward:
     """Hold ``start_rad`` for ``hold_s``, move to ``stop_rad`` in ``move_s`` (minimum jerk), hold for
-    ``hold_s``; the other angles from ``base``, the girdle as ``girdle`` says (module docstring; a girdle
-    given in ``base`` is held). Raises so.StaticOptError at a knot that fails its checks."""
-    if girdle not in GIRDLE_MODES:
-        raise ValueError(f"girdle must be one of {', '.join(GIRDLE_MODES)}, not {girdle!r}")
+    ``hold_s``; the other angles (and a girdle, if given) from ``base``. Raises so.StaticOptError at a knot
+    that fails its checks."""
     n_move = int(round(move_s / knot_s))
     n_hold = int(round(hold_s / knot_s))
     t_move = np.arange(n_move + 1) * knot_s
     elevation = np.concatenate([np.full(n_hold, start_rad), minimum_jerk(t_move, start_rad, stop_rad, move_s),
                                 np.full(n_hold, stop_rad)])
-    girdle_at = _girdle_rhythm(model, base, start_rad, stop_rad, criterion, loads, gh_limit) \
-        if girdle == "rhythm" and base.girdle is None and stop_rad != start_rad else (lambda value: base.girdle)
     solutions, q_start, cache = [], None, {}
     for value in elevation:
         if value not in cache:
-            posture = dataclasses.replace(base, elevation=float(value), girdle=girdle_at(value))
+            posture = dataclasses.replace(base, elevation=float(value))
             cache[value] = so.solve_static(model, posture, loads, criterion, gh_limit, q_start)
             q_start = cache[value].x[:11]
         solutions.append(cache[value])
@@ -85,17 +72,3 @@ def elevation_schedule(model: Das3Model, base: so.Posture, start_rad: float, sto
     u = np.array([excitation_between(model, act[k], act[min(k + 1, len(act) - 1)], knot_s)
                   for k in range(len(act))])
     return FeedForward(np.arange(len(act)) * knot_s, u, solutions, solutions[0].x.copy())
-
-
-def _girdle_rhythm(model, base, start_rad, stop_rad, criterion, loads, gh_limit):
-    """elevation -> the six girdle angles, linear in elevation between the free optima at both ends."""
-    first = so.solve_static(model, dataclasses.replace(base, elevation=start_rad), loads, criterion, gh_limit)
-    last = so.solve_static(model, dataclasses.replace(base, elevation=stop_rad), loads, criterion, gh_limit,
-                           first.x[:11])
-    g0, g1 = first.x[:6], last.x[:6]
-
-    def girdle_at(value):
-        fraction = (value - start_rad) / (stop_rad - start_rad)
-        return tuple(float(g) for g in g0 + fraction * (g1 - g0))
-
-    return girdle_at

@@ -209,8 +209,6 @@ def feedforward(
     elbow: Annotated[float, typer.Option(help="Elbow flexion, deg.")] = 37.64,
     pronation: Annotated[float, typer.Option(help="Forearm pronation, deg.")] = 81.44,
     criterion: Annotated[str, typer.Option(help=CRITERION_HELP)] = "b",
-    girdle: Annotated[str, typer.Option(help="rhythm: clavicle and scapula linear in elevation between the free "
-                                             "optima at start and stop; free: chosen at every knot.")] = "rhythm",
     gh_limit: Annotated[float, typer.Option(help="GH stability limit at every knot (< 0: a margin).")] = 0.0,
     model_config: Annotated[Optional[Path], typer.Option(help="Model options TOML.")] = None,
 ) -> None:
@@ -218,15 +216,13 @@ def feedforward(
     knot (minimum-jerk posture path; excitations that reproduce the activations through the activation
     dynamics); exits 1 if a knot has no checked solution."""
     from hil import analysis_output as ao
-    from sim.feedforward import GIRDLE_MODES, elevation_schedule
+    from sim.feedforward import elevation_schedule
     from sim.model import load_model
     from sim.static_opt import CRITERIA, Posture, StaticOptError
 
     with user_errors():
         if criterion not in CRITERIA:
             raise BadInputError(f"--criterion must be one of {', '.join(CRITERIA)}")
-        if girdle not in GIRDLE_MODES:
-            raise BadInputError(f"--girdle must be one of {', '.join(GIRDLE_MODES)}")
         if not (math.isfinite(gh_limit) and gh_limit <= 0):
             raise BadInputError("--gh-limit must be a finite number <= 0")
         for name, value in (("--move", move), ("--knot-ms", knot_ms)):
@@ -240,7 +236,7 @@ def feedforward(
         out.mkdir(parents=True, exist_ok=True)
         try:
             ff = elevation_schedule(model, base, math.radians(start), math.radians(stop), move, hold,
-                                    knot_ms * 1e-3, criterion, gh_limit=gh_limit, girdle=girdle)
+                                    knot_ms * 1e-3, criterion, gh_limit=gh_limit)
         except StaticOptError as exc:
             error(f"a knot has no checked solution: {exc}")
             raise typer.Exit(ExitCode.ERROR) from None
