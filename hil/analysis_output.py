@@ -155,7 +155,7 @@ def plot_trajectory(path: Path, sols: list, model, n_groups: int = 8) -> None:
 
 
 MAX_MOMENT_COLUMNS = ("angle_deg", "moment_Nm", "gh_stability", *GIRDLE_COLUMNS, "iterations", "solve_time_s",
-                      "eom_residual_max_Nm", "checks_passed", "failures")
+                      "warm_start", "eom_residual_max_Nm", "checks_passed", "failures")
 
 
 def write_max_moment(out_dir: Path, task_name: str, task, angles_rad, results: list, model) -> Path:
@@ -168,12 +168,12 @@ def write_max_moment(out_dir: Path, task_name: str, task, angles_rad, results: l
         for angle, r in zip(angles_rad, results):
             sol = r.solution             # a MaxMomentPoint or the StaticOptError of a failed angle
             if sol is None:              # no point found at all (the posture could not be set up)
-                w.writerow([f"{math.degrees(angle):.4f}", "nan", "nan", *["nan"] * 6, 0, "nan", "nan", False, str(r)])
+                w.writerow([f"{math.degrees(angle):.4f}", "nan", "nan", *["nan"] * 6, 0, "nan", "", "nan", False, str(r)])
                 continue
             c = sol.checks
             w.writerow([f"{math.degrees(angle):.4f}", f"{sol.cost:.6f}", f"{sol.gh_stability:.6f}",
                         *np.degrees(sol.x[:6]).round(4), sol.iterations, f"{sol.time_s:.3f}",
-                        f"{c.eom_max_nm:.3g}", c.passed, "; ".join(c.failures)])
+                        getattr(r, "warm_start", ""), f"{c.eom_max_nm:.3g}", c.passed, "; ".join(c.failures)])
     _plot_max_moment(out_dir / f"max_moment_{task_name}.png", task_name, task, angles_rad, results)
     return path
 
@@ -199,7 +199,8 @@ def _plot_max_moment(path: Path, task_name: str, task, angles_rad, results: list
     axes[2].set_xlabel(f"{task.swept.replace('_', ' ')} (deg)")
     for ax in axes:
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

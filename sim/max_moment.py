@@ -85,6 +85,7 @@ _FIELDS = ("plane_of_elevation", "elevation", "axial_rotation", "elbow_flexion",
 class MaxMomentPoint:
     angle_rad: float
     solution: so.StaticSolution    # the rest state, the five moments, the checks
+    warm_start: str = "cold"       # where the solve started: "cold", "angle below" or "angle above"
 
     @property
     def moment_nm(self) -> float:
@@ -125,17 +126,44 @@ def solve_max_moment(model: Das3Model, task: Task, angle_rad: float, gh_limit: f
 
 
 def sweep(model: Das3Model, task: Task, angles_rad, gh_limit: float = 0.0, settings=so.SolverSettings()):
-    """One MaxMomentPoint (or the failed one's StaticOptError) per angle, each warm-started from the last
-    checked posture."""
-    out, q_start = [], None
-    for angle in angles_rad:
+    """One MaxMomentPoint (or the failed angle's StaticOptError) per angle. Each solve is a local maximum
+    of a nonconvex problem (free girdle, thorax contact, joint ranges), and a chain of warm starts can stay
+    on a lower branch: the angles are swept upwards and then downwards, each solve warm-started from the
+    neighbouring angle's checked posture, and the larger checked moment is kept."""
+    angles = [float(a) for a in angles_rad]
+    upwards = _warm_chain(model, task, angles, gh_limit, settings, None, "angle below")
+    if len(angles) < 2:
+        return upwards
+    downwards = _warm_chain(model, task, angles[-2::-1], gh_limit, settings, _last_posture(upwards),
+                            "angle above")[::-1]
+    return [_larger(u, d) for u, d in zip(upwards, downwards)] + upwards[-1:]
+
+
+def _warm_chain(model, task, angles, gh_limit, settings, q_start, neighbour: str):
+    out = []
+    for angle in angles:
         try:
-            point = solve_max_moment(model, task, float(angle), gh_limit, q_start, settings)
+            point = solve_max_moment(model, task, angle, gh_limit, q_start, settings)
+            point.warm_start = "cold" if q_start is None else neighbour
             q_start = point.solution.x[:N_DOF]
             out.append(point)
         except so.StaticOptError as exc:
             out.append(exc)
     return out
+
+
+def _last_posture(results) -> np.ndarray | None:
+    checked = [r for r in results if isinstance(r, MaxMomentPoint)]
+    return checked[-1].solution.x[:N_DOF] if checked else None
+
+
+def _larger(a, b):
+    """The checked point with the larger moment (a failure only when both failed)."""
+    if not isinstance(b, MaxMomentPoint):
+        return a
+    if not isinstance(a, MaxMomentPoint) or b.moment_nm > a.moment_nm:
+        return b
+    return a
 
 
 LITERATURE_SOURCES = {

@@ -192,6 +192,22 @@ def test_max_moment_is_balanced_by_the_external_moment(model):
     assert extension.moment_nm > 0 and extension.solution.moments[1] > 0
 
 
+@pytest.mark.slow
+def test_max_moment_sweep_keeps_the_larger_of_the_upward_and_downward_warm_starts(model):
+    """External rotation at -60 deg: cold (and warm from -75) the optimiser stays on a branch with the
+    clavicle barely rotated; warm from -30 it finds a stronger one (clavicle axial rotation near its range
+    end). The sweep must return the stronger, checked."""
+    from sim.max_moment import TASKS, solve_max_moment, sweep
+
+    task = TASKS["external-rotation"]
+    cold = solve_max_moment(model, task, -60 * DEG)
+    points = sweep(model, task, np.array([-60.0, -30.0]) * DEG)
+    assert all(p.solution.checks.passed for p in points)
+    assert points[0].warm_start == "angle above"
+    assert points[0].moment_nm > cold.moment_nm + 5.0
+    assert points[1].moment_nm >= points[0].moment_nm
+
+
 def test_feedforward_excitation_reaches_the_next_activation(model):
     from sim.feedforward import excitation_between, minimum_jerk
     from sim.model import MUS_C1, MUS_C2
