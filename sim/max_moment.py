@@ -125,45 +125,65 @@ def solve_max_moment(model: Das3Model, task: Task, angle_rad: float, gh_limit: f
     return MaxMomentPoint(angle_rad, sol)
 
 
-def sweep(model: Das3Model, task: Task, angles_rad, gh_limit: float = 0.0, settings=so.SolverSettings()):
+def sweep(model: Das3Model, task: Task, angles_rad, gh_limit: float = 0.0, settings=so.SolverSettings(),
+          max_passes: int = 4):
     """One MaxMomentPoint (or the failed angle's StaticOptError) per angle. Each solve is a local maximum
     of a nonconvex problem (free girdle, thorax contact, joint ranges), and a chain of warm starts can stay
-    on a lower branch: the angles are swept upwards and then downwards, each solve warm-started from the
-    neighbouring angle's checked posture, and the larger checked moment is kept."""
+    on a lower branch. So the angles are swept upwards (the first cold), then alternately downwards and
+    upwards, each solve warm-started from the best checked posture found so far at the neighbouring angle;
+    each angle keeps its largest checked moment. Passes stop when one raises no moment by more than
+    IMPROVEMENT (relative), or after ``max_passes``."""
     angles = [float(a) for a in angles_rad]
-    upwards = _warm_chain(model, task, angles, gh_limit, settings, None, "angle below")
-    if len(angles) < 2:
-        return upwards
-    downwards = _warm_chain(model, task, angles[-2::-1], gh_limit, settings, _last_posture(upwards),
-                            "angle above")[::-1]
-    return [_larger(u, d) for u, d in zip(upwards, downwards)] + upwards[-1:]
+    best: list = [None] * len(angles)
+    for n_pass in range(max_passes):
+        upwards = n_pass % 2 == 0
+        if n_pass == 0:
+            order = range(len(angles))
+        else:
+            order = range(1, len(angles)) if upwards else range(len(angles) - 2, -1, -1)
+        improved = False
+        for i in order:
+            j = i - 1 if upwards else i + 1
+            q_start = _posture_of(best[j]) if 0 <= j < len(angles) else None
+            if n_pass > 0 and q_start is None:
+                continue
+            label = "cold" if q_start is None else ("angle below" if upwards else "angle above")
+            candidate = _solve_or_error(model, task, angles[i], gh_limit, q_start, settings, label)
+            improved |= _gain(best[i], candidate) > IMPROVEMENT
+            best[i] = _larger(best[i], candidate)
+        if n_pass > 0 and not improved:
+            break
+    return best
 
 
-def _warm_chain(model, task, angles, gh_limit, settings, q_start, neighbour: str):
-    out = []
-    for angle in angles:
-        try:
-            point = solve_max_moment(model, task, angle, gh_limit, q_start, settings)
-            point.warm_start = "cold" if q_start is None else neighbour
-            q_start = point.solution.x[:N_DOF]
-            out.append(point)
-        except so.StaticOptError as exc:
-            out.append(exc)
-    return out
+IMPROVEMENT = 0.01
 
 
-def _last_posture(results) -> np.ndarray | None:
-    checked = [r for r in results if isinstance(r, MaxMomentPoint)]
-    return checked[-1].solution.x[:N_DOF] if checked else None
+def _solve_or_error(model, task, angle, gh_limit, q_start, settings, label):
+    try:
+        point = solve_max_moment(model, task, angle, gh_limit, q_start, settings)
+    except so.StaticOptError as exc:
+        return exc
+    point.warm_start = label
+    return point
 
 
-def _larger(a, b):
-    """The checked point with the larger moment (a failure only when both failed)."""
-    if not isinstance(b, MaxMomentPoint):
-        return a
-    if not isinstance(a, MaxMomentPoint) or b.moment_nm > a.moment_nm:
-        return b
-    return a
+def _posture_of(result) -> np.ndarray | None:
+    return result.solution.x[:N_DOF] if isinstance(result, MaxMomentPoint) else None
+
+
+def _gain(old, new) -> float:
+    """Relative rise of the checked moment (inf when ``new`` is the first checked point)."""
+    if not isinstance(new, MaxMomentPoint):
+        return 0.0
+    if not isinstance(old, MaxMomentPoint):
+        return math.inf
+    return (new.moment_nm - old.moment_nm) / max(abs(old.moment_nm), 1.0)
+
+
+def _larger(old, new):
+    """The checked point with the larger moment (a failure only when neither passed)."""
+    return new if old is None or _gain(old, new) > 0.0 else old
 
 
 LITERATURE_SOURCES = {

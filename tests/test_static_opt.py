@@ -193,7 +193,7 @@ def test_max_moment_is_balanced_by_the_external_moment(model):
 
 
 @pytest.mark.slow
-def test_max_moment_sweep_keeps_the_larger_of_the_upward_and_downward_warm_starts(model):
+def test_max_moment_sweep_keeps_the_best_warm_start_from_either_neighbour(model):
     """External rotation at -60 deg: cold (and warm from -75) the optimiser stays on a branch with the
     clavicle barely rotated; warm from -30 it finds a stronger one (clavicle axial rotation near its range
     end). The sweep must return the stronger, checked."""
