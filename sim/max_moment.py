@@ -130,7 +130,8 @@ def sweep(model: Das3Model, task: Task, angles_rad, gh_limit: float = 0.0, setti
     """One MaxMomentPoint (or the failed angle's StaticOptError) per angle. Each solve is a local maximum
     of a nonconvex problem (free girdle, thorax contact, joint ranges), and a chain of warm starts can stay
     on a lower branch. So the angles are swept upwards (the first cold), then alternately downwards and
-    upwards, each solve warm-started from the best checked posture found so far at the neighbouring angle;
+    upwards, each solve warm-started from the best checked posture found so far at the nearest angle on the
+    side it comes from;
     each angle keeps its largest checked moment. Passes stop when one raises no moment by more than
     IMPROVEMENT (relative), or after ``max_passes``."""
     angles = [float(a) for a in angles_rad]
@@ -143,8 +144,7 @@ def sweep(model: Das3Model, task: Task, angles_rad, gh_limit: float = 0.0, setti
             order = range(1, len(angles)) if upwards else range(len(angles) - 2, -1, -1)
         improved = False
         for i in order:
-            j = i - 1 if upwards else i + 1
-            q_start = _posture_of(best[j]) if 0 <= j < len(angles) else None
+            q_start = _nearest_checked_posture(best, i, -1 if upwards else 1)
             if n_pass > 0 and q_start is None:
                 continue
             label = "cold" if q_start is None else ("angle below" if upwards else "angle above")
@@ -168,8 +168,15 @@ def _solve_or_error(model, task, angle, gh_limit, q_start, settings, label):
     return point
 
 
-def _posture_of(result) -> np.ndarray | None:
-    return result.solution.x[:N_DOF] if isinstance(result, MaxMomentPoint) else None
+def _nearest_checked_posture(best: list, i: int, step: int) -> np.ndarray | None:
+    """The joint angles of the checked point nearest to angle i on the side ``step`` (-1 below, +1
+    above), past any failed angle; None if there is none."""
+    j = i + step
+    while 0 <= j < len(best):
+        if isinstance(best[j], MaxMomentPoint):
+            return best[j].solution.x[:N_DOF]
+        j += step
+    return None
 
 
 def _gain(old, new) -> float:
