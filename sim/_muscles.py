@@ -17,15 +17,19 @@ import numpy as np
 
 from sim._jit import kernel
 from sim._polynomials import POLY_CHUNK
+from sim._thelen import thelen_contraction, thelen_rest_state
 from sim.model import (
     ECC_FORCE_MAX,
     FL_WIDTH,
     HILL_A,
     MUS_C1,
+    MUS_C1_FALL,
     MUS_C2,
+    MUS_C2_FALL,
     MUS_FMAX,
     MUS_K1PEE,
     MUS_K1SEE,
+    MUS_KIND,
     MUS_KPEE,
     MUS_KSEE,
     MUS_LCEOPT,
@@ -33,6 +37,7 @@ from sim.model import (
     MUS_PENN_B,
     MUS_SEESLACK,
     MUS_VMAX,
+    MUSCLE_THELEN2003,
     N_DOF,
     N_MUS,
     SDOT_DAMPING,
@@ -97,7 +102,18 @@ def chunk_sums(target, coef, mono_index, mono, out):
 
 @kernel
 def contraction(P, L, s, sd, a):
-    """Hill model of one muscle (spec "Muscle contraction"); P = its row of ModelArrays.mus.
+    """Contraction residual of one muscle; P = its row of ModelArrays.mus, whose MUS_KIND selects the
+    DAS3 Hill model or Thelen 2003 (``sim._thelen``).
+
+    Returns (g, dg/ds, dg/dsdot, dg/da, F4, dF4/de, d2g/ds da, d2g/dsdot da)."""
+    if P[MUS_KIND] == MUSCLE_THELEN2003:
+        return thelen_contraction(P, L, s, sd, a)
+    return das3_contraction(P, L, s, sd, a)
+
+
+@kernel
+def das3_contraction(P, L, s, sd, a):
+    """Hill model of one muscle (spec "Muscle contraction").
 
     Returns (g, dg/ds, dg/dsdot, dg/da, F4, dF4/de, d2g/ds da, d2g/dsdot da)."""
     lceopt, b = P[MUS_LCEOPT], P[MUS_PENN_B]
@@ -231,10 +247,19 @@ def _add_path_curvature(A, W):
 
 
 @kernel
+def activation_gain(P, u, a):
+    """(c1, c2) of da/dt = (u - a)(c1 u + c2): the rising pair while u >= a, the falling pair below
+    (equal in DAS3, paper eq. 1; 1/tau_act and 1/tau_deact with c1 = 0 in Thelen 2003)."""
+    if u >= a:
+        return P[MUS_C1], P[MUS_C2]
+    return P[MUS_C1_FALL], P[MUS_C2_FALL]
+
+
+@kernel
 def activation_rates(A, u, a, out_rate, out_da, out_du):
     """da/dt = (u - a)(c1 u + c2) (paper eq. 1) and its partial derivatives."""
     for i in range(N_MUS):
-        c1, c2 = A.mus[i, MUS_C1], A.mus[i, MUS_C2]
+        c1, c2 = activation_gain(A.mus[i], u[i], a[i])
         k = c1 * u[i] + c2
         out_rate[i] = (u[i] - a[i]) * k
         out_da[i] = -k
@@ -260,11 +285,15 @@ def solve_rest_lengths(A, L, a, s, s_min, tol, max_iter):
 @kernel
 def rest_state_from_force(A, L, F, s, a):
     """The rest (sdot = 0) contraction state and activation of every muscle that carries force F_i at
-    length L_i: invert the SEE, F4 = F/Fmax = k1 e + kSEE e^2 (e > 0) or k1 e, for e; then
-    s = (L - SEEslack - e) / Lceopt, and a from g = 0 with F2 = 1: a = (F4 / cos p - F3) / F1."""
+    length L_i. DAS3: invert the SEE, F4 = F/Fmax = k1 e + kSEE e^2 (e > 0) or k1 e, for e; then
+    s = (L - SEEslack - e) / Lceopt, and a from g = 0 with F2 = 1: a = (F4 / cos p - F3) / F1.
+    Thelen 2003 elements: ``sim._thelen.thelen_rest_state``."""
     for i in range(N_MUS):
         P = A.mus[i]
         f4 = F[i] / P[MUS_FMAX]
+        if P[MUS_KIND] == MUSCLE_THELEN2003:
+            s[i], a[i] = thelen_rest_state(P, L[i], f4)
+            continue
         k1, k2 = P[MUS_K1SEE], P[MUS_KSEE]
         if f4 <= 0.0:
             e = f4 / k1

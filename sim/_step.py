@@ -23,9 +23,9 @@ import numpy as np
 from sim._dual import slot_q, slot_qd
 from sim._jit import entry, kernel
 from sim._multibody import MultibodyWork, multibody_eval, new_multibody_work
-from sim._muscles import MuscleWork, activation_rates, muscle_eval, new_muscle_work, solve_contraction
+from sim._muscles import MuscleWork, activation_gain, activation_rates, muscle_eval, new_muscle_work, solve_contraction
 from sim._outputs import OutputWork, compute_outputs, new_output_work
-from sim.model import MUS_C1, MUS_C2, N_DOF, N_MUS, N_STATES
+from sim.model import N_DOF, N_MUS, N_STATES
 
 IQ, IQD, IS, IA = 0, N_DOF, 2 * N_DOF, 2 * N_DOF + N_MUS  # state block offsets
 
@@ -193,7 +193,8 @@ def rosenbrock_solve(A, x, xd, u0, u1, h, scheme, W):
             da = rh / (-st.rate_da[i] + inv_h)
             g_s, g_sd = mu.g_s[i], mu.g_sd[i]
         else:
-            kact = A.mus[i, MUS_C1] * u1[i] + A.mus[i, MUS_C2]
+            c1, c2 = activation_gain(A.mus[i], u1[i], a[i])
+            kact = c1 * u1[i] + c2
             da = (a[i] + h * u1[i] * kact) / (1.0 + h * kact) - a[i]
             g_s = mu.g_s[i] + mu.g_s_a[i] * da
             g_sd = mu.g_sd[i] + mu.g_sd_a[i] * da

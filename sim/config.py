@@ -41,6 +41,9 @@ class ModelConfig:
         joint_k1: linear passive joint stiffness K1 about the middle of each DOF range, Nm/rad.
         joint_k2: quadratic stiffness K2 outside the DOF range, Nm/rad^2.
         joint_damping: passive joint damping B, Nm s/rad.
+        muscle_model: contraction and activation model of all 138 elements: ``das3`` (the published
+            model) or ``thelen2003`` (OpenSim's Thelen2003Muscle on each element's Fmax, L_CEopt,
+            pennation and SEE slack length; ``sim._thelen``).
     """
 
     hand_weight: bool = False
@@ -49,6 +52,7 @@ class ModelConfig:
     joint_k1: float = 1.0
     joint_k2: float = 5000.0
     joint_damping: float = 1.0
+    muscle_model: str = "das3"
 
     def __post_init__(self) -> None:
         for name in _FIELDS:
@@ -65,7 +69,9 @@ _FIELDS = {
     "joint_k1": ("joint_k1", float),
     "joint_k2": ("joint_k2", float),
     "joint_damping": ("joint_damping", float),
+    "muscle_model": ("muscle_model", None),
 }
+MUSCLE_MODEL_NAMES = ("das3", "thelen2003")
 _FILE_KEYS = {key: name for name, (key, _) in _FIELDS.items()}
 
 
@@ -73,6 +79,8 @@ def _check(name: str, value: object, *, in_file_units: bool) -> str | None:
     """Why ``value`` is not valid for field ``name`` (in file or dataclass units), or None."""
     if name == "hand_weight":
         return None if isinstance(value, bool) else f"must be true or false, not {value!r}"
+    if name == "muscle_model":
+        return None if value in MUSCLE_MODEL_NAMES else f"must be one of {', '.join(MUSCLE_MODEL_NAMES)}, not {value!r}"
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return f"must be a number, not {value!r}"
     if not math.isfinite(value):

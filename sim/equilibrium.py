@@ -37,7 +37,7 @@ class EquilibriumResult:
     th_angles: np.ndarray    # (3,) rad, thoracohumeral YZY
 
 
-def _contraction_states(A, W, x, xd, u, loads, iterations: int = 50) -> None:
+def contraction_states(A, W, x, xd, u, loads, iterations: int = 50) -> None:
     """Solve g_i(q, s_i, 0, a_i) = 0 for every s_i at fixed q (vectorised scalar Newton, kept > 0)."""
     s = x[IS:IA]
     for _ in range(iterations):
@@ -76,7 +76,7 @@ def solve_equilibrium(model: Das3Model, u=None, loads=None, x_guess=None, *, tol
     x[IQD:IS] = 0.0
     x[IA:] = u
     xd = np.zeros(N_STATES)
-    _contraction_states(A, W, x, xd, u, loads)
+    contraction_states(A, W, x, xd, u, loads)
 
     def merit(state) -> float:
         evaluate(A, state, xd, u, loads, W)
@@ -92,7 +92,7 @@ def solve_equilibrium(model: Das3Model, u=None, loads=None, x_guess=None, *, tol
             raise EquilibriumError(f"no equilibrium after {total} Newton iterations and {relaxations} "
                                    f"relaxations of {relax_time_s} s (residual RMS {rms:.3g})")
         x = _relax(model, x, u, loads, relax_time_s)
-        _contraction_states(A, W, x, xd, u, loads)
+        contraction_states(A, W, x, xd, u, loads)
     evaluate(A, x, xd, u, loads, W)
     compute_outputs(A, W)
     out = W.out

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sim import static_opt as so
-from sim.model import MUS_C1, MUS_C2, Das3Model
+from sim.model import MUS_C1, MUS_C1_FALL, MUS_C2, MUS_C2_FALL, Das3Model
 
 
 def minimum_jerk(t: np.ndarray, start: float, stop: float, duration: float) -> np.ndarray:
@@ -29,9 +29,12 @@ def minimum_jerk(t: np.ndarray, start: float, stop: float, duration: float) -> n
 
 def excitation_between(model: Das3Model, a_now: np.ndarray, a_next: np.ndarray, dt: float) -> np.ndarray:
     """The constant excitation (138,) in [0, 1] that takes a_now to a_next in dt (module docstring)."""
-    c1, c2 = np.asarray(model.arrays.mus[:, MUS_C1]), np.asarray(model.arrays.mus[:, MUS_C2])
+    mus = np.asarray(model.arrays.mus)
 
     def reached(u):
+        rising = u >= a_now      # the rising or the falling gain pair (sim._muscles.activation_gain)
+        c1 = np.where(rising, mus[:, MUS_C1], mus[:, MUS_C1_FALL])
+        c2 = np.where(rising, mus[:, MUS_C2], mus[:, MUS_C2_FALL])
         return u + (a_now - u) * np.exp(-(c1 * u + c2) * dt)
 
     lo, hi = np.zeros_like(a_now), np.ones_like(a_now)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 from typing import NamedTuple
 
@@ -97,9 +97,13 @@ class ModelArrays(NamedTuple):
     gh_rim: np.ndarray         # (2,) theta_a, phi_a, rad
 
 
-# Column indices of ModelArrays.mus
+# Column indices of ModelArrays.mus. Activation: da/dt = (u - a)(c1 u + c2) with (MUS_C1, MUS_C2) while
+# u >= a and (MUS_C1_FALL, MUS_C2_FALL) while u < a; MUS_KIND selects the contraction model.
 (MUS_FMAX, MUS_LCEOPT, MUS_SEESLACK, MUS_PEESLACK, MUS_PENN_B, MUS_VMAX, MUS_C1, MUS_C2,
- MUS_KSEE, MUS_KPEE, MUS_K1PEE, MUS_K1SEE) = range(12)
+ MUS_KSEE, MUS_KPEE, MUS_K1PEE, MUS_K1SEE, MUS_C1_FALL, MUS_C2_FALL, MUS_KIND) = range(15)
+N_MUS_COLUMNS = 15
+MUSCLE_DAS3, MUSCLE_THELEN2003 = 0, 1
+THELEN_TAU_ACT, THELEN_TAU_DEACT = 0.010, 0.040   # s (John, "Complete Description ...", activation dynamics)
 
 
 @dataclass(frozen=True)
@@ -174,23 +178,27 @@ def _bodies(m: dict, config: ModelConfig) -> tuple[list, list, list, list]:
     return body_mass, body_com, body_inertia, body_weight
 
 
-def _muscle_constants(muscles: list, table: MonomialTable):
+def _muscle_constants(muscles: list, table: MonomialTable, muscle_model: str = "das3"):
     """Per-muscle constants (MUS_* columns), DOFs crossed and path-length terms; adds their monomials."""
     if len(muscles) != N_MUS:
         raise ValueError(f"expected {N_MUS} muscles, found {len(muscles)}")
-    mus = np.zeros((N_MUS, 12))
+    mus = np.zeros((N_MUS, N_MUS_COLUMNS))
     mus_ndof = np.zeros(N_MUS, np.int64)
     mus_dofs = -np.ones((N_MUS, 9), np.int64)
     terms = []  # per muscle: list of (coef, full exponent tuple)
     for i, mu in enumerate(muscles):
         fmax, lceopt, slack = float(mu["fmax"]), float(mu["lceopt"]), float(mu["lslack"])
         c2 = 1.0 / mu["tdeact"]
-        mus[i] = (fmax, lceopt, slack, mu["PEEslack"], np.sin(mu["pennopt"]), mu["vmax"],
-                  1.0 / mu["tact"] - c2, c2,
-                  1.0 / (SEE_STRAIN_AT_FMAX * slack) ** 2,       # kSEE (1/m^2)
-                  PEE_REL_FORCE / FL_WIDTH ** 2,                 # kPEE
-                  LINEAR_STIFFNESS * lceopt / fmax,              # k1 of PEE, normalised
-                  LINEAR_STIFFNESS / fmax)                       # k1 of SEE, 1/m
+        c1 = 1.0 / mu["tact"] - c2
+        mus[i, :MUS_C1_FALL] = (fmax, lceopt, slack, mu["PEEslack"], np.sin(mu["pennopt"]), mu["vmax"], c1, c2,
+                                1.0 / (SEE_STRAIN_AT_FMAX * slack) ** 2,       # kSEE (1/m^2)
+                                PEE_REL_FORCE / FL_WIDTH ** 2,                 # kPEE
+                                LINEAR_STIFFNESS * lceopt / fmax,              # k1 of PEE, normalised
+                                LINEAR_STIFFNESS / fmax)                       # k1 of SEE, 1/m
+        mus[i, MUS_C1_FALL:] = (c1, c2, MUSCLE_DAS3)
+        if muscle_model == "thelen2003":     # da/dt = (u - a)/tau_act or (u - a)/tau_deact
+            mus[i, [MUS_C1, MUS_C2, MUS_C1_FALL, MUS_C2_FALL, MUS_KIND]] = (
+                0.0, 1.0 / THELEN_TAU_ACT, 0.0, 1.0 / THELEN_TAU_DEACT, MUSCLE_THELEN2003)
         dofs = list(mu["dof_indices"])
         mus_ndof[i] = len(dofs)
         mus_dofs[i, : len(dofs)] = dofs
@@ -233,7 +241,7 @@ def load_model(config: ModelConfig | None = None) -> Das3Model:
     body_mass, body_com, body_inertia, body_weight = _bodies(m, config)
     muscles = m["muscles"]
     table = MonomialTable()
-    mus, mus_ndof, mus_dofs, terms = _muscle_constants(muscles, table)
+    mus, mus_ndof, mus_dofs, terms = _muscle_constants(muscles, table, config.muscle_model)
     names = tuple(mu["name"] for mu in muscles)
     crosses = np.array([bool(mu["crossesGH"]) for mu in muscles])
     gh_muscle, loa_rows = _loa_fits(loa, names, crosses, table)
@@ -256,8 +264,24 @@ def load_model(config: ModelConfig | None = None) -> Das3Model:
     x_eq = np.asarray(eq["x"], np.float64)
     if x_eq.shape != (N_STATES,):
         raise ValueError("equilibrium state must have 298 values")
-    return Das3Model(
+    model = Das3Model(
         config=config, arrays=arrays, dof_names=dof_names, dof_ranges=readonly(ranges),
         muscle_names=names, muscle_dof_indices=tuple(tuple(mu["dof_indices"]) for mu in muscles),
         crosses_gh=readonly(crosses, np.bool_), equilibrium_state=readonly(x_eq), data_sha256=digest,
     )
+    if config.muscle_model != "das3":
+        model = replace(model, equilibrium_state=readonly(_fibres_at_rest(model, x_eq)))
+    return model
+
+
+def _fibres_at_rest(model: Das3Model, x: np.ndarray) -> np.ndarray:
+    """x with every muscle's s re-solved (g = 0, sdot = 0) at its joint angles and activation: the
+    published equilibrium's fibre state belongs to the DAS3 muscle."""
+    from sim._step import new_plant_work
+    from sim.equilibrium import contraction_states  # local: sim.equilibrium builds on this module
+
+    x = np.array(x)
+    x[N_DOF:2 * N_DOF] = 0.0
+    contraction_states(model.arrays, new_plant_work(model.arrays), x, np.zeros(N_STATES), x[2 * N_DOF + N_MUS:],
+                       np.zeros(N_LOADS))
+    return x

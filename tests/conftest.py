@@ -16,6 +16,12 @@ def model():
 
 
 @pytest.fixture(scope="session")
+def thelen_model():
+    """The DAS3 model with Thelen 2003 muscles (``ModelConfig.muscle_model``)."""
+    return load_model(ModelConfig(muscle_model="thelen2003"))
+
+
+@pytest.fixture(scope="session")
 def model_hw():
     """The DAS3 model with the hand's weight switched on (``ModelConfig.hand_weight``)."""
     return load_model(ModelConfig(hand_weight=True))

@@ -18,15 +18,27 @@ from sim.config import ModelConfig
 app = typer.Typer(no_args_is_help=True, help="Inspect the DAS3 model.")
 
 
+def model_options(config: ModelConfig) -> dict:
+    """The options as the model TOML spells them (angles in degrees)."""
+    return {"muscle_model": config.muscle_model, "hand_weight": config.hand_weight,
+            "gh_rim_theta_deg": round(math.degrees(config.gh_rim_theta), 6),
+            "gh_rim_phi_deg": round(math.degrees(config.gh_rim_phi), 6),
+            "joint_k1": config.joint_k1, "joint_k2": config.joint_k2, "joint_damping": config.joint_damping}
+
+
 @app.command("info")
 def model_info(
     json_out: Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")] = False,
+    model_config: Annotated[Optional[Path], typer.Option(
+        help="Model options TOML (default: the published model).")] = None,
 ) -> None:
-    """List the DOFs with their ranges and the muscle elements with the DOFs they cross."""
+    """The model options in effect (muscle model, hand weight, glenoid rim, joint stiffness), the DOFs with
+    their ranges and the muscle elements with the DOFs they cross."""
     with user_errors():
         from sim.model import load_model
 
-        model = load_model(ModelConfig())
+        model = load_model(load_model_options(model_config))
+    options = model_options(model.config)
     dof_names = model.dof_names
     ranges_deg = np.degrees(model.dof_ranges)
     muscles = [
@@ -37,6 +49,7 @@ def model_info(
     gh_names = [m["name"] for m in muscles if m["crosses_gh"]]
     if json_out:
         print_json({
+            "model_options": options,
             "n_states": int(model.n_states),
             "dofs": [{"index": i, "name": name, "range_deg": ranges_deg[i].tolist(),
                       "range_rad": model.dof_ranges[i].tolist()} for i, name in enumerate(dof_names)],
@@ -46,6 +59,12 @@ def model_info(
         return
 
     console = out_console()
+    opts = Table(title="Model options")
+    opts.add_column("option")
+    opts.add_column("value")
+    for key, value in options.items():
+        opts.add_row(key, str(value))
+    console.print(opts)
     dofs = Table(title=f"DAS3 DOFs ({model.n_states} states)")
     dofs.add_column("#", justify="right")
     dofs.add_column("DOF")
