@@ -22,8 +22,9 @@ def test_defaults_are_the_published_values():
     assert c.gh_rim_theta == pytest.approx(math.radians(44.37), rel=1e-15)
     assert c.gh_rim_phi == pytest.approx(math.radians(38.55), rel=1e-15)
     assert (c.joint_k1, c.joint_k2, c.joint_damping) == (1.0, 5000.0, 1.0)
+    assert c.muscle_model == "das3"
     assert [f.name for f in dataclasses.fields(c)] == [
-        "hand_weight", "gh_rim_theta", "gh_rim_phi", "joint_k1", "joint_k2", "joint_damping"]
+        "hand_weight", "gh_rim_theta", "gh_rim_phi", "joint_k1", "joint_k2", "joint_damping", "muscle_model"]
 
 
 def test_model_config_is_frozen_and_hashable():
@@ -69,6 +70,8 @@ def test_values_are_read_and_angles_converted_to_radians(tmp_path):
     ("gh_rim_theta_deg = 90", "gh_rim_theta_deg", "between 0 and 90 degrees"),
     ("gh_rim_phi_deg = 120.0", "gh_rim_phi_deg", "between 0 and 90 degrees"),
     ("gh_rim_phi_deg = -10.0", "gh_rim_phi_deg", "between 0 and 90 degrees"),
+    ("muscle_model = 'thelen'", "muscle_model", "must be one of das3, thelen2003"),
+    ("muscle_model = 1", "muscle_model", "must be one of das3, thelen2003"),
 ])
 def test_bad_value_names_file_and_key(tmp_path, line, key, words):
     valid = "joint_damping = 1.0" if key != "joint_damping" else "joint_k2 = 1.0"
