@@ -32,7 +32,8 @@ def time_steps(plant, u: np.ndarray, n_steps: int) -> np.ndarray:
     return durations
 
 
-def plant_bench(step_sizes, steps: int, excitation: float, scheme: str, cpu: int | None = None) -> dict:
+def plant_bench(step_sizes, steps: int, excitation: float, scheme: str, cpu: int | None = None,
+                model_config=None) -> dict:
     """Time ``steps`` steps per step size after the numba warm-up, pinned to ``cpu`` (None: not pinned): the
     machine and library versions, then ``results``, one dict per step size (median, p99 and max step time
     in µs, real-time factor, the per-phase medians of :func:`sim.phases.phase_medians_us` and the
@@ -46,7 +47,7 @@ def plant_bench(step_sizes, steps: int, excitation: float, scheme: str, cpu: int
 
     if cpu is not None:
         os.sched_setaffinity(0, {cpu})
-    model = load_model(ModelConfig())
+    model = load_model(model_config or ModelConfig())
     u = np.full(len(model.muscle_names), excitation)
     results = []
     for h in step_sizes:
@@ -67,4 +68,5 @@ def plant_bench(step_sizes, steps: int, excitation: float, scheme: str, cpu: int
         })
     return {"cpu": cpu_model(), "cpu_count": os.cpu_count(), "pinned_cpu": cpu, "python": platform.python_version(),
             "numpy": np.__version__, "numba": numba.__version__, "steps": steps,
-            "excitation": excitation, "scheme": scheme, "results": results}
+            "excitation": excitation, "scheme": scheme, "muscle_model": model.config.muscle_model,
+            "results": results}

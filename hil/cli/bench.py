@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 import time
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -15,6 +16,7 @@ from hil.cli.common import (
     check_duration,
     err_console,
     error,
+    load_model_options,
     out_console,
     positive,
     print_json,
@@ -33,6 +35,8 @@ def bench_plant(
     excitation: Annotated[float, typer.Option(
         help="Constant excitation of every muscle during the run.")] = 0.05,
     scheme: Annotated[str, typer.Option(help=SCHEME_HELP)] = "activation",
+    model_config: Annotated[Optional[Path], typer.Option(
+        help="Model options TOML (e.g. configs/model-thelen2003.toml); default: the published model.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Time plant steps from the published equilibrium under a constant excitation."""
@@ -45,7 +49,8 @@ def bench_plant(
             raise BadInputError(f"--steps must be >= 1, not {steps}")
         if not (math.isfinite(excitation) and 0.0 <= excitation <= 1.0):
             raise BadInputError(f"--excitation must be in [0, 1], not {excitation!r}")
-        doc = plant_bench(step_sizes, steps, excitation, scheme, cpu=loop_cpu())
+        doc = plant_bench(step_sizes, steps, excitation, scheme, cpu=loop_cpu(),
+                          model_config=load_model_options(model_config))
     results = doc["results"]
     if json_out:
         if step is not None:
@@ -54,8 +59,8 @@ def bench_plant(
         return
 
     console = out_console()
-    table = Table(title=f"Plant step time ({steps} steps from the published equilibrium, "
-                        f"excitation {excitation:g}, GC off)")
+    table = Table(title=f"Plant step time ({doc['muscle_model']} muscles, {steps} steps from the published "
+                        f"equilibrium, excitation {excitation:g}, GC off)")
     table.add_column("step (ms)", justify="right")
     table.add_column("median (µs)", justify="right")
     table.add_column("p99 (µs)", justify="right")
