@@ -110,6 +110,21 @@ def test_run_record_replay_export(tmp_path):
     assert "biceps_amp_ma" in header and len(csv.read_text().splitlines()) == 251
 
 
+def test_thelen_variant_is_recorded_and_replayed_as_that_variant(tmp_path):
+    """The [model] table travels in the recording's header: the replay rebuilds the Thelen 2003 plant
+    (a DAS3 replay of the same inputs would differ at the first tick the muscles matter)."""
+    cfg = tmp_path / "thelen.toml"
+    cfg.write_text(f'include = ["{REPO / "configs/elbow-hold.toml"}"]\n[model]\nmuscle_model = "thelen2003"\n')
+    rec = tmp_path / "run.hilrec"
+    assert hil("run", "--config", cfg, "--duration", "0.5", "--record", rec).returncode == 0
+    header = RecordingReader(rec).header
+    assert header["config"]["model"]["muscle_model"] == "thelen2003"
+    rep = hil("replay", rec, "--json")
+    assert rep.returncode == 0 and json.loads(rep.stdout)["identical"], rep.stdout + rep.stderr
+    info = hil("model", "info", "--model-config", REPO / "configs/model-thelen2003.toml", "--json")
+    assert json.loads(info.stdout)["model_options"]["muscle_model"] == "thelen2003"
+
+
 def test_a_recording_cut_anywhere_holds_every_command_of_the_ticks_it_holds(tmp_path):
     """The recorder writes each drain's commands before its ticks, so a file cut at any byte (SIGKILL,
     power loss) never has a tick without its commands, and what is left replays bit-identically."""
