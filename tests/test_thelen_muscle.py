@@ -166,3 +166,35 @@ def test_rest_state_from_force_inverts_the_contraction(thelen_model):
         g = th.thelen_contraction(A.mus[i], L[i], s[i], 0.0, a[i])[0]
         assert abs(g) < 1e-9
     np.testing.assert_allclose(s, s_true, rtol=1e-9)
+
+
+def test_activation_step_response_has_thelens_time_constants(thelen_model):
+    from sim.muscle_curves import activation_step_response
+
+    i = thelen_model.muscle_index("bicl")
+    t, a = activation_step_response(thelen_model, i, 0.0, 0.1, 0.3, h=1e-4)
+    on = np.searchsorted(t, 0.010 - 1e-9)
+    assert a[on] == pytest.approx(1 - math.exp(-1), rel=1e-9)
+    off, later = np.searchsorted(t, 0.1 - 1e-9), np.searchsorted(t, 0.140 - 1e-9)
+    assert a[later] == pytest.approx(a[off] * math.exp(-1), rel=1e-9)
+
+
+def test_cli_muscle_curves_writes_both_models(tmp_path, model):
+    import csv
+
+    from typer.testing import CliRunner
+
+    from hil.cli import app
+
+    res = CliRunner().invoke(app, ["model", "muscle-curves", "--muscle", "bicl", "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    rows = list(csv.DictReader(open(tmp_path / "muscle_curves_bicl.csv")))
+    assert {"das3_N", "thelen2003_N"} <= set(rows[0])
+    iso = [r for r in rows if r["curve"] == "velocity_a1" and float(r["x"]) == 0.0][0]
+    fast = [r for r in rows if r["curve"] == "velocity_a1" and float(r["x"]) == -10.0][0]
+    fmax = model.arrays.mus[model.muscle_index("bicl"), MUS_FMAX]
+    for name in ("das3_N", "thelen2003_N"):        # isometric force near Fmax, none at -Vmax
+        assert 0.8 * fmax < float(iso[name]) < 1.2 * fmax and abs(float(fast[name])) < 0.1 * fmax
+    assert (tmp_path / "muscle_curves_bicl.png").stat().st_size > 10_000
+    bad = CliRunner().invoke(app, ["model", "muscle-curves", "--muscle", "nope", "--out", str(tmp_path)])
+    assert bad.exit_code == 2

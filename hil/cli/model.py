@@ -155,3 +155,24 @@ def _print_equilibrium(model, res, start: str, solve_s: float, dq_published_deg:
     if out is not None:
         summary.add_row("state written to", str(out))
     out_console().print(summary)
+
+
+@app.command("muscle-curves")
+def model_muscle_curves(
+    muscle: Annotated[str, typer.Option(help="Muscle element, e.g. bicl (see 'hil model info').")],
+    out: Annotated[Path, typer.Option(help="Output directory (created): muscle_curves_<muscle>.csv and .png.")],
+) -> None:
+    """One element's isometric force-length (a = 0 and 1), force-velocity and activation step response
+    under each muscle model (das3, thelen2003), from the plant's own kernels."""
+    from hil.muscle_figure import muscle_curves, write_muscle_curves
+    from sim.config import MUSCLE_MODEL_NAMES
+    from sim.model import load_model
+
+    with user_errors():
+        models = {name: load_model(ModelConfig(muscle_model=name)) for name in MUSCLE_MODEL_NAMES}
+        names = models["das3"].muscle_names
+        if muscle not in names:
+            raise BadInputError(f"--muscle {muscle!r}: not a muscle element (see 'hil model info')")
+        out.mkdir(parents=True, exist_ok=True)
+        path = write_muscle_curves(out, muscle, muscle_curves(models, names.index(muscle)), list(models))
+    out_console().print(f"wrote {path}")
