@@ -36,6 +36,7 @@ from sim.config import ConfigError
 HW_MAX_PULSE_WIDTH_US = 500.0   # RehaStim2 range
 HW_MAX_AMPLITUDE_MA = 130.0
 MAX_CHANNELS = 16
+MAX_EMD_MS = 200.0              # electromechanical delays of surface FES are tens of ms
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,7 @@ class ChannelConfig:
     frequency_constant_hz: float = 12.0
     fusion_frequency_hz: float = 50.0
     doublet_gain: float = 0.5
+    emd_s: float = 0.0                      # electromechanical delay: stimulation -> excitation, s
 
 
 @dataclass(frozen=True)
@@ -86,33 +88,72 @@ PW_SCALE, AMP_SCALE = 1e-6, 1e-3
 
 
 @njit(cache=True, nogil=True)
+def channel_level(applied, c, pw_scale, amp_scale, q_th, q_sat, f_c, fuse_norm, g_d):
+    """r_c phi_c of channel c (module docstring) from its row of ``applied`` (pulse width, amplitude,
+    frequency, mode; pw * pw_scale in s, amp * amp_scale in A)."""
+    x = (applied[c, 0] * pw_scale * applied[c, 1] * amp_scale - q_th[c]) / (q_sat[c] - q_th[c])
+    x = min(1.0, max(0.0, x))
+    r = x * x * (3.0 - 2.0 * x)
+    f_eff = max(0.0, applied[c, 2] * (1.0 + g_d[c] * applied[c, 3]))
+    phi = min(1.0, -np.expm1(-f_eff / f_c[c]) / fuse_norm[c])
+    return r * phi
+
+
+@njit(cache=True, nogil=True)
+def raise_to_level(gains, c, level, out):
+    """out_k <- max(out_k, G_ck level) over the muscle elements (the max over channels)."""
+    if level <= 0.0:
+        return
+    for k in range(gains.shape[1]):
+        v = gains[c, k] * level
+        if v > out[k]:
+            out[k] = v
+
+
+@njit(cache=True, nogil=True)
+def clip_unit(out):
+    for k in range(out.shape[0]):
+        out[k] = min(1.0, max(0.0, out[k]))
+
+
+@njit(cache=True, nogil=True)
 def excitation_kernel(applied, pw_scale, amp_scale, q_th, q_sat, f_c, fuse_norm, g_d, gains, out):
     """The module docstring's equations for every channel (rows of ``applied``: pulse width, amplitude,
     frequency, mode; pw * pw_scale in s, amp * amp_scale in A) and muscle element, into ``out``."""
-    n_ch, n_mus = gains.shape
     out[:] = 0.0
-    for c in range(n_ch):
-        x = (applied[c, 0] * pw_scale * applied[c, 1] * amp_scale - q_th[c]) / (q_sat[c] - q_th[c])
-        x = min(1.0, max(0.0, x))
-        r = x * x * (3.0 - 2.0 * x)
-        f_eff = max(0.0, applied[c, 2] * (1.0 + g_d[c] * applied[c, 3]))
-        phi = min(1.0, -np.expm1(-f_eff / f_c[c]) / fuse_norm[c])
-        level = r * phi
-        if level <= 0.0:
-            continue
-        for k in range(n_mus):
-            v = gains[c, k] * level
-            if v > out[k]:
-                out[k] = v
-    for k in range(n_mus):
-        out[k] = min(1.0, max(0.0, out[k]))
+    for c in range(gains.shape[0]):
+        raise_to_level(gains, c, channel_level(applied, c, pw_scale, amp_scale, q_th, q_sat, f_c, fuse_norm, g_d),
+                       out)
+    clip_unit(out)
     return out
+
+
+@njit(cache=True, nogil=True)
+def delayed_excitation(applied, pw_scale, amp_scale, stim, emd, out):
+    """:func:`excitation_kernel` with each channel's level delayed by its electromechanical delay:
+    ``emd`` = (ring (n_channels, depth), delay in ticks per channel, cursor (1,)); this tick's level is
+    written at the cursor and the level of ``delay`` ticks ago drives the muscles. Call once per tick."""
+    q_th, q_sat, f_c, fuse_norm, g_d, gains = stim
+    ring, delay, cursor = emd
+    depth = ring.shape[1]
+    now = cursor[0]
+    out[:] = 0.0
+    for c in range(gains.shape[0]):
+        ring[c, now] = channel_level(applied, c, pw_scale, amp_scale, q_th, q_sat, f_c, fuse_norm, g_d)
+        raise_to_level(gains, c, ring[c, (now - delay[c]) % depth], out)
+    clip_unit(out)
+    cursor[0] = (now + 1) % depth
 
 
 def no_stimulation_params(n_muscles: int) -> tuple:
     """:attr:`StimulationModel.kernel_params` of a map with no channels (direct excitation mode)."""
     empty = np.zeros(0)
     return empty, empty, empty, empty, empty, np.zeros((0, n_muscles))
+
+
+def no_delay_line() -> tuple:
+    """:meth:`StimulationModel.delay_line` of a map with no channels."""
+    return np.zeros((0, 1)), np.zeros(0, np.int64), np.zeros(1, np.int64)
 
 
 class StimulationModel:
@@ -143,6 +184,13 @@ class StimulationModel:
         """u into ``out`` from the loop's (n_channels, 4) array: pulse width µs, amplitude mA, frequency
         Hz, mode (one compiled kernel: no allocation, no per-channel Python)."""
         return excitation_kernel(applied, pw_scale, amp_scale, *self.kernel_params, out)
+
+    def delay_line(self, period_s: float) -> tuple:
+        """(ring, delay ticks per channel, cursor) for :func:`delayed_excitation`: each channel's
+        electromechanical delay rounded to whole loop periods."""
+        delay = np.array([round(ch.emd_s / period_s) for ch in self.channels], np.int64)
+        depth = int(delay.max(initial=0)) + 1
+        return np.zeros((self.n_channels, depth)), delay, np.zeros(1, np.int64)
 
     @property
     def kernel_params(self) -> tuple:
@@ -213,7 +261,8 @@ def load_stimulation_config(table: dict, muscle_names, file=None) -> Stimulation
             threshold_charge_c=q_th, saturation_charge_c=q_sat,
             frequency_constant_hz=ch.number("frequency_constant_hz", 12.0, 0.1, 1000.0),
             fusion_frequency_hz=ch.number("fusion_frequency_hz", 50.0, 1.0, 1000.0),
-            doublet_gain=ch.number("doublet_gain", 0.5, 0.0, 2.0)))
+            doublet_gain=ch.number("doublet_gain", 0.5, 0.0, 2.0),
+            emd_s=ch.number("emd_ms", 0.0, 0.0, MAX_EMD_MS) * 1e-3))
         ch.done()
     return StimulationConfig(mode=mode, channels=tuple(channels))
 

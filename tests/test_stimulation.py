@@ -98,8 +98,48 @@ def test_limits_reject_or_clamp(model):
     ({"channel": [{"name": "x", "muscles": {"bicl": 1}}, {"name": "x", "muscles": {"bicl": 1}}]}, "stimulation.channel[1].name", "duplicate"),
     ({"channel": [{"muscles": {"bicl": 1}, "gian": 1}]}, "stimulation.channel[0].gian", "unknown key"),
     ({"channel": []}, "stimulation.channel", "at least one"),
+    ({"channel": [{"muscles": {"bicl": 1}, "emd_ms": 250}]}, "stimulation.channel[0].emd_ms", "200"),
+    ({"channel": [{"muscles": {"bicl": 1}, "emd_ms": -1}]}, "stimulation.channel[0].emd_ms", "0"),
 ])
 def test_config_errors_name_the_key(model, table, key, words):
     with pytest.raises(ConfigError) as err:
         load_stimulation_config(table, model.muscle_names, file="x.toml")
     assert err.value.key == key and words in str(err.value) and "x.toml" in str(err.value)
+
+
+def _emd_engine(model, emd_ms, period_s=0.004):
+    """A tick engine with one biceps channel whose electromechanical delay is ``emd_ms``."""
+    from hil.engine import TickEngine
+    from hil.safety import SafetyConfig
+    from hil.sensor import SensorModel, SensorModelConfig
+    from hil.stimulation import ChannelConfig, StimulationConfig
+    from sim.plant import Plant
+
+    channel = ChannelConfig(name="biceps", gains={"bicl": 1.0, "bicb": 1.0}, emd_s=emd_ms * 1e-3)
+    stim = StimulationModel(StimulationConfig(channels=(channel,)), model.muscle_names)
+    return TickEngine(Plant(model, step_s=period_s), stim, SafetyConfig(watchdog_timeout_s=0.2),
+                      SensorModel(SensorModelConfig()), period_s, 1, ("unknown_channel",))
+
+
+def _excitations(engine, n_ticks, stop_commands_at):
+    """u of bicl per tick with a 300 us / 60 mA / 40 Hz command every tick until ``stop_commands_at``."""
+    out = []
+    for tick in range(n_ticks):
+        engine.begin(tick)
+        if tick < stop_commands_at:
+            engine.channel(0, tick, 0, 300.0, 60.0, 40.0, 0)
+        engine.step()
+        out.append(engine.u[engine.plant.model.muscle_index("bicl")])
+    return np.array(out)
+
+
+def test_electromechanical_delay_shifts_the_excitation_by_whole_ticks(model):
+    """emd_ms = 40 at a 4 ms loop: the muscles see each channel level 10 ticks late, including the fall
+    to zero when the watchdog stops the stimulation (the stimulator output itself drops at once)."""
+    prompt, late = _emd_engine(model, 0.0), _emd_engine(model, 40.0)
+    u0 = _excitations(prompt, 160, 40)
+    u40 = _excitations(late, 160, 40)
+    assert u0[0] > 0.3 and np.all(u40[:10] == 0.0)
+    np.testing.assert_array_equal(u40[10:], u0[:-10])
+    tripped = int(np.argmax(u0[1:] == 0.0)) + 1            # watchdog: 0.2 s after the last command
+    assert np.all(late.applied == 0.0) and u40[tripped] > 0.3 and u40[tripped + 10] == 0.0
