@@ -40,7 +40,7 @@ from sim._dual import slot_q
 from sim._muscles import rest_state_from_force, solve_rest_lengths
 from sim._outputs import compute_outputs
 from sim._step import FIBRE_MIN, IA, IQ, IQD, IS, evaluate, new_plant_work
-from sim.model import HUMERUS_FRAME, MUS_FMAX, MUS_LCEOPT, N_DOF, N_LOADS, N_MUS, N_STATES, Das3Model
+from sim.model import HUMERUS_FRAME, MUS_FMAX, MUS_LCEOPT, MUS_SEESLACK, N_DOF, N_LOADS, N_MUS, N_STATES, Das3Model
 
 SPECIFIC_TENSION_N_PER_CM2 = 100.0
 """Fmax = PCSA x 100 N/cm² in DAS3 (Chadwick et al. 2014, App. A)."""
@@ -176,6 +176,7 @@ class RestModel:
         self.q_template = np.array(q_template, float)
         self.fmax = np.array(self.A.mus[:, MUS_FMAX])
         self.lceopt = np.array(self.A.mus[:, MUS_LCEOPT])
+        self.shortest_path = shortest_valid_path(model)
         self.xd = np.zeros(N_STATES)
         self._dof_slots = np.arange(self.A.mus_dofs.shape[1]) < np.asarray(self.A.mus_ndof)[:, None]
         self._s_guess = {a: np.array(model.equilibrium_state[IS:IA]) for a in (0.0, 1.0)}
@@ -251,6 +252,8 @@ class RestModel:
         self.x, self.force, self.span = x, F, span
         self.f_eom = W.st.f[IQD:IS].copy()
         G = self.moment_arms()
+        self.path_margin = mu.L - self.shortest_path
+        self.J_path = self._zjac(G)
         stiff = G.T @ ((self.fmax * mu.dF4)[:, None] * G)            # F-dependence removed: fixed F
         dF_dq = dF_dL[:, None] * G
         self.J_force = self._zjac(dF_dq, np.diag(span))
@@ -414,7 +417,17 @@ def inequalities(rest: RestModel, gh_limit: float | None) -> list[dict]:
     if rest.layout.n_q:
         cons.append({"type": "ineq", "fun": lambda z: -rest.at(z[:n]).contact_e,
                      "jac": lambda z: pad_columns(-rest.output_jacobians(z[:n])[1], z.size)})
+        cons.append({"type": "ineq", "fun": lambda z: rest.at(z[:n]).path_margin,
+                     "jac": lambda z: pad_columns(rest.at(z[:n]).J_path, z.size)})
     return cons
+
+
+def shortest_valid_path(model: Das3Model) -> np.ndarray:
+    """(138,) m: the tendon slack length plus the shortest valid fibre (FIBRE_MIN L_CEopt). A path
+    polynomial below it (at girdle corners some fits even go negative) leaves no rest state with a
+    stretched tendon and a valid fibre: the posture is outside the path model."""
+    mus = model.arrays.mus
+    return np.asarray(mus[:, MUS_SEESLACK] + FIBRE_MIN * mus[:, MUS_LCEOPT])
 
 
 def _criterion(rest: RestModel, criterion: str):
@@ -591,6 +604,8 @@ def check_state(model: Das3Model, x: np.ndarray, posture: Posture, loads, gh_lim
                       max(abs(x[IQ + dof] - v) for dof, v in held.items()))
     lo, hi = np.asarray(model.dof_ranges).T
     q, a = x[IQ:IQD], x[IA:]
+    short = W.mu.L - shortest_valid_path(model)
+    worst = int(np.argmin(short))
     c = Checks(eom_max_nm=float(np.max(np.abs(f[IQD:IS]))), contraction_max=float(np.max(np.abs(f[IS:IA]))),
                posture_max_rad=posture_err, gh_stability=float(W.out.gh_stability[0]),
                contact_e=contact_function(model.arrays, W), activation_range=(float(a.min()), float(a.max())),
@@ -603,7 +618,10 @@ def check_state(model: Das3Model, x: np.ndarray, posture: Posture, loads, gh_lim
              (posture.girdle is not None or bool(np.all(c.contact_e <= tol.constraint)),
               f"scapula off the thorax (E of TS, AI = {c.contact_e[0]:+.3g}, {c.contact_e[1]:+.3g})"),
              (a.min() >= -tol.constraint and a.max() <= 1 + tol.constraint,
-              f"activation outside [0, 1] ({a.min():.3g}..{a.max():.3g})")]
+              f"activation outside [0, 1] ({a.min():.3g}..{a.max():.3g})"),
+             (short[worst] >= -tol.constraint,
+              f"muscle path {model.muscle_names[worst]} {-short[worst] * 1e3:.1f} mm shorter than its tendon "
+              "slack plus the shortest valid fibre (outside the path model)")]
     c.failures = [msg for ok, msg in tests if not ok]
     c.passed = not c.failures
     return c
@@ -617,6 +635,7 @@ def _active_constraints(rest: RestModel, z: np.ndarray, gh_limit) -> list[str]:
         active.append("gh_stability")
     if L.n_q:
         active += [f"scapula_on_thorax:{p}" for p, e in zip(("TS", "AI"), r.contact_e) if e >= -1e-6]
+        active += [f"path_length:{model.muscle_names[i]}" for i in np.flatnonzero(r.path_margin <= 1e-6)]
     alpha = z[L.alpha]
     active += [f"force_max:{model.muscle_names[i]}" for i in np.flatnonzero(alpha >= 1 - 1e-6)]
     lo, hi = np.asarray(model.dof_ranges).T
