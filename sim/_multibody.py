@@ -40,6 +40,7 @@ from sim._dual import (
     slot_qd,
 )
 from sim._jit import kernel
+from sim.engin import engin_torque
 from sim.model import CLAVICLE_FRAME, HUMERUS_FRAME, N_DOF, N_FRAMES, RADIUS_FRAME, SCAPULA_FRAME, ULNA_FRAME
 
 
@@ -70,6 +71,8 @@ class MultibodyWork(NamedTuple):
     scratch3: np.ndarray  # (4, 3)
     gh_force_world: np.ndarray  # (3,) OUTPUT sum over humerus..hand of m(g - a) + external forces
     hand_position: np.ndarray   # (3,) OUTPUT hand centre of mass, thorax frame
+    engin_dir: np.ndarray  # (2, 3) humerus direction and elbow flexion axis (thorax), when Engin's option is on
+    engin_jac: np.ndarray  # (3, 7) OUTPUT Engin's moment on the humerus (column 0), its derivatives w.r.t. u, a
 
 
 def new_multibody_work() -> MultibodyWork:
@@ -81,7 +84,8 @@ def new_multibody_work() -> MultibodyWork:
         contact_P=np.zeros((2, 3, ND)), Fsum=np.zeros((3, ND)), Mo=np.zeros((3, ND)),
         Q=np.zeros((N_DOF, ND)), M=np.zeros((N_DOF, N_DOF)), jac_v=np.zeros((N_DOF, 3)),
         jac_iw=np.zeros((N_DOF, 3)), rot=np.zeros((3, 3)), drot=np.zeros((3, 3)), scratch3=np.zeros((4, 3)),
-        gh_force_world=np.zeros(3), hand_position=np.zeros(3),
+        gh_force_world=np.zeros(3), hand_position=np.zeros(3), engin_dir=np.zeros((2, 3)),
+        engin_jac=np.zeros((3, 7)),
     )
     for i in range(3):
         w.R[0, i, i, 0] = 1.0
@@ -330,6 +334,10 @@ def multibody_eval(A, q, qd, qdd, loads, W):
             if loads[0] != 0.0 or loads[1] != 0.0 or loads[2] != 0.0:
                 T = W.tv[6]
                 _thoracohumeral_torque(A, loads, W, T)
+                d_iadd(W.Mo, T, frame_slots(HUMERUS_FRAME))
+            if A.engin[0] != 0.0:   # Engin's passive moment: on the humerus, reaction on the thorax
+                T = W.tv[6]
+                engin_torque(A.engin, W.R[HUMERUS_FRAME], frame_slots(HUMERUS_FRAME), W.engin_dir, W.engin_jac, T)
                 d_iadd(W.Mo, T, frame_slots(HUMERUS_FRAME))
         elif c == SCAPULA_FRAME:
             n = frame_slots(SCAPULA_FRAME)

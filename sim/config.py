@@ -44,6 +44,9 @@ class ModelConfig:
         muscle_model: contraction and activation model of all 138 elements: ``das3`` (the published
             model) or ``thelen2003`` (OpenSim's Thelen2003Muscle on each element's Fmax, L_CEopt,
             pennation and SEE slack length; ``sim._thelen``).
+        shoulder_passive: passive moments of the shoulder: ``das3`` (the published per-DOF moments) or
+            ``das3+engin`` (those plus Engin's directional thoracohumeral moments beyond the shoulder
+            sinus and about the humeral axis; ``sim.engin``).
     """
 
     hand_weight: bool = False
@@ -53,6 +56,7 @@ class ModelConfig:
     joint_k2: float = 5000.0
     joint_damping: float = 1.0
     muscle_model: str = "das3"
+    shoulder_passive: str = "das3"
 
     def __post_init__(self) -> None:
         for name in _FIELDS:
@@ -70,8 +74,10 @@ _FIELDS = {
     "joint_k2": ("joint_k2", float),
     "joint_damping": ("joint_damping", float),
     "muscle_model": ("muscle_model", None),
+    "shoulder_passive": ("shoulder_passive", None),
 }
 MUSCLE_MODEL_NAMES = ("das3", "thelen2003")
+SHOULDER_PASSIVE_NAMES = ("das3", "das3+engin")
 _FILE_KEYS = {key: name for name, (key, _) in _FIELDS.items()}
 
 
@@ -81,6 +87,9 @@ def _check(name: str, value: object, *, in_file_units: bool) -> str | None:
         return None if isinstance(value, bool) else f"must be true or false, not {value!r}"
     if name == "muscle_model":
         return None if value in MUSCLE_MODEL_NAMES else f"must be one of {', '.join(MUSCLE_MODEL_NAMES)}, not {value!r}"
+    if name == "shoulder_passive":
+        return (None if value in SHOULDER_PASSIVE_NAMES
+                else f"must be one of {', '.join(SHOULDER_PASSIVE_NAMES)}, not {value!r}")
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return f"must be a number, not {value!r}"
     if not math.isfinite(value):

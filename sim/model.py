@@ -17,6 +17,7 @@ import numpy as np
 
 from sim._polynomials import MonomialTable, full_exponents, polynomial_arrays, readonly
 from sim.config import ModelConfig
+from sim.engin import engin_parameters
 
 N_DOF = 11
 N_MUS = 138
@@ -95,6 +96,7 @@ class ModelArrays(NamedTuple):
     loa_dense_coef: np.ndarray  # flat row-major coefficient blocks of the dense rows
     glenoid: np.ndarray        # (3, 3) rows x_g, y_g, z_g in the scapula frame
     gh_rim: np.ndarray         # (2,) theta_a, phi_a, rad
+    engin: np.ndarray          # (sim.engin.N_PARAMETERS,) Engin's passive shoulder moments; [0] = 1.0 when on
 
 
 # Column indices of ModelArrays.mus. Activation: da/dt = (u - a)(c1 u + c2) with (MUS_C1, MUS_C2) while
@@ -259,6 +261,7 @@ def load_model(config: ModelConfig | None = None) -> Das3Model:
         mus=readonly(mus), mus_ndof=readonly(mus_ndof, np.int64), mus_dofs=readonly(mus_dofs, np.int64),
         gh_muscle=readonly(gh_muscle, np.int64), glenoid=readonly(_glenoid_axes()),
         gh_rim=readonly([config.gh_rim_theta, config.gh_rim_phi]),
+        engin=engin_parameters(config.shoulder_passive == "das3+engin", joint_loc[9], joint_axis[9]),
         **polynomial_arrays(muscles, terms, loa, loa_rows, table, N_DOF),
     )
     x_eq = np.asarray(eq["x"], np.float64)

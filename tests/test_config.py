@@ -22,9 +22,10 @@ def test_defaults_are_the_published_values():
     assert c.gh_rim_theta == pytest.approx(math.radians(44.37), rel=1e-15)
     assert c.gh_rim_phi == pytest.approx(math.radians(38.55), rel=1e-15)
     assert (c.joint_k1, c.joint_k2, c.joint_damping) == (1.0, 5000.0, 1.0)
-    assert c.muscle_model == "das3"
+    assert c.muscle_model == "das3" and c.shoulder_passive == "das3"
     assert [f.name for f in dataclasses.fields(c)] == [
-        "hand_weight", "gh_rim_theta", "gh_rim_phi", "joint_k1", "joint_k2", "joint_damping", "muscle_model"]
+        "hand_weight", "gh_rim_theta", "gh_rim_phi", "joint_k1", "joint_k2", "joint_damping", "muscle_model",
+        "shoulder_passive"]
 
 
 def test_model_config_is_frozen_and_hashable():

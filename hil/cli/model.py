@@ -20,7 +20,8 @@ app = typer.Typer(no_args_is_help=True, help="Inspect the DAS3 model.")
 
 def model_options(config: ModelConfig) -> dict:
     """The options as the model TOML spells them (angles in degrees)."""
-    return {"muscle_model": config.muscle_model, "hand_weight": config.hand_weight,
+    return {"muscle_model": config.muscle_model, "shoulder_passive": config.shoulder_passive,
+            "hand_weight": config.hand_weight,
             "gh_rim_theta_deg": round(math.degrees(config.gh_rim_theta), 6),
             "gh_rim_phi_deg": round(math.degrees(config.gh_rim_phi), 6),
             "joint_k1": config.joint_k1, "joint_k2": config.joint_k2, "joint_damping": config.joint_damping}
@@ -32,8 +33,8 @@ def model_info(
     model_config: Annotated[Optional[Path], typer.Option(
         help="Model options TOML (default: the published model).")] = None,
 ) -> None:
-    """The model options in effect (muscle model, hand weight, glenoid rim, joint stiffness), the DOFs with
-    their ranges and the muscle elements with the DOFs they cross."""
+    """The model options in effect (muscle model, passive shoulder moments, hand weight, glenoid rim, joint
+    stiffness), the DOFs with their ranges and the muscle elements with the DOFs they cross."""
     with user_errors():
         from sim.model import load_model
 
@@ -175,4 +176,21 @@ def model_muscle_curves(
             raise BadInputError(f"--muscle {muscle!r}: not a muscle element (see 'hil model info')")
         out.mkdir(parents=True, exist_ok=True)
         path = write_muscle_curves(out, muscle, muscle_curves(models, names.index(muscle)), list(models))
+    out_console().print(f"wrote {path}")
+
+
+@app.command("engin-sinus")
+def model_engin_sinus(
+    out: Annotated[Path, typer.Option(help="Output directory (created): engin_sinus.csv and engin_sinus.png.")],
+) -> None:
+    """Engin's shoulder sinus and passive moment field (option shoulder_passive = "das3+engin"): a
+    globographic plot in the torso-fixed axes, the map in Engin's modified joint axes (p, q) with the
+    moment's contours and directions, and the torsion table; from the plant's own kernels."""
+    from hil.engin_figure import write_engin_sinus
+    from sim.model import load_model
+
+    with user_errors():
+        model = load_model(ModelConfig(shoulder_passive="das3+engin"))
+        out.mkdir(parents=True, exist_ok=True)
+        path = write_engin_sinus(out, model)
     out_console().print(f"wrote {path}")
