@@ -33,7 +33,7 @@ from drivers.contract import (
 from hil.counters import RunCounters
 from hil.safety import GHMonitor, RangeOfMotion, SafetyConfig, Watchdog
 from hil.sensor import SensorModel
-from hil.stimulation import no_delay_line, no_stimulation_params
+from hil.stimulation import no_delay_line, no_fatigue, no_stimulation_params
 from hil.tick_kernel import compute_tick, tick_arrays
 from sim.plant import Plant
 
@@ -94,9 +94,20 @@ class TickEngine:
         self.stop_detail = ""      # why a safety action ended the run
         stim_params = no_stimulation_params(n_mus) if stimulation is None else stimulation.kernel_params
         self.emd = no_delay_line() if stimulation is None else stimulation.delay_line(period_s)
+        self.fatigue = no_fatigue() if stimulation is None else stimulation.fatigue_state(period_s)
         self._tick_arrays = tick_arrays(plant, self.latched, self.direct, self.applied, self.u, stim_params,
-                                        self.emd, stimulation is not None, self.rom.lo, self.rom.hi,
+                                        self.emd, self.fatigue, stimulation is not None, self.rom.lo, self.rom.hi,
                                         sensor.frame_views, substeps)
+
+    @property
+    def has_fatigue(self) -> bool:
+        """The stimulation model has a fatigue state (:mod:`hil.fatigue`)."""
+        return self.fatigue[0].shape[0] > 0
+
+    @property
+    def fitness(self) -> np.ndarray:
+        """(n_channels,) each channel's fatigue fitness this tick (1 without fatigue; :mod:`hil.fatigue`)."""
+        return self.fatigue[2]
 
     # -- CommandSink --------------------------------------------------------------------------
     def _record(self, driver: int, receive_ns: int, kind: int, status: int, index: int,
@@ -214,9 +225,10 @@ class TickEngine:
         """Compile (or load from numba's cache) and run the tick's kernel without changing any state: a
         tick with zero stimulation, after which the plant (:meth:`sim.plant.Plant.warmup`) and the engine's
         applied channels and excitations are restored."""
-        saved = self.applied.copy(), self.u.copy(), self.emd[0].copy(), self.emd[2].copy()
+        saved = [a.copy() for a in (self.applied, self.u, self.emd[0], self.emd[2], self.fatigue[0], self.fatigue[2])]
         self.plant.warmup(lambda: compute_tick(self._tick_arrays, self.plant.begin_steps(), True, 0, 0.0))
-        self.applied[:], self.u[:], self.emd[0][:], self.emd[2][:] = saved
+        for live, copy in zip((self.applied, self.u, self.emd[0], self.emd[2], self.fatigue[0], self.fatigue[2]), saved):
+            live[...] = copy
 
     # -- the tick ----------------------------------------------------------------------------
     def begin(self, tick: int, overrun: bool = False) -> None:

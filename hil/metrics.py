@@ -37,8 +37,12 @@ class MetricSpec:
     buckets: tuple[float, ...] = ()
 
 
-def default_schema(drivers: list[str], reasons: list[str]) -> tuple[MetricSpec, ...]:
+def default_schema(drivers: list[str], reasons: list[str], fatigue_channels=()) -> tuple[MetricSpec, ...]:
+    """Every series of a run; ``fatigue_channels``: the stimulation channels with a fatigue state."""
     d = tuple((x,) for x in drivers) or (("none",),)
+    fatigue = (MetricSpec("hil_fatigue_fitness", "gauge", "Fatigue fitness of a stimulation channel's muscles "
+                          "(1 rested; hil.fatigue).", ("channel",), tuple((c,) for c in fatigue_channels)),
+               ) if fatigue_channels else ()
     dr = tuple((x, r) for x in drivers for r in reasons) or (("none", "none"),)
     return (
         MetricSpec("hil_tick_lateness_seconds", "histogram", "Tick start after its deadline.", buckets=LATENCY_BUCKETS),
@@ -72,7 +76,7 @@ def default_schema(drivers: list[str], reasons: list[str]) -> tuple[MetricSpec, 
         MetricSpec("hil_controller_connected", "gauge", "1 while the driver's controller is alive.", ("driver",), d),
         MetricSpec("hil_realtime_privileges", "gauge", "1 if SCHED_FIFO and mlockall were granted."),
         MetricSpec("hil_running", "gauge", "1 while the loop runs."),
-    )
+    ) + fatigue
 
 
 class MetricsSchema:
@@ -187,8 +191,10 @@ class LoopMetrics:
     (:class:`hil.counters.RunCounters`); only the plant's clipped-excitation count, kept by ``sim``,
     is mirrored."""
 
-    def __init__(self, block: MetricsBlock, driver_names: list[str], period_s: float, drivers=()) -> None:
-        """``drivers``: the loop's drivers, whose ``connected()`` feeds ``hil_controller_connected``."""
+    def __init__(self, block: MetricsBlock, driver_names: list[str], period_s: float, drivers=(),
+                 fatigue_channels=()) -> None:
+        """``drivers``: the loop's drivers, whose ``connected()`` feeds ``hil_controller_connected``;
+        ``fatigue_channels``: the channel names of ``hil_fatigue_fitness`` (in channel order)."""
         self.block = block
         self.lateness = block.histogram("hil_tick_lateness_seconds")
         self.step = block.histogram("hil_plant_step_seconds")
@@ -204,6 +210,7 @@ class LoopMetrics:
         self.running = block.gauge("hil_running")
         self.privileged = block.gauge("hil_realtime_privileges")
         self.connected = {i: block.gauge("hil_controller_connected", driver=n) for i, n in enumerate(driver_names)}
+        self.fitness = [block.gauge("hil_fatigue_fitness", channel=n) for n in fatigue_channels]
         self.period_s = period_s
         self.drivers = tuple(drivers)
         self.last_start = 0
@@ -236,6 +243,8 @@ class LoopMetrics:
     def sync(self, engine, now_ns: int) -> None:
         self.gh.set(engine.plant.outputs.gh_stability)
         self.clipped.set(engine.plant.clipped_total)
+        for c, gauge in enumerate(self.fitness):
+            gauge.set(engine.fitness[c])
         alive = not engine.watchdog.tripped
         for i, g in self.connected.items():
             link_up = self.drivers[i].connected() if i < len(self.drivers) else True

@@ -6,6 +6,8 @@
   phi anterior-posterior, deg, rim half-angles from the recorded model config), as in the inset of
   Chadwick et al. 2014 Fig. 3, coloured by time;
 - ``lateness.png``: histogram of tick lateness (us, log scale);
+- ``fatigue.png`` (runs with a fatigue model): each stimulated channel's fitness and applied amplitude
+  over time;
 - ``summary.json``: the summary ``hil report`` prints (also its ``--json`` output).
 """
 from __future__ import annotations
@@ -95,6 +97,43 @@ def _plot_lateness(plt, lat_us: np.ndarray, period_s: float, out_dir: str) -> st
     return _save(plt, fig, os.path.join(out_dir, "lateness.png"))
 
 
+def _fatigue_channels(cfg, ticks: np.ndarray) -> list[tuple[int, str]]:
+    """(index, name) of the stimulated channels of a run with a fatigue model (none otherwise)."""
+    table = cfg.stimulation if isinstance(cfg.stimulation, dict) else {}
+    if table.get("fatigue", "none") == "none" or "fitness" not in (ticks.dtype.names or ()):
+        return []
+    names = [ch.get("name", f"ch{i + 1}") for i, ch in enumerate(table.get("channel", []))]
+    return [(c, n) for c, n in enumerate(names) if np.any(ticks["applied"][:, c, 1] > 0)]
+
+
+def _plot_fatigue(plt, t: np.ndarray, ticks: np.ndarray, channels, out_dir: str) -> str:
+    """``fatigue.png``: fitness of the stimulated channels and the amplitude (mA) of those still on after
+    the first second (whose onset transient is left off the scale); returns its path."""
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
+    settled = t > t[0] + 1.0
+    for c, name in channels:
+        top.plot(t, ticks["fitness"][:, c], label=name)
+        if np.any(ticks["applied"][settled, c, 1] > 0):
+            bottom.plot(t[settled], ticks["applied"][settled, c, 1], label=name)
+    top.set_ylabel("fitness (1 = rested)")
+    top.set_title("Stimulation fatigue (Ding et al. 2003)")
+    bottom.set_ylabel("amplitude (mA)")
+    bottom.set_xlabel("time (s)")
+    for ax in (top, bottom):
+        ax.grid(alpha=0.3)
+        if ax.lines:
+            ax.legend(fontsize=8, loc="best")
+    return _save(plt, fig, os.path.join(out_dir, "fatigue.png"))
+
+
+def _fatigue_summary(t: np.ndarray, ticks: np.ndarray, channels) -> dict:
+    """Per stimulated channel: final and lowest fitness, mean amplitude over the first and last 5 s (mA)."""
+    first, last = t <= t[0] + 5.0, t >= t[-1] - 5.0
+    return {name: {"fitness_end": float(ticks["fitness"][-1, c]), "fitness_min": float(ticks["fitness"][:, c].min()),
+                   "amplitude_first_5s_ma": float(ticks["applied"][first, c, 1].mean()),
+                   "amplitude_last_5s_ma": float(ticks["applied"][last, c, 1].mean())} for c, name in channels}
+
+
 def _summary(path: str, reader: RecordingReader, ticks: np.ndarray, lat_us: np.ndarray, files: dict) -> dict:
     """The report's summary: tick counts, lateness percentiles, safety-status tick counts, elbow range."""
     frame = ticks["frame"]
@@ -136,7 +175,12 @@ def make_report(path: str, out_dir: str) -> dict:
              "glenoid": _plot_glenoid(plt, t, frame, model, out_dir),
              "lateness": _plot_lateness(plt, lat_us, h["period_s"], out_dir),
              "summary": os.path.join(out_dir, "summary.json")}
+    fatigued = _fatigue_channels(cfg, ticks)
+    if fatigued:
+        files["fatigue"] = _plot_fatigue(plt, t, ticks, fatigued, out_dir)
     summary = _summary(path, reader, ticks, lat_us, files)
+    if fatigued:
+        summary["fatigue"] = _fatigue_summary(t, ticks, fatigued)
     with open(files["summary"], "w", encoding="utf-8") as fh:
         json.dump(summary, fh, indent=2)
     return summary

@@ -175,7 +175,8 @@ class RealtimeRun:
         self.engine.warmup()
         body = TickBody(self.engine, self.drivers)
         if self.block is not None:
-            self.metrics = LoopMetrics(self.block, counters.driver_names, cfg.loop.period_s, self.drivers)
+            self.metrics = LoopMetrics(self.block, counters.driver_names, cfg.loop.period_s, self.drivers,
+                                       service.fatigue_channel_names(cfg))
             body.listeners.append(self.metrics)
         if self.spec.record_path:
             self.recording = Recording(self.spec.record_path, service.recording_header(cfg, self.model, self.engine),
@@ -189,7 +190,7 @@ class RealtimeRun:
         names = service.driver_names(self.cfg)
         if not self.spec.metrics_shm:
             return RunCounters.private(names)
-        schema = MetricsSchema(default_schema(names, list(REJECT_REASONS)))
+        schema = MetricsSchema(default_schema(names, list(REJECT_REASONS), service.fatigue_channel_names(self.cfg)))
         self.block = MetricsBlock.attach(self.spec.metrics_shm, schema)
         return RunCounters(self.block, names)
 

@@ -31,6 +31,7 @@ import numpy as np
 from numba import njit
 
 from drivers.config_table import REQUIRED, ConfigTable
+from hil.fatigue import DING2003, FATIGUE_MODELS, STATE_COLUMNS, channel_fitness, fatigue_tick, rested_state
 from sim.config import ConfigError
 
 HW_MAX_PULSE_WIDTH_US = 500.0   # RehaStim2 range
@@ -61,6 +62,8 @@ class ChannelConfig:
 class StimulationConfig:
     mode: str = "channels"                  # channels | direct
     channels: tuple[ChannelConfig, ...] = field(default_factory=tuple)
+    fatigue: str = "none"                   # none | ding2003 (hil.fatigue)
+    fatigue_rate_scale: float = 1.0         # multiplies the fatigue coefficients (1: published)
 
 
 def expand_gains(gains: dict[str, float], muscle_names, where: str, file=None) -> np.ndarray:
@@ -88,14 +91,25 @@ PW_SCALE, AMP_SCALE = 1e-6, 1e-3
 
 
 @njit(cache=True, nogil=True)
+def recruitment(applied, c, pw_scale, amp_scale, q_th, q_sat):
+    """r_c (module docstring) from channel c's row of ``applied`` (pw * pw_scale in s, amp * amp_scale in A)."""
+    x = (applied[c, 0] * pw_scale * applied[c, 1] * amp_scale - q_th[c]) / (q_sat[c] - q_th[c])
+    x = min(1.0, max(0.0, x))
+    return x * x * (3.0 - 2.0 * x)
+
+
+@njit(cache=True, nogil=True)
+def pulse_rate(applied, c, g_d):
+    """f_eff of channel c: its frequency with doublets and triplets counted as a higher rate."""
+    return max(0.0, applied[c, 2] * (1.0 + g_d[c] * applied[c, 3]))
+
+
+@njit(cache=True, nogil=True)
 def channel_level(applied, c, pw_scale, amp_scale, q_th, q_sat, f_c, fuse_norm, g_d):
     """r_c phi_c of channel c (module docstring) from its row of ``applied`` (pulse width, amplitude,
     frequency, mode; pw * pw_scale in s, amp * amp_scale in A)."""
-    x = (applied[c, 0] * pw_scale * applied[c, 1] * amp_scale - q_th[c]) / (q_sat[c] - q_th[c])
-    x = min(1.0, max(0.0, x))
-    r = x * x * (3.0 - 2.0 * x)
-    f_eff = max(0.0, applied[c, 2] * (1.0 + g_d[c] * applied[c, 3]))
-    phi = min(1.0, -np.expm1(-f_eff / f_c[c]) / fuse_norm[c])
+    r = recruitment(applied, c, pw_scale, amp_scale, q_th, q_sat)
+    phi = min(1.0, -np.expm1(-pulse_rate(applied, c, g_d) / f_c[c]) / fuse_norm[c])
     return r * phi
 
 
@@ -129,18 +143,28 @@ def excitation_kernel(applied, pw_scale, amp_scale, q_th, q_sat, f_c, fuse_norm,
 
 
 @njit(cache=True, nogil=True)
-def delayed_excitation(applied, pw_scale, amp_scale, stim, emd, out):
-    """:func:`excitation_kernel` with each channel's level delayed by its electromechanical delay:
-    ``emd`` = (ring (n_channels, depth), delay in ticks per channel, cursor (1,)); this tick's level is
-    written at the cursor and the level of ``delay`` ticks ago drives the muscles. Call once per tick."""
+def delayed_excitation(applied, pw_scale, amp_scale, stim, emd, fatigue, out):
+    """:func:`excitation_kernel` with each channel's level delayed by its electromechanical delay and
+    scaled by its fitness. ``emd`` = (ring (n_channels, depth), delay in ticks per channel, cursor (1,)):
+    this tick's level is written at the cursor and the level of ``delay`` ticks ago drives the muscles.
+    ``fatigue`` = (state, parameters, fitness, tick length (1,)) of :mod:`hil.fatigue`, or a state with
+    no rows (no fatigue): the fitness at the start of the tick scales the level, then the state advances
+    under this tick's stimulation. Call once per tick."""
     q_th, q_sat, f_c, fuse_norm, g_d, gains = stim
     ring, delay, cursor = emd
+    state, params, fitness, dt = fatigue
     depth = ring.shape[1]
     now = cursor[0]
     out[:] = 0.0
     for c in range(gains.shape[0]):
         ring[c, now] = channel_level(applied, c, pw_scale, amp_scale, q_th, q_sat, f_c, fuse_norm, g_d)
-        raise_to_level(gains, c, ring[c, (now - delay[c]) % depth], out)
+        level = ring[c, (now - delay[c]) % depth]
+        if state.shape[0]:
+            fitness[c] = channel_fitness(state, c, params)
+            level *= fitness[c]
+            fatigue_tick(state, params, c, recruitment(applied, c, pw_scale, amp_scale, q_th, q_sat),
+                         pulse_rate(applied, c, g_d), dt[0])
+        raise_to_level(gains, c, level, out)
     clip_unit(out)
     cursor[0] = (now + 1) % depth
 
@@ -154,6 +178,11 @@ def no_stimulation_params(n_muscles: int) -> tuple:
 def no_delay_line() -> tuple:
     """:meth:`StimulationModel.delay_line` of a map with no channels."""
     return np.zeros((0, 1)), np.zeros(0, np.int64), np.zeros(1, np.int64)
+
+
+def no_fatigue(n_channels: int = 0) -> tuple:
+    """:meth:`StimulationModel.fatigue_state` without fatigue: no state rows, fitness 1."""
+    return np.zeros((0, len(STATE_COLUMNS))), DING2003.kernel_array(), np.ones(n_channels), np.zeros(1)
 
 
 class StimulationModel:
@@ -184,6 +213,14 @@ class StimulationModel:
         """u into ``out`` from the loop's (n_channels, 4) array: pulse width µs, amplitude mA, frequency
         Hz, mode (one compiled kernel: no allocation, no per-channel Python)."""
         return excitation_kernel(applied, pw_scale, amp_scale, *self.kernel_params, out)
+
+    def fatigue_state(self, period_s: float) -> tuple:
+        """(state, parameters, fitness, tick length) for :func:`delayed_excitation`: every channel rested
+        with the configured fatigue model, or :func:`no_fatigue`."""
+        if self.config.fatigue == "none":
+            return no_fatigue(self.n_channels)
+        return (rested_state(self.n_channels), DING2003.kernel_array(self.config.fatigue_rate_scale),
+                np.ones(self.n_channels), np.array([period_s]))
 
     def delay_line(self, period_s: float) -> tuple:
         """(ring, delay ticks per channel, cursor) for :func:`delayed_excitation`: each channel's
@@ -225,6 +262,8 @@ def load_stimulation_config(table: dict, muscle_names, file=None) -> Stimulation
     """Parse the ``[stimulation]`` table (``mode``, ``[[stimulation.channel]]``) with precise errors."""
     top = ConfigTable(table, "stimulation", file)
     mode = top.string("mode", "channels", ("channels", "direct"))
+    fatigue = top.string("fatigue", "none", FATIGUE_MODELS)
+    rate_scale = top.number("fatigue_rate_scale", 1.0, 0.0, 100.0)
     raw = top.get("channel", [])
     top.done()
     if not isinstance(raw, list) or len(raw) > MAX_CHANNELS:
@@ -264,7 +303,7 @@ def load_stimulation_config(table: dict, muscle_names, file=None) -> Stimulation
             doublet_gain=ch.number("doublet_gain", 0.5, 0.0, 2.0),
             emd_s=ch.number("emd_ms", 0.0, 0.0, MAX_EMD_MS) * 1e-3))
         ch.done()
-    return StimulationConfig(mode=mode, channels=tuple(channels))
+    return StimulationConfig(mode=mode, channels=tuple(channels), fatigue=fatigue, fatigue_rate_scale=rate_scale)
 
 
 def amplitude_for_level(channel: ChannelConfig, level: float, pulse_width_s: float, frequency_hz: float,

@@ -56,8 +56,11 @@ class MetricsHost:
         from hil.metrics import MetricsBlock, MetricsSchema, default_schema
 
         self.cfg = cfg.metrics
-        self.block = MetricsBlock.create(MetricsSchema(default_schema(service.driver_names(cfg), list(REJECT_REASONS))))
+        self.block = MetricsBlock.create(MetricsSchema(default_schema(service.driver_names(cfg), list(REJECT_REASONS),
+                                                                      service.fatigue_channel_names(cfg))))
         self.restarts = self.block.counter("hil_exporter_restarts_total")
+        for channel in service.fatigue_channel_names(cfg):      # rested until the loop's first update
+            self.block.gauge("hil_fatigue_fitness", channel=channel).set(1.0)
         self.proc = None
         self.deaths = 0
         self.failures: list[str] = []     # restarts that failed (why)

@@ -19,8 +19,10 @@ from drivers.base import Driver
 from hil.engine import TickEngine, TickResult
 
 
-def tick_dtype(n_channels: int, n_muscles: int, frame: np.dtype) -> np.dtype:
-    """The per-tick record of a run (recorded every tick; the recording's ``ticks`` stream)."""
+def tick_dtype(n_channels: int, n_muscles: int, frame: np.dtype, fatigue: bool = False) -> np.dtype:
+    """The per-tick record of a run (recorded every tick; the recording's ``ticks`` stream); runs with a
+    fatigue model add each channel's fitness (:mod:`hil.fatigue`) before the frame."""
+    fitness = [("fitness", "<f8", (max(n_channels, 1),))] if fatigue else []
     return np.dtype([
         ("tick", "<i8"),
         ("deadline_ns", "<i8"),     # CLOCK_MONOTONIC
@@ -32,6 +34,7 @@ def tick_dtype(n_channels: int, n_muscles: int, frame: np.dtype) -> np.dtype:
         ("commands_unrecorded", "<i8"),   # this tick's command-log entries missing from the commands stream
         ("applied", "<f8", (max(n_channels, 1), 4)),  # pw us, amp mA, freq Hz, mode, after safety
         ("u", "<f8", (n_muscles,)),  # applied excitations
+        *fitness,
         ("frame", frame),
     ])
 
@@ -63,7 +66,9 @@ class TickBody:
         self.engine, self.drivers = engine, drivers
         self.listeners = list(listeners or [])
         self.clock = clock
-        self.record = np.zeros(1, tick_dtype(engine.n_channels, engine.plant.model.n_muscles, engine.sensor.dtype))
+        self.record = np.zeros(1, tick_dtype(engine.n_channels, engine.plant.model.n_muscles, engine.sensor.dtype,
+                                             engine.has_fatigue))
+        self._fitness = self.record["fitness"][0, : engine.n_channels] if engine.has_fatigue else None
         self.actuation_ns = 0
         self.fetch_ns = self.publish_ns = 0     # the last tick's fetch and publish phases (not recorded)
 
@@ -84,6 +89,8 @@ class TickBody:
         rec["tick"] = tick
         rec["compute_ns"] = t_done - t_compute
         rec["applied"][: engine.n_channels] = engine.applied
+        if self._fitness is not None:
+            self._fitness[:] = engine.fitness
         rec["u"] = engine.u
         rec["frame"] = result.frame[0]
         rec["commands_unrecorded"] = engine.unlogged_tick

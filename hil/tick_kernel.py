@@ -20,28 +20,28 @@ from sim._bundle import Bundle
 from sim._step import plant_steps
 
 
-def tick_arrays(plant, latched, direct, applied, u, stim_params, emd, use_stim: bool, rom_lo, rom_hi,
+def tick_arrays(plant, latched, direct, applied, u, stim_params, emd, fatigue, use_stim: bool, rom_lo, rom_hi,
                 frame_views, n_steps: int) -> Bundle:
     """Bundle an engine's tick: the plant's kernel arguments (:attr:`sim.plant.Plant.kernel_args`), the
     latched and applied channel rows and direct excitations, the excitation ``u``, the stimulation map's
-    parameters and its electromechanical delay line, the range limits (rad), the views of plant outputs
-    and of the sensor's frame."""
+    parameters, its electromechanical delay line and fatigue state, the range limits (rad), the views of
+    plant outputs and of the sensor's frame."""
     out = plant.outputs
     outputs = (out.q, out.qdot, out.th_angles, out.hand_position, out.gh_force, out.st_contact_force,
                out.gh_stability_cell)
-    return Bundle((plant.kernel_args, n_steps, latched, direct, applied, u, stim_params, emd, use_stim,
+    return Bundle((plant.kernel_args, n_steps, latched, direct, applied, u, stim_params, emd, fatigue, use_stim,
                    rom_lo, rom_hi, outputs, frame_views))
 
 
 @njit(cache=True, nogil=True)
-def _excitation(zero, use_stim, latched, direct, applied, u, stim, emd):
+def _excitation(zero, use_stim, latched, direct, applied, u, stim, emd, fatigue):
     """applied <- latched (or 0 when safety zeroes it); u <- the stimulation map of the applied levels
-    each channel's electromechanical delay ago, or the direct excitations (or 0)."""
+    each channel's electromechanical delay ago times its fitness, or the direct excitations (or 0)."""
     for c in range(latched.shape[0]):
         for j in range(4):
             applied[c, j] = 0.0 if zero else latched[c, j]
     if use_stim:
-        delayed_excitation(applied, PW_SCALE, AMP_SCALE, stim, emd, u)
+        delayed_excitation(applied, PW_SCALE, AMP_SCALE, stim, emd, fatigue, u)
     else:
         for k in range(u.shape[0]):
             u[k] = 0.0 if zero else direct[k]
@@ -51,9 +51,9 @@ def _excitation(zero, use_stim, latched, direct, applied, u, stim, emd):
 def compute_tick(arrays, stale, zero, tick, time_s):
     """One tick's compiled work; returns (plant status, excitations clipped, plant steps done, posture
     outside the range of motion). The frame is filled only when every step succeeded."""
-    (plant, n_steps, latched, direct, applied, u, stim, emd, use_stim, rom_lo, rom_hi, outputs,
+    (plant, n_steps, latched, direct, applied, u, stim, emd, fatigue, use_stim, rom_lo, rom_hi, outputs,
      frame) = arrays.items
-    _excitation(zero, use_stim, latched, direct, applied, u, stim, emd)
+    _excitation(zero, use_stim, latched, direct, applied, u, stim, emd, fatigue)
     bundle, x, xd, u0, loads, h, residual_limit, scheme = plant
     A, W = bundle.items
     status, n_clipped, n_done = plant_steps(A, W, x, xd, u0, u, loads, h, residual_limit, scheme, stale, n_steps)

@@ -39,7 +39,7 @@ def report(
     ] = None,
     json_out: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
-    """PNG plots (joint angles, GH force in the glenoid ellipse, tick lateness) and a summary."""
+    """PNG plots (joint angles, GH force in the glenoid ellipse, tick lateness, fatigue) and a summary."""
     with user_errors():
         from hil.report import make_report
 
@@ -59,6 +59,10 @@ def report(
                                   f"ROM zeroed {doc['rom_zeroed_ticks']}")
     table.add_row("elbow flexion (deg)", "{:.1f} .. {:.1f}".format(*doc["elbow_deg_range"]))
     table.add_row("commands", str(doc["commands"]))
+    for name, f in doc.get("fatigue", {}).items():
+        table.add_row(f"fatigue {name}", f"fitness {f['fitness_end']:.3f} at the end (lowest {f['fitness_min']:.3f}); "
+                                         f"amplitude {f['amplitude_first_5s_ma']:.1f} -> {f['amplitude_last_5s_ma']:.1f} mA "
+                                         "(first / last 5 s)")
     for name, f in doc["files"].items():
         table.add_row(name, f)
     out_console().print(table)
