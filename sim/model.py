@@ -274,7 +274,17 @@ def load_model(config: ModelConfig | None = None) -> Das3Model:
     )
     if config.muscle_model != "das3":
         model = replace(model, equilibrium_state=readonly(_fibres_at_rest(model, x_eq)))
+    if config.shoulder_passive != "das3":
+        model = replace(model, equilibrium_state=readonly(_posture_at_rest(model)))
     return model
+
+
+def _posture_at_rest(model: Das3Model) -> np.ndarray:
+    """The variant's own passive equilibrium from the published one: Engin's moments turn the humerus
+    at the published rest posture, so a run from it would start by settling."""
+    from sim.equilibrium import solve_equilibrium  # local: sim.equilibrium builds on this module
+
+    return solve_equilibrium(model).x
 
 
 def _fibres_at_rest(model: Das3Model, x: np.ndarray) -> np.ndarray:

@@ -206,7 +206,7 @@ JACOBIAN_POSTURES = {   # (seed, q of SC, AC, GH in rad): the arm beyond the sin
 
 
 @pytest.mark.parametrize("case", list(JACOBIAN_POSTURES))
-def test_exact_jacobians_with_the_option_match_finite_differences(engin_model, case):
+def test_exact_jacobians_with_the_option_match_finite_differences(model, engin_model, case):
     m = engin_model
     E = m.arrays.engin
     seed, q = JACOBIAN_POSTURES[case]
@@ -214,6 +214,8 @@ def test_exact_jacobians_with_the_option_match_finite_differences(engin_model, c
     x = random_state(m, rng)
     if q is not None:
         x[:9] = q
+    else:       # about the published rest (the variant's own rest lies inside the sinus)
+        x[:11] += model.equilibrium_state[:11] - m.equilibrium_state[:11]
     xdot, u = rng.normal(0.0, 1.0, N_STATES), rng.uniform(0.0, 1.0, N_MUS)
     away_from_kinks(m, x, xdot)
     loads = np.zeros(N_LOADS)
@@ -355,3 +357,16 @@ def test_option_is_recorded_and_replayed_as_that_variant(tmp_path):
             assert rep.returncode == 0 and json.loads(rep.stdout)["identical"], rep.stdout + rep.stderr
     n = min(len(frames["engin"]), len(frames["das3"]))
     assert np.max(np.abs(frames["engin"]["q"][:n, 8] - frames["das3"]["q"][:n, 8])) > 1e-3     # GHyy
+
+
+def test_the_variant_starts_from_its_own_passive_equilibrium(model, engin_model):
+    """With Engin's moments the published rest turns the humerus; the variant's initial state is its own
+    equilibrium (the arm does not move when released unexcited), 18 deg less internally rotated."""
+    from sim.plant import Plant
+
+    x0 = np.array(engin_model.equilibrium_state)
+    plant = Plant(engin_model, step_s=0.004, initial_state=x0)
+    for _ in range(250):
+        plant.step(np.zeros(N_MUS))
+    assert np.max(np.abs(plant.outputs.q - x0[:11])) < 1e-5
+    assert math.degrees(x0[8] - model.equilibrium_state[8]) == pytest.approx(-18.25, abs=0.05)
