@@ -177,6 +177,7 @@ class RestModel:
         self.fmax = np.array(self.A.mus[:, MUS_FMAX])
         self.lceopt = np.array(self.A.mus[:, MUS_LCEOPT])
         self.shortest_path = shortest_valid_path(model)
+        self.path_rows = np.flatnonzero(crosses_any(model, layout.free_dofs))
         self.xd = np.zeros(N_STATES)
         self._dof_slots = np.arange(self.A.mus_dofs.shape[1]) < np.asarray(self.A.mus_ndof)[:, None]
         self._s_guess = {a: np.array(model.equilibrium_state[IS:IA]) for a in (0.0, 1.0)}
@@ -252,8 +253,8 @@ class RestModel:
         self.x, self.force, self.span = x, F, span
         self.f_eom = W.st.f[IQD:IS].copy()
         G = self.moment_arms()
-        self.path_margin = mu.L - self.shortest_path
-        self.J_path = self._zjac(G)
+        self.path_margin = (mu.L - self.shortest_path)[self.path_rows]
+        self.J_path = self._zjac(G)[self.path_rows]
         stiff = G.T @ ((self.fmax * mu.dF4)[:, None] * G)            # F-dependence removed: fixed F
         dF_dq = dF_dL[:, None] * G
         self.J_force = self._zjac(dF_dq, np.diag(span))
@@ -377,8 +378,12 @@ def start_posture(model: Das3Model, posture: Posture, q_start: np.ndarray | None
 
 
 def layout_for(posture: Posture, n_moments: int) -> Layout:
-    free = () if posture.girdle is not None else GIRDLE_DOFS + GH_DOFS
-    return Layout(free_dofs=free, n_moments=n_moments)
+    return Layout(free_dofs=solved_dofs(posture), n_moments=n_moments)
+
+
+def solved_dofs(posture: Posture) -> tuple[int, ...]:
+    """The DOFs the optimiser chooses: girdle and GH with the girdle free, none with it given."""
+    return () if posture.girdle is not None else GIRDLE_DOFS + GH_DOFS
 
 
 def equalities(rest: RestModel, posture: Posture) -> dict:
@@ -420,6 +425,13 @@ def inequalities(rest: RestModel, gh_limit: float | None) -> list[dict]:
         cons.append({"type": "ineq", "fun": lambda z: rest.at(z[:n]).path_margin,
                      "jac": lambda z: pad_columns(rest.at(z[:n]).J_path, z.size)})
     return cons
+
+
+def crosses_any(model: Das3Model, dofs) -> np.ndarray:
+    """(138,) bool: the muscle's path depends on one of ``dofs``. Only those paths are the optimiser's
+    choice; a path the posture fixes may be slack with a compressed tendon, which the plant allows."""
+    free = set(dofs)
+    return np.array([bool(free.intersection(d)) for d in model.muscle_dof_indices])
 
 
 def shortest_valid_path(model: Das3Model) -> np.ndarray:
@@ -604,7 +616,8 @@ def check_state(model: Das3Model, x: np.ndarray, posture: Posture, loads, gh_lim
                       max(abs(x[IQ + dof] - v) for dof, v in held.items()))
     lo, hi = np.asarray(model.dof_ranges).T
     q, a = x[IQ:IQD], x[IA:]
-    short = W.mu.L - shortest_valid_path(model)
+    chosen = crosses_any(model, solved_dofs(posture))
+    short = np.where(chosen, W.mu.L - shortest_valid_path(model), np.inf)
     worst = int(np.argmin(short))
     c = Checks(eom_max_nm=float(np.max(np.abs(f[IQD:IS]))), contraction_max=float(np.max(np.abs(f[IS:IA]))),
                posture_max_rad=posture_err, gh_stability=float(W.out.gh_stability[0]),
@@ -635,7 +648,7 @@ def _active_constraints(rest: RestModel, z: np.ndarray, gh_limit) -> list[str]:
         active.append("gh_stability")
     if L.n_q:
         active += [f"scapula_on_thorax:{p}" for p, e in zip(("TS", "AI"), r.contact_e) if e >= -1e-6]
-        active += [f"path_length:{model.muscle_names[i]}" for i in np.flatnonzero(r.path_margin <= 1e-6)]
+        active += [f"path_length:{model.muscle_names[rest.path_rows[i]]}" for i in np.flatnonzero(r.path_margin <= 1e-6)]
     alpha = z[L.alpha]
     active += [f"force_max:{model.muscle_names[i]}" for i in np.flatnonzero(alpha >= 1 - 1e-6)]
     lo, hi = np.asarray(model.dof_ranges).T

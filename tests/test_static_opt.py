@@ -326,3 +326,35 @@ def test_humerus_placement_stays_in_the_fitted_range_near_the_singular_axis(mode
     x = np.array(model.equilibrium_state)
     x[:11] = placed
     np.testing.assert_allclose(_thoracohumeral_angles(model, x), target, atol=1e-12)
+
+
+def test_paths_the_girdle_chooses_stay_valid(model, solution_b):
+    """Free girdle: no muscle path that depends on the chosen angles is shorter than its tendon slack
+    plus the shortest valid fibre (DAS3's path fits go negative at girdle corners: rhomboid5 binds)."""
+    from sim.model import MUS_LCEOPT, MUS_SEESLACK
+
+    W = so.new_plant_work(model.arrays)
+    residual(model, solution_b.x, np.zeros(N_STATES), solution_b.x[so.IA:], np.zeros(len(LOAD_NAMES)), work=W)
+    mus = model.arrays.mus
+    chosen = so.crosses_any(model, so.GIRDLE_DOFS + so.GH_DOFS)
+    margin = W.mu.L - (mus[:, MUS_SEESLACK] + 0.05 * mus[:, MUS_LCEOPT])
+    assert np.all(margin[chosen] > -1e-8)
+    assert "path_length:rhomboid5" in solution_b.active
+
+
+@pytest.mark.slow
+def test_a_posture_may_leave_a_path_it_fixes_slack(model):
+    """Forearm pronated to PSy = 15 deg: supinator1's path (which only PSy sets) is shorter than its
+    tendon slack plus the shortest valid fibre, a slack muscle the plant allows; the maximum pronation
+    moment there is solved and passes every check."""
+    from sim.max_moment import TASKS, solve_max_moment
+    from sim.model import MUS_LCEOPT, MUS_SEESLACK
+
+    point = solve_max_moment(model, TASKS["pronation"], 15 * DEG)
+    i = model.muscle_names.index("supinator1")
+    W = so.new_plant_work(model.arrays)
+    residual(model, point.solution.x, np.zeros(N_STATES), point.solution.x[so.IA:], np.zeros(len(LOAD_NAMES)),
+             work=W)
+    mus = model.arrays.mus
+    assert W.mu.L[i] < mus[i, MUS_SEESLACK] + 0.05 * mus[i, MUS_LCEOPT]
+    assert point.solution.checks.passed and point.moment_nm > 1.0
