@@ -147,7 +147,8 @@ def _elbow_hold(cfg_path, seconds):
     class Collect:
         def on_tick(self, record, engine, actuation_ns):
             r = record[0]
-            rows.append((r["frame"]["time"], r["applied"][3, 1], r["fitness"][3], math.degrees(r["frame"]["elbow_flexion"])))
+            fitness = r["fitness"][3] if "fitness" in r.dtype.names else 1.0    # no field without fatigue
+            rows.append((r["frame"]["time"], r["applied"][3, 1], fitness, math.degrees(r["frame"]["elbow_flexion"])))
     run_offline(cfg, round(seconds / cfg.loop.period_s), [Collect()])
     return np.array(rows)
 
