@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hil.report import glenoid_angles, pyplot_agg
+from hil.report import glenoid_angles, pyplot_agg, save_png
 from sim.max_moment import literature_curves
 from sim.model import MUS_FMAX
 from sim.static_opt import CRITERION_UNITS, StaticOptError, StaticSolution
@@ -87,9 +87,7 @@ def plot_solution(path: Path, sol: StaticSolution, model, top: int = 20) -> None
     gx.plot(math.degrees(sol.gh_angles[1]), math.degrees(sol.gh_angles[0]), "ro",
             label=f"GH force (stability {sol.gh_stability:+.2f})")
     gx.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_png(plt, fig, path)
 
 
 TRAJECTORY_COLUMNS = ("plane_deg", "elevation_deg", "axial_rotation_deg", "criterion", "cost", "gh_stability",
@@ -149,9 +147,7 @@ def plot_trajectory(path: Path, sols: list, model, n_groups: int = 8) -> None:
     theta, phi = glenoid_angles(gh, model.arrays.glenoid)
     gx.plot(np.degrees(phi), np.degrees(theta), "r.-", label="GH force")
     gx.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_png(plt, fig, path)
 
 
 MAX_MOMENT_COLUMNS = ("angle_deg", "moment_Nm", "gh_stability", *GIRDLE_COLUMNS, "iterations", "solve_time_s",
@@ -201,9 +197,7 @@ def _plot_max_moment(path: Path, task_name: str, task, angles_rad, results: list
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_png(plt, fig, path)
 
 
 def _plot_literature(ax, task_name: str) -> None:

@@ -225,10 +225,11 @@ class TickEngine:
         """Compile (or load from numba's cache) and run the tick's kernel without changing any state: a
         tick with zero stimulation, after which the plant (:meth:`sim.plant.Plant.warmup`) and the engine's
         applied channels and excitations are restored."""
-        saved = [a.copy() for a in (self.applied, self.u, self.emd[0], self.emd[2], self.fatigue[0], self.fatigue[2])]
+        live = (self.applied, self.u, self.emd[0], self.emd[2], self.fatigue[0], self.fatigue[2])
+        saved = [a.copy() for a in live]
         self.plant.warmup(lambda: compute_tick(self._tick_arrays, self.plant.begin_steps(), True, 0, 0.0))
-        for live, copy in zip((self.applied, self.u, self.emd[0], self.emd[2], self.fatigue[0], self.fatigue[2]), saved):
-            live[...] = copy
+        for array, copy in zip(live, saved):
+            array[...] = copy
 
     # -- the tick ----------------------------------------------------------------------------
     def begin(self, tick: int, overrun: bool = False) -> None:

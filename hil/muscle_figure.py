@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hil.report import pyplot_agg
+from hil.report import pyplot_agg, save_png
 from sim import muscle_curves as mc
 from sim.model import MUS_LCEOPT, MUS_SEESLACK, Das3Model
 
@@ -67,6 +67,4 @@ def _plot(path: Path, muscle_name: str, curves: dict, names: list[str]) -> None:
     for ax in (fl, fv, act):
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_png(plt, fig, str(path))

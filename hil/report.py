@@ -21,6 +21,7 @@ import numpy as np
 from drivers.contract import STATUS_GH_UNSTABLE, STATUS_GH_ZEROED, STATUS_ROM, STATUS_ROM_ZEROED, STATUS_WATCHDOG
 from hil.config import service_config_from_dict
 from hil.recording import RecordingError, RecordingReader
+from hil.stimulation import fatigue_channel_names
 from sim.model import load_model
 
 
@@ -39,7 +40,7 @@ def pyplot_agg():
     return plt
 
 
-def _save(plt, fig, file: str) -> str:
+def save_png(plt, fig, file: str) -> str:
     """Write ``fig`` to the PNG ``file`` (and close it); returns ``file``."""
     fig.tight_layout()
     fig.savefig(file, dpi=100)
@@ -60,7 +61,7 @@ def _plot_joint_angles(plt, t: np.ndarray, frame: np.ndarray, dof_names, path: s
         ax.grid(alpha=0.3)
     axes[-1].set_xlabel("time (s)")
     axes[0].set_title(f"Joint angles — {os.path.basename(path)}")
-    return _save(plt, fig, os.path.join(out_dir, "joint_angles.png"))
+    return save_png(plt, fig, os.path.join(out_dir, "joint_angles.png"))
 
 
 def _plot_glenoid(plt, t: np.ndarray, frame: np.ndarray, model, out_dir: str) -> str:
@@ -82,7 +83,7 @@ def _plot_glenoid(plt, t: np.ndarray, frame: np.ndarray, model, out_dir: str) ->
     fig.colorbar(sc, ax=ax, label="time (s)")
     ax.legend(loc="lower right", fontsize=8)
     ax.set_title("GH force direction in the glenoid")
-    return _save(plt, fig, os.path.join(out_dir, "glenoid.png"))
+    return save_png(plt, fig, os.path.join(out_dir, "glenoid.png"))
 
 
 def _plot_lateness(plt, lat_us: np.ndarray, period_s: float, out_dir: str) -> str:
@@ -94,16 +95,15 @@ def _plot_lateness(plt, lat_us: np.ndarray, period_s: float, out_dir: str) -> st
     ax.set_xlabel("tick lateness (us)")
     ax.set_ylabel("ticks")
     ax.set_title(f"Tick lateness, period {period_s * 1e3:g} ms")
-    return _save(plt, fig, os.path.join(out_dir, "lateness.png"))
+    return save_png(plt, fig, os.path.join(out_dir, "lateness.png"))
 
 
 def _fatigue_channels(cfg, ticks: np.ndarray) -> list[tuple[int, str]]:
     """(index, name) of the stimulated channels of a run with a fatigue model (none otherwise)."""
-    table = cfg.stimulation if isinstance(cfg.stimulation, dict) else {}
-    if table.get("fatigue", "none") == "none" or "fitness" not in (ticks.dtype.names or ()):
+    if "fitness" not in (ticks.dtype.names or ()):
         return []
-    names = [ch.get("name", f"ch{i + 1}") for i, ch in enumerate(table.get("channel", []))]
-    return [(c, n) for c, n in enumerate(names) if np.any(ticks["applied"][:, c, 1] > 0)]
+    return [(c, n) for c, n in enumerate(fatigue_channel_names(cfg.stimulation))
+            if np.any(ticks["applied"][:, c, 1] > 0)]
 
 
 def _plot_fatigue(plt, t: np.ndarray, ticks: np.ndarray, channels, out_dir: str) -> str:
@@ -123,7 +123,7 @@ def _plot_fatigue(plt, t: np.ndarray, ticks: np.ndarray, channels, out_dir: str)
         ax.grid(alpha=0.3)
         if ax.lines:
             ax.legend(fontsize=8, loc="best")
-    return _save(plt, fig, os.path.join(out_dir, "fatigue.png"))
+    return save_png(plt, fig, os.path.join(out_dir, "fatigue.png"))
 
 
 def _fatigue_summary(t: np.ndarray, ticks: np.ndarray, channels) -> dict:

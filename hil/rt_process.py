@@ -30,6 +30,7 @@ from hil import service
 from hil.counters import RunCounters
 from hil.metrics import MetricsBlock, MetricsSchema, default_schema
 from hil.run_result import RunResult
+from hil.stimulation import fatigue_channel_names
 
 
 @dataclass(frozen=True)
@@ -176,7 +177,7 @@ class RealtimeRun:
         body = TickBody(self.engine, self.drivers)
         if self.block is not None:
             self.metrics = LoopMetrics(self.block, counters.driver_names, cfg.loop.period_s, self.drivers,
-                                       service.fatigue_channel_names(cfg))
+                                       fatigue_channel_names(cfg.stimulation))
             body.listeners.append(self.metrics)
         if self.spec.record_path:
             self.recording = Recording(self.spec.record_path, service.recording_header(cfg, self.model, self.engine),
@@ -190,7 +191,7 @@ class RealtimeRun:
         names = service.driver_names(self.cfg)
         if not self.spec.metrics_shm:
             return RunCounters.private(names)
-        schema = MetricsSchema(default_schema(names, list(REJECT_REASONS), service.fatigue_channel_names(self.cfg)))
+        schema = MetricsSchema(default_schema(names, list(REJECT_REASONS), fatigue_channel_names(self.cfg.stimulation)))
         self.block = MetricsBlock.attach(self.spec.metrics_shm, schema)
         return RunCounters(self.block, names)
 

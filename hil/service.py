@@ -190,18 +190,6 @@ def say(message: str) -> None:
     print(f"hil: {message}", file=sys.stderr, flush=True)
 
 
-def fatigue_channel_names(cfg: ServiceConfig) -> list[str]:
-    """The stimulation channels' names when the config has a fatigue model (the labels of
-    ``hil_fatigue_fitness``), else none; read before the stimulation table is validated, so defensive."""
-    table = cfg.stimulation if isinstance(cfg.stimulation, dict) else {}
-    channels = table.get("channel", [])
-    if table.get("fatigue", "none") == "none" or table.get("mode", "channels") != "channels" \
-            or not isinstance(channels, list):
-        return []
-    return [str(ch.get("name", f"ch{i + 1}")) if isinstance(ch, dict) else f"ch{i + 1}"
-            for i, ch in enumerate(channels)]
-
-
 def driver_names(cfg: ServiceConfig) -> list[str]:
     """``index:type`` of each driver: the label of its metrics series and summary entries."""
     return [f"{i}:{d['type']}" for i, d in enumerate(cfg.drivers)]

@@ -105,12 +105,17 @@ def pulse_rate(applied, c, g_d):
 
 
 @njit(cache=True, nogil=True)
+def force_frequency(rate_hz, c, f_c, fuse_norm):
+    """phi_c (module docstring) at pulse rate ``rate_hz``."""
+    return min(1.0, -np.expm1(-rate_hz / f_c[c]) / fuse_norm[c])
+
+
+@njit(cache=True, nogil=True)
 def channel_level(applied, c, pw_scale, amp_scale, q_th, q_sat, f_c, fuse_norm, g_d):
     """r_c phi_c of channel c (module docstring) from its row of ``applied`` (pulse width, amplitude,
     frequency, mode; pw * pw_scale in s, amp * amp_scale in A)."""
-    r = recruitment(applied, c, pw_scale, amp_scale, q_th, q_sat)
-    phi = min(1.0, -np.expm1(-pulse_rate(applied, c, g_d) / f_c[c]) / fuse_norm[c])
-    return r * phi
+    return (recruitment(applied, c, pw_scale, amp_scale, q_th, q_sat)
+            * force_frequency(pulse_rate(applied, c, g_d), c, f_c, fuse_norm))
 
 
 @njit(cache=True, nogil=True)
@@ -157,13 +162,14 @@ def delayed_excitation(applied, pw_scale, amp_scale, stim, emd, fatigue, out):
     now = cursor[0]
     out[:] = 0.0
     for c in range(gains.shape[0]):
-        ring[c, now] = channel_level(applied, c, pw_scale, amp_scale, q_th, q_sat, f_c, fuse_norm, g_d)
+        r = recruitment(applied, c, pw_scale, amp_scale, q_th, q_sat)
+        rate = pulse_rate(applied, c, g_d)
+        ring[c, now] = r * force_frequency(rate, c, f_c, fuse_norm)
         level = ring[c, (now - delay[c]) % depth]
         if state.shape[0]:
             fitness[c] = channel_fitness(state, c, params)
             level *= fitness[c]
-            fatigue_tick(state, params, c, recruitment(applied, c, pw_scale, amp_scale, q_th, q_sat),
-                         pulse_rate(applied, c, g_d), dt[0])
+            fatigue_tick(state, params, c, r, rate, dt[0])
         raise_to_level(gains, c, level, out)
     clip_unit(out)
     cursor[0] = (now + 1) % depth
@@ -258,6 +264,23 @@ class StimulationModel:
                 min(max(freq_hz, ch.min_frequency_hz), ch.max_frequency_hz), mode), reason
 
 
+def default_channel_name(index: int) -> str:
+    """The name of ``[[stimulation.channel]]`` number ``index`` (0-based) that gives none."""
+    return f"ch{index + 1}"
+
+
+def fatigue_channel_names(table) -> list[str]:
+    """The channel names of a ``[stimulation]`` table with a fatigue model (the labels of
+    ``hil_fatigue_fitness``), else none; also read before the table is validated, so defensive."""
+    table = table if isinstance(table, dict) else {}
+    channels = table.get("channel", [])
+    if table.get("fatigue", "none") == "none" or table.get("mode", "channels") != "channels" \
+            or not isinstance(channels, list):
+        return []
+    return [str(ch.get("name", default_channel_name(i))) if isinstance(ch, dict) else default_channel_name(i)
+            for i, ch in enumerate(channels)]
+
+
 def load_stimulation_config(table: dict, muscle_names, file=None) -> StimulationConfig:
     """Parse the ``[stimulation]`` table (``mode``, ``[[stimulation.channel]]``) with precise errors."""
     top = ConfigTable(table, "stimulation", file)
@@ -273,7 +296,7 @@ def load_stimulation_config(table: dict, muscle_names, file=None) -> Stimulation
     channels, names = [], set()
     for i, values in enumerate(raw):
         ch = ConfigTable(values, f"stimulation.channel[{i}]", file)
-        name = ch.string("name", f"ch{i + 1}")
+        name = ch.string("name", default_channel_name(i))
         if name in names:
             raise ch.error("name", f"duplicate channel name {name!r}")
         names.add(name)

@@ -54,12 +54,14 @@ class MetricsHost:
     def __init__(self, cfg) -> None:
         from drivers.contract import REJECT_REASONS
         from hil.metrics import MetricsBlock, MetricsSchema, default_schema
+        from hil.stimulation import fatigue_channel_names
 
         self.cfg = cfg.metrics
+        fatigue_channels = fatigue_channel_names(cfg.stimulation)
         self.block = MetricsBlock.create(MetricsSchema(default_schema(service.driver_names(cfg), list(REJECT_REASONS),
-                                                                      service.fatigue_channel_names(cfg))))
+                                                                      fatigue_channels)))
         self.restarts = self.block.counter("hil_exporter_restarts_total")
-        for channel in service.fatigue_channel_names(cfg):      # rested until the loop's first update
+        for channel in fatigue_channels:      # rested until the loop's first update
             self.block.gauge("hil_fatigue_fitness", channel=channel).set(1.0)
         self.proc = None
         self.deaths = 0
