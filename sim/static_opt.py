@@ -254,7 +254,7 @@ class RestModel:
         self.f_eom = W.st.f[IQD:IS].copy()
         G = self.moment_arms()
         self.path_margin = (mu.L - self.shortest_path)[self.path_rows]
-        self.J_path = self._zjac(G)[self.path_rows]
+        self.J_path = self._zjac(G[self.path_rows])
         stiff = G.T @ ((self.fmax * mu.dF4)[:, None] * G)            # F-dependence removed: fixed F
         dF_dq = dF_dL[:, None] * G
         self.J_force = self._zjac(dF_dq, np.diag(span))

@@ -1,5 +1,6 @@
 """Shared fixtures: the DAS3 model for the numerical tests of the plant (``sim``), and configs built
 on the shipped ones for the service tests."""
+import socket
 import textwrap
 from pathlib import Path
 
@@ -39,3 +40,10 @@ def config_over(tmp_path):
         path.write_text(f'include = ["{CONFIGS / base}"]\n' + textwrap.dedent(text))
         return path
     return write
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now (for exporters and links in tests)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import serial
+from conftest import free_port
 
 from drivers.contract import KIND_CHANNEL, KIND_DRIVER_LOST, KIND_REJECTS
 from drivers.sciencemode2_codec import CMD_INIT, CMD_INIT_CLM, CMD_START_CLM, CMD_WATCHDOG, FrameParser, encode_frame
@@ -305,7 +306,7 @@ def test_read_only_recording_directory_fails_at_once(tmp_path, config_over):
 # --- 4. the supervisor killed ---------------------------------------------------------------------------
 
 def test_supervisor_sigkill_stops_every_process_and_leaves_no_shared_memory(tmp_path, config_over):
-    cfg = serial_config(config_over, metrics_port=_free_port())
+    cfg = serial_config(config_over, metrics_port=free_port())
     rec, ports_file = tmp_path / "run.hilrec", tmp_path / "ports.json"
     before = shm_segments()
     proc = start_hil("run", "--config", cfg, "--record", rec, "--port-file", ports_file)   # no --duration
@@ -328,11 +329,6 @@ def test_supervisor_sigkill_stops_every_process_and_leaves_no_shared_memory(tmp_
     assert json.loads(hil("replay", rec, "--json").stdout)["identical"]
 
 
-def _free_port() -> int:
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # --- 5. no stimulation from a heartbeat after a watchdog trip --------------------------------------------
@@ -484,7 +480,7 @@ def _metric(text: str, name: str) -> float:
 def run_with_metrics(tmp_path: Path, config_over, duration: float):
     """``hil run`` of the elbow-hold config with metrics on a free port; (process, port, exporter pid) once
     the loop runs."""
-    port = _free_port()
+    port = free_port()
     cfg = config_over("elbow-hold.toml", f"""
         [metrics]
         port = {port}

@@ -5,6 +5,7 @@ import math
 
 import numpy as np
 import pytest
+from conftest import free_port
 
 from hil.fatigue import DING2003, channel_fitness, fatigue_tick, rested_state
 from hil.stimulation import StimulationModel, load_stimulation_config
@@ -179,7 +180,7 @@ def test_fatigue_is_recorded_replayed_bit_identical_and_exported(tmp_path, confi
 
     from hil.recording import RecordingReader
 
-    port = _free_port()
+    port = free_port()
     cfg = config_over("elbow-hold-fatigue.toml", f'[metrics]\nenabled = true\nport = {port}\n')
     rec = tmp_path / "run.hilrec"
     run = subprocess.Popen([sys.executable, "-m", "hil", "run", "--config", str(cfg), "--duration", "6",
@@ -209,10 +210,3 @@ def test_fatigue_is_recorded_replayed_bit_identical_and_exported(tmp_path, confi
                             timeout=300)
     assert replay.returncode == 0 and "bit-identical" in replay.stdout, replay.stdout + replay.stderr
 
-
-def _free_port():
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]

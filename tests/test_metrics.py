@@ -4,16 +4,11 @@ import socket
 import urllib.request
 
 import pytest
+from conftest import free_port
 from prometheus_client.parser import text_string_to_metric_families
 
 from hil.exporter import start_exporter
 from hil.metrics import MetricsBlock, MetricsError, MetricSpec, MetricsSchema, default_schema
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def scrape(port):

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import free_port
 
 from hil.recording import RecordingReader
 
@@ -26,12 +27,6 @@ def test_unit_file_verifies_without_any_output(tmp_path):
     for key in ("Type=notify", "WatchdogSec=", "Restart=on-failure", "CPUSchedulingPolicy=fifo", "CPUAffinity=",
                 "LimitMEMLOCK=infinity", "LimitRTPRIO=", "User=fes-hil"):
         assert key in unit
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_serve_notifies_ready_watchdog_stopping_and_exits_cleanly(tmp_path):
