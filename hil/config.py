@@ -7,6 +7,7 @@ Units in the file are labelled in the key names (``period_ms``, ``watchdog_timeo
 """
 from __future__ import annotations
 
+import copy
 import math
 import os
 import tomllib
@@ -46,6 +47,12 @@ RECORDING_FAILURE_ACTIONS = ("stop", "continue")
 class PlantConfig:
     initial: str = "equilibrium"
     scheme: str = "activation"
+    type: str = "das3"                 # "das3" (the full model) or "mtg" (the reduced MTG arm, sim.mtg_plant)
+    mtg_parameters: str = "default"    # MTG parameter file ("default": sim/data/mtg_default.json)
+
+
+#: ``[plant] type``
+PLANT_TYPES = ("das3", "mtg")
 
 
 @dataclass(frozen=True)
@@ -77,6 +84,16 @@ def _read_toml(path: str) -> dict:
         raise ConfigError(f"invalid TOML: {exc}", file=path) from exc
     except UnicodeDecodeError as exc:     # tomllib decodes the whole file as UTF-8 first
         raise ConfigError(not_utf8(exc), file=path) from None
+
+
+def with_plant_type(cfg: ServiceConfig, plant_type: str | None) -> ServiceConfig:
+    """``cfg`` with ``[plant] type`` replaced (``hil run --plant``), validated again as a whole (the stimulation
+    map must then name the plant's actuators); None keeps it."""
+    if plant_type is None:
+        return cfg
+    raw = copy.deepcopy(cfg.raw)
+    raw.setdefault("plant", {})["type"] = plant_type
+    return service_config_from_dict(raw, cfg.path)
 
 
 def load_service_config(path: str | PathLike) -> ServiceConfig:
@@ -125,17 +142,18 @@ def _merged_document(path: str, depth: int) -> dict:
 
 
 #: File-name keys: (table, key); a relative name means relative to the file that sets it.
-_PATH_KEYS = (("plant", "initial"), ("driver", "file"), ("driver", "dbc"))
+_PATH_KEYS = (("plant", "initial"), ("plant", "mtg_parameters"), ("driver", "file"), ("driver", "dbc"))
 
 
 def _anchor_relative_paths(doc: dict, base: str) -> None:
     """Make an included file's relative file names absolute, so they keep meaning "relative to this
-    file" wherever it is included from (``plant.initial = "equilibrium"`` is not a file)."""
+    file" wherever it is included from (``plant.initial = "equilibrium"`` and ``plant.mtg_parameters =
+    "default"`` are not files)."""
     for table, key in _PATH_KEYS:
         entries = doc.get(table)
         for entry in entries if isinstance(entries, list) else [entries]:
             value = entry.get(key) if isinstance(entry, dict) else None
-            if isinstance(value, str) and value and value != "equilibrium" and not os.path.isabs(value):
+            if isinstance(value, str) and value and value not in ("equilibrium", "default") and not os.path.isabs(value):
                 entry[key] = os.path.join(base, value)
 
 
@@ -172,8 +190,11 @@ def service_config_from_dict(merged: dict, path: str) -> ServiceConfig:
                           key="loop.substeps")
 
     t = ConfigTable.section(merged, "plant", path)
-    plant = PlantConfig(initial=t.string("initial", "equilibrium"), scheme=t.string("scheme", "activation", SCHEMES))
+    plant = PlantConfig(initial=t.string("initial", "equilibrium"), scheme=t.string("scheme", "activation", SCHEMES),
+                        type=t.string("type", "das3", PLANT_TYPES), mtg_parameters=t.string("mtg_parameters", "default"))
     t.done()
+    if plant.mtg_parameters != "default" and plant.type != "mtg":
+        raise ConfigError("mtg_parameters needs type = \"mtg\"", file=path, key="plant.mtg_parameters")
     model = model_config_from_table(merged.get("model", {}), file=path, prefix="model.")
 
     t = ConfigTable.section(merged, "safety", path)
@@ -186,6 +207,9 @@ def service_config_from_dict(merged: dict, path: str) -> ServiceConfig:
         rom_action=t.string("rom_action", "monitor", GH_ACTIONS),
         rom_zero_hold_s=t.number("rom_zero_hold_ms", 250.0, 0.0, 10000.0) / 1000.0)
     t.done()
+    if plant.type == "mtg" and safety.gh_action != "monitor":
+        raise ConfigError("the mtg plant has no glenohumeral model (its GH stability is NaN): gh_action must be "
+                          "\"monitor\"", file=path, key="safety.gh_action")
 
     t = ConfigTable.section(merged, "sensor", path)
     sensor = SensorModelConfig(

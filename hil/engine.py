@@ -34,7 +34,7 @@ from hil.counters import RunCounters
 from hil.safety import GHMonitor, RangeOfMotion, SafetyConfig, Watchdog
 from hil.sensor import SensorModel
 from hil.stimulation import no_delay_line, no_fatigue, no_stimulation_params
-from hil.tick_kernel import compute_tick, tick_arrays
+from hil.tick_kernel import tick_arrays, tick_function
 from sim.plant import Plant
 
 #: Command-log entries per tick when the builder does not size the log from its drivers.
@@ -82,7 +82,9 @@ class TickEngine:
                             hold_ticks=int(round(safety.gh_zero_hold_s / period_s)), alarm_ticks=c.gh_unstable_ticks)
         self.rom = RangeOfMotion(plant.model.dof_ranges, safety.rom_margin_rad, safety.rom_action,
                                  hold_ticks=int(round(safety.rom_zero_hold_s / period_s)), alarm_ticks=c.rom_alarm_ticks)
-        self.gh.prime(plant.outputs.gh_stability)
+        self.gh_modelled = getattr(plant.model, "has_glenohumeral", True)   # the MTG arm has no GH model
+        if self.gh_modelled:
+            self.gh.prime(plant.outputs.gh_stability)
         self.rom.prime(plant.outputs.q)
         # per-tick command log (recorded; sized by the builder for its drivers' worst case) and counters
         self.log = np.zeros(max(1, log_capacity), COMMAND_DTYPE)
@@ -95,6 +97,7 @@ class TickEngine:
         stim_params = no_stimulation_params(n_mus) if stimulation is None else stimulation.kernel_params
         self.emd = no_delay_line() if stimulation is None else stimulation.delay_line(period_s)
         self.fatigue = no_fatigue() if stimulation is None else stimulation.fatigue_state(period_s)
+        self._compute_tick = tick_function(plant)
         self._tick_arrays = tick_arrays(plant, self.latched, self.direct, self.applied, self.u, stim_params,
                                         self.emd, self.fatigue, stimulation is not None, self.rom.lo, self.rom.hi,
                                         sensor.frame_views, substeps)
@@ -227,7 +230,7 @@ class TickEngine:
         applied channels and excitations are restored."""
         live = (self.applied, self.u, self.emd[0], self.emd[2], self.fatigue[0], self.fatigue[2])
         saved = [a.copy() for a in live]
-        self.plant.warmup(lambda: compute_tick(self._tick_arrays, self.plant.begin_steps(), True, 0, 0.0))
+        self.plant.warmup(lambda: self._compute_tick(self._tick_arrays, self.plant.begin_steps(), True, 0, 0.0))
         for array, copy in zip(live, saved):
             array[...] = copy
 
@@ -247,11 +250,11 @@ class TickEngine:
             self.latched[:] = 0.0
             self.direct[:] = 0.0
         zero_gh, zero_rom = self.gh.zero_now(), self.rom.zero_now()   # from the last frame
-        plant_status, n_clipped, n_done, outside = compute_tick(
+        plant_status, n_clipped, n_done, outside = self._compute_tick(
             self._tick_arrays, self.plant.begin_steps(), wd or zero_gh or zero_rom, self.tick,
             (self.tick + 1) * self.period_s)
         self.plant.finish_steps(plant_status, n_clipped, n_done, self.u)
-        stop_gh = self.gh.observe(out.gh_stability)                    # this tick's frame
+        stop_gh = self.gh.observe(out.gh_stability) if self.gh_modelled else False   # this tick's frame
         stop_rom = self.rom.classify(outside)
         stop = stop_gh or stop_rom
         status = 0

@@ -149,7 +149,7 @@ def _summary(path: str, reader: RecordingReader, ticks: np.ndarray, lat_us: np.n
         "gh_zeroed_ticks": int(np.count_nonzero(status & STATUS_GH_ZEROED)),
         "rom_alarm_ticks": int(np.count_nonzero(status & STATUS_ROM)),
         "rom_zeroed_ticks": int(np.count_nonzero(status & STATUS_ROM_ZEROED)),
-        "gh_stability_max": float(frame["gh_stability"].max()),
+        "gh_stability_max": None if np.all(np.isnan(frame["gh_stability"])) else float(frame["gh_stability"].max()),
         "elbow_deg_range": [float(np.degrees(frame["elbow_flexion"].min())),
                             float(np.degrees(frame["elbow_flexion"].max()))],
         "commands": int(len(reader.read("commands"))),
@@ -171,10 +171,11 @@ def make_report(path: str, out_dir: str) -> dict:
     t = frame["time"]
     os.makedirs(out_dir, exist_ok=True)
     lat_us = ticks["lateness_ns"] / 1e3
-    files = {"joint_angles": _plot_joint_angles(plt, t, frame, h["dof_names"], path, out_dir),
-             "glenoid": _plot_glenoid(plt, t, frame, model, out_dir),
-             "lateness": _plot_lateness(plt, lat_us, h["period_s"], out_dir),
-             "summary": os.path.join(out_dir, "summary.json")}
+    files = {"joint_angles": _plot_joint_angles(plt, t, frame, h["dof_names"], path, out_dir)}
+    if cfg.plant.type == "das3":           # the reduced MTG arm has no GH joint force
+        files["glenoid"] = _plot_glenoid(plt, t, frame, model, out_dir)
+    files.update({"lateness": _plot_lateness(plt, lat_us, h["period_s"], out_dir),
+                  "summary": os.path.join(out_dir, "summary.json")})
     fatigued = _fatigue_channels(cfg, ticks)
     if fatigued:
         files["fatigue"] = _plot_fatigue(plt, t, ticks, fatigued, out_dir)

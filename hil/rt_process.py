@@ -42,6 +42,7 @@ class RtSpec:
     port_file: str | None = None
     metrics_shm: str | None = None      # the supervisor's metrics block (None: metrics off)
     parent_pid: int | None = None       # None: the process that calls rt_main's parent
+    plant_type: str | None = None       # ``hil run --plant``: overrides [plant] type
 
 
 class Recording:
@@ -163,13 +164,13 @@ class RealtimeRun:
     def build(self) -> None:
         import multiprocessing as mp
 
-        from hil.config import load_service_config
+        from hil.config import load_service_config, with_plant_type
         from hil.loop import RealtimeLoop
         from hil.metrics import LoopMetrics
         from hil.tick import RecordingListener, TickBody
 
         self.status.state = service.STATE_WARMING
-        self.cfg = cfg = load_service_config(self.spec.config_path)
+        self.cfg = cfg = with_plant_type(load_service_config(self.spec.config_path), self.spec.plant_type)
         self.n_ticks = service.ticks_for(self.spec.duration_s, cfg.loop.period_s)
         counters = self._counters()
         self.model, self.engine, self.drivers = service.build_engine(cfg, counters)

@@ -49,14 +49,30 @@ def build_engine(cfg: ServiceConfig, counters=None):
     return model, engine, drivers
 
 
+def _config_file(cfg: ServiceConfig, name: str) -> str:
+    return name if os.path.isabs(name) else os.path.join(cfg.base_dir, name)
+
+
+def build_plant(cfg: ServiceConfig):
+    """(model, plant) of ``[plant] type``: the DAS3 plant, or the reduced MTG arm on the DAS3 segments."""
+    das3 = load_model(cfg.model)
+    model = das3
+    if cfg.plant.type == "mtg":
+        from sim.mtg_model import load_mtg_model
+        params = cfg.plant.mtg_parameters
+        model = load_mtg_model(das3, None if params == "default" else _config_file(cfg, params))
+    x0 = None if cfg.plant.initial == "equilibrium" else load_state_file(_config_file(cfg, cfg.plant.initial),
+                                                                         model.n_states)
+    step = cfg.loop.period_s / cfg.loop.substeps
+    if cfg.plant.type == "mtg":
+        from sim.mtg_plant import MtgPlant
+        return model, MtgPlant(model, step_s=step, initial_state=x0)
+    return model, Plant(model, step_s=step, initial_state=x0, scheme=cfg.plant.scheme)
+
+
 def build_tick_engine(cfg: ServiceConfig, counters=None):
     """(model, engine) for a config: plant, stimulation model, safety and sensor model; opens nothing."""
-    model = load_model(cfg.model)
-    step = cfg.loop.period_s / cfg.loop.substeps
-    x0 = None if cfg.plant.initial == "equilibrium" else load_state_file(
-        cfg.plant.initial if os.path.isabs(cfg.plant.initial) else os.path.join(cfg.base_dir, cfg.plant.initial),
-        model.n_states)
-    plant = Plant(model, step_s=step, initial_state=x0, scheme=cfg.plant.scheme)
+    model, plant = build_plant(cfg)
     from hil.stimulation import StimulationModel, load_stimulation_config
     stim_cfg = load_stimulation_config(cfg.stimulation, model.muscle_names, file=cfg.path)
     stimulation = None if stim_cfg.mode == "direct" else StimulationModel(stim_cfg, model.muscle_names, cfg.path)

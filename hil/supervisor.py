@@ -116,15 +116,15 @@ class ServiceRun:
     """The processes of one run, seen from the supervisor: the metrics exporter (here) and the real-time
     process (which starts the recorder and the links). ``poll`` between waits keeps the exporter alive."""
 
-    def __init__(self, config_path: str, duration, record=None, port_file=None) -> None:
-        from hil.config import load_service_config
+    def __init__(self, config_path: str, duration, record=None, port_file=None, plant_type=None) -> None:
+        from hil.config import load_service_config, with_plant_type
 
         self.ctx = mp.get_context("spawn")
         self.status = service.RunStatus.create(self.ctx)
         self.results = self.ctx.Queue()
-        self.cfg = load_service_config(config_path)
+        self.cfg = with_plant_type(load_service_config(config_path), plant_type)
         self.spec = RtSpec(str(config_path), duration, None if record is None else str(record),
-                           None if port_file is None else str(port_file), None, os.getpid())
+                           None if port_file is None else str(port_file), None, os.getpid(), plant_type)
         self.metrics = None
         self.proc = None
 
@@ -168,9 +168,10 @@ class ServiceRun:
             self.metrics = None
 
 
-def supervise(config_path: str, duration, record, on_poll=None, notify: bool = False, port_file=None) -> dict:
+def supervise(config_path: str, duration, record, on_poll=None, notify: bool = False, port_file=None,
+              plant_type=None) -> dict:
     """Run the real-time process to completion; returns its summary dict (``ok`` False on errors)."""
-    run = ServiceRun(config_path, duration, record, port_file)
+    run = ServiceRun(config_path, duration, record, port_file, plant_type)
     status = run.status
     notifier = Notifier() if notify else None
 

@@ -17,6 +17,7 @@ from hil.safety import outside_range
 from hil.sensor import fill_true_frame
 from hil.stimulation import AMP_SCALE, PW_SCALE, delayed_excitation
 from sim._bundle import Bundle
+from sim._mtg_step import mtg_steps
 from sim._step import plant_steps
 
 
@@ -49,16 +50,38 @@ def _excitation(zero, use_stim, latched, direct, applied, u, stim, emd, fatigue)
 
 @njit(cache=True, nogil=True)
 def compute_tick(arrays, stale, zero, tick, time_s):
-    """One tick's compiled work; returns (plant status, excitations clipped, plant steps done, posture
-    outside the range of motion). The frame is filled only when every step succeeded."""
+    """One tick's compiled work with the DAS3 plant; returns (plant status, excitations clipped, plant steps
+    done, posture outside the range of motion). The frame is filled only when every step succeeded."""
     (plant, n_steps, latched, direct, applied, u, stim, emd, fatigue, use_stim, rom_lo, rom_hi, outputs,
      frame) = arrays.items
     _excitation(zero, use_stim, latched, direct, applied, u, stim, emd, fatigue)
     bundle, x, xd, u0, loads, h, residual_limit, scheme = plant
     A, W = bundle.items
     status, n_clipped, n_done = plant_steps(A, W, x, xd, u0, u, loads, h, residual_limit, scheme, stale, n_steps)
+    return status, n_clipped, n_done, _finish(outputs, rom_lo, rom_hi, frame, tick, time_s, n_done == n_steps)
+
+
+@njit(cache=True, nogil=True)
+def compute_tick_mtg(arrays, stale, zero, tick, time_s):
+    """:func:`compute_tick` with the reduced MTG arm (:mod:`sim.mtg_plant`) as the plant."""
+    (plant, n_steps, latched, direct, applied, u, stim, emd, fatigue, use_stim, rom_lo, rom_hi, outputs,
+     frame) = arrays.items
+    _excitation(zero, use_stim, latched, direct, applied, u, stim, emd, fatigue)
+    bundle, x, u0, loads, h = plant
+    A, W = bundle.items
+    status, n_clipped, n_done = mtg_steps(A, W, x, u0, u, loads, h, n_steps)
+    return status, n_clipped, n_done, _finish(outputs, rom_lo, rom_hi, frame, tick, time_s, n_done == n_steps)
+
+
+@njit(cache=True, nogil=True)
+def _finish(outputs, rom_lo, rom_hi, frame, tick, time_s, all_done):
+    """Whether the posture is outside the range of motion; the true frame when every step succeeded."""
     q, qdot, th, hand, gh_force, st_force, stability = outputs
-    outside = outside_range(q, rom_lo, rom_hi)
-    if n_done == n_steps:
+    if all_done:
         fill_true_frame(frame, tick, time_s, q, qdot, th, hand, gh_force, st_force, stability[0])
-    return status, n_clipped, n_done, outside
+    return outside_range(q, rom_lo, rom_hi)
+
+
+def tick_function(plant):
+    """The compiled tick for this plant: :func:`compute_tick_mtg` for the MTG arm, else :func:`compute_tick`."""
+    return compute_tick_mtg if getattr(plant.model, "kind", "das3") == "mtg" else compute_tick

@@ -45,6 +45,22 @@ class PlantDivergedError(RuntimeError):
     The plant keeps the last good state and refuses further steps until :meth:`Plant.reset`."""
 
 
+def loads_from_parts(current: np.ndarray, moments=None, arm_support=None, hand_force=None) -> np.ndarray:
+    """The load vector (``sim.model.LOAD_NAMES`` order) with the given parts replaced and the rest kept."""
+    new = current.copy()
+    for value, sl, n, name in ((moments, slice(0, 5), 5, "moments"), (arm_support, slice(5, 7), 2, "arm_support"),
+                               (hand_force, slice(7, 10), 3, "hand_force")):
+        if value is None:
+            continue
+        arr = np.asarray(value, np.float64).reshape(-1)
+        if arr.shape != (n,) or not np.all(np.isfinite(arr)):
+            raise InvalidInputError(f"{name} must be {n} finite values")
+        new[sl] = arr
+    if new[5] < 0.0:
+        raise InvalidInputError("arm support distance must be >= 0 m")
+    return new
+
+
 class PlantOutputs:
     """Per-step outputs (SI units, radians). Array attributes are views valid until the next step."""
 
@@ -81,7 +97,69 @@ def _as_state(values, name: str) -> np.ndarray:
     return arr
 
 
-class Plant:
+class FixedStepPlant:
+    """What every plant shares: the step size, the step and clipping counters, the state, excitation and load
+    vectors and the workspace (subclasses fill ``_work`` and ``outputs`` and step them)."""
+
+    def __init__(self, model, step_s: float, n_states: int, n_muscles: int) -> None:
+        if not (isinstance(step_s, (int, float)) and math.isfinite(step_s) and 1e-5 <= step_s <= 0.02):
+            raise InvalidInputError(f"step_s must be between 1e-5 and 0.02 s, got {step_s!r}")
+        self.model = model
+        self.step_s = float(step_s)
+        self._x = np.zeros(n_states)
+        self._u = np.zeros(n_muscles)
+        self._loads = np.zeros(N_LOADS)
+        self.clipped_total = 0
+        self.steps = 0
+        self.failed = False
+
+    @property
+    def x(self) -> np.ndarray:
+        """The state (view)."""
+        return self._x
+
+    @property
+    def workspace(self):
+        """The per-run workspace the kernels write (read it for analyses, never write it)."""
+        return self._work
+
+    @property
+    def excitation(self) -> np.ndarray:
+        """The excitation applied at the end of the last step (view)."""
+        return self._u
+
+    @property
+    def time(self) -> float:
+        return self.steps * self.step_s
+
+    @property
+    def loads(self) -> np.ndarray:
+        """Copy of the external loads, in the order of ``sim.model.LOAD_NAMES``."""
+        return self._loads.copy()
+
+    def set_loads(self, moments=None, arm_support=None, hand_force=None) -> None:
+        """External loads, held until changed (spec "State, inputs"):
+
+        moments (5, N m): about the thorax Y, floating Z and humeral Y axes (on the humerus, reaction on
+        the thorax), elbow flexion and forearm pronation; arm_support (distance m, vertical force N, +Y
+        up) on the ulna below the elbow; hand_force (3, N, thorax frame) at the hand centre of mass.
+        """
+        self.set_load_vector(loads_from_parts(self._loads, moments, arm_support, hand_force))
+
+    def set_load_vector(self, loads) -> None:
+        """All 10 loads at once, ordered as ``sim.model.LOAD_NAMES``."""
+        arr = np.asarray(loads, np.float64)
+        if arr.shape != (N_LOADS,) or not np.all(np.isfinite(arr)):
+            raise InvalidInputError(f"loads must be {N_LOADS} finite values: {', '.join(LOAD_NAMES)}")
+        if not np.array_equal(arr, self._loads):
+            self._loads[:] = arr
+            self.loads_changed()
+
+    def loads_changed(self) -> None:
+        """Called when the loads change (the DAS3 plant then re-evaluates before its next step)."""
+
+
+class Plant(FixedStepPlant):
     """Fixed-step DAS3 plant. ``step(u)`` advances by ``step_s`` with excitation u at the step's end.
 
     Starts from the published passive equilibrium (or ``initial_state``) with xdot = 0 and u = 0.
@@ -92,51 +170,22 @@ class Plant:
 
     def __init__(self, model: Das3Model, step_s: float = 0.004, initial_state=None,
                  residual_limit: float = 1e6, scheme: str = "activation") -> None:
-        if not (isinstance(step_s, (int, float)) and math.isfinite(step_s) and 1e-5 <= step_s <= 0.02):
-            raise InvalidInputError(f"step_s must be between 1e-5 and 0.02 s, got {step_s!r}")
         if scheme not in SCHEMES:
             raise InvalidInputError(f"scheme must be one of {', '.join(SCHEMES)}, got {scheme!r}")
+        super().__init__(model, step_s, N_STATES, N_MUS)
         self.scheme = scheme
         self._scheme_code = SCHEMES[scheme]
-        self.model = model
-        self.step_s = float(step_s)
         self.residual_limit = float(residual_limit)
         self._work = new_plant_work(model.arrays)
         self._bundle = Bundle((model.arrays, self._work))
-        self._x = np.zeros(N_STATES)
         self._xd = np.zeros(N_STATES)
-        self._u = np.zeros(N_MUS)
-        self._loads = np.zeros(N_LOADS)
         self._stale = False
         self.outputs = PlantOutputs(self._x, self._work)
-        self.clipped_total = 0
-        self.steps = 0
-        self.failed = False
         self.reset(initial_state)
-
-    # -- state -----------------------------------------------------------------------------------
-    @property
-    def x(self) -> np.ndarray:
-        """State [q | qdot | s | a] (view)."""
-        return self._x
-
-    @property
-    def workspace(self):
-        """The per-run workspace the kernels write (read it for analyses, never write it)."""
-        return self._work
 
     @property
     def xdot(self) -> np.ndarray:
         return self._xd
-
-    @property
-    def excitation(self) -> np.ndarray:
-        """The excitation applied at the end of the last step (view)."""
-        return self._u
-
-    @property
-    def time(self) -> float:
-        return self.steps * self.step_s
 
     def reset(self, initial_state=None, xdot=None, excitation=None) -> None:
         """Restart at t = 0 from ``initial_state`` (default: the published passive equilibrium)."""
@@ -156,41 +205,8 @@ class Plant:
             raise PlantDivergedError("the initial state gives a non-finite residual")
         self._stale = False
 
-    # -- inputs ----------------------------------------------------------------------------------
-    @property
-    def loads(self) -> np.ndarray:
-        """Copy of the external loads, in the order of ``sim.model.LOAD_NAMES``."""
-        return self._loads.copy()
-
-    def set_loads(self, moments=None, arm_support=None, hand_force=None) -> None:
-        """External loads, held until changed (spec "State, inputs"):
-
-        moments (5, N m): about the thorax Y, floating Z and humeral Y axes (on the humerus, reaction on
-        the thorax), elbow flexion and forearm pronation; arm_support (distance m, vertical force N, +Y
-        up) on the ulna below the elbow; hand_force (3, N, thorax frame) at the hand centre of mass.
-        """
-        new = self._loads.copy()
-        for value, sl, n, name in ((moments, slice(0, 5), 5, "moments"),
-                                   (arm_support, slice(5, 7), 2, "arm_support"),
-                                   (hand_force, slice(7, 10), 3, "hand_force")):
-            if value is None:
-                continue
-            arr = np.asarray(value, np.float64).reshape(-1)
-            if arr.shape != (n,) or not np.all(np.isfinite(arr)):
-                raise InvalidInputError(f"{name} must be {n} finite values")
-            new[sl] = arr
-        if new[5] < 0.0:
-            raise InvalidInputError("arm support distance must be >= 0 m")
-        self.set_load_vector(new)
-
-    def set_load_vector(self, loads) -> None:
-        """All 10 loads at once, ordered as ``sim.model.LOAD_NAMES``."""
-        arr = np.asarray(loads, np.float64)
-        if arr.shape != (N_LOADS,) or not np.all(np.isfinite(arr)):
-            raise InvalidInputError(f"loads must be {N_LOADS} finite values: {', '.join(LOAD_NAMES)}")
-        if not np.array_equal(arr, self._loads):
-            self._loads[:] = arr
-            self._stale = True
+    def loads_changed(self) -> None:
+        self._stale = True
 
     # -- stepping --------------------------------------------------------------------------------
     def step(self, u: np.ndarray) -> None:

@@ -47,3 +47,44 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def wait_for_port_file(path: Path, proc, timeout: float = 120.0) -> dict:
+    """The ports a `hil run --port-file` announced, once the file exists (fails if the run exits first)."""
+    import json
+    import time
+    t_end = time.monotonic() + timeout
+    while not path.exists():
+        if proc.poll() is not None:
+            raise AssertionError(f"hil run exited early: {proc.communicate()[1]}")
+        if time.monotonic() > t_end:
+            raise AssertionError("no port file")
+        time.sleep(0.05)
+    return json.loads(path.read_text())
+
+
+class SensorFrames:
+    """Collects the (echo, frame) packets of a sensor-stream tty in a thread while ``proc`` runs."""
+
+    def __init__(self, port: str, proc) -> None:
+        import threading
+
+        import serial
+
+        from drivers.sensor_stream import SensorStreamReader
+        self.serial, self.proc = serial.Serial(port, timeout=0.1), proc
+        self.reader, self.frames = SensorStreamReader(), []
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        import serial
+        while self.proc.poll() is None:
+            try:
+                self.frames.extend(self.reader.feed(self.serial.read(4096)))
+            except serial.SerialException:      # the service closed the pty at the end of the run
+                break
+
+    def close(self) -> None:
+        self.thread.join(2)
+        self.serial.close()

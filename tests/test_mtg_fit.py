@@ -52,6 +52,19 @@ def test_feasible_motion_leaves_the_parameters_at_x_o():
     assert max(jf.mtgs[0].activation_before) > 0.1 and max(jf.mtgs[1].activation_before) > 0.1
 
 
+def test_hand_checked_single_sample_case():
+    """One isometric sample at the flexor's optimal angle, -94 deg, where tA = tV = 1 for every sA and sV
+    (Eqs. (4)-(5)) and tPE = 0: demanding 1.3 tau_o at a_max = 1 leaves Eq. (10) as s_tau >= 1.3 and
+    nothing else to change, so Eq. (9)'s minimum is x = (1, 1, 0, 0, 1.3) exactly, with Eq. (10) active."""
+    u = mf.mtg_direction(FLEX)
+    m = mf.fit_mtg(FLEX, [r(-94)], [0.0], [u * 1.3 * 70.0], a_max=1.0, t_max_pe=1.0)
+    np.testing.assert_allclose(mf.x_of(m.fitted), (1.0, 1.0, 0.0, 0.0, 1.3), rtol=0, atol=1e-9)
+    assert m.objective == pytest.approx(0.09, abs=1e-9)
+    assert list(m.active["eq10"]) == [0] and m.active["eq11"].size == 0
+    assert not m.check_before.feasible and m.check_before.worst_violation == pytest.approx(0.3, abs=1e-9)
+    assert m.feasible and m.activation_after[0] == pytest.approx(1.0, abs=1e-9)
+
+
 def test_stronger_subject_is_fitted_minimally():
     """Data from a flexor with s_tau = 1.5 at a = 0.9 a_max: the default is too weak; the fit is feasible on the
     nonlinear model and its Eq. (9) objective is no larger than the known change's."""

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import serial
+from conftest import SensorFrames, wait_for_port_file
 
 from drivers.contract import frame_dtype
 from drivers.sciencemode2_codec import CMD_INIT, CMD_START_CLM_ACK, FrameParser, encode_frame
@@ -109,17 +110,6 @@ def test_endpoint_on_a_pty_answers_and_streams(tmp_path):
         ring.release()
 
 
-def _wait_for(path: Path, proc, timeout: float = 120.0) -> dict:
-    t_end = time.monotonic() + timeout
-    while not path.exists():
-        if proc.poll() is not None:
-            raise AssertionError(f"hil run exited early: {proc.communicate()[1]}")
-        if time.monotonic() > t_end:
-            raise AssertionError("no port file")
-        time.sleep(0.05)
-    return json.loads(path.read_text())
-
-
 def test_unmodified_pysciencemode_client_flexes_the_elbow(tmp_path, config_over):
     cfg = config_over("serial.toml", """
         [metrics]
@@ -130,26 +120,14 @@ def test_unmodified_pysciencemode_client_flexes_the_elbow(tmp_path, config_over)
     hil = subprocess.Popen([sys.executable, "-m", "hil", "run", "--config", str(cfg), "--duration", "6", "--json",
                             "--record", str(rec), "--port-file", str(ports_file)],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
-    ports = _wait_for(ports_file, hil)["0:sciencemode2"]
-    sensors = serial.Serial(ports["sensors"], timeout=0.1)
-    reader = SensorStreamReader()
-    frames = []
-
-    def read_sensors():
-        while hil.poll() is None:
-            try:
-                frames.extend(reader.feed(sensors.read(4096)))
-            except serial.SerialException:      # the service closed the pty at the end of the run
-                break
-
-    t = threading.Thread(target=read_sensors, daemon=True)
-    t.start()
+    ports = wait_for_port_file(ports_file, hil)["0:sciencemode2"]
+    stream = SensorFrames(ports["sensors"], hil)
     client = subprocess.run([sys.executable, str(ROOT / "examples" / "rehastim2_client.py"), "--port-file",
                              str(ports_file), "--channel", "4", "--amplitude", "60", "--hold", "1.0"],
                             capture_output=True, text=True, timeout=60)
     out, err = hil.communicate(timeout=60)
-    t.join(2)
-    sensors.close()
+    stream.close()
+    frames, reader = stream.frames, stream.reader
     assert client.returncode == 0, client.stderr
     steps = [s for s, _ in json.loads(client.stdout.splitlines()[-1])]
     assert steps == ["connected", "initialised", "ramped", "hold done", "paused", "resumed", "stopped"]

@@ -27,6 +27,48 @@ from hil.cli.common import (
 app = typer.Typer(no_args_is_help=True, help="Measure the plant's speed.")
 
 
+def _step_options(step: Optional[float], steps: int, excitation: float) -> tuple:
+    """The step sizes to time (--step, or the default pair), after checking --steps and --excitation."""
+    from hil.bench.plant import STEP_SIZES_DEFAULT
+    if steps < 1:
+        raise BadInputError(f"--steps must be >= 1, not {steps}")
+    if not (math.isfinite(excitation) and 0.0 <= excitation <= 1.0):
+        raise BadInputError(f"--excitation must be in [0, 1], not {excitation!r}")
+    return STEP_SIZES_DEFAULT if step is None else (positive("--step", step),)
+
+
+@app.command("mtg")
+def bench_mtg(
+    step: Annotated[Optional[float], typer.Option(help="Step size h, s (default: 0.004 and 0.001).")] = None,
+    steps: Annotated[int, typer.Option(help="Timed steps per step size.")] = 20000,
+    excitation: Annotated[float, typer.Option(help="Constant excitation of every MTG.")] = 0.05,
+    parameters: Annotated[Optional[Path], typer.Option(help="MTG parameter file (default: the shipped one).")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Time the reduced MTG arm's steps from its resting state under a constant excitation: per Python call and
+    inside one compiled call (as the tick steps it)."""
+    from hil.bench.loop import loop_cpu
+    from hil.bench.mtg import mtg_bench
+
+    with user_errors():
+        step_sizes = _step_options(step, steps, excitation)
+        doc = mtg_bench(step_sizes, steps, excitation, cpu=loop_cpu(), parameters=parameters)
+    if json_out:
+        print_json(doc)
+        return
+    table = Table(title=f"MTG arm step time ({doc['n_mtg']} MTGs, {steps} steps from rest, excitation {excitation:g})")
+    for col in ("step (ms)", "median per call (µs)", "p99 (µs)", "max (µs)", "in one compiled call (µs)",
+                "real-time factor", "steal (ms)"):
+        table.add_column(col, justify="right")
+    for r in doc["results"]:
+        table.add_row(f"{r['step_s'] * 1e3:g}", f"{r['median_step_us']:.2f}", f"{r['p99_step_us']:.2f}",
+                      f"{r['max_step_us']:.1f}", f"{r['in_kernel_step_us']:.2f}", f"{r['realtime_factor']:.0f}",
+                      str(r["steal_ms"]))
+    out_console().print(table)
+    out_console().print(f"CPU: {doc['cpu']} ({doc['cpu_count']} logical, pinned to {doc['pinned_cpu']}), "
+                        f"Python {doc['python']}, numpy {doc['numpy']}, numba {doc['numba']}")
+
+
 @app.command("plant")
 def bench_plant(
     step: Annotated[Optional[float], typer.Option(
@@ -41,14 +83,10 @@ def bench_plant(
 ) -> None:
     """Time plant steps from the published equilibrium under a constant excitation."""
     from hil.bench.loop import loop_cpu
-    from hil.bench.plant import STEP_SIZES_DEFAULT, plant_bench
+    from hil.bench.plant import plant_bench
 
     with user_errors():
-        step_sizes = STEP_SIZES_DEFAULT if step is None else (positive("--step", step),)
-        if steps < 1:
-            raise BadInputError(f"--steps must be >= 1, not {steps}")
-        if not (math.isfinite(excitation) and 0.0 <= excitation <= 1.0):
-            raise BadInputError(f"--excitation must be in [0, 1], not {excitation!r}")
+        step_sizes = _step_options(step, steps, excitation)
         doc = plant_bench(step_sizes, steps, excitation, scheme, cpu=loop_cpu(),
                           model_config=load_model_options(model_config))
     results = doc["results"]

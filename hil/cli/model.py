@@ -194,3 +194,30 @@ def model_engin_sinus(
         out.mkdir(parents=True, exist_ok=True)
         path = write_engin_sinus(out, model)
     out_console().print(f"wrote {path}")
+
+
+@app.command("mtg-defaults")
+def mtg_defaults(
+    out: Annotated[Path, typer.Option(help="Where to write the parameter file (the shipped one is "
+                                          "sim/data/mtg_default.json).")],
+) -> None:
+    """Derive the reduced MTG arm's default parameters from the DAS3 model (sim/mtg_defaults.py: maximum
+    isometric moments, passive holding moments, Millard 2019 Table A.2) and print them per MTG."""
+    import json
+
+    from sim.model import load_model
+    from sim.mtg_defaults import derive_defaults
+
+    with user_errors():
+        check_output_path(out, "--out")
+        doc = derive_defaults(load_model(ModelConfig()))
+        out.write_text(json.dumps(doc, indent=1) + "\n")
+    table = Table(title=f"MTG defaults -> {out}")
+    for col in ("MTG", "coordinate", "u", "tau_o (N m)", "theta_o (deg)", "theta_w (deg)", "theta_0^PE (deg)",
+                "theta_1^PE (deg)", "tact/tdeact (ms)"):
+        table.add_column(col)
+    for e in doc["mtgs"]:
+        table.add_row(e["name"], e["coordinate"], f"{e['direction']:+d}", f"{e['tau_max_nm']:.1f}",
+                      f"{e['theta_opt_deg']:.1f}", f"{e['theta_width_deg']:.1f}", f"{e['theta_pe0_deg']:.1f}",
+                      f"{e['theta_pe1_deg']:.1f}", f"{e['tact_s'] * 1e3:.1f}/{e['tdeact_s'] * 1e3:.1f}")
+    out_console().print(table)

@@ -53,7 +53,8 @@ def report(
     table.add_row("ticks", f"{doc['ticks']} ({doc['duration_s']:.3f} s simulated)")
     table.add_row("lateness (us)", "p50 {p50:.1f}  p99 {p99:.1f}  max {max:.1f}".format(**doc["lateness_us"]))
     table.add_row("deadline misses", str(doc["deadline_misses"]))
-    table.add_row("GH", f"max stability {doc['gh_stability_max']:+.3f}, unstable ticks {doc['gh_unstable_ticks']}")
+    table.add_row("GH", "not modelled (reduced MTG arm)" if doc["gh_stability_max"] is None else
+                  f"max stability {doc['gh_stability_max']:+.3f}, unstable ticks {doc['gh_unstable_ticks']}")
     table.add_row("watchdog ticks", str(doc["watchdog_ticks"]))
     table.add_row("safety ticks", f"GH zeroed {doc['gh_zeroed_ticks']}, ROM alarm {doc['rom_alarm_ticks']}, "
                                   f"ROM zeroed {doc['rom_zeroed_ticks']}")

@@ -103,6 +103,9 @@ def run(
     port_file: Annotated[Optional[Path], typer.Option(
         help="Write the ports controllers connect to (JSON, e.g. the announced serial ptys) to this file once "
              "the loop is about to start; an existing file is removed first.")] = None,
+    plant: Annotated[Optional[str], typer.Option(
+        help="Override [plant] type: das3 (the full model) or mtg (the reduced muscle-torque-generator arm; its "
+             "stimulation map must name MTGs, e.g. configs/stimulation-mtg.toml).")] = None,
 ) -> None:
     """Run a real-time experiment: the loop runs in its own process, this one shows progress.
 
@@ -110,9 +113,9 @@ def run(
     from hil import service
 
     with user_errors():
-        from hil.config import load_service_config
+        from hil.config import load_service_config, with_plant_type
 
-        cfg = load_service_config(config)
+        cfg = with_plant_type(load_service_config(config), plant)
         if duration is not None:
             check_duration(duration)
         if record is None and cfg.recording.enabled:
@@ -143,7 +146,7 @@ def run(
         progress.refresh()
 
     with progress:
-        summary = supervise(str(config), duration, record, on_poll=on_poll, port_file=port_file)
+        summary = supervise(str(config), duration, record, on_poll=on_poll, port_file=port_file, plant_type=plant)
     _exit_if_failed(summary)
     if json_out:
         print_json(summary.to_dict())
