@@ -276,7 +276,8 @@ class MtgModel:
         return work.Q.copy()
 
     def inverse_dynamics(self, q, qd, qdd, loads=None) -> np.ndarray:
-        """(n, 5) coordinate torques T the MTGs must produce along the samples (rows of q, qd, qdd):
+        """(n, 5) coordinate torques T the MTGs must produce along the samples (rows of q, qd, qdd; ``loads`` one
+        row of ``LOAD_NAMES`` for all or one per sample):
         M qdd = Q_bias - B qd + stops + k_j . (T_c basis_c) (shoulder) + T (elbow, forearm), solved for T."""
         q, qd, qdd = (np.atleast_2d(np.asarray(v, dtype=np.float64)) for v in (q, qd, qdd))
         loads = np.zeros(len(LOAD_NAMES)) if loads is None else np.asarray(loads, dtype=np.float64)

@@ -5,8 +5,8 @@ dynamics of the reduced arm, and the fitted parameter set.
 Motion file: CSV with a ``time`` column (s) and the angles in the columns of ``hil simulate`` output (rad):
 ``th_plane_of_elevation``, ``th_elevation``, ``th_axial_rotation``, ``ELx``, ``PSy``. Either the five joint
 torques (``tau_<coordinate>``, N m, the MTG torques per coordinate: about the YZY axes for the shoulder) or, if
-absent, inverse dynamics of the reduced arm with the loads of ``loads`` (``sim.model.LOAD_NAMES``; default
-none). Velocities and accelerations are second-order finite differences of the angles (``numpy.gradient``),
+absent, inverse dynamics of the reduced arm under the external loads given in columns named as
+``sim.model.LOAD_NAMES`` (e.g. ``hand_force_y`` in N, thorax frame; absent columns are zero). Velocities and accelerations are second-order finite differences of the angles (``numpy.gradient``),
 as the paper's central differences; smooth the angles first if they are measured.
 """
 from __future__ import annotations
@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from sim.errors import UserInputError
+from sim.model import LOAD_NAMES
 from sim.mtg_fit import JointFit, fit_joint
 from sim.mtg_model import COORDINATES, MtgModel, MtgParameters, MtgSpec
 
@@ -67,8 +68,20 @@ def derivatives(time: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray
     return qd, np.gradient(qd, time, axis=0, edge_order=2)
 
 
-def load_motion(path: str | Path, model: MtgModel, loads=None) -> Motion:
-    """The motion at ``path`` with its torques (from the file, or by the reduced arm's inverse dynamics)."""
+def _loads(cols: dict, n: int, path: Path) -> np.ndarray:
+    """(n, 10) external loads from the columns named as ``LOAD_NAMES`` (absent: zero)."""
+    loads = np.zeros((n, len(LOAD_NAMES)))
+    for k, name in enumerate(LOAD_NAMES):
+        if name in cols:
+            loads[:, k] = cols[name]
+    if not np.all(np.isfinite(loads)) or np.any(loads[:, LOAD_NAMES.index("armsupport_distance")] < 0.0):
+        raise MotionError(f"{path}: loads must be finite (and the arm-support distance >= 0)")
+    return loads
+
+
+def load_motion(path: str | Path, model: MtgModel) -> Motion:
+    """The motion at ``path`` with its torques (from the file, or by the reduced arm's inverse dynamics under
+    the file's loads)."""
     path = Path(path)
     cols = _read_columns(path)
     missing = [c for c in ("time", *ANGLE_COLUMNS) if c not in cols]
@@ -92,7 +105,8 @@ def load_motion(path: str | Path, model: MtgModel, loads=None) -> Motion:
         if not np.all(np.isfinite(torque)):
             raise MotionError(f"{path}: torques must be finite")
         return Motion(time, q, qd, qdd, torque, "file")
-    return Motion(time, q, qd, qdd, model.inverse_dynamics(q, qd, qdd, loads), "inverse dynamics")
+    return Motion(time, q, qd, qdd, model.inverse_dynamics(q, qd, qdd, _loads(cols, time.size, path)),
+                  "inverse dynamics")
 
 
 def weakened(params: MtgParameters, factor: float) -> MtgParameters:

@@ -29,11 +29,12 @@ def model():
     return MtgModel(load_model(ModelConfig()), parse_mtg_parameters({"format": FORMAT, "mtgs": TEST_MTGS}))
 
 
-def _record(model, directory: Path, co_contraction: float):
+def _record(model, directory: Path, co_contraction: float, hand_force_y: float = 0.0):
     """1.5 s of the test arm: the elbow flexor (and ``co_contraction`` times it on the extensor) and 0.6 of it on
     the elevator, ramped up to A_MAX and back; the motion as `hil simulate` writes it (time, th angles, ELx,
     PSy) and the MTG coordinate torques every step applied."""
     plant = MtgPlant(model, STEP)
+    plant.set_loads(hand_force=[0.0, hand_force_y, 0.0])
     u = np.zeros(model.n_muscles)
     rows, torques = [], []
     for n in range(1500):
@@ -47,11 +48,11 @@ def _record(model, directory: Path, co_contraction: float):
         ct = plant.workspace.coord_torque     # T, dT/dq, dT/dqd at the step's start; the step applies them
         v = plant.x[5:10]                     # linearised to its end (sim._mtg_step):
         torques.append(ct[:, 0] + ct[:, 1] * STEP * v + ct[:, 2] * (v - v_before))
-        rows.append([t, *plant.outputs.th_angles, plant.outputs.q[9], plant.outputs.q[10]])
+        rows.append([t, *plant.outputs.th_angles, plant.outputs.q[9], plant.outputs.q[10], hand_force_y])
     path = directory / "motion.csv"
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["time", *ANGLE_COLUMNS])
+        w.writerow(["time", *ANGLE_COLUMNS, "hand_force_y"])
         w.writerows([[repr(float(v)) for v in r] for r in rows])
     return path, np.array(torques)
 
@@ -63,7 +64,8 @@ def recorded(model, tmp_path_factory):
 
 
 def test_inverse_dynamics_recovers_the_plants_mtg_torques(model, tmp_path):
-    path, torques = _record(model, tmp_path, 0.8)       # co-contraction keeps the elbow inside its range
+    """Under a 15 N downward hand force given as a load column (it adds several N m at elbow and shoulder)."""
+    path, torques = _record(model, tmp_path, 0.8, -15.0)   # co-contraction keeps the elbow inside its range
     motion = load_motion(path, model)
     assert motion.torque_source == "inverse dynamics"
     inner = slice(5, -5)         # one-sided differences at the ends
