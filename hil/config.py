@@ -142,7 +142,8 @@ def _merged_document(path: str, depth: int) -> dict:
 
 
 #: File-name keys: (table, key); a relative name means relative to the file that sets it.
-_PATH_KEYS = (("plant", "initial"), ("plant", "mtg_parameters"), ("driver", "file"), ("driver", "dbc"))
+_PATH_KEYS = (("plant", "initial"), ("plant", "mtg_parameters"), ("driver", "file"), ("driver", "dbc"),
+              ("driver", "controller"))
 
 
 def _anchor_relative_paths(doc: dict, base: str) -> None:
@@ -153,7 +154,10 @@ def _anchor_relative_paths(doc: dict, base: str) -> None:
         entries = doc.get(table)
         for entry in entries if isinstance(entries, list) else [entries]:
             value = entry.get(key) if isinstance(entry, dict) else None
-            if isinstance(value, str) and value and value not in ("equilibrium", "default") and not os.path.isabs(value):
+            if key == "controller" and isinstance(value, str) and ".py:" in value and not os.path.isabs(value):
+                entry[key] = os.path.join(base, value)     # file.py:Class (module:Class and names are not files)
+            elif key != "controller" and isinstance(value, str) and value and value not in ("equilibrium", "default") \
+                    and not os.path.isabs(value):
                 entry[key] = os.path.join(base, value)
 
 

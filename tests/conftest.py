@@ -88,3 +88,18 @@ class SensorFrames:
     def close(self) -> None:
         self.thread.join(2)
         self.serial.close()
+
+
+def loopback_driver(controller, period_s: float, muscle_names=(), channel_names=(), group_names=(), rate_hz=None,
+                    params=None):
+    """A LoopbackDriver running ``controller`` (reset here with ``params``) every tick, or at ``rate_hz``."""
+    from drivers.controller import ControllerSettings
+    from drivers.loopback import LoopbackDriver
+    from sim.model import DOF_NAMES
+    rate = 1.0 / period_s if rate_hz is None else rate_hz
+    settings = ControllerSettings(period_s=period_s, rate_hz=rate,
+                                  call_period_s=max(1, round(1.0 / (rate * period_s))) * period_s,
+                                  channel_names=tuple(channel_names), muscle_names=tuple(muscle_names),
+                                  group_names=tuple(group_names), dof_names=DOF_NAMES, params=params or {})
+    controller.reset(settings)
+    return LoopbackDriver(controller, settings)

@@ -3,8 +3,10 @@ import math
 
 import numpy as np
 import pytest
+from conftest import loopback_driver
 
 from drivers.base import Driver, driver_class
+from drivers.builtin_controllers import PlaybackController
 from drivers.contract import (
     KIND_CHANNEL,
     KIND_EXCITATION,
@@ -16,7 +18,8 @@ from drivers.contract import (
     STATUS_STOPPING,
     STATUS_WATCHDOG,
 )
-from drivers.loopback import Controller, LoopbackDriver, PlaybackController
+from drivers.controller import Controller, ExcitationCommand
+from drivers.loopback import LoopbackDriver
 from hil.engine import TickEngine
 from hil.loop import LoopConfig, RealtimeLoop, deadlines_missed
 from hil.safety import GHMonitor, RangeOfMotion, SafetyConfig, Watchdog
@@ -31,16 +34,17 @@ REASONS = ("unknown_channel", "unknown_muscle", "non_finite", "bad_frame")
 class ConstantExcitation(Controller):
     """Sends u to every muscle in ``muscles`` until ``stop_tick`` (then falls silent)."""
 
+    max_commands = 138
+
     def __init__(self, muscles, u, stop_tick=None, resume_tick=None):
         self.muscles, self.u, self.stop_tick, self.resume_tick = list(muscles), u, stop_tick, resume_tick
 
-    def control(self, tick, time_s, frame, emit):
+    def step(self, tick, time_s, frame):
         silent = self.stop_tick is not None and tick >= self.stop_tick and (
             self.resume_tick is None or tick < self.resume_tick)
         if silent:
-            return
-        for m in self.muscles:
-            emit.excitation(m, self.u)
+            return None                        # silent: no sign of life, the watchdog applies
+        return [ExcitationCommand(self.settings.muscle_names[m], self.u) for m in self.muscles] or None
 
 
 def make_engine(model, safety=SafetyConfig(), sensor=SensorModelConfig()):
@@ -68,7 +72,7 @@ def biceps(model):
 
 def test_direct_excitation_flexes_the_elbow(model):
     engine = make_engine(model)
-    driver = LoopbackDriver(ConstantExcitation(biceps(model), 0.6), H)
+    driver = loopback_driver(ConstantExcitation(biceps(model), 0.6), H, model.muscle_names)
     frames, u, _ = run_ticks(engine, driver, 150)
     assert frames["elbow_flexion"][-1] > frames["elbow_flexion"][0] + math.radians(5)
     assert frames["tick"][-1] == 149 and frames["time"][-1] == pytest.approx(150 * H)
@@ -80,7 +84,7 @@ def test_same_inputs_give_bit_identical_frames(model):
     runs = []
     for _ in range(2):
         engine = make_engine(model, sensor=SensorModelConfig(seed=7, angle_noise_rad=0.01, delay_ticks=2))
-        driver = LoopbackDriver(ConstantExcitation(biceps(model), 0.4), H)
+        driver = loopback_driver(ConstantExcitation(biceps(model), 0.4), H, model.muscle_names)
         frames, _, _ = run_ticks(engine, driver, 60)
         runs.append(frames)
         driver.shutdown()
@@ -90,7 +94,7 @@ def test_same_inputs_give_bit_identical_frames(model):
 def test_watchdog_zeroes_stimulation_and_recovers(model):
     safety = SafetyConfig(watchdog_timeout_s=0.1)   # 25 ticks
     engine = make_engine(model, safety=safety)
-    driver = LoopbackDriver(ConstantExcitation(biceps(model), 0.5, stop_tick=20, resume_tick=80), H)
+    driver = loopback_driver(ConstantExcitation(biceps(model), 0.5, stop_tick=20, resume_tick=80), H, model.muscle_names)
     frames, u, _ = run_ticks(engine, driver, 100)
     wd = (frames["status"] & STATUS_WATCHDOG) != 0
     assert not wd[:44].any()            # last command at tick 19, timeout 25 ticks
@@ -102,7 +106,7 @@ def test_watchdog_zeroes_stimulation_and_recovers(model):
 
 def test_no_controller_means_no_stimulation(model):
     engine = make_engine(model)
-    driver = LoopbackDriver(ConstantExcitation([], 0.0), H)
+    driver = loopback_driver(ConstantExcitation([], 0.0), H, model.muscle_names)
     engine.direct[:] = 0.7  # a stale latch must not be applied while nobody has spoken
     frames, u, _ = run_ticks(engine, driver, 5)
     assert not u.any() and (frames["status"] & STATUS_WATCHDOG).all()
@@ -113,7 +117,7 @@ def test_no_controller_means_no_stimulation(model):
 def test_gh_actions(model, action):
     # threshold -1: every state counts as unstable (stability is > -1 unless the force is centred)
     engine = make_engine(model, safety=SafetyConfig(gh_action=action, gh_threshold=-1.0))
-    driver = LoopbackDriver(ConstantExcitation(biceps(model), 0.5), H)
+    driver = loopback_driver(ConstantExcitation(biceps(model), 0.5), H, model.muscle_names)
     frames, u, result = run_ticks(engine, driver, 10)
     assert (frames["status"] & STATUS_GH_UNSTABLE).all()
     assert np.array_equal((frames["status"] & STATUS_GH_UNSTABLE) != 0, frames["gh_stability"] > -1.0)
@@ -135,7 +139,7 @@ def test_rom_actions_when_full_triceps_stimulation_extends_the_elbow_past_its_ra
     margin = math.radians(3.5)
     engine = make_engine(model, safety=SafetyConfig(rom_margin_rad=margin, rom_action=action))
     triceps = [i for i, n in enumerate(model.muscle_names) if n.startswith("tri")]
-    driver = LoopbackDriver(ConstantExcitation(triceps, 1.0), H)
+    driver = loopback_driver(ConstantExcitation(triceps, 1.0), H, model.muscle_names)
     frames, u, result = run_ticks(engine, driver, 400)
     q = frames["q"]
     outside = (q < model.dof_ranges[:, 0] - margin) | (q > model.dof_ranges[:, 1] + margin)
@@ -229,9 +233,9 @@ def test_watchdog_and_monitors_units():
 def test_playback_controller_direct_mode(model, tmp_path):
     csv = tmp_path / "u.csv"
     csv.write_text("time,bicl,triclong1\n0,0.2,0\n0.04,0.5,0.1\n")
-    ctl = PlaybackController(str(csv), 0, model.muscle_names, H, rate_hz=250.0, direct=True)
     engine = make_engine(model)
-    driver = LoopbackDriver(ctl, H)
+    driver = loopback_driver(PlaybackController(), H, model.muscle_names, rate_hz=250.0,
+                             params={"file": str(csv), "direct": True})
     _, u, _ = run_ticks(engine, driver, 15)
     b, t = model.muscle_index("bicl"), model.muscle_index("triclong1")
     assert u[5][b] == 0.2 and u[12][b] == 0.5 and u[12][t] == 0.1
@@ -240,7 +244,7 @@ def test_playback_controller_direct_mode(model, tmp_path):
 
 def test_realtime_loop_runs_on_deadlines_without_catch_up(model):
     engine = make_engine(model)
-    driver = LoopbackDriver(ConstantExcitation(biceps(model), 0.3), H)
+    driver = loopback_driver(ConstantExcitation(biceps(model), 0.3), H, model.muscle_names)
     loop = RealtimeLoop(TickBody(engine, [driver]), LoopConfig(period_s=H, sched_fifo=False, mlock=False))
     summary = loop.run(50)
     assert summary.ticks == 50 and summary.stopped_by == "duration"
@@ -270,8 +274,9 @@ class FakeClock:
 
 
 class SlowDriver(LoopbackDriver):
-    def __init__(self, controller, clock: FakeClock) -> None:
-        super().__init__(controller, H)
+    def __init__(self, controller, clock: FakeClock, muscle_names) -> None:
+        settings = loopback_driver(controller, H, muscle_names).settings
+        super().__init__(controller, settings)
         self.fake = clock
 
     def fetch(self, tick, now_ns, sink) -> None:
@@ -286,7 +291,7 @@ def test_an_overrun_skips_the_missed_deadlines_without_catch_up(model):
     fake = FakeClock()
     fake.work_ns[3] = int(2.5 * period)
     engine = make_engine(model)
-    driver = SlowDriver(ConstantExcitation(biceps(model), 0.3), fake)
+    driver = SlowDriver(ConstantExcitation(biceps(model), 0.3), fake, model.muscle_names)
     deadlines, skipped, status = [], [], []
 
     class Watch:
@@ -307,11 +312,11 @@ def test_an_overrun_skips_the_missed_deadlines_without_catch_up(model):
     driver.shutdown()
 
 
-def test_driver_registry_and_lifecycle():
+def test_driver_registry_and_lifecycle(model):
     assert driver_class("loopback") is LoopbackDriver
     with pytest.raises(ValueError, match="unknown driver"):
         driver_class("carrier-pigeon")
-    d = LoopbackDriver(ConstantExcitation([], 0.0), H)
+    d = loopback_driver(ConstantExcitation([], 0.0), H, model.muscle_names)
     d.shutdown()
     d.shutdown()  # idempotent
     assert isinstance(d, Driver)

@@ -122,5 +122,5 @@ def test_loopback_controller_config_is_applied(config_over):
     from hil.service import build_engine
     _, _, drivers = build_engine(load_service_config(config_over("elbow-hold.toml")))
     ctl = drivers[0].controller
-    assert (ctl.flexor, ctl.extensor) == (3, 4) and ctl.target == pytest.approx(math.radians(90))
-    assert ctl.every == 5 and ctl.max_amp == 80
+    assert (ctl.flexor, ctl.extensor) == (4, 5) and ctl.target == pytest.approx(math.radians(90))
+    assert drivers[0].every == 5 and ctl.max_amp == 80

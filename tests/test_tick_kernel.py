@@ -5,8 +5,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import loopback_driver
 
-from drivers.loopback import Controller, LoopbackDriver
+from drivers.controller import ChannelCommand, Controller
 from hil.engine import TickEngine
 from hil.safety import SafetyConfig
 from hil.sensor import SensorModel, SensorModelConfig
@@ -26,10 +27,10 @@ class RampingChannels(Controller):
     def __init__(self, silent_from: int) -> None:
         self.silent_from = silent_from
 
-    def control(self, tick, time_s, frame, emit):
-        if tick < self.silent_from:
-            emit.channel(0, 100.0 + 10.0 * tick, 30.0, 40.0, 0)
-            emit.channel(1, 80.0 + 5.0 * tick, 25.0, 30.0, 1)
+    def step(self, tick, time_s, frame):
+        if tick >= self.silent_from:
+            return None
+        return [ChannelCommand(1, 100.0 + 10.0 * tick, 30.0, 40.0, 0), ChannelCommand(2, 80.0 + 5.0 * tick, 25.0, 30.0, 1)]
 
 
 def stimulation_map(model) -> StimulationModel:
@@ -48,7 +49,7 @@ def test_compiled_tick_equals_the_tick_composed_in_python(model):
     engine = engine_with(model, Plant(model, step_s=H))
     engine.warmup()
     reference, ref_map = Plant(model, step_s=H), stimulation_map(model)
-    driver = LoopbackDriver(RampingChannels(silent_from=15), H * SUBSTEPS)
+    driver = loopback_driver(RampingChannels(silent_from=15), H * SUBSTEPS, channel_names=('c1', 'c2'))
     body, u_ref = TickBody(engine, [driver]), np.zeros(model.n_muscles)
     zeroed = 0
     for tick in range(30):

@@ -1,0 +1,127 @@
+"""Controller plug-ins (drivers.controller, drivers.loopback): the example plug-in in the loop, the built-ins as
+entry points, and plug-ins that raise, return garbage or fail to load, which never stop the loop."""
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from drivers.builtin_controllers import ElbowHoldController, PlaybackController
+from drivers.contract import KIND_CHANNEL, STATUS_WATCHDOG
+from drivers.controller import ControllerLoadError, controller_class
+from hil.config import load_service_config
+from hil.offline import run_offline
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = ROOT / "configs"
+
+
+class Keep:
+    """Tick listener keeping the elbow angle, the status bits and the applied channel amplitudes."""
+
+    def __init__(self) -> None:
+        self.elbow, self.status, self.amp, self.engine = [], [], [], None
+
+    def on_tick(self, record, engine, actuation_ns):
+        self.engine = engine
+        self.elbow.append(float(record[0]["frame"]["elbow_flexion"]))
+        self.status.append(int(record[0]["frame"]["status"]))
+        self.amp.append(record[0]["applied"][:, 1].copy())
+
+
+def _plugin_config(tmp_path: Path, source: str, extra: str = "") -> Path:
+    (tmp_path / "plugin.py").write_text(textwrap.dedent(source))
+    cfg = tmp_path / "run.toml"
+    cfg.write_text(f'include = ["{CONFIGS / "loopback.toml"}", "{CONFIGS / "stimulation-default.toml"}"]\n'
+                   '[safety]\nwatchdog_timeout_ms = 100\n'
+                   '[[driver]]\ntype = "loopback"\ncontroller = "plugin.py:Plugin"\n' + extra)
+    return cfg
+
+
+def test_the_example_plugin_holds_the_elbow():
+    keep = Keep()
+    run_offline(load_service_config(CONFIGS / "elbow-pd-plugin.toml"), 1500, [keep])
+    elbow = np.degrees(keep.elbow)
+    assert elbow[0] < 45.0 and abs(np.mean(elbow[-250:]) - 70.0) < 10.0
+    amp = np.array(keep.amp)[:, 3]                                   # biceps, channel 4
+    assert np.max(np.abs(np.diff(amp))) <= 200.0 * 0.02 + 1e-9        # the slew limit per call (50 Hz)
+
+
+def test_builtins_are_entry_points_and_module_paths():
+    assert controller_class("elbow_hold") is ElbowHoldController
+    assert controller_class("playback") is PlaybackController
+    assert controller_class("drivers.builtin_controllers:ElbowHoldController") is ElbowHoldController
+    from importlib.metadata import entry_points
+    assert {"playback", "elbow_hold"} <= {ep.name for ep in entry_points(group="fes_hil.controllers")}
+    with pytest.raises(ControllerLoadError, match="not a drivers.controller.Controller"):
+        controller_class("drivers.contract:frame_dtype")
+
+
+def test_a_plugin_that_raises_is_counted_logged_once_and_the_watchdog_zeroes(tmp_path, caplog):
+    cfg = _plugin_config(tmp_path, """
+        from drivers.controller import ChannelCommand, Controller
+        class Plugin(Controller):
+            def step(self, tick, time_s, frame):
+                if tick >= 100:
+                    raise ZeroDivisionError("the decoder broke")
+                return [ChannelCommand(4, 300.0, 50.0, 40.0)]
+        """)
+    keep = Keep()
+    with caplog.at_level(logging.ERROR, logger="drivers.loopback"):
+        result = run_offline(load_service_config(cfg), 250, [keep])
+    assert result.ticks == 250                                       # the loop went on
+    calls_failed = len(range(100, 250, 5))                           # 50 Hz at 4 ms: every 5th tick
+    assert keep.engine.counters.by_reason("rejected") == {(0, "controller_error"): calls_failed}
+    assert [r.message for r in caplog.records if "controller_error" in r.message] == [
+        "driver 0 (loopback) controller controller_error: ZeroDivisionError: the decoder broke"]
+    status, amp = np.array(keep.status), np.array(keep.amp)[:, 3]
+    assert amp[99] == 50.0 and not status[99] & STATUS_WATCHDOG
+    assert status[-1] & STATUS_WATCHDOG and amp[-1] == 0.0           # 100 ms after the last command
+
+
+@pytest.mark.parametrize("returned", [
+    '"stimulate please"', '{"channel": 4}', '[ChannelCommand(4, "wide", 50.0, 40.0)]', "[42]",
+    "[ChannelCommand(4, 300.0, 20.0, 40.0)] * 3",
+])
+def test_malformed_returns_are_rejected_and_the_good_commands_still_apply(tmp_path, returned):
+    cfg = _plugin_config(tmp_path, f"""
+        from drivers.controller import ChannelCommand, Controller
+        class Plugin(Controller):
+            max_commands = 2
+            def step(self, tick, time_s, frame):
+                return {returned}
+        """)
+    keep = Keep()
+    run_offline(load_service_config(cfg), 50, [keep])
+    rejected = keep.engine.counters.by_reason("rejected")
+    assert rejected == {(0, "controller_malformed"): 10}             # one per call
+    if "* 3" in returned:                                            # the first two of three were applied
+        assert np.array(keep.amp)[-1, 3] == 20.0
+        log = keep.engine.log[:keep.engine.n_log]
+        assert np.count_nonzero(log["kind"] == KIND_CHANNEL) <= 2
+
+
+@pytest.mark.parametrize("controller, source, words", [
+    ("nowhere.py:Plugin", "", "not found"),
+    ("plugin.py:Missing", "from drivers.controller import Controller\n", "Missing"),
+    ("plugin.py:Plugin", "class Plugin:\n    pass\n", "not a drivers.controller.Controller"),
+    ("plugin.py:Plugin", "from drivers.controller import Controller\nclass Plugin(Controller):\n"
+                         "    def step(self, tick, time_s, frame): return []\n"
+                         "    def reset(self, settings): raise ValueError('gain must be > 0')\n", "gain must be > 0"),
+    ("no_such_module:Plugin", "", "No module named"),
+    ("telepathy", "", "unknown controller"),
+])
+def test_plugins_that_cannot_load_are_config_errors_naming_the_key(tmp_path, controller, source, words):
+    (tmp_path / "plugin.py").write_text(source)
+    cfg = tmp_path / "run.toml"
+    cfg.write_text(f'include = ["{CONFIGS / "loopback.toml"}"]\n[[driver]]\ntype = "loopback"\n'
+                   f'controller = "{controller}"\n')
+    out = subprocess.run([sys.executable, "-m", "hil", "check-config", str(cfg)], capture_output=True, text=True,
+                         cwd=ROOT, timeout=120)
+    assert out.returncode == 2 and "driver[0].controller" in out.stderr and words in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr
