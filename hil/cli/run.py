@@ -106,6 +106,9 @@ def run(
     plant: Annotated[Optional[str], typer.Option(
         help="Override [plant] type: das3 (the full model) or mtg (the reduced muscle-torque-generator arm; its "
              "stimulation map must name MTGs, e.g. configs/stimulation-mtg.toml).")] = None,
+    offline: Annotated[bool, typer.Option("--offline", help="Run the same ticks without the clock, as fast as the "
+                                                            "CPU allows, in this process (loopback controllers "
+                                                            "only; needs --duration); records as usual.")] = False,
 ) -> None:
     """Run a real-time experiment: the loop runs in its own process, this one shows progress.
 
@@ -118,6 +121,8 @@ def run(
         cfg = with_plant_type(load_service_config(config), plant)
         if duration is not None:
             check_duration(duration)
+        elif offline:
+            raise BadInputError("--offline needs --duration")
         if record is None and cfg.recording.enabled:
             stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
             record = Path(cfg.recording.directory) / f"run-{stamp}.hilrec"
@@ -125,6 +130,9 @@ def run(
         if record is not None:
             _check_recording_path(record)
         _clear_port_file(port_file)
+        if offline:
+            _run_offline(cfg, config, duration, record, json_out, make_report)
+            return
     from hil.supervisor import supervise
 
     err = err_console()
@@ -158,6 +166,38 @@ def run(
         from hil.cli.recordings import report
         report(Path(summary.recording), out=None, json_out=False)
     _run_exit(summary)
+
+
+def _run_offline(cfg, config: Path, duration: float, record: Optional[Path], json_out: bool, make_report: bool) -> None:
+    """``hil run --offline``: :func:`hil.offline.run_offline` with the recording; prints the throughput."""
+    from hil import service
+    from hil.offline import run_offline
+
+    n_ticks = service.ticks_for(duration, cfg.loop.period_s)
+    result = run_offline(cfg, n_ticks, record_path=None if record is None else str(record))
+    simulated = result.ticks * cfg.loop.period_s
+    doc = {"offline": True, "ticks": result.ticks, "simulated_s": simulated, "wall_s": round(result.wall_s, 6),
+           "realtime_factor": simulated / result.wall_s if result.wall_s > 0 else None,
+           "stopped_by": result.stopped_by, "stop_detail": result.stop_detail,
+           "final_elbow_deg": result.final_elbow_deg, "recording": None if record is None else str(record)}
+    if json_out:
+        print_json(doc)
+    else:
+        table = Table(title=f"hil run --offline {config}", show_header=False)
+        table.add_column(style="bold")
+        table.add_column()
+        table.add_row("ticks", f"{result.ticks} x {cfg.loop.period_s * 1e3:g} ms = {simulated:g} s simulated "
+                               f"(stopped by {result.stopped_by})")
+        table.add_row("wall time", f"{result.wall_s:.3f} s: {doc['realtime_factor']:.1f}x real time")
+        table.add_row("final elbow flexion", f"{result.final_elbow_deg:.1f} deg")
+        table.add_row("recording", str(record) if record else "off")
+        out_console().print(table)
+    if make_report and record is not None:
+        from hil.cli.recordings import report
+        report(record, out=None, json_out=False)
+    if result.stopped_by in ("gh_unstable", "range_of_motion"):
+        error(f"safety stop ({result.stopped_by}) at tick {result.ticks - 1}: {result.stop_detail}")
+        raise typer.Exit(ExitCode.SAFETY_STOP)
 
 
 def _print_run_summary(config: Path, period_s: float, summary: RunResult) -> None:
