@@ -21,6 +21,7 @@ import numpy as np
 from drivers.contract import STATUS_GH_UNSTABLE, STATUS_GH_ZEROED, STATUS_ROM, STATUS_ROM_ZEROED, STATUS_WATCHDOG
 from hil.config import service_config_from_dict
 from hil.recording import RecordingError, RecordingReader
+from hil.run_metrics import config_target, run_metrics
 from hil.stimulation import fatigue_channel_names
 from sim.model import load_model
 
@@ -180,6 +181,8 @@ def make_report(path: str, out_dir: str) -> dict:
     if fatigued:
         files["fatigue"] = _plot_fatigue(plt, t, ticks, fatigued, out_dir)
     summary = _summary(path, reader, ticks, lat_us, files)
+    summary["run_metrics"] = run_metrics(ticks, h["period_s"], h["channel_names"],
+                                         config_target(cfg, h["dof_names"]))
     if fatigued:
         summary["fatigue"] = _fatigue_summary(t, ticks, fatigued)
     with open(files["summary"], "w", encoding="utf-8") as fh:

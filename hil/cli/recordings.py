@@ -4,6 +4,7 @@ A recording that cannot be read is a :class:`hil.recording.RecordingError`, an i
 """
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -30,6 +31,21 @@ def export(
     for w in reader.warnings:
         warn(w)
     out_console().print(f"{csv_out}: {n} ticks")
+
+
+def _add_run_metrics(table: Table, m: dict) -> None:
+    """Rows of the run's controller metrics (hil.run_metrics): tracking, GH margin, delivered charge."""
+    tr = m.get("tracking")
+    if tr is not None:
+        settle = "never (within 2 deg)" if tr["settling_time_s"] is None else f"{tr['settling_time_s']:.3f} s"
+        table.add_row("tracking (target)", f"RMS error {math.degrees(tr['rms_error_rad']):.2f} deg, settling {settle}, "
+                                           f"overshoot {math.degrees(tr['overshoot_rad']):.2f} deg, final error "
+                                           f"{math.degrees(tr['final_error_rad']):+.2f} deg")
+    if m["gh_min_margin"] is not None:
+        table.add_row("GH margin", f"smallest {m['gh_min_margin']:+.3f} (> 0: inside the rim)")
+    charged = {k: v for k, v in m["charge_uc"].items() if v > 0.0}
+    if charged:
+        table.add_row("charge (uC)", ", ".join(f"{k} {v:.0f}" for k, v in charged.items()))
 
 
 def report(
@@ -60,6 +76,7 @@ def report(
                                   f"ROM zeroed {doc['rom_zeroed_ticks']}")
     table.add_row("elbow flexion (deg)", "{:.1f} .. {:.1f}".format(*doc["elbow_deg_range"]))
     table.add_row("commands", str(doc["commands"]))
+    _add_run_metrics(table, doc["run_metrics"])
     for name, f in doc.get("fatigue", {}).items():
         table.add_row(f"fatigue {name}", f"fitness {f['fitness_end']:.3f} at the end (lowest {f['fitness_min']:.3f}); "
                                          f"amplitude {f['amplitude_first_5s_ma']:.1f} -> {f['amplitude_last_5s_ma']:.1f} mA "
