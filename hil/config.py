@@ -86,6 +86,11 @@ def _read_toml(path: str) -> dict:
         raise ConfigError(not_utf8(exc), file=path) from None
 
 
+def merged_document(path: str | PathLike) -> dict:
+    """A config file's document with its includes merged (not validated; :func:`service_config_from_dict`)."""
+    return _merged_document(str(path), depth=0)
+
+
 def with_plant_type(cfg: ServiceConfig, plant_type: str | None) -> ServiceConfig:
     """``cfg`` with ``[plant] type`` replaced (``hil run --plant``), validated again as a whole (the stimulation
     map must then name the plant's actuators); None keeps it."""

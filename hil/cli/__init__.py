@@ -2,7 +2,7 @@
 
 One module per command group (typer's multi-file layout), assembled here into :data:`app`:
 :mod:`.simulate`, :mod:`.run` (check-config, run, serve), :mod:`.recordings` (export, report, replay),
-:mod:`.model`, :mod:`.can`, :mod:`.analyze`, :mod:`.fit` and :mod:`.bench`; :mod:`.common` holds the consoles, exit codes and option
+:mod:`.model`, :mod:`.can`, :mod:`.analyze`, :mod:`.fit`, :mod:`.sweep` and :mod:`.bench`; :mod:`.common` holds the consoles, exit codes and option
 checks they share. Only command-line logic lives here; the numerics are in ``sim``, the service in
 ``hil``, the benchmarks in ``hil.bench``.
 """
@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 
 from hil import __version__
-from hil.cli import analyze, bench, can, fit, model, recordings, run, simulate
+from hil.cli import analyze, bench, can, fit, model, recordings, run, simulate, sweep
 
 app = typer.Typer(name="hil", no_args_is_help=True, add_completion=False,
                   pretty_exceptions_show_locals=False,
@@ -41,6 +41,7 @@ app.command()(run.serve)
 app.command()(recordings.export)
 app.command()(recordings.report)
 app.command()(recordings.replay)
+app.command()(sweep.sweep)
 app.add_typer(model.app, name="model")
 app.add_typer(bench.app, name="bench")
 app.add_typer(can.app, name="can")

@@ -1,0 +1,52 @@
+"""``hil sweep``: a controller evaluated across many conditions, offline, on Dask workers."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+from hil.cli.common import BadInputError, err_console, out_console, print_json, user_errors
+
+
+def sweep(
+    sweep_file: Annotated[Path, typer.Argument(help="Sweep file (TOML): base config, [grid] and/or [random].")],
+    out: Annotated[Path, typer.Option(help="Output directory: results.jsonl (streamed; a restart skips the runs "
+                                          "in it), results.csv, runs/ (with keep_recordings).")],
+    workers: Annotated[int, typer.Option(help="Local Dask workers (processes, one thread each); 0: run in this "
+                                              "process.")] = 2,
+    scheduler: Annotated[Optional[str], typer.Option(help="An existing Dask scheduler, tcp://HOST:PORT "
+                                                          "(instead of a local cluster).")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the sweep summary as JSON.")] = False,
+) -> None:
+    """Run every variant of a sweep offline and write one row of controller metrics per run (tracking error,
+    settling time, overshoot, GH margin, safety, charge per channel)."""
+    from hil.sweep import run_sweep
+    from hil.sweep_spec import load_sweep
+
+    with user_errors():
+        if workers < 0:
+            raise BadInputError(f"--workers must be >= 0, not {workers}")
+        spec = load_sweep(str(sweep_file))
+        progress = Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                            console=err_console(), disable=not err_console().is_terminal)
+        task = progress.add_task("runs", total=None)
+
+        def on_row(row, done, total):
+            progress.update(task, completed=done, total=total)
+
+        with progress:
+            summary = run_sweep(spec, str(out), workers, scheduler, on_row)
+    if json_out:
+        print_json(summary)
+        return
+    table = Table(title=f"hil sweep {sweep_file}", show_header=False)
+    table.add_column(style="bold")
+    table.add_column()
+    table.add_row("runs", f"{summary['runs']} ({summary['run_now']} run now, {summary['skipped']} already done)")
+    table.add_row("wall time", f"{summary['wall_s']:.1f} s on {summary['workers'] or 'this process'}"
+                               f"{' worker(s) of ' + summary['scheduler'] if summary['scheduler'] else ''}")
+    table.add_row("results", f"{summary['results_csv']} (and {summary['results_jsonl']})")
+    out_console().print(table)

@@ -1,0 +1,190 @@
+"""``hil sweep``: every variant of a sweep file (:mod:`hil.sweep_spec`) run offline (:func:`hil.offline.run_offline`)
+as an independent task, in this process or on Dask workers (a local cluster, or an existing one by its
+scheduler address), with one results row per run (:mod:`hil.run_metrics`).
+
+Rows stream into ``DIR/results.jsonl`` as the runs finish (append-only: a sweep restarted into the same
+directory skips every id already there) and ``DIR/results.csv`` is written from it at the end. A task that
+raises is retried (``RETRIES``); Dask also reschedules the task of a worker that dies. A variant whose config
+is invalid, or whose plant diverges, is a row with ``status`` "error" and the reason, not a failed sweep.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from hil.sweep_spec import SweepSpec, Variant, apply_overrides, variants
+
+RETRIES = 2
+METRIC_COLUMNS = ("status", "error", "ticks", "simulated_s", "wall_s", "stopped_by", "rms_error_deg",
+                  "settling_time_s", "overshoot_deg", "final_error_deg", "gh_unstable_ticks", "gh_min_margin",
+                  "watchdog_ticks", "recording")
+
+
+@dataclass(frozen=True)
+class RunTask:
+    """One run, everything a worker needs (picklable)."""
+
+    variant: Variant
+    raw: dict
+    config_path: str
+    duration_s: float
+    record_path: str | None
+    band_rad: float
+
+
+class TickCollector:
+    """Keeps every tick record of an offline run (allocated at the first tick) and the engine."""
+
+    def __init__(self, n_ticks: int) -> None:
+        self.n_ticks, self.ticks, self.n, self.engine = n_ticks, None, 0, None
+
+    def on_tick(self, record: np.ndarray, engine, actuation_ns: int) -> None:
+        if self.ticks is None:
+            self.ticks, self.engine = np.zeros(self.n_ticks, record.dtype), engine
+        self.ticks[self.n] = record[0]
+        self.n += 1
+
+
+def _degrees(value):
+    return None if value is None else math.degrees(value)
+
+
+def run_task(task: RunTask) -> dict:
+    """Run one variant offline and return its results row (a worker's task)."""
+    from hil.config import service_config_from_dict
+    from hil.offline import run_offline
+    from hil.run_metrics import config_target, run_metrics
+    from hil.service import ticks_for
+    from sim.errors import UserInputError
+    from sim.plant import PlantDivergedError
+
+    row = {"id": task.variant.id, **task.variant.values}
+    try:
+        cfg = service_config_from_dict(task.raw, task.config_path)
+        n_ticks = ticks_for(task.duration_s, cfg.loop.period_s)
+        keep = TickCollector(n_ticks)
+        result = run_offline(cfg, n_ticks, [keep], task.record_path)
+    except (UserInputError, PlantDivergedError, ValueError) as exc:
+        return {**row, "status": "error", "error": f"{type(exc).__name__}: {exc}"}
+    engine = keep.engine
+    names = [c.name for c in engine.stim.channels] if engine.stim is not None else []
+    dof_names = engine.plant.model.dof_names
+    m = run_metrics(keep.ticks[:keep.n], cfg.loop.period_s, names, config_target(cfg, dof_names), task.band_rad)
+    tr = m.get("tracking", {})
+    row.update({"status": "ok", "error": "", "ticks": result.ticks, "simulated_s": result.ticks * cfg.loop.period_s,
+                "wall_s": round(result.wall_s, 6), "stopped_by": result.stopped_by,
+                "rms_error_deg": _degrees(tr.get("rms_error_rad")), "settling_time_s": tr.get("settling_time_s"),
+                "overshoot_deg": _degrees(tr.get("overshoot_rad")), "final_error_deg": _degrees(tr.get("final_error_rad")),
+                "gh_unstable_ticks": m["gh_unstable_ticks"], "gh_min_margin": m["gh_min_margin"],
+                "watchdog_ticks": m["watchdog_ticks"], "recording": task.record_path or ""})
+    row.update({f"charge_{name}_uc": q for name, q in m["charge_uc"].items()})
+    return row
+
+
+def finished_ids(out_dir: str) -> set[str]:
+    """Ids of the runs already in ``results.jsonl`` (a torn last line, from an interrupted sweep, is ignored)."""
+    path = os.path.join(out_dir, "results.jsonl")
+    done = set()
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                try:
+                    done.add(json.loads(line)["id"])
+                except (json.JSONDecodeError, KeyError, TypeError):
+                    continue
+    return done
+
+
+def tasks(spec: SweepSpec, out_dir: str) -> list[RunTask]:
+    """The runs of ``spec`` not yet in ``out_dir``, with their config documents."""
+    from hil.config import merged_document
+    base = merged_document(spec.base)
+    done = finished_ids(out_dir)
+    runs_dir = os.path.join(out_dir, "runs")
+    return [RunTask(v, apply_overrides(base, v.values, spec.path), spec.base, spec.duration_s,
+                    os.path.join(runs_dir, f"{v.id}.hilrec") if spec.keep_recordings else None, spec.settling_band_rad)
+            for v in variants(spec) if v.id not in done]
+
+
+def _append(out_dir: str, row: dict) -> None:
+    with open(os.path.join(out_dir, "results.jsonl"), "a", encoding="utf-8") as f:
+        f.write(json.dumps(row, default=float) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def write_csv(out_dir: str, keys: list[str]) -> str:
+    """``results.csv`` from ``results.jsonl``: id, the swept keys, the metric columns, the charge columns."""
+    rows = []
+    with open(os.path.join(out_dir, "results.jsonl"), encoding="utf-8") as f:
+        for line in f:
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    charge = sorted({k for r in rows for k in r if k.startswith("charge_")})
+    columns = ["id", *keys, *METRIC_COLUMNS, *charge]
+    path = os.path.join(out_dir, "results.csv")
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, columns, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    return path
+
+
+def _local(todo: list[RunTask], on_row) -> None:
+    for task in todo:
+        on_row(run_task(task))
+
+
+def _dask(todo: list[RunTask], on_row, workers: int, scheduler: str | None) -> dict:
+    from distributed import Client, LocalCluster, as_completed
+    cluster = None
+    if scheduler is None:
+        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None)
+    client = Client(scheduler or cluster)
+    try:
+        info = {"scheduler": client.scheduler.address, "workers": len(client.scheduler_info()["workers"])}
+        futures = [client.submit(run_task, t, key=f"hil-run-{t.variant.id}", retries=RETRIES, pure=False)
+                   for t in todo]
+        for future in as_completed(futures):
+            on_row(future.result())
+        return info
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()
+
+
+def run_sweep(spec: SweepSpec, out_dir: str, workers: int = 2, scheduler: str | None = None, progress=None) -> dict:
+    """Run what is left of ``spec`` into ``out_dir``; ``workers`` 0 runs in this process; ``progress(row, done,
+    total)`` after each run. Returns the counts, the wall time and where the results are."""
+    os.makedirs(out_dir, exist_ok=True)
+    todo = tasks(spec, out_dir)
+    if spec.keep_recordings:
+        os.makedirs(os.path.join(out_dir, "runs"), exist_ok=True)
+    total, count = len(todo), [0]
+
+    def on_row(row):
+        _append(out_dir, row)
+        count[0] += 1
+        if progress is not None:
+            progress(row, count[0], total)
+
+    t0 = time.perf_counter()
+    info = {"scheduler": None, "workers": 0}
+    if todo:
+        if workers == 0 and scheduler is None:
+            _local(todo, on_row)
+        else:
+            info = _dask(todo, on_row, workers, scheduler)
+    wall = time.perf_counter() - t0
+    return {"runs": len(variants(spec)), "run_now": total, "skipped": len(variants(spec)) - total, "wall_s": wall,
+            "results_csv": write_csv(out_dir, spec.keys), "results_jsonl": os.path.join(out_dir, "results.jsonl"),
+            **info}
