@@ -117,5 +117,14 @@ def check_output_path(path: Path, option: str) -> None:
         raise BadInputError(f"{option} {path} is a directory")
 
 
+def key_value_table(title: str):
+    """A two-column summary table (bold names, values) as every command prints its result."""
+    from rich.table import Table
+    table = Table(title=title, show_header=False)
+    table.add_column(style="bold")
+    table.add_column()
+    return table
+
+
 def print_json(doc) -> None:
     sys.stdout.write(json.dumps(doc, indent=2) + "\n")

@@ -11,7 +11,15 @@ import typer
 from rich.table import Table
 
 from hil import __version__
-from hil.cli.common import BadInputError, check_output_path, load_model_options, out_console, print_json, user_errors
+from hil.cli.common import (
+    BadInputError,
+    check_output_path,
+    key_value_table,
+    load_model_options,
+    out_console,
+    print_json,
+    user_errors,
+)
 from hil.files import write_state_json
 from sim.config import ModelConfig
 
@@ -141,9 +149,7 @@ def model_equilibrium(
 
 def _print_equilibrium(model, res, start: str, solve_s: float, dq_published_deg: float, out: Optional[Path]) -> None:
     q_deg = np.degrees(np.asarray(res.x[: len(model.dof_names)]))
-    summary = Table(title="Passive equilibrium (zero excitation)", show_header=False)
-    summary.add_column(style="bold")
-    summary.add_column()
+    summary = key_value_table("Passive equilibrium (zero excitation)")
     for name, v in zip(model.dof_names, q_deg):
         summary.add_row(f"{name} (deg)", f"{v:.3f}")
     summary.add_row("residual RMS", f"{res.residual_rms:.3g}")

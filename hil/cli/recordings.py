@@ -11,7 +11,7 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from hil.cli.common import ExitCode, check_output_path, out_console, print_json, user_errors, warn
+from hil.cli.common import ExitCode, check_output_path, key_value_table, out_console, print_json, user_errors, warn
 
 
 def export(
@@ -63,9 +63,7 @@ def report(
     if json_out:
         print_json(doc)
         return
-    table = Table(title=f"hil report {run_file}", show_header=False)
-    table.add_column(style="bold")
-    table.add_column()
+    table = key_value_table(f"hil report {run_file}")
     table.add_row("ticks", f"{doc['ticks']} ({doc['duration_s']:.3f} s simulated)")
     table.add_row("lateness (us)", "p50 {p50:.1f}  p99 {p99:.1f}  max {max:.1f}".format(**doc["lateness_us"]))
     table.add_row("deadline misses", str(doc["deadline_misses"]))

@@ -9,7 +9,6 @@ from typing import Annotated, Optional
 
 import typer
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
-from rich.table import Table
 from rich.text import Text
 
 from hil.cli.common import (
@@ -19,6 +18,7 @@ from hil.cli.common import (
     check_output_path,
     err_console,
     error,
+    key_value_table,
     out_console,
     print_json,
     user_errors,
@@ -183,9 +183,7 @@ def _run_offline(cfg, config: Path, duration: float, record: Optional[Path], jso
     if json_out:
         print_json(doc)
     else:
-        table = Table(title=f"hil run --offline {config}", show_header=False)
-        table.add_column(style="bold")
-        table.add_column()
+        table = key_value_table(f"hil run --offline {config}")
         table.add_row("ticks", f"{result.ticks} x {cfg.loop.period_s * 1e3:g} ms = {simulated:g} s simulated "
                                f"(stopped by {result.stopped_by})")
         table.add_row("wall time", f"{result.wall_s:.3f} s: {doc['realtime_factor']:.1f}x real time")
@@ -201,9 +199,7 @@ def _run_offline(cfg, config: Path, duration: float, record: Optional[Path], jso
 
 
 def _print_run_summary(config: Path, period_s: float, summary: RunResult) -> None:
-    table = Table(title=f"hil run {config}", show_header=False)
-    table.add_column(style="bold")
-    table.add_column()
+    table = key_value_table(f"hil run {config}")
     lat = summary.lateness_us
     table.add_row("ticks", f"{summary.ticks} x {period_s * 1e3:g} ms (stopped by "
                            f"{summary.stopped_by})")

@@ -9,7 +9,6 @@ from typing import Annotated, Optional
 import numpy as np
 import typer
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
-from rich.table import Table
 
 from hil.cli.common import (
     SCHEME_HELP,
@@ -19,6 +18,7 @@ from hil.cli.common import (
     check_output_path,
     err_console,
     error,
+    key_value_table,
     load_model_options,
     out_console,
     positive,
@@ -121,9 +121,7 @@ def _run_steps(plant, schedule, recorder: OutputRecorder, n_steps: int, step: fl
 def _print_summary(duration: float, step: float, n_steps: int, wall_s: float, warmup_s: float, plant, schedule,
                    recorder: OutputRecorder, out: Path) -> None:
     sim_s = n_steps * step
-    summary = Table(title="hil simulate", show_header=False)
-    summary.add_column(style="bold")
-    summary.add_column()
+    summary = key_value_table("hil simulate")
     if not math.isclose(sim_s, duration, rel_tol=0.0, abs_tol=1e-9):
         summary.add_row("note", f"--duration {duration} s is not a multiple of --step; "
                                 f"simulated {sim_s:.6g} s")

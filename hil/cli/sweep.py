@@ -6,9 +6,8 @@ from typing import Annotated, Optional
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-from rich.table import Table
 
-from hil.cli.common import BadInputError, err_console, out_console, print_json, user_errors
+from hil.cli.common import BadInputError, err_console, key_value_table, out_console, print_json, user_errors
 
 
 def sweep(
@@ -42,9 +41,7 @@ def sweep(
     if json_out:
         print_json(summary)
         return
-    table = Table(title=f"hil sweep {sweep_file}", show_header=False)
-    table.add_column(style="bold")
-    table.add_column()
+    table = key_value_table(f"hil sweep {sweep_file}")
     table.add_row("runs", f"{summary['runs']} ({summary['run_now']} run now, {summary['skipped']} already done)")
     table.add_row("wall time", f"{summary['wall_s']:.1f} s on {summary['workers'] or 'this process'}"
                                f"{' worker(s) of ' + summary['scheduler'] if summary['scheduler'] else ''}")
