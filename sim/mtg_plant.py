@@ -17,7 +17,7 @@ import numpy as np
 from sim._bundle import Bundle
 from sim._mtg_step import MTG_STEP_BAD_INPUT, MTG_STEP_MESSAGES, MTG_STEP_OK, bundle_refresh, bundle_steps, new_mtg_work
 from sim.mtg_model import MtgModel
-from sim.plant import FixedStepPlant, InvalidInputError, PlantDivergedError
+from sim.plant import FixedStepPlant, InvalidInputError
 
 MTG_SCHEME = "linearly-implicit-euler"
 
@@ -54,6 +54,8 @@ class MtgPlant(FixedStepPlant):
     """
 
     scheme = MTG_SCHEME
+    STATUS_OK = MTG_STEP_OK
+    STATUS_BAD_INPUT = MTG_STEP_BAD_INPUT
 
     def __init__(self, model: MtgModel, step_s: float = 0.004, initial_state=None) -> None:
         super().__init__(model, step_s, model.n_states, model.n_muscles)
@@ -79,7 +81,7 @@ class MtgPlant(FixedStepPlant):
         self._u[:] = 0.0
         self.steps = 0
         self.failed = False
-        bundle_refresh(self._bundle, self._x)
+        self.refresh_outputs()
 
     def step(self, u) -> None:
         """Advance one step; ``u`` (n,) is the MTG excitation at the end of the step."""
@@ -97,30 +99,8 @@ class MtgPlant(FixedStepPlant):
         caller (``bundle.items`` unpacked as (A, W)); bracket the call with begin_steps/finish_steps."""
         return self._bundle, self._x, self._u, self._loads, self.step_s
 
-    def begin_steps(self) -> bool:
-        if self.failed:
-            raise PlantDivergedError("the plant diverged earlier; call reset() first")
-        return False
+    def failure_message(self, status: int) -> str:
+        return MTG_STEP_MESSAGES[status]
 
-    def finish_steps(self, status: int, n_clipped: int, n_done: int, u: np.ndarray) -> None:
-        self.clipped_total += n_clipped
-        self.steps += n_done
-        if status == MTG_STEP_OK:
-            return
-        if status == MTG_STEP_BAD_INPUT:
-            bad = [self.model.muscle_names[i] for i in np.flatnonzero(~np.isfinite(u))[:5]]
-            raise InvalidInputError(f"excitation is NaN or infinite for {', '.join(bad)}")
-        self.failed = True
-        raise PlantDivergedError(f"step {self.steps + 1} (t = {self.time + self.step_s:.4f} s): "
-                                 f"{MTG_STEP_MESSAGES[status]}; state kept at t = {self.time:.4f} s")
-
-    def warmup(self, run_step=None) -> None:
-        """Compile (or load from cache) and run the kernels once; the state is unchanged."""
-        saved = (self._x.copy(), self._u.copy(), self.steps, self.clipped_total)
-        if run_step is None:
-            self.step(self._u.copy())
-        else:
-            run_step()
-        self._x[:], self._u[:] = saved[0], saved[1]
-        self.steps, self.clipped_total = saved[2], saved[3]
+    def refresh_outputs(self) -> None:
         bundle_refresh(self._bundle, self._x)

@@ -99,7 +99,12 @@ def _as_state(values, name: str) -> np.ndarray:
 
 class FixedStepPlant:
     """What every plant shares: the step size, the step and clipping counters, the state, excitation and load
-    vectors and the workspace (subclasses fill ``_work`` and ``outputs`` and step them)."""
+    vectors, the workspace, and the bracket of a compiled caller's steps (:meth:`begin_steps`,
+    :meth:`finish_steps`, :meth:`warmup`). Subclasses fill ``_work`` and ``outputs``, step them, name their
+    kernels' status codes and say what a failure means (:meth:`failure_message`)."""
+
+    STATUS_OK = 0
+    STATUS_BAD_INPUT = -1       # the subclass's kernels' code for a non-finite excitation
 
     def __init__(self, model, step_s: float, n_states: int, n_muscles: int) -> None:
         if not (isinstance(step_s, (int, float)) and math.isfinite(step_s) and 1e-5 <= step_s <= 0.02):
@@ -112,6 +117,7 @@ class FixedStepPlant:
         self.clipped_total = 0
         self.steps = 0
         self.failed = False
+        self._stale = False         # the first step must re-evaluate (the loads changed)
 
     @property
     def x(self) -> np.ndarray:
@@ -158,6 +164,57 @@ class FixedStepPlant:
     def loads_changed(self) -> None:
         """Called when the loads change (the DAS3 plant then re-evaluates before its next step)."""
 
+    # -- stepping from a compiled caller --------------------------------------------------------------
+    def begin_steps(self) -> bool:
+        """Refuse a diverged plant; returns whether the first step must re-evaluate (the loads changed)."""
+        if self.failed:
+            raise PlantDivergedError("the plant diverged earlier; call reset() first")
+        return self._stale
+
+    def finish_steps(self, status: int, n_clipped: int, n_done: int, u: np.ndarray) -> None:
+        """Book ``n_done`` good steps (``n_clipped`` clipped excitations) and raise if a step failed with
+        ``status`` (the plant then keeps its last good state and refuses to step until reset)."""
+        if n_done:
+            self._stale = False
+        self.clipped_total += n_clipped
+        self.steps += n_done
+        if status == self.STATUS_OK:
+            return
+        if status == self.STATUS_BAD_INPUT:
+            bad = [self.model.muscle_names[i] for i in np.flatnonzero(~np.isfinite(u))[:5]]
+            raise InvalidInputError(f"excitation is NaN or infinite for {', '.join(bad)}")
+        self.failed = True
+        raise PlantDivergedError(f"step {self.steps + 1} (t = {self.time + self.step_s:.4f} s): "
+                                 f"{self.failure_message(status)}; state kept at t = {self.time:.4f} s")
+
+    def failure_message(self, status: int) -> str:
+        """What a failed step's ``status`` means."""
+        raise NotImplementedError
+
+    def warmup(self, run_step=None) -> None:
+        """Compile (or load from cache) and run every kernel once; the plant state is unchanged.
+
+        ``run_step``: what steps the plant (default: one ``step`` holding the excitation), e.g. a compiled
+        caller of the plant's kernels warming up its own kernel."""
+        arrays = self.state_arrays()
+        saved = [a.copy() for a in arrays], self.steps, self.clipped_total
+        if run_step is None:
+            self.step(self._u.copy())
+        else:
+            run_step()
+        for a, copy in zip(arrays, saved[0]):
+            a[:] = copy
+        self.steps, self.clipped_total = saved[1], saved[2]
+        self.refresh_outputs()
+
+    def state_arrays(self) -> tuple:
+        """The arrays a step changes (restored after :meth:`warmup`)."""
+        return self._x, self._u
+
+    def refresh_outputs(self) -> None:
+        """Outputs (and derivatives) of the current state, after it was set from outside a step."""
+        raise NotImplementedError
+
 
 class Plant(FixedStepPlant):
     """Fixed-step DAS3 plant. ``step(u)`` advances by ``step_s`` with excitation u at the step's end.
@@ -167,6 +224,9 @@ class Plant(FixedStepPlant):
     Excitations outside [0, 1] are clipped and counted in :attr:`clipped_total`; NaN/inf raise
     :class:`InvalidInputError` without touching the state.
     """
+
+    STATUS_OK = STEP_OK
+    STATUS_BAD_INPUT = STEP_BAD_INPUT
 
     def __init__(self, model: Das3Model, step_s: float = 0.004, initial_state=None,
                  residual_limit: float = 1e6, scheme: str = "activation") -> None:
@@ -179,7 +239,6 @@ class Plant(FixedStepPlant):
         self._work = new_plant_work(model.arrays)
         self._bundle = Bundle((model.arrays, self._work))
         self._xd = np.zeros(N_STATES)
-        self._stale = False
         self.outputs = PlantOutputs(self._x, self._work)
         self.reset(initial_state)
 
@@ -229,42 +288,15 @@ class Plant(FixedStepPlant):
         return (self._bundle, self._x, self._xd, self._u, self._loads, self.step_s, self.residual_limit,
                 self._scheme_code)
 
-    def begin_steps(self) -> bool:
-        """Refuse a diverged plant; returns whether the first step must re-evaluate (the loads changed)."""
-        if self.failed:
-            raise PlantDivergedError("the plant diverged earlier; call reset() first")
-        return self._stale
-
-    def finish_steps(self, status: int, n_clipped: int, n_done: int, u: np.ndarray) -> None:
-        """Book ``n_done`` good steps (``n_clipped`` clipped excitations) and raise if a step failed with
-        ``status`` (the plant then keeps its last good state and refuses to step until reset)."""
-        if n_done:
-            self._stale = False
-        self.clipped_total += n_clipped
-        self.steps += n_done
-        if status == STEP_OK:
-            return
-        if status == STEP_BAD_INPUT:
-            bad = [self.model.muscle_names[i] for i in np.flatnonzero(~np.isfinite(u))[:5]]
-            raise InvalidInputError(f"excitation is NaN or infinite for {', '.join(bad)}")
-        self.failed = True
+    def failure_message(self, status: int) -> str:
         what = STEP_MESSAGES[status]
         if status == STEP_FIBRE_COLLAPSE:
             what = f"{self.model.muscle_names[self._work.st.failed_muscle[0]]}: {what}"
-        raise PlantDivergedError(f"step {self.steps + 1} (t = {self.time + self.step_s:.4f} s): "
-                                 f"{what}; state kept at t = {self.time:.4f} s")
+        return what
 
-    def warmup(self, run_step=None) -> None:
-        """Compile (or load from cache) and run every kernel once; the plant state is unchanged.
+    def state_arrays(self) -> tuple:
+        return self._x, self._xd, self._u
 
-        ``run_step``: what steps the plant (default: one :meth:`step` holding the excitation), e.g. a
-        compiled caller of :func:`sim._step.plant_steps` warming up its own kernel."""
-        saved = (self._x.copy(), self._xd.copy(), self._u.copy(), self.steps, self.clipped_total)
-        if run_step is None:
-            self.step(self._u.copy())
-        else:
-            run_step()
-        self._x[:], self._xd[:], self._u[:] = saved[0], saved[1], saved[2]
-        self.steps, self.clipped_total = saved[3], saved[4]
+    def refresh_outputs(self) -> None:
         bundle_prime(self._bundle, self._x, self._xd, self._u, self._loads)
         self._stale = False
