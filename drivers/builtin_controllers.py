@@ -101,8 +101,7 @@ class ElbowHoldController(Controller):
         t = _table(settings)
         n = len(settings.channel_names)
         if n == 0:
-            raise ConfigTable({}, settings.config_key, settings.config_file).error(
-                "controller", "elbow_hold drives stimulation channels: set [stimulation] mode = \"channels\"")
+            raise t.error("controller", "elbow_hold drives stimulation channels: set [stimulation] mode = \"channels\"")
         self.flexor = t.integer("flexor_channel", REQUIRED, 1, n)
         self.extensor = t.integer("extensor_channel", REQUIRED, 1, n)
         if self.flexor == self.extensor:

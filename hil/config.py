@@ -159,11 +159,16 @@ def _anchor_relative_paths(doc: dict, base: str) -> None:
         entries = doc.get(table)
         for entry in entries if isinstance(entries, list) else [entries]:
             value = entry.get(key) if isinstance(entry, dict) else None
-            if key == "controller" and isinstance(value, str) and ".py:" in value and not os.path.isabs(value):
-                entry[key] = os.path.join(base, value)     # file.py:Class (module:Class and names are not files)
-            elif key != "controller" and isinstance(value, str) and value and value not in ("equilibrium", "default") \
-                    and not os.path.isabs(value):
+            if _relative_file_name(key, value):
                 entry[key] = os.path.join(base, value)
+
+
+def _relative_file_name(key: str, value) -> bool:
+    """Whether a path key's value is a relative file name: not ``equilibrium`` or ``default``, and for
+    ``controller`` only the ``file.py:Class`` form (``module:Class`` and entry-point names are not files)."""
+    if not isinstance(value, str) or not value or os.path.isabs(value):
+        return False
+    return ".py:" in value if key == "controller" else value not in ("equilibrium", "default")
 
 
 #: Longest run ``hil run --duration`` accepts, s: a month is the longest a lab service plausibly runs

@@ -32,7 +32,7 @@ from drivers.contract import (
 )
 from hil.counters import RunCounters
 from hil.safety import GHMonitor, RangeOfMotion, SafetyConfig, Watchdog
-from hil.sensor import SensorModel
+from hil.sensor import ELBOW, SensorModel
 from hil.stimulation import no_delay_line, no_fatigue, no_stimulation_params
 from hil.tick_kernel import tick_arrays, tick_function
 from sim.plant import Plant
@@ -82,7 +82,7 @@ class TickEngine:
                             hold_ticks=int(round(safety.gh_zero_hold_s / period_s)), alarm_ticks=c.gh_unstable_ticks)
         self.rom = RangeOfMotion(plant.model.dof_ranges, safety.rom_margin_rad, safety.rom_action,
                                  hold_ticks=int(round(safety.rom_zero_hold_s / period_s)), alarm_ticks=c.rom_alarm_ticks)
-        self.gh_modelled = getattr(plant.model, "has_glenohumeral", True)   # the MTG arm has no GH model
+        self.gh_modelled = plant.model.has_glenohumeral   # the MTG arm has no GH model
         if self.gh_modelled:
             self.gh.prime(plant.outputs.gh_stability)
         self.rom.prime(plant.outputs.q)
@@ -101,6 +101,11 @@ class TickEngine:
         self._tick_arrays = tick_arrays(plant, self.latched, self.direct, self.applied, self.u, stim_params,
                                         self.emd, self.fatigue, stimulation is not None, self.rom.lo, self.rom.hi,
                                         sensor.frame_views, substeps)
+
+    @property
+    def elbow_flexion_rad(self) -> float:
+        """The plant's elbow flexion (ELx) now: the figure the run's progress and summary show."""
+        return float(self.plant.outputs.q[ELBOW])
 
     @property
     def has_fatigue(self) -> bool:

@@ -7,6 +7,7 @@ time, so an offline run of them would not be a run of anything (replay a recordi
 instead, :mod:`hil.replay`)."""
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 
@@ -102,7 +103,6 @@ def run_offline(cfg: ServiceConfig, n_ticks: int, listeners: list[TickListener] 
         if recorder is not None:
             recorder.close()
     stopped = result is not None and result.stop
-    elbow = float(np.degrees(engine.plant.outputs.q[model.dof_names.index("ELx")]))
     return OfflineResult(ticks=tick + 1 if result is not None else 0,
                          stopped_by=result.stop_reason if stopped else "duration", stop_detail=engine.stop_detail,
-                         wall_s=wall, final_elbow_deg=elbow)
+                         wall_s=wall, final_elbow_deg=math.degrees(engine.elbow_flexion_rad))

@@ -112,13 +112,12 @@ class HealthCheck:
     def __init__(self, run: "RealtimeRun", loop, status) -> None:
         self.run, self.loop, self.status = run, loop, status
         self.announced: set[int] = set()     # drivers whose death was said on stderr
-        self.elbow = run.engine.plant.model.dof_names.index("ELx")
 
     def __call__(self, tick: int) -> None:
         run, status, engine = self.run, self.status, self.run.engine
         status.ticks = tick
         status.gh_stability = engine.plant.outputs.gh_stability
-        status.elbow_deg = math.degrees(engine.plant.outputs.q[self.elbow])
+        status.elbow_deg = math.degrees(engine.elbow_flexion_rad)
         status.watchdog_trips = engine.watchdog.trips
         if status.stop_request:
             self.loop.request_stop("signal")

@@ -56,18 +56,21 @@ def _config_file(cfg: ServiceConfig, name: str) -> str:
 def build_plant(cfg: ServiceConfig):
     """(model, plant) of ``[plant] type``: the DAS3 plant, or the reduced MTG arm on the DAS3 segments."""
     das3 = load_model(cfg.model)
-    model = das3
-    if cfg.plant.type == "mtg":
-        from sim.mtg_model import load_mtg_model
-        params = cfg.plant.mtg_parameters
-        model = load_mtg_model(das3, None if params == "default" else _config_file(cfg, params))
-    x0 = None if cfg.plant.initial == "equilibrium" else load_state_file(_config_file(cfg, cfg.plant.initial),
-                                                                         model.n_states)
     step = cfg.loop.period_s / cfg.loop.substeps
     if cfg.plant.type == "mtg":
+        from sim.mtg_model import load_mtg_model
         from sim.mtg_plant import MtgPlant
-        return model, MtgPlant(model, step_s=step, initial_state=x0)
-    return model, Plant(model, step_s=step, initial_state=x0, scheme=cfg.plant.scheme)
+        params = cfg.plant.mtg_parameters
+        model = load_mtg_model(das3, None if params == "default" else _config_file(cfg, params))
+        return model, MtgPlant(model, step_s=step, initial_state=_initial_state(cfg, model))
+    return das3, Plant(das3, step_s=step, initial_state=_initial_state(cfg, das3), scheme=cfg.plant.scheme)
+
+
+def _initial_state(cfg: ServiceConfig, model):
+    """``[plant] initial``: None for the model's own resting state, else the state file's values."""
+    if cfg.plant.initial == "equilibrium":
+        return None
+    return load_state_file(_config_file(cfg, cfg.plant.initial), model.n_states)
 
 
 def build_tick_engine(cfg: ServiceConfig, counters=None):
@@ -229,7 +232,7 @@ def run_summary(run, summary, driver_stats: dict, lost_drivers: list[str], unwri
         commands_rejected={f"{d}:{r}": n for (d, r), n in engine.rejected.items()},
         commands_clamped={f"{d}:{r}": n for (d, r), n in engine.clamped.items()},
         commands_unrecorded=summary.commands_unrecorded,
-        final_elbow_deg=math.degrees(engine.plant.outputs.q[engine.plant.model.dof_names.index("ELx")]),
+        final_elbow_deg=math.degrees(engine.elbow_flexion_rad),
         drivers=driver_stats, drivers_lost=lost_drivers, recording=None if rec is None else rec.path,
         recording_failure="" if rec is None else rec.failure,
         records_dropped={n: r.dropped for n, r in ({} if rec is None else rec.rings).items()},

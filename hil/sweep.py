@@ -101,15 +101,15 @@ def finished_ids(out_dir: str) -> set[str]:
     return done
 
 
-def tasks(spec: SweepSpec, out_dir: str) -> list[RunTask]:
-    """The runs of ``spec`` not yet in ``out_dir``, with their config documents."""
+def tasks(spec: SweepSpec, runs: list[Variant], out_dir: str) -> list[RunTask]:
+    """The ``runs`` of ``spec`` not yet in ``out_dir``, with their config documents."""
     from hil.config import merged_document
     base = merged_document(spec.base)
     done = finished_ids(out_dir)
     runs_dir = os.path.join(out_dir, "runs")
     return [RunTask(v, apply_overrides(base, v.values, spec.path), spec.base, spec.duration_s,
                     os.path.join(runs_dir, f"{v.id}.hilrec") if spec.keep_recordings else None, spec.settling_band_rad)
-            for v in variants(spec) if v.id not in done]
+            for v in runs if v.id not in done]
 
 
 def _append(out_dir: str, row: dict) -> None:
@@ -166,7 +166,8 @@ def run_sweep(spec: SweepSpec, out_dir: str, workers: int = 2, scheduler: str | 
     """Run what is left of ``spec`` into ``out_dir``; ``workers`` 0 runs in this process; ``progress(row, done,
     total)`` after each run. Returns the counts, the wall time and where the results are."""
     os.makedirs(out_dir, exist_ok=True)
-    todo = tasks(spec, out_dir)
+    runs = variants(spec)
+    todo = tasks(spec, runs, out_dir)
     if spec.keep_recordings:
         os.makedirs(os.path.join(out_dir, "runs"), exist_ok=True)
     total, count = len(todo), [0]
@@ -185,6 +186,6 @@ def run_sweep(spec: SweepSpec, out_dir: str, workers: int = 2, scheduler: str | 
         else:
             info = _dask(todo, on_row, workers, scheduler)
     wall = time.perf_counter() - t0
-    return {"runs": len(variants(spec)), "run_now": total, "skipped": len(variants(spec)) - total, "wall_s": wall,
+    return {"runs": len(runs), "run_now": total, "skipped": len(runs) - total, "wall_s": wall,
             "results_csv": write_csv(out_dir, spec.keys), "results_jsonl": os.path.join(out_dir, "results.jsonl"),
             **info}

@@ -84,4 +84,4 @@ def _finish(outputs, rom_lo, rom_hi, frame, tick, time_s, all_done):
 
 def tick_function(plant):
     """The compiled tick for this plant: :func:`compute_tick_mtg` for the MTG arm, else :func:`compute_tick`."""
-    return compute_tick_mtg if getattr(plant.model, "kind", "das3") == "mtg" else compute_tick
+    return compute_tick_mtg if plant.model.kind == "mtg" else compute_tick

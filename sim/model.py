@@ -11,7 +11,7 @@ import hashlib
 import json
 from dataclasses import dataclass, replace
 from importlib import resources
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 import numpy as np
 
@@ -111,6 +111,9 @@ THELEN_TAU_ACT, THELEN_TAU_DEACT = 0.010, 0.040   # s (John, "Complete Descripti
 @dataclass(frozen=True)
 class Das3Model:
     """The DAS3 model: names and ranges for people, :attr:`arrays` for the kernels. Immutable."""
+
+    kind: ClassVar[str] = "das3"                 # the plant it drives (sim.mtg_model.MtgModel: "mtg")
+    has_glenohumeral: ClassVar[bool] = True      # GH force and stability are modelled
 
     config: ModelConfig
     arrays: ModelArrays
