@@ -15,6 +15,9 @@ A driver connects one external (or in-process) controller to the HIL loop. Its r
 5. :meth:`Driver.shutdown` is idempotent; ``__del__`` warns only about drivers that finished ``__init__``.
 6. A driver knows the run only through its :class:`DriverContext` (model sizes and names, channels,
    period, scheduling), never the engine.
+7. A driver may add streams to the run's recording (:meth:`Driver.record_streams`, e.g. a controller
+   plug-in's state): after each fetch the loop takes the rows that fetch produced (:meth:`Driver.take_records`)
+   and records them before the tick's own record.
 
 Validation against stimulation limits, latching (zero-order hold), the watchdog, recording and metrics
 live in the loop's sink, so every transport behaves the same. Backends are registered by name in
@@ -131,6 +134,14 @@ class Driver(ABC):
         """The most command-log entries one fetch can produce (the engine's log is sized from the sum
         over the run's drivers, so no accepted command is ever left out of a recording)."""
         return 1024
+
+    def record_streams(self) -> dict[str, np.dtype]:
+        """Rule 7: the recording streams this driver fills (name -> record dtype); none by default."""
+        return {}
+
+    def take_records(self, stream: str) -> np.ndarray:
+        """Rule 7: the rows of ``stream`` the last fetch produced (a view, valid until the next fetch)."""
+        raise KeyError(stream)
 
     @property
     def stats(self) -> dict:

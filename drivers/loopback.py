@@ -11,6 +11,11 @@ what the controller gets wrong is counted and logged per reason like a bad frame
   that are not numbers, or more than ``max_commands`` commands: ``controller_malformed``.
 
 Neither counts as a sign of life, so a failing controller trips the watchdog as a silent one does.
+
+A controller whose ``state()`` has keys right after ``reset`` gets a recording stream ``controller<index>``
+(:meth:`Driver.record_streams`): after every call of ``step`` one row of the tick and those keys' values. A
+``state()`` that raises, or lacks a key or gives a value that is not a number, is counted the same way and its
+row is NaN.
 """
 from __future__ import annotations
 
@@ -34,6 +39,8 @@ from sim.errors import UserInputError
 log = logging.getLogger(__name__)
 DRIVER_KEYS = ("type", "controller", "rate_hz")
 """The loopback table's own keys; the others are the controller's parameters."""
+MAX_STATE_VALUES = 256
+"""The most state() keys a controller may record."""
 
 
 class LoopbackDriver(Driver):
@@ -49,16 +56,51 @@ class LoopbackDriver(Driver):
         self.groups = set(settings.group_names)
         self.last_frame = None
         self.errors_logged: set[str] = set()
+        self.state_names = state_names(controller)
+        self.stream = f"controller{index}"
+        self.state_rows = np.zeros(1, state_dtype(self.state_names))
+        self.n_state = 0
         super().__init__(index)
 
+    def record_streams(self) -> dict[str, np.dtype]:
+        return {self.stream: self.state_rows.dtype} if self.state_names else {}
+
+    def take_records(self, stream: str) -> np.ndarray:
+        if stream != self.stream or not self.state_names:
+            raise KeyError(stream)
+        return self.state_rows[:self.n_state]
+
     def fetch(self, tick: int, now_ns: int, sink: CommandSink) -> None:
+        self.n_state = 0
         if tick % self.every:
             return
         try:
             commands = self.controller.step(tick, tick * self.settings.period_s, self.last_frame)
         except Exception as exc:        # the plug-in's own bug: counted, the loop goes on
             self._fault(sink, now_ns, "controller_error", f"{type(exc).__name__}: {exc}")
-            return
+            commands = None
+        if self.state_names:
+            self._record_state(tick, sink, now_ns)
+        self._take(commands, sink, now_ns)
+
+    def _record_state(self, tick: int, sink: CommandSink, now_ns: int) -> None:
+        """One row of the controller's state after its step (NaN where state() fails)."""
+        row = self.state_rows[0]
+        row["tick"] = tick
+        try:
+            state = self.controller.state()
+            for name in self.state_names:
+                row[name] = float(state[name])
+        except Exception as exc:
+            for name in self.state_names:
+                row[name] = np.nan
+            malformed = isinstance(exc, (KeyError, TypeError, ValueError))
+            self._fault(sink, now_ns, "controller_malformed" if malformed else "controller_error",
+                        f"state(): {type(exc).__name__}: {exc}")
+        self.n_state = 1
+
+    def _take(self, commands, sink: CommandSink, now_ns: int) -> None:
+        """Hand one step's return value to the sink (module docstring)."""
         if commands is None:            # silent this call: no sign of life
             return
         try:
@@ -117,6 +159,25 @@ class LoopbackDriver(Driver):
         return cls(controller, settings, index=ctx.index)
 
 
+def state_names(controller: Controller) -> tuple[str, ...]:
+    """The keys of ``controller.state()`` (right after reset): the columns of its recording stream."""
+    state = controller.state()
+    if not isinstance(state, Mapping):
+        raise TypeError(f"state() must return a dict of name -> number, not a {type(state).__name__}")
+    names = tuple(state)
+    bad = [n for n in names if not isinstance(n, str) or not n.isidentifier() or n == "tick"]
+    if bad:
+        raise ValueError(f"state() keys must be identifiers other than 'tick', not {bad[0]!r}")
+    if len(names) > MAX_STATE_VALUES:
+        raise ValueError(f"state() has {len(names)} keys, more than {MAX_STATE_VALUES}")
+    return names
+
+
+def state_dtype(names: tuple[str, ...]) -> np.dtype:
+    """A state row: the tick of the controller call and one float64 per state key."""
+    return np.dtype([("tick", "<u8"), *((n, "<f8") for n in names)])
+
+
 def controller_settings(table: dict, ctx: DriverContext) -> ControllerSettings:
     """The run's settings for the controller of ``table`` (its ``rate_hz`` checked)."""
     t = ConfigTable(table, f"driver[{ctx.index}]", ctx.file)
@@ -149,4 +210,8 @@ def make_controller(table: dict, ctx: DriverContext) -> tuple[Controller, Contro
         raise t.error("controller", f"{spec}.reset: {type(exc).__name__}: {exc}") from None
     if not (isinstance(controller.max_commands, int) and controller.max_commands >= 1):
         raise t.error("controller", f"{spec}: max_commands must be an integer >= 1")
+    try:
+        state_names(controller)
+    except Exception as exc:
+        raise t.error("controller", f"{spec}.state: {type(exc).__name__}: {exc}") from None
     return controller, settings

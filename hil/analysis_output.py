@@ -14,6 +14,7 @@ import numpy as np
 from hil.report import glenoid_angles, pyplot_agg, save_png
 from sim.max_moment import literature_curves
 from sim.model import MUS_FMAX
+from sim.muscle_groups import group_members
 from sim.static_opt import CRITERION_UNITS, StaticOptError, StaticSolution
 
 GIRDLE_COLUMNS = ("SCy_deg", "SCz_deg", "SCx_deg", "ACy_deg", "ACz_deg", "ACx_deg")
@@ -119,19 +120,11 @@ def write_trajectory(out_dir: Path, sols: list, model) -> None:
     plot_trajectory(out_dir / "trajectory.png", sols, model)
 
 
-def muscle_groups(names) -> dict[str, list[int]]:
-    """Muscle elements by muscle (the name without its element number)."""
-    groups: dict[str, list[int]] = {}
-    for i, n in enumerate(names):
-        groups.setdefault(n.rstrip("0123456789"), []).append(i)
-    return groups
-
-
 def plot_trajectory(path: Path, sols: list, model, n_groups: int = 8) -> None:
     plt = pyplot_agg()
     elevation = np.degrees([s.th_angles[1] for s in sols])
     forces = np.array([s.force for s in sols])
-    groups = muscle_groups(model.muscle_names)
+    groups = group_members(model.muscle_names)
     totals = {g: forces[:, idx].sum(axis=1) for g, idx in groups.items()}
     strongest = sorted(totals, key=lambda g: -totals[g].max())[:n_groups]
     fig, (ax, gx) = plt.subplots(1, 2, figsize=(13, 5), gridspec_kw={"width_ratios": [2, 1]})

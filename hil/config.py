@@ -210,6 +210,9 @@ def service_config_from_dict(merged: dict, path: str) -> ServiceConfig:
     if plant.mtg_parameters != "default" and plant.type != "mtg":
         raise ConfigError("mtg_parameters needs type = \"mtg\"", file=path, key="plant.mtg_parameters")
     model = model_config_from_table(merged.get("model", {}), file=path, prefix="model.")
+    if plant.type == "mtg" and model.strength:
+        raise ConfigError("scales the DAS3 muscles; the mtg plant's strength is its parameter file "
+                          "(plant.mtg_parameters, e.g. from hil fit mtg)", file=path, key="model.strength")
 
     t = ConfigTable.section(merged, "safety", path)
     safety = SafetyConfig(

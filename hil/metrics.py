@@ -66,8 +66,9 @@ def default_schema(drivers: list[str], reasons: list[str], fatigue_channels=()) 
         MetricSpec("hil_commands_unrecorded_total", "counter",
                    "Command-log entries that did not reach the recording (log or ring full)."),
         MetricSpec("hil_records_unwritten_total", "counter",
-                   "Records the recorder did not write (ring full, recorder dead or write failed).",
-                   ("stream",), (("ticks",), ("commands",))),
+                   "Records the recorder did not write (ring full, recorder dead or write failed); stream "
+                   "\"drivers\": the streams drivers add (controller state).",
+                   ("stream",), (("ticks",), ("commands",), ("drivers",))),
         MetricSpec("hil_driver_failures_total", "counter", "Driver transports (link processes) that died.",
                    ("driver",), d),
         MetricSpec("hil_exporter_restarts_total", "counter", "Metrics exporter processes restarted after dying."),
@@ -204,7 +205,8 @@ class LoopMetrics:
         self.misses = block.counter("hil_deadline_misses_total")
         self.clipped = block.counter("hil_excitation_clipped_total")
         self.unrecorded = block.counter("hil_commands_unrecorded_total")
-        self.unwritten = {s: block.counter("hil_records_unwritten_total", stream=s) for s in ("ticks", "commands")}
+        self.unwritten = {s: block.counter("hil_records_unwritten_total", stream=s)
+                          for s in ("ticks", "commands", "drivers")}
         self.gh = block.gauge("hil_gh_stability")
         self.rtf = block.gauge("hil_realtime_factor")
         self.running = block.gauge("hil_running")

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hil.config import ServiceConfig
-from hil.tick import TickBody, TickListener
+from hil.tick import TickBody, TickListener, driver_streams
 from sim.config import ConfigError
 
 BATCH_TICKS = 1024
@@ -35,26 +35,33 @@ class OfflineRecorder:
     recorder's format and order (each block of commands before the block of ticks it belongs to), so the file
     replays and exports as any other; no tick is ever dropped, the run simply waits for the disk."""
 
-    def __init__(self, path: str, header: dict, tick_dtype: np.dtype) -> None:
+    def __init__(self, path: str, header: dict, tick_dtype: np.dtype, driver_streams: dict | None = None) -> None:
         from drivers.contract import COMMAND_DTYPE
         from hil.recording import RecordingWriter
-        self.writer = RecordingWriter(path, header, {"ticks": tick_dtype, "commands": COMMAND_DTYPE})
+        self.driver_streams = {name: d for name, (d, _) in (driver_streams or {}).items()}
+        self.writer = RecordingWriter(path, header, {"ticks": tick_dtype, "commands": COMMAND_DTYPE,
+                                                     **{n: dt for n, (_, dt) in (driver_streams or {}).items()}})
         self.ticks = np.zeros(BATCH_TICKS, tick_dtype)
-        self.commands: list[np.ndarray] = []
+        self.pending: dict[str, list[np.ndarray]] = {"commands": [], **{n: [] for n in self.driver_streams}}
         self.n = 0
 
     def on_tick(self, record: np.ndarray, engine, actuation_ns: int) -> None:
         if engine.n_log:
-            self.commands.append(engine.log[:engine.n_log].copy())
+            self.pending["commands"].append(engine.log[:engine.n_log].copy())
+        for name, driver in self.driver_streams.items():
+            rows = driver.take_records(name)
+            if rows.shape[0]:
+                self.pending[name].append(rows.copy())
         self.ticks[self.n] = record[0]
         self.n += 1
         if self.n == BATCH_TICKS:
             self.write()
 
     def write(self) -> None:
-        if self.commands:
-            self.writer.append("commands", np.concatenate(self.commands))
-            self.commands = []
+        for name in reversed(list(self.pending)):       # the real-time recorder's order: ticks last
+            if self.pending[name]:
+                self.writer.append(name, np.concatenate(self.pending[name]))
+                self.pending[name] = []
         self.writer.append("ticks", self.ticks[:self.n])
         self.writer.hand_to_os()
         self.n = 0
@@ -82,7 +89,7 @@ def run_offline(cfg: ServiceConfig, n_ticks: int, listeners: list[TickListener] 
     if record_path is not None:
         from hil.service import recording_header
         recorder = OfflineRecorder(record_path, {**recording_header(cfg, model, engine), "offline": True},
-                                   body.record.dtype)
+                                   body.record.dtype, driver_streams(drivers))
         body.listeners.insert(0, recorder)
     period_ns = round(cfg.loop.period_s * 1e9)
     rec, result, tick = body.record[0], None, 0

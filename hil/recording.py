@@ -227,9 +227,9 @@ def run_recorder(spec: RecorderSpec, parent_pid: int, conn) -> None:
 
 
 def _drain_until_done(spec: RecorderSpec, rings: dict, writer: RecordingWriter, parent_pid: int, stop) -> None:
-    """Pop in the spec's order (ticks, then commands) and write in reverse. The loop pushes a tick's
-    commands before its tick record, so every command of a popped tick is popped too, and in the file
-    every tick record comes after all of its commands: a recording cut anywhere (SIGKILL, power loss)
+    """Pop in the spec's order (ticks, then commands and the drivers' streams) and write in reverse. The loop
+    pushes a tick's commands and driver rows before its tick record, so every one of a popped tick is popped
+    too, and in the file every tick record comes after all of its commands: a recording cut anywhere (SIGKILL, power loss)
     never holds a tick whose commands are missing, and replays bit-identically."""
     last_sync = time.monotonic()
 
@@ -269,3 +269,27 @@ def export_csv(reader: RecordingReader, out_path: str, muscle_names, dof_names, 
         fh.write(",".join(cols) + "\n")
         np.savetxt(fh, table, delimiter=",", fmt="%.17g")
     return table.shape[0]
+
+
+CORE_STREAMS = ("ticks", "commands")
+"""The streams every recording has; the others are the drivers' (``drivers.base`` rule 7)."""
+
+
+def export_driver_streams(reader: RecordingReader, csv_path: str) -> dict[str, int]:
+    """Each driver stream (``controller<i>``: a plug-in's state after each of its calls) to
+    ``<csv_path stem>.<stream>.csv``, one row per record with the stream's field names as columns.
+    Returns path -> rows."""
+    stem, _ = os.path.splitext(csv_path)
+    written = {}
+    for name, dtype in reader.streams.items():
+        if name in CORE_STREAMS:
+            continue
+        rows = reader.read(name)
+        path = f"{stem}.{name}.csv"
+        table = np.column_stack([rows[f].astype(float) for f in dtype.names]) if len(rows) else \
+            np.zeros((0, len(dtype.names)))
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(",".join(dtype.names) + "\n")
+            np.savetxt(fh, table, delimiter=",", fmt="%.17g")
+        written[path] = len(rows)
+    return written

@@ -48,13 +48,16 @@ class RtSpec:
 class Recording:
     """The recording rings and the recorder process, with what the recorder did not write."""
 
-    def __init__(self, path: str, header: dict, tick_dtype, ctx, on_failure: str) -> None:
+    def __init__(self, path: str, header: dict, tick_dtype, ctx, on_failure: str,
+                 driver_streams: dict | None = None) -> None:
         from drivers.contract import COMMAND_DTYPE
         from drivers.shm_ring import ShmRing
         from hil.recording import RecorderSpec, dtype_descr, run_recorder
 
         self.path, self.on_failure = path, on_failure
         self.rings = {"ticks": ShmRing.create(tick_dtype, 4096), "commands": ShmRing.create(COMMAND_DTYPE, 1 << 16)}
+        for name, dtype in (driver_streams or {}).items():      # popped after the ticks: see hil.recording
+            self.rings[name] = ShmRing.create(dtype, 4096)
         self.failure = ""           # why the recorder stopped early ('' while it works)
         self.failed_at_tick = None
         self.finished = False
@@ -166,7 +169,7 @@ class RealtimeRun:
         from hil.config import load_service_config, with_plant_type
         from hil.loop import RealtimeLoop
         from hil.metrics import LoopMetrics
-        from hil.tick import RecordingListener, TickBody
+        from hil.tick import RecordingListener, TickBody, driver_streams
 
         self.status.state = service.STATE_WARMING
         self.cfg = cfg = with_plant_type(load_service_config(self.spec.config_path), self.spec.plant_type)
@@ -180,9 +183,13 @@ class RealtimeRun:
                                        fatigue_channel_names(cfg.stimulation))
             body.listeners.append(self.metrics)
         if self.spec.record_path:
+            streams = driver_streams(self.drivers)
             self.recording = Recording(self.spec.record_path, service.recording_header(cfg, self.model, self.engine),
-                                       body.record.dtype, mp.get_context("spawn"), cfg.recording.on_failure)
-            body.listeners.insert(0, RecordingListener(self.recording.rings["ticks"], self.recording.rings["commands"]))
+                                       body.record.dtype, mp.get_context("spawn"), cfg.recording.on_failure,
+                                       {name: dtype for name, (_, dtype) in streams.items()})
+            rings = self.recording.rings
+            body.listeners.insert(0, RecordingListener(rings["ticks"], rings["commands"],
+                                                       [(rings[name], d, name) for name, (d, _) in streams.items()]))
         self.loop = RealtimeLoop(body, cfg.loop, metrics=self.metrics)
 
     def _counters(self) -> RunCounters:
@@ -221,8 +228,11 @@ class RealtimeRun:
     def publish_unwritten(self, unwritten: dict[str, int]) -> None:
         """Records the recorder did not write, by stream, into ``hil_records_unwritten_total``."""
         if self.metrics is not None:
+            by_label = {"ticks": 0, "commands": 0, "drivers": 0}
             for name, n in unwritten.items():
-                self.metrics.unwritten[name].set(n)
+                by_label[name if name in by_label else "drivers"] += n
+            for label, n in by_label.items():
+                self.metrics.unwritten[label].set(n)
 
     def close(self) -> None:
         """Stop and release everything (idempotent; also after errors and when orphaned)."""

@@ -29,15 +29,13 @@ from hil.loop import tick_timing_us
 from hil.run_result import RunResult
 from hil.sensor import SensorModel
 from sim.model import load_model
+from sim.muscle_groups import group_members
 from sim.plant import Plant
 
 
 def muscle_groups(muscle_names) -> dict[str, np.ndarray]:
     """Group name (the letters before the element number, e.g. ``deltclav``) -> element indices."""
-    groups: dict[str, list[int]] = {}
-    for i, name in enumerate(muscle_names):
-        groups.setdefault(name.rstrip("0123456789"), []).append(i)
-    return {g: np.array(v, dtype=np.int64) for g, v in groups.items()}
+    return {g: np.array(v, dtype=np.int64) for g, v in group_members(muscle_names).items()}
 
 
 def build_engine(cfg: ServiceConfig, counters=None):

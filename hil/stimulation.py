@@ -23,7 +23,6 @@ or clamp it, per channel policy; reasons are entries of ``drivers.contract.REJEC
 """
 from __future__ import annotations
 
-import difflib
 import math
 from dataclasses import dataclass, field
 
@@ -33,6 +32,7 @@ from numba import njit
 from drivers.config_table import REQUIRED, ConfigTable
 from hil.fatigue import DING2003, FATIGUE_MODELS, STATE_COLUMNS, channel_fitness, fatigue_tick, rested_state
 from sim.config import ConfigError
+from sim.muscle_groups import element_indices, unknown_muscle
 
 HW_MAX_PULSE_WIDTH_US = 500.0   # RehaStim2 range
 HW_MAX_AMPLITUDE_MA = 130.0
@@ -67,21 +67,14 @@ class StimulationConfig:
 
 
 def expand_gains(gains: dict[str, float], muscle_names, where: str, file=None) -> np.ndarray:
-    """Gain per muscle element from a mapping of elements or groups (letters-only prefix) to gains."""
-    names = list(muscle_names)
-    groups = sorted({n.rstrip("0123456789") for n in names})
-    row = np.zeros(len(names))
+    """Gain per muscle element from a mapping of elements or groups (:mod:`sim.muscle_groups`) to gains."""
+    row = np.zeros(len(muscle_names))
     for key, gain in gains.items():
         if isinstance(gain, bool) or not isinstance(gain, (int, float)) or not (0.0 <= gain <= 1.0):
             raise ConfigError(f"gain must be a number in [0, 1], not {gain!r}", file=file, key=f"{where}.{key}")
-        if key in names:
-            idx = [names.index(key)]
-        elif key in groups:
-            idx = [i for i, n in enumerate(names) if n.rstrip("0123456789") == key]
-        else:
-            close = difflib.get_close_matches(key, names + groups, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise ConfigError(f"unknown muscle element or group {key!r}{hint}", file=file, key=f"{where}.{key}")
+        idx = element_indices(key, muscle_names)
+        if idx is None:
+            raise ConfigError(unknown_muscle(key, muscle_names), file=file, key=f"{where}.{key}")
         row[idx] = np.maximum(row[idx], gain)
     return row
 

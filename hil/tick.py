@@ -45,16 +45,33 @@ class TickListener(Protocol):
     def on_tick(self, record: np.ndarray, engine: TickEngine, actuation_ns: int) -> None: ...
 
 
-class RecordingListener:
-    """Pushes a tick's commands, then its record, into the recorder's rings (the recorder relies on this
-    order, :mod:`hil.recording`); counts the command-log entries that did not fit in the record."""
+def driver_streams(drivers: list[Driver]) -> dict[str, tuple[Driver, np.dtype]]:
+    """The recording streams the run's drivers add (``drivers.base`` rule 7): name -> (driver, dtype)."""
+    streams: dict[str, tuple[Driver, np.dtype]] = {}
+    for d in drivers:
+        for name, dtype in d.record_streams().items():
+            if name in ("ticks", "commands") or name in streams:
+                raise ValueError(f"driver[{d.index}] ({d.name}): recording stream name {name!r} is taken")
+            streams[name] = (d, np.dtype(dtype))
+    return streams
 
-    def __init__(self, tick_ring, command_ring) -> None:
+
+class RecordingListener:
+    """Pushes a tick's commands and the rows of the drivers' streams, then its record, into the recorder's
+    rings (the recorder relies on this order, :mod:`hil.recording`); counts the command-log entries that did
+    not fit in the record. ``extra``: (ring, driver, stream name) of each driver stream."""
+
+    def __init__(self, tick_ring, command_ring, extra: list | None = None) -> None:
         self.tick_ring, self.command_ring = tick_ring, command_ring
+        self.extra = list(extra or [])
 
     def on_tick(self, record: np.ndarray, engine: TickEngine, actuation_ns: int) -> None:
         if engine.n_log:
             record[0]["commands_unrecorded"] += engine.n_log - self.command_ring.push_many(engine.log, engine.n_log)
+        for ring, driver, name in self.extra:
+            rows = driver.take_records(name)
+            if rows.shape[0]:
+                ring.push_many(rows, rows.shape[0])
         self.tick_ring.push(record)
 
 

@@ -47,6 +47,9 @@ class ModelConfig:
         shoulder_passive: passive moments of the shoulder: ``das3`` (the published per-DOF moments) or
             ``das3+engin`` (those plus Engin's directional thoracohumeral moments beyond the shoulder
             sinus and about the humeral axis; ``sim.engin``).
+        strength: (muscle element or group, factor) pairs: the factor multiplies the elements' Fmax (a weak,
+            atrophied or strong muscle of a patient variant); unnamed elements keep the published Fmax. The
+            rest posture is re-solved for the changed passive forces.
     """
 
     hand_weight: bool = False
@@ -57,6 +60,7 @@ class ModelConfig:
     joint_damping: float = 1.0
     muscle_model: str = "das3"
     shoulder_passive: str = "das3"
+    strength: tuple[tuple[str, float], ...] = ()
 
     def __post_init__(self) -> None:
         for name in _FIELDS:
@@ -75,7 +79,9 @@ _FIELDS = {
     "joint_damping": ("joint_damping", float),
     "muscle_model": ("muscle_model", None),
     "shoulder_passive": ("shoulder_passive", None),
+    "strength": ("strength", lambda table: tuple((k, float(v)) for k, v in table.items())),
 }
+STRENGTH_MAX = 10.0
 MUSCLE_MODEL_NAMES = ("das3", "thelen2003")
 SHOULDER_PASSIVE_NAMES = ("das3", "das3+engin")
 _FILE_KEYS = {key: name for name, (key, _) in _FIELDS.items()}
@@ -90,6 +96,8 @@ def _check(name: str, value: object, *, in_file_units: bool) -> str | None:
     if name == "shoulder_passive":
         return (None if value in SHOULDER_PASSIVE_NAMES
                 else f"must be one of {', '.join(SHOULDER_PASSIVE_NAMES)}, not {value!r}")
+    if name == "strength":
+        return _check_strength(value, in_file_units)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return f"must be a number, not {value!r}"
     if not math.isfinite(value):
@@ -100,6 +108,23 @@ def _check(name: str, value: object, *, in_file_units: bool) -> str | None:
             return f"must be strictly between 0 and {hi:g} {unit}, not {value!r}"
     elif value < 0.0:
         return f"must be >= 0, not {value!r}"
+    return None
+
+
+def _check_strength(value: object, in_file_units: bool) -> str | None:
+    """Why a strength table (file: {name: factor}; dataclass: ((name, factor), ...)) is not valid, or None."""
+    from sim.model import muscle_element_names  # local: sim.model builds on this module
+    from sim.muscle_groups import element_indices, unknown_muscle
+
+    if in_file_units and not isinstance(value, dict):
+        return "must be a table of muscle element or group -> factor on Fmax, e.g. {bicb = 0.5}"
+    pairs = value.items() if in_file_units else value
+    names = muscle_element_names()
+    for key, factor in pairs:
+        if element_indices(key, names) is None:
+            return unknown_muscle(key, names)
+        if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 0.0 < factor <= STRENGTH_MAX:
+            return f"factor of {key!r} must be a number in (0, {STRENGTH_MAX:g}], not {factor!r}"
     return None
 
 

@@ -7,6 +7,7 @@ and Chadwick et al. 2014, Appendix A/B.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from dataclasses import dataclass, replace
@@ -18,6 +19,7 @@ import numpy as np
 from sim._polynomials import MonomialTable, full_exponents, polynomial_arrays, readonly
 from sim.config import ModelConfig
 from sim.engin import engin_parameters
+from sim.muscle_groups import element_indices
 
 N_DOF = 11
 N_MUS = 138
@@ -149,6 +151,12 @@ def _read_model_data() -> tuple[dict, dict, dict, str]:
     return json.loads(raw[0]), json.loads(raw[1]), json.loads(raw[2]), hashlib.sha256(b"".join(raw)).hexdigest()
 
 
+@functools.cache
+def muscle_element_names() -> tuple[str, ...]:
+    """The 138 muscle element names of the shipped model, in model order (for validating configs)."""
+    return tuple(mu["name"] for mu in _read_model_data()[0]["muscles"])
+
+
 def _joints(m: dict) -> tuple[tuple[str, ...], np.ndarray, np.ndarray, np.ndarray]:
     """DOF names (checked against DOF_NAMES) and ranges, and each DOF's joint centre and unit axis."""
     dof_names = tuple(d["name"] for d in m["dofs"])
@@ -183,8 +191,9 @@ def _bodies(m: dict, config: ModelConfig) -> tuple[list, list, list, list]:
     return body_mass, body_com, body_inertia, body_weight
 
 
-def _muscle_constants(muscles: list, table: MonomialTable, muscle_model: str = "das3"):
-    """Per-muscle constants (MUS_* columns), DOFs crossed and path-length terms; adds their monomials."""
+def _muscle_constants(muscles: list, table: MonomialTable, muscle_model: str = "das3", fmax_scale=None):
+    """Per-muscle constants (MUS_* columns), DOFs crossed and path-length terms; adds their monomials.
+    ``fmax_scale``: a factor on each element's Fmax (:attr:`ModelConfig.strength`)."""
     if len(muscles) != N_MUS:
         raise ValueError(f"expected {N_MUS} muscles, found {len(muscles)}")
     mus = np.zeros((N_MUS, N_MUS_COLUMNS))
@@ -193,6 +202,7 @@ def _muscle_constants(muscles: list, table: MonomialTable, muscle_model: str = "
     terms = []  # per muscle: list of (coef, full exponent tuple)
     for i, mu in enumerate(muscles):
         fmax, lceopt, slack = float(mu["fmax"]), float(mu["lceopt"]), float(mu["lslack"])
+        fmax *= 1.0 if fmax_scale is None else fmax_scale[i]
         c2 = 1.0 / mu["tdeact"]
         c1 = 1.0 / mu["tact"] - c2
         mus[i, :MUS_C1_FALL] = (fmax, lceopt, slack, mu["PEEslack"], np.sin(mu["pennopt"]), mu["vmax"], c1, c2,
@@ -246,8 +256,9 @@ def load_model(config: ModelConfig | None = None) -> Das3Model:
     body_mass, body_com, body_inertia, body_weight = _bodies(m, config)
     muscles = m["muscles"]
     table = MonomialTable()
-    mus, mus_ndof, mus_dofs, terms = _muscle_constants(muscles, table, config.muscle_model)
     names = tuple(mu["name"] for mu in muscles)
+    mus, mus_ndof, mus_dofs, terms = _muscle_constants(muscles, table, config.muscle_model,
+                                                       fmax_scale(config.strength, names))
     crosses = np.array([bool(mu["crossesGH"]) for mu in muscles])
     gh_muscle, loa_rows = _loa_fits(loa, names, crosses, table)
     arrays = ModelArrays(
@@ -277,14 +288,22 @@ def load_model(config: ModelConfig | None = None) -> Das3Model:
     )
     if config.muscle_model != "das3":
         model = replace(model, equilibrium_state=readonly(_fibres_at_rest(model, x_eq)))
-    if config.shoulder_passive != "das3":
+    if config.shoulder_passive != "das3" or config.strength:
         model = replace(model, equilibrium_state=readonly(_posture_at_rest(model)))
     return model
 
 
+def fmax_scale(strength: tuple[tuple[str, float], ...], names: tuple[str, ...]) -> np.ndarray:
+    """The factor on each element's Fmax from (element or group, factor) pairs; 1 where unnamed."""
+    scale = np.ones(len(names))
+    for key, factor in strength:
+        scale[element_indices(key, names)] = factor
+    return scale
+
+
 def _posture_at_rest(model: Das3Model) -> np.ndarray:
-    """The variant's own passive equilibrium from the published one: Engin's moments turn the humerus
-    at the published rest posture, so a run from it would start by settling."""
+    """The variant's own passive equilibrium from the published one: Engin's moments, or muscles of changed
+    strength, turn the arm at the published rest posture, so a run from it would start by settling."""
     from sim.equilibrium import solve_equilibrium  # local: sim.equilibrium builds on this module
 
     return solve_equilibrium(model).x

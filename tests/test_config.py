@@ -25,7 +25,8 @@ def test_defaults_are_the_published_values():
     assert c.muscle_model == "das3" and c.shoulder_passive == "das3"
     assert [f.name for f in dataclasses.fields(c)] == [
         "hand_weight", "gh_rim_theta", "gh_rim_phi", "joint_k1", "joint_k2", "joint_damping", "muscle_model",
-        "shoulder_passive"]
+        "shoulder_passive", "strength"]
+    assert c.strength == ()
 
 
 def test_model_config_is_frozen_and_hashable():
@@ -73,6 +74,12 @@ def test_values_are_read_and_angles_converted_to_radians(tmp_path):
     ("gh_rim_phi_deg = -10.0", "gh_rim_phi_deg", "between 0 and 90 degrees"),
     ("muscle_model = 'thelen'", "muscle_model", "must be one of das3, thelen2003"),
     ("muscle_model = 1", "muscle_model", "must be one of das3, thelen2003"),
+    ("strength = 0.5", "strength", "must be a table of muscle element or group"),
+    ("strength = {bicps = 0.5}", "strength", "unknown muscle element or group 'bicps'"),
+    ("strength = {bicb = 0}", "strength", "factor of 'bicb' must be a number in (0, 10]"),
+    ("strength = {bicb = 10.5}", "strength", "factor of 'bicb' must be a number in (0, 10]"),
+    ("strength = {bicb = true}", "strength", "factor of 'bicb' must be a number"),
+    ("strength = {bicb = nan}", "strength", "factor of 'bicb' must be a number"),
 ])
 def test_bad_value_names_file_and_key(tmp_path, line, key, words):
     valid = "joint_damping = 1.0" if key != "joint_damping" else "joint_k2 = 1.0"
@@ -120,6 +127,7 @@ def test_missing_file(tmp_path):
 @pytest.mark.parametrize("field, value", [
     ("gh_rim_theta", 0.0), ("gh_rim_phi", math.pi / 2), ("gh_rim_theta", math.nan),
     ("joint_k1", -1.0), ("joint_k2", math.inf), ("joint_damping", "1"), ("hand_weight", 0),
+    ("strength", (("bicb", -1.0),)), ("strength", (("biceps", 0.5),)),
 ])
 def test_constructor_validates_fields(field, value):
     with pytest.raises(ConfigError) as info:

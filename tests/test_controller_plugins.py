@@ -115,6 +115,12 @@ def test_malformed_returns_are_rejected_and_the_good_commands_still_apply(tmp_pa
                          "    def reset(self, settings): raise ValueError('gain must be > 0')\n", "gain must be > 0"),
     ("no_such_module:Plugin", "", "No module named"),
     ("telepathy", "", "unknown controller"),
+    ("plugin.py:Plugin", "from drivers.controller import Controller\nclass Plugin(Controller):\n"
+                         "    def step(self, tick, time_s, frame): return []\n"
+                         "    def state(self): return [1.0]\n", "state() must return a dict"),
+    ("plugin.py:Plugin", "from drivers.controller import Controller\nclass Plugin(Controller):\n"
+                         "    def step(self, tick, time_s, frame): return []\n"
+                         "    def state(self): return {'gain k': 1.0}\n", "keys must be identifiers"),
 ])
 def test_plugins_that_cannot_load_are_config_errors_naming_the_key(tmp_path, controller, source, words):
     (tmp_path / "plugin.py").write_text(source)
@@ -125,3 +131,42 @@ def test_plugins_that_cannot_load_are_config_errors_naming_the_key(tmp_path, con
                          cwd=ROOT, timeout=120)
     assert out.returncode == 2 and "driver[0].controller" in out.stderr and words in out.stderr, out.stderr
     assert "Traceback" not in out.stderr
+
+
+STATEFUL = """
+    import math
+    from drivers.controller import ChannelCommand, Controller
+    class Plugin(Controller):
+        def reset(self, settings):
+            self.calls, self.seen = 0, math.nan
+        def step(self, tick, time_s, frame):
+            self.calls += 1
+            self.seen = math.nan if frame is None else float(frame["elbow_flexion"][0])
+            return [ChannelCommand(4, 300.0, 30.0, 40.0)]
+        def state(self):
+            if self.calls == 7:
+                raise RuntimeError("state lost")
+            return {"calls": self.calls, "seen_elbow_rad": self.seen} if self.calls != 9 else {"calls": 9}
+    """
+
+
+def test_a_plugins_state_is_recorded_after_every_call_and_exported(tmp_path):
+    from hil.recording import RecordingReader
+    cfg = _plugin_config(tmp_path, STATEFUL)
+    keep, rec = Keep(), tmp_path / "run.hilrec"
+    result = run_offline(load_service_config(cfg), 60, [keep], str(rec))
+    assert result.ticks == 60
+    rows = RecordingReader(str(rec)).read("controller0")
+    assert list(rows.dtype.names) == ["tick", "calls", "seen_elbow_rad"]
+    np.testing.assert_array_equal(rows["tick"], np.arange(0, 60, 5))         # 50 Hz at 4 ms
+    good = [i for i in range(len(rows)) if i not in (6, 8)]                   # calls 7 (raises) and 9 (lacks a key)
+    np.testing.assert_array_equal(rows["calls"][good], np.array(good) + 1.0)
+    elbow = np.array(keep.elbow)
+    np.testing.assert_array_equal(rows["seen_elbow_rad"][good[1:]], elbow[rows["tick"][good[1:]] - 1])
+    assert np.isnan(rows["calls"][6]) and np.isnan(rows["seen_elbow_rad"][8])
+    assert keep.engine.counters.by_reason("rejected") == {(0, "controller_error"): 1, (0, "controller_malformed"): 1}
+    out = subprocess.run([sys.executable, "-m", "hil", "export", str(rec), "--csv", str(tmp_path / "run.csv")],
+                         capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.returncode == 0, out.stderr
+    exported = np.genfromtxt(tmp_path / "run.controller0.csv", delimiter=",", names=True)
+    np.testing.assert_array_equal(exported["calls"][good], rows["calls"][good])

@@ -42,6 +42,8 @@ def test_offline_and_realtime_recordings_are_bit_identical(tmp_path):
     (ta, ca), (tb, cb) = _deterministic(rt), _deterministic(off)
     assert len(ta) == len(tb) == 500 and len(ca) == len(cb) > 100
     assert ta.tobytes() == tb.tobytes() and ca.tobytes() == cb.tobytes()
+    state_rt, state_off = (RecordingReader(str(p)).read("controller0") for p in (rt, off))   # the PID's integral
+    assert len(state_rt) == 100 and state_rt.tobytes() == state_off.tobytes()
     assert RecordingReader(str(off)).header["offline"] is True
     replay = _hil("replay", str(off), "--json")
     assert replay.returncode == 0 and json.loads(replay.stdout)["identical"] is True

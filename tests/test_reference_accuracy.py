@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from sim.model import N_DOF, N_MUS
+from sim.muscle_groups import group_members
 from sim.plant import Plant, PlantDivergedError
 from sim.reference import simulate_reference
 
@@ -62,7 +63,7 @@ def test_ramp_matches_the_reference_solution(muscle_variant, scheme):
 
 
 def _group(model, prefix):
-    return [i for i, name in enumerate(model.muscle_names) if name.rstrip("0123456789") == prefix]
+    return group_members(model.muscle_names)[prefix]
 
 
 @pytest.mark.slow
@@ -98,9 +99,7 @@ def test_every_muscle_group_switched_on_and_off_stays_stable(model, h):
     muscles at once. The integrator must never blow up; the only failure allowed is the model's own
     (a fibre collapsing towards the Hill model's singularity at zero length, which the variable-step
     reference cannot pass either), reported as such and naming the muscle."""
-    groups = {}
-    for i, name in enumerate(model.muscle_names):
-        groups.setdefault(name.rstrip("0123456789"), []).append(i)
+    groups = group_members(model.muscle_names)
     groups["all"] = list(range(N_MUS))
     zero = np.zeros(N_MUS)
     completed = []

@@ -20,17 +20,21 @@ def export(
 ) -> None:
     """Export a recording to CSV: tick, time, the 11 DOFs (rad), gh_stability, status (bits: 1 watchdog,
     2 GH unstable, 4 overrun, 8 ROM alarm, 16 GH zeroed, 32 stopping, 64 ROM zeroed), u_<muscle> per muscle
-    element, and per stimulation channel its applied pulse width (us), amplitude (mA), frequency (Hz)."""
+    element, and per stimulation channel its applied pulse width (us), amplitude (mA), frequency (Hz). A
+    controller plug-in's recorded state goes to <CSV stem>.controller<i>.csv (tick and its state() keys)."""
     with user_errors():
-        from hil.recording import RecordingReader, export_csv
+        from hil.recording import RecordingReader, export_csv, export_driver_streams
 
         reader = RecordingReader(run_file)
         check_output_path(csv_out, "--csv")
         h = reader.header
         n = export_csv(reader, str(csv_out), h["muscle_names"], h["dof_names"], h["channel_names"])
+        extra = export_driver_streams(reader, str(csv_out))
     for w in reader.warnings:
         warn(w)
     out_console().print(f"{csv_out}: {n} ticks")
+    for path, rows in extra.items():
+        out_console().print(f"{path}: {rows} rows")
 
 
 def _add_run_metrics(table: Table, m: dict) -> None:
