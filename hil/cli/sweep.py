@@ -18,10 +18,14 @@ def sweep(
                                               "process.")] = 2,
     scheduler: Annotated[Optional[str], typer.Option(help="An existing Dask scheduler, tcp://HOST:PORT "
                                                           "(instead of a local cluster).")] = None,
-    json_out: Annotated[bool, typer.Option("--json", help="Print the sweep summary as JSON.")] = False,
+    report: Annotated[bool, typer.Option("--report", help="Then plot the results into DIR/report/: metrics vs "
+                                                          "each swept key, heat maps over each pair of grid keys, "
+                                                          "summary.json.")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the sweep summary as JSON (with --report, the "
+                                                          "report's summary under \"report\").")] = False,
 ) -> None:
     """Run every variant of a sweep offline and write one row of controller metrics per run (tracking error,
-    settling time, overshoot, GH margin, safety, charge per channel)."""
+    settling time, overshoot, GH margin, safety, charge per channel); with --report, plot them."""
     from hil.sweep import run_sweep
     from hil.sweep_spec import load_sweep
 
@@ -38,6 +42,9 @@ def sweep(
 
         with progress:
             summary = run_sweep(spec, str(out), workers, scheduler, on_row)
+        if report:
+            from hil.sweep_report import sweep_report
+            summary["report"] = sweep_report(spec, str(out))
     if json_out:
         print_json(summary)
         return
@@ -46,4 +53,14 @@ def sweep(
     table.add_row("wall time", f"{summary['wall_s']:.1f} s on {summary['workers'] or 'this process'}"
                                f"{' worker(s) of ' + summary['scheduler'] if summary['scheduler'] else ''}")
     table.add_row("results", f"{summary['results_csv']} (and {summary['results_jsonl']})")
+    if report:
+        _report_rows(table, summary["report"])
     out_console().print(table)
+
+
+def _report_rows(table, doc: dict) -> None:
+    """The report's rows of the summary table: where the figures are, what was plotted."""
+    rows = doc["rows"]
+    table.add_row("report", f"{len(doc['figures'])} figure(s) and summary.json in {doc['report_dir']}")
+    table.add_row("plotted", f"{rows['ok']} ok run(s); {rows['error']} error row(s) left out, "
+                             f"{rows['not_run']} run(s) not run yet")
