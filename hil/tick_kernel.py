@@ -16,7 +16,7 @@ from numba import njit
 from hil.safety import outside_range
 from hil.sensor import fill_true_frame
 from hil.stimulation import AMP_SCALE, PW_SCALE, delayed_excitation
-from sim._bundle import Bundle
+from sim._bundle import Bundle, new_bundle
 from sim._mtg_step import mtg_steps
 from sim._step import plant_steps
 
@@ -30,7 +30,7 @@ def tick_arrays(plant, latched, direct, applied, u, stim_params, emd, fatigue, u
     out = plant.outputs
     outputs = (out.q, out.qdot, out.th_angles, out.hand_position, out.gh_force, out.st_contact_force,
                out.gh_stability_cell)
-    return Bundle((plant.kernel_args, n_steps, latched, direct, applied, u, stim_params, emd, fatigue, use_stim,
+    return new_bundle((plant.kernel_args, n_steps, latched, direct, applied, u, stim_params, emd, fatigue, use_stim,
                    rom_lo, rom_hi, outputs, frame_views))
 
 

@@ -5,7 +5,7 @@ arrays costs far more per call than one StructRef holding the same tuple. Kernel
 """
 from __future__ import annotations
 
-from numba import types
+from numba import njit, types
 from numba.experimental import structref
 
 
@@ -20,3 +20,10 @@ class Bundle(structref.StructRefProxy):
 
 
 structref.define_proxy(Bundle, BundleType, ["items"])
+
+
+@njit(cache=True)
+def new_bundle(items):
+    """``Bundle(items)`` built in a cached kernel: the proxy's own constructor is compiled afresh in every
+    process (numba does not cache it), which costs seconds per worker of a sweep."""
+    return Bundle(items)

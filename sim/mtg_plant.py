@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from sim._bundle import Bundle
+from sim._bundle import new_bundle
 from sim._mtg_step import MTG_STEP_BAD_INPUT, MTG_STEP_MESSAGES, MTG_STEP_OK, bundle_refresh, bundle_steps, new_mtg_work
 from sim.mtg_model import MtgModel
 from sim.plant import FixedStepPlant, InvalidInputError
@@ -60,7 +60,7 @@ class MtgPlant(FixedStepPlant):
     def __init__(self, model: MtgModel, step_s: float = 0.004, initial_state=None) -> None:
         super().__init__(model, step_s, model.n_states, model.n_muscles)
         self._work = new_mtg_work(model.arrays.body_mass.shape[0], model.n_muscles)
-        self._bundle = Bundle((model.arrays, self._work))
+        self._bundle = new_bundle((model.arrays, self._work))
         self.outputs = MtgOutputs(self._x, self._work)
         self.reset(initial_state)
 

@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from sim._bundle import Bundle
+from sim._bundle import new_bundle
 from sim._step import (
     IA,
     IQ,
@@ -237,7 +237,7 @@ class Plant(FixedStepPlant):
         self._scheme_code = SCHEMES[scheme]
         self.residual_limit = float(residual_limit)
         self._work = new_plant_work(model.arrays)
-        self._bundle = Bundle((model.arrays, self._work))
+        self._bundle = new_bundle((model.arrays, self._work))
         self._xd = np.zeros(N_STATES)
         self.outputs = PlantOutputs(self._x, self._work)
         self.reset(initial_state)
