@@ -157,6 +157,14 @@ def muscle_element_names() -> tuple[str, ...]:
     return tuple(mu["name"] for mu in _read_model_data()[0]["muscles"])
 
 
+@functools.cache
+def joint_location(name: str) -> np.ndarray:
+    """Centre of a joint of the release's joint table in its parent segment's frame, m (e.g. ``rc``, the
+    radiocarpal joint: the wrist, which no kernel needs)."""
+    joints = {j["name"]: j for j in _read_model_data()[0]["joints"]}
+    return readonly(joints[name]["location"])
+
+
 def _joints(m: dict) -> tuple[tuple[str, ...], np.ndarray, np.ndarray, np.ndarray]:
     """DOF names (checked against DOF_NAMES) and ranges, and each DOF's joint centre and unit axis."""
     dof_names = tuple(d["name"] for d in m["dofs"])
@@ -249,8 +257,14 @@ def _glenoid_axes() -> list[np.ndarray]:
 
 
 def load_model(config: ModelConfig | None = None) -> Das3Model:
-    """Build the immutable model from the shipped data files and a :class:`ModelConfig`."""
-    config = config or ModelConfig()
+    """The immutable model of a :class:`ModelConfig`, built once per process and configuration (a sweep's
+    runs on one worker share it; its arrays are read-only)."""
+    return _build_model(config or ModelConfig())
+
+
+@functools.lru_cache(maxsize=8)
+def _build_model(config: ModelConfig) -> Das3Model:
+    """Build the model from the shipped data files and ``config``."""
     m, eq, loa, digest = _read_model_data()
     dof_names, ranges, joint_loc, joint_axis = _joints(m)
     body_mass, body_com, body_inertia, body_weight = _bodies(m, config)
