@@ -4,8 +4,9 @@ scheduler address), with one results row per run (:mod:`hil.run_metrics`).
 
 Rows stream into ``DIR/results.jsonl`` as the runs finish (append-only: a sweep restarted into the same
 directory skips every id already there) and ``DIR/results.csv`` is written from it at the end. A task that
-raises is retried (``RETRIES``); Dask also reschedules the task of a worker that dies. A variant whose config
-is invalid, or whose plant diverges, is a row with ``status`` "error" and the reason, not a failed sweep.
+raises is retried (``RETRIES``); Dask also reschedules the task of a worker that dies, up to the scheduler's
+``distributed.scheduler.allowed-failures`` times. A variant whose config is invalid, whose plant diverges, or
+whose task killed its workers that often, is a row with ``status`` "error" and the reason, not a failed sweep.
 """
 from __future__ import annotations
 
@@ -144,17 +145,22 @@ def _local(todo: list[RunTask], on_row) -> None:
 
 
 def _dask(todo: list[RunTask], on_row, workers: int, scheduler: str | None) -> dict:
-    from distributed import Client, LocalCluster, as_completed
+    from distributed import Client, KilledWorker, LocalCluster, as_completed
     cluster = None
     if scheduler is None:
         cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None)
     client = Client(scheduler or cluster)
     try:
         info = {"scheduler": client.scheduler.address, "workers": len(client.scheduler_info()["workers"])}
-        futures = [client.submit(run_task, t, key=f"hil-run-{t.variant.id}", retries=RETRIES, pure=False)
-                   for t in todo]
+        by_key = {f"hil-run-{t.variant.id}": t for t in todo}
+        futures = [client.submit(run_task, t, key=key, retries=RETRIES, pure=False) for key, t in by_key.items()]
         for future in as_completed(futures):
-            on_row(future.result())
+            try:
+                row = future.result()
+            except KilledWorker as exc:           # its workers died allowed-failures + 1 times: a row, not a crash
+                v = by_key[future.key].variant
+                row = {"id": v.id, **v.values, "status": "error", "error": f"KilledWorker: {exc}"}
+            on_row(row)
         return info
     finally:
         client.close()
