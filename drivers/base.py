@@ -18,6 +18,9 @@ A driver connects one external (or in-process) controller to the HIL loop. Its r
 7. A driver may add streams to the run's recording (:meth:`Driver.record_streams`, e.g. a controller
    plug-in's state): after each fetch the loop takes the rows that fetch produced (:meth:`Driver.take_records`)
    and records them before the tick's own record.
+8. A driver that defines ``on_tick(record, engine, actuation_ns)`` (:class:`hil.tick.TickListener`) also
+   gets each finished tick record after ``publish`` (e.g. the applied stimulation and the tick's start for
+   :mod:`drivers.lsl`); it reads the record only, never the engine (rule 6), and never blocks.
 
 Validation against stimulation limits, latching (zero-order hold), the watchdog, recording and metrics
 live in the loop's sink, so every transport behaves the same. Backends are registered by name in
@@ -173,6 +176,8 @@ DRIVERS: dict[str, tuple[str, str]] = {
     "loopback": ("drivers.loopback", "LoopbackDriver"),
     "can": ("drivers.can", "CanDriver"),
     "sciencemode2": ("drivers.serial_stim", "ScienceModeDriver"),
+    "lsl": ("drivers.lsl", "LslDriver"),
+    "sciencemode4": ("drivers.p24_stim", "P24Driver"),
 }
 #: entry-point group of third-party drivers (``[project.entry-points."fes_hil.drivers"]``)
 ENTRY_POINT_GROUP = "fes_hil.drivers"

@@ -78,4 +78,4 @@ REJECT_REASONS = ("pulse_width_limit", "amplitude_limit", "frequency_limit", "mo
                   "non_finite", "unknown_channel", "unknown_muscle", "bad_frame", "bad_checksum",
                   "bad_length", "unknown_id", "stale_counter", "wrong_mode", "excitation_clipped",
                   "duplicate_counter", "out_of_range", "unknown_command", "controller_error",
-                  "controller_malformed")
+                  "controller_malformed", "wrong_stream")

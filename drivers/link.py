@@ -201,15 +201,21 @@ class LinkDriver(Driver):
 
     name = "link"
 
+    #: records one fetch takes from the inbound ring at most
+    fetch_records = MAX_RECORDS_PER_FETCH
+
     def __init__(self, endpoint_cls: type[LinkEndpoint], endpoint_args: dict, frame_dtype: np.dtype,
                  index: int = 0, start_timeout_s: float = 30.0, priority: int | None = None,
-                 loop_cpu: int | None = None, group_names: tuple[str, ...] = ()) -> None:
+                 loop_cpu: int | None = None, group_names: tuple[str, ...] = (),
+                 out_dtype: np.dtype | None = None) -> None:
+        """``out_dtype``: the outbound record (default :func:`feedback_dtype`; a subclass that fills its own
+        record sends it with :meth:`_send_out`)."""
         from drivers.link_process import run_link  # here, not at the top: link_process imports this module
 
         self._proc = None
         self.group_names = tuple(group_names)   # muscle groups by the index a group record carries
         self._in = ShmRing.create(LINK_RECORD, INBOUND_CAPACITY, INBOUND_AUX_WORDS)
-        self._out_rec = np.zeros(1, feedback_dtype(frame_dtype))
+        self._out_rec = np.zeros(1, feedback_dtype(frame_dtype) if out_dtype is None else out_dtype)
         self._outring = ShmRing.create(self._out_rec.dtype, OUTBOUND_CAPACITY)
         self._wake, far = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
         self._wake.setblocking(False)
@@ -228,7 +234,7 @@ class LinkDriver(Driver):
         finally:
             far.close()               # the link process has its own copy
         self.ports: dict[str, str] = dict(info)
-        self._buf = np.zeros(MAX_RECORDS_PER_FETCH, LINK_RECORD)
+        self._buf = np.zeros(self.fetch_records, LINK_RECORD)
         self._flat = self._buf.view(_LINK_RECORD_FLAT)
         self._rejects_total_seen = 0
         self._reject_counts = np.zeros(len(REJECT_REASONS), np.uint64)
@@ -248,14 +254,23 @@ class LinkDriver(Driver):
 
     # -- loop side ---------------------------------------------------------------------------
     def fetch(self, tick: int, now_ns: int, sink: CommandSink) -> None:
+        self._report_link(now_ns, sink)
+        n = self._in.pop_into(self._buf)
+        self._hand_over(0, n, sink)
+        self.frames_received += n
+
+    def _report_link(self, now_ns: int, sink: CommandSink) -> None:
+        """A lost link (once) and the reject counts that grew, to the sink."""
         if self.lost and not self._loss_reported:
             self._loss_reported = True
             sink.driver_lost(self.index, now_ns)
         if self._in.aux[AUX_REJECTS_TOTAL] != self._rejects_total_seen:
             self._hand_over_rejects(now_ns, sink)
-        n = self._in.pop_into(self._buf)
+
+    def _hand_over(self, lo: int, hi: int, sink: CommandSink) -> None:
+        """Records ``lo:hi`` of the fetch buffer to the sink, in order."""
         d, flat = self.index, self._flat
-        for i in range(n):
+        for i in range(lo, hi):
             ns, seq, kind, index, v0, v1, v2, v3 = flat.item(i)
             if kind == KIND_CHANNEL:
                 ok = sink.channel(d, ns, index, v0, v1, v2, int(v3))
@@ -272,7 +287,6 @@ class LinkDriver(Driver):
                 ok = True
             if ok and seq >= 0:
                 self.echo_seq = seq
-        self.frames_received += n
 
     def _hand_over_rejects(self, now_ns: int, sink: CommandSink) -> None:
         """The reject counts that grew since the last look, one sink call per reason."""
@@ -294,6 +308,10 @@ class LinkDriver(Driver):
         rec = self._out_rec[0]
         rec["echo_seq"] = self.echo_seq
         rec["frame"] = frame[0]
+        self._send_out()
+
+    def _send_out(self) -> None:
+        """The outbound record to the link: into the ring, and one wake-up byte."""
         if not self._outring.push(self._out_rec):
             self.publish_dropped += 1
             return

@@ -94,11 +94,13 @@ def run_link(endpoint_cls, endpoint_args: dict, in_name: str, out_name: str, out
 
 
 def _feedback(endpoint, out_ring, buf, aux) -> bool:
-    """Send what the loop published; False once the loop has closed the ring."""
+    """Send what the loop published; False once the loop has closed the ring. The closed flag is read
+    before the records, so the records the loop pushed before closing it are still sent."""
+    closed = out_ring.closed
     n = out_ring.pop_into(buf)
     if n:
         endpoint.send_feedback(buf[:n], aux)
-    return not out_ring.closed
+    return not closed
 
 
 def _select_loop(endpoint, fd, inbound, out_ring, buf, wake, parent_pid, aux) -> None:

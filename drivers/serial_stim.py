@@ -22,111 +22,29 @@ by the loop's limits like commands from any transport (counted and recorded).
 """
 from __future__ import annotations
 
-import errno
-import os
 import select
-import termios
 import time
-import tty
-
-import numpy as np
 
 from drivers.base import DriverContext
 from drivers.config_table import ConfigTable
-from drivers.link import (
-    AUX_FRAMES_OUT,
-    AUX_SEND_ERRORS,
-    Inbound,
-    LinkDriver,
-    LinkEndpoint,
-    LinkSpec,
-    link_scheduling_keys,
-)
+from drivers.link import Inbound, LinkDriver, LinkSpec, link_scheduling_keys
 from drivers.sciencemode2 import Activity, Connected, Rehastim2Emulator, Rejected, StimulationChanged
 from drivers.sciencemode2_codec import BAUD_RATE
-from drivers.sensor_stream import encode_packet
-
-N_STIMULATOR_CHANNELS = 8
+from drivers.stimulator_link import StimulatorEndpoint, parse_channel_map
 
 
-class _Port:
-    """A pseudo-terminal we create (the peer opens ``path``) or a tty we open; non-blocking fd."""
-
-    def __init__(self, spec: str, baudrate: int) -> None:
-        self.serial = None
-        self.slave_fd = None
-        if spec == "pty":
-            self.fd, self.slave_fd = os.openpty()
-            tty.setraw(self.slave_fd)          # raw (no echo) before the client opens it
-            self.path = os.ttyname(self.slave_fd)
-        else:
-            import serial
-            self.serial = serial.Serial(spec, baudrate, bytesize=serial.EIGHTBITS, parity=serial.PARITY_EVEN,
-                                        stopbits=serial.STOPBITS_ONE, timeout=0)
-            self.fd = self.serial.fileno()
-            self.path = spec
-        os.set_blocking(self.fd, False)
-
-    def write(self, data: bytes) -> bool:
-        """One whole frame in one write; False when the line is full (nobody reading)."""
-        try:
-            return os.write(self.fd, data) == len(data)
-        except BlockingIOError:
-            if self.slave_fd is not None:      # drop what nobody read, so a new reader starts fresh
-                termios.tcflush(self.slave_fd, termios.TCIFLUSH)
-            return False
-        except OSError as exc:
-            if exc.errno in (errno.EIO, errno.EAGAIN):
-                return False
-            raise
-
-    def read(self) -> bytes:
-        try:
-            return os.read(self.fd, 4096)
-        except (BlockingIOError, InterruptedError):
-            return b""
-        except OSError as exc:
-            if exc.errno == errno.EIO:          # pty without an open slave
-                return b""
-            raise
-
-    def close(self) -> None:
-        if self.serial is not None:
-            self.serial.close()
-        else:
-            os.close(self.fd)
-            os.close(self.slave_fd)
-
-
-class ScienceModeEndpoint(LinkEndpoint):
+class ScienceModeEndpoint(StimulatorEndpoint):
     """Link-process side: the emulator on the stimulator port, the packet writer on the sensor port."""
 
     def __init__(self, port: str, sensor_port: str | None, channel_map: list[int], client_timeout_s: float,
                  baudrate: int = BAUD_RATE, sensor_every: int = 1) -> None:
-        self.port_spec, self.sensor_spec = port, sensor_port
-        self.channel_map = list(channel_map)      # stimulator channel n (1-based) -> loop channel index or -1
-        self.client_timeout_s = client_timeout_s
-        self.baudrate = baudrate
-        self.sensor_every = sensor_every
-        self.port = self.sensor = None
+        super().__init__(port, sensor_port, channel_map, client_timeout_s, baudrate, sensor_every)
         self._last_seq = -1
         self._listed: tuple[int, ...] | None = None   # stimulator channels (1-8) of the last update
 
     def open(self) -> dict[str, str]:
         self.emulator = Rehastim2Emulator()
-        self.port = _Port(self.port_spec, self.baudrate)
-        ports = {"stimulator": self.port.path}
-        if self.sensor_spec:
-            self.sensor = _Port(self.sensor_spec, self.baudrate)
-            ports["sensors"] = self.sensor.path
-        return ports
-
-    def _write_all(self, frames, stats) -> None:
-        for f in frames:
-            if self.port.write(f):
-                stats[AUX_FRAMES_OUT] += 1
-            else:
-                stats[AUX_SEND_ERRORS] += 1
+        return self.open_ports()
 
     def _zero(self, inbound: Inbound, now: int, seq: int) -> None:
         for idx in self.channel_map:
@@ -155,9 +73,6 @@ class ScienceModeEndpoint(LinkEndpoint):
             slow = (stim.low_frequency_mask >> (n - 1)) & 1
             freq = base / (stim.low_frequency_factor + 1) if slow else base
             inbound.channel(now, stim.counter, idx, float(c.pulse_width_us), float(c.amplitude_ma), freq, int(c.mode))
-
-    def fileno(self) -> int:
-        return self.port.fd
 
     def receive(self, inbound: Inbound, timeout_s: float) -> None:
         if timeout_s > 0:
@@ -197,23 +112,6 @@ class ScienceModeEndpoint(LinkEndpoint):
             inbound.set_connected(False)
         self._write_all(em.poll(now_s), inbound.ring.aux)
 
-    def send_feedback(self, records: np.ndarray, stats: np.ndarray) -> None:
-        if self.sensor is None:
-            return
-        for rec in records:
-            frame = rec["frame"]
-            if int(frame["tick"]) % self.sensor_every:
-                continue
-            if self.sensor.write(encode_packet(frame.tobytes(), int(rec["echo_seq"]))):
-                stats[AUX_FRAMES_OUT] += 1
-            else:
-                stats[AUX_SEND_ERRORS] += 1
-
-    def close(self) -> None:
-        for p in (self.port, self.sensor):
-            if p is not None:
-                p.close()
-
 
 class ScienceModeDriver(LinkDriver):
     """Loop side of the ScienceMode2 emulator (config keys in the module docstring)."""
@@ -228,7 +126,7 @@ class ScienceModeDriver(LinkDriver):
             raise t.error("type", "a stimulator drives stimulation channels: set [stimulation] mode = \"channels\"")
         port = t.string("port", "pty")
         sensor = t.string("sensor_port", "pty")
-        channel_map = _channel_map(t, list(ctx.channel_names))
+        channel_map = parse_channel_map(t, list(ctx.channel_names))
         timeout_ms = t.number("client_timeout_ms", 2500.0, 2000.0, 60000.0,
                               why="pysciencemode sends its watchdog commands up to 1.6 s apart; a client "
                                   "silent for a minute is gone")
@@ -244,21 +142,3 @@ class ScienceModeDriver(LinkDriver):
     def open(cls, spec: LinkSpec, ctx: DriverContext) -> "ScienceModeDriver":
         return cls(ScienceModeEndpoint, spec.endpoint_args, ctx.frame_dtype, index=ctx.index,
                    priority=spec.priority, loop_cpu=spec.loop_cpu)
-
-
-def _channel_map(t: ConfigTable, names: list[str]) -> list[int]:
-    """``channel_map``: stimulator channel n -> index of a [[stimulation.channel]] (by number or name), -1
-    for not connected."""
-    raw_map = t.get("channel_map", list(range(1, N_STIMULATOR_CHANNELS + 1)))
-    if not isinstance(raw_map, list) or len(raw_map) != N_STIMULATOR_CHANNELS:
-        raise t.error("channel_map", f"must list {N_STIMULATOR_CHANNELS} entries (stimulator channels 1..8)")
-    channel_map = []
-    for n, entry in enumerate(raw_map, start=1):
-        if isinstance(entry, str) and entry in names:
-            channel_map.append(names.index(entry))
-        elif isinstance(entry, int) and not isinstance(entry, bool) and 0 <= entry <= len(names):
-            channel_map.append(entry - 1)      # 0 -> -1: not connected
-        else:
-            raise t.error("channel_map", f"entry {n} ({entry!r}) must be 0, a channel number 1..{len(names)} "
-                                         f"or one of {names}")
-    return channel_map

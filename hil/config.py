@@ -30,6 +30,7 @@ class MetricsConfig:
     enabled: bool = True
     host: str = "127.0.0.1"
     port: int = 9108
+    linger_after_stop_s: float = 3.0     # /metrics stays up this long after a safety stop (a scrape sees it)
 
 
 @dataclass(frozen=True)
@@ -240,7 +241,8 @@ def service_config_from_dict(merged: dict, path: str) -> ServiceConfig:
 
     t = ConfigTable.section(merged, "metrics", path)
     metrics = MetricsConfig(enabled=t.boolean("enabled", True), host=t.string("host", "127.0.0.1"),
-                            port=t.integer("port", 9108, 1, 65535))
+                            port=t.integer("port", 9108, 1, 65535),
+                            linger_after_stop_s=t.number("linger_after_stop_ms", 3000.0, 0.0, 60000.0) / 1000.0)
     t.done()
     t = ConfigTable.section(merged, "recording", path)
     recording = RecordingConfig(enabled=t.boolean("enabled", True), directory=t.string("directory", "runs"),

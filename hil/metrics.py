@@ -62,6 +62,8 @@ def default_schema(drivers: list[str], reasons: list[str], fatigue_channels=()) 
         MetricSpec("hil_watchdog_trips_total", "counter", "Controller watchdog trips."),
         MetricSpec("hil_gh_unstable_ticks_total", "counter", "Ticks with GH stability above the threshold."),
         MetricSpec("hil_rom_alarm_ticks_total", "counter", "Ticks with a joint beyond its range plus the margin."),
+        MetricSpec("hil_safety_stops_total", "counter", "Runs ended by a GH or range-of-motion 'stop' safety action "
+                   "(exit status 4); visible until the service exits."),
         MetricSpec("hil_excitation_clipped_total", "counter", "Excitations clipped to [0, 1] by the plant."),
         MetricSpec("hil_commands_unrecorded_total", "counter",
                    "Command-log entries that did not reach the recording (log or ring full)."),
@@ -204,6 +206,7 @@ class LoopMetrics:
         self.ticks = block.counter("hil_ticks_total")
         self.misses = block.counter("hil_deadline_misses_total")
         self.clipped = block.counter("hil_excitation_clipped_total")
+        self.safety_stops = block.counter("hil_safety_stops_total")
         self.unrecorded = block.counter("hil_commands_unrecorded_total")
         self.unwritten = {s: block.counter("hil_records_unwritten_total", stream=s)
                           for s in ("ticks", "commands", "drivers")}
@@ -245,6 +248,7 @@ class LoopMetrics:
     def sync(self, engine, now_ns: int) -> None:
         self.gh.set(engine.plant.outputs.gh_stability)
         self.clipped.set(engine.plant.clipped_total)
+        self.safety_stops.set(1.0 if engine.stop_detail else 0.0)   # the loop's last sync follows the stop tick
         for c, gauge in enumerate(self.fitness):
             gauge.set(engine.fitness[c])
         alive = not engine.watchdog.tripped

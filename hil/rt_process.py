@@ -43,6 +43,7 @@ class RtSpec:
     metrics_shm: str | None = None      # the supervisor's metrics block (None: metrics off)
     parent_pid: int | None = None       # None: the process that calls rt_main's parent
     plant_type: str | None = None       # ``hil run --plant``: overrides [plant] type
+    view_shm: str | None = None         # the supervisor's live-view status block (None: view off)
 
 
 class Recording:
@@ -148,6 +149,7 @@ class RealtimeRun:
         self.spec, self.status = spec, status
         self.parent_pid = spec.parent_pid or os.getppid()
         self.drivers, self.recording, self.metrics, self.block = [], None, None, None
+        self.view = self.view_writer = None  # the live view's status block and its writer (hil.view.block)
         self.engine = self.model = self.cfg = self.loop = None
         self.stop_before_start = False      # SIGTERM during warm-up
         self.ports_written = False
@@ -182,6 +184,11 @@ class RealtimeRun:
             self.metrics = LoopMetrics(self.block, counters.driver_names, cfg.loop.period_s, self.drivers,
                                        fatigue_channel_names(cfg.stimulation))
             body.listeners.append(self.metrics)
+        if self.spec.view_shm:
+            from hil.view.block import ViewBlock, ViewWriter
+            self.view = ViewBlock.attach(self.spec.view_shm)
+            self.view_writer = ViewWriter(self.view, cfg.loop.period_s)
+            body.listeners.append(self.view_writer)
         if self.spec.record_path:
             streams = driver_streams(self.drivers)
             self.recording = Recording(self.spec.record_path, service.recording_header(cfg, self.model, self.engine),
@@ -238,6 +245,8 @@ class RealtimeRun:
         """Stop and release everything (idempotent; also after errors and when orphaned)."""
         for d in self.drivers:
             d.shutdown()
+        if self.view_writer is not None:
+            self.view_writer.close()            # its views into the blocks go before the blocks
         if self.recording is not None:
             if not self.recording.finished:
                 self.recording.finish(5.0 if self.orphaned() else 30.0)
@@ -247,6 +256,10 @@ class RealtimeRun:
             self.block.owner = self.block.owner or self.orphaned()   # nobody else is left to unlink it
             self.block.release()
             self.block = None
+        if self.view is not None:
+            self.view.owner = self.orphaned()       # nobody else is left to unlink it
+            self.view.release()
+            self.view = None
         if self.ports_written and self.orphaned():
             with contextlib.suppress(OSError):
                 os.unlink(self.spec.port_file)

@@ -9,8 +9,9 @@ Processes (all started with the ``spawn`` method: nothing is forked from a proce
 - **real-time process** (:mod:`hil.rt_process`): builds the model, plant, stimulation model, safety
   functions and drivers, warms up the numba kernels, starts the recorder, then runs
   :class:`hil.loop.RealtimeLoop`. It is the only Python thread of its process during the run.
-- **exporter**, **recorder** and **link** processes fed through shared memory (metrics block, record
-  rings, link rings). Every helper stops itself when its parent dies (PR_SET_PDEATHSIG and a parent check).
+- **exporter**, **recorder**, **link** and, with ``--view``, **view** (:mod:`hil.view`) processes fed
+  through shared memory (metrics block, record rings, link rings, the view's status block). Every helper
+  stops itself when its parent dies (PR_SET_PDEATHSIG and a parent check).
 """
 from __future__ import annotations
 

@@ -21,6 +21,9 @@ from hil import service
 from hil.rt_process import RtSpec
 from hil.run_result import RunResult
 
+SAFETY_STOP_REASONS = ("gh_unstable", "range_of_motion")
+"""``stopped_by`` of a run ended by a safety action ``stop``."""
+
 
 class Notifier:
     def __init__(self) -> None:
@@ -112,11 +115,68 @@ class MetricsHost:
                                        f"restart(s) of the exporter failed (last: {self.failures[-1]})")
 
 
-class ServiceRun:
-    """The processes of one run, seen from the supervisor: the metrics exporter (here) and the real-time
-    process (which starts the recorder and the links). ``poll`` between waits keeps the exporter alive."""
+@dataclasses.dataclass(frozen=True)
+class ViewOptions:
+    """``--view PORT`` and ``--view-host``: where the live view's page is served."""
+    port: int
+    host: str = "127.0.0.1"
 
-    def __init__(self, config_path: str, duration, record=None, port_file=None, plant_type=None) -> None:
+
+class ViewHost:
+    """The live view's status block and its server process (:mod:`hil.view`), owned by the supervisor when
+    ``--view`` is given. The view is not a safety function: a server that dies is restarted (a failed
+    restart is tried again every RETRY_S), and the run goes on either way."""
+
+    RETRY_S = 5.0
+
+    def __init__(self, options: ViewOptions, spec: RtSpec, ctx) -> None:
+        import datetime
+
+        from hil.view.block import ViewBlock
+        from hil.view.server import ViewSpec
+
+        self.block = ViewBlock.create()
+        started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        self.spec = ViewSpec(self.block.name, options.host, options.port, spec.config_path, spec.plant_type,
+                             spec.record_path, started)
+        self.ctx, self.proc, self._next_try = ctx, None, 0.0
+
+    def start(self) -> None:
+        from hil.view.server import start_view_server, url
+        self.proc = start_view_server(self.spec, self.ctx)
+        service.say(f"live view at {url(self.spec.host, self.spec.port)}")
+
+    def check(self) -> None:
+        """Restart a dead view server (called from the supervisor's poll loop)."""
+        if self.proc is not None and self.proc.is_alive():
+            return
+        now = time.monotonic()
+        if self.proc is not None:
+            service.say(f"the live view died (exit code {self.proc.exitcode}); restarting it")
+            self.proc, self._next_try = None, now
+        if now < self._next_try:
+            return
+        try:
+            self.start()
+        except Exception as exc:
+            self._next_try = now + self.RETRY_S
+            service.say(f"the live view could not be restarted ({exc}); next try in {self.RETRY_S:g} s")
+
+    def close(self) -> None:
+        from drivers.process import stop_process
+        if self.proc is not None:
+            self.proc.terminate()
+            stop_process(self.proc, 5.0)
+        self.block.release()
+
+
+class ServiceRun:
+    """The processes of one run, seen from the supervisor: the metrics exporter and the live view (here)
+    and the real-time process (which starts the recorder and the links). ``poll`` between waits keeps the
+    exporter and the view alive."""
+
+    def __init__(self, config_path: str, duration, record=None, port_file=None, plant_type=None,
+                 view: ViewOptions | None = None) -> None:
         from hil.config import load_service_config, with_plant_type
 
         self.ctx = mp.get_context("spawn")
@@ -125,11 +185,13 @@ class ServiceRun:
         self.cfg = with_plant_type(load_service_config(config_path), plant_type)
         self.spec = RtSpec(str(config_path), duration, None if record is None else str(record),
                            None if port_file is None else str(port_file), None, os.getpid(), plant_type)
-        self.metrics = None
+        self.view_options = view
+        self.metrics = self.view = None
         self.proc = None
 
     def start(self) -> None:
-        """Exporter first (a busy port fails before any warm-up or recording), then the real-time process."""
+        """Exporter and view first (a busy port fails before any warm-up or recording), then the real-time
+        process."""
         from hil.rt_process import rt_main
         if self.cfg.metrics.enabled:
             self.metrics = MetricsHost(self.cfg)
@@ -140,14 +202,29 @@ class ServiceRun:
                 self.metrics = None
                 raise
             self.spec = dataclasses.replace(self.spec, metrics_shm=self.metrics.block.shm.name)
+        if self.view_options is not None:
+            self._start_view()
         self.proc = self.ctx.Process(target=rt_main, name="hil-rt", args=(self.spec, self.status, self.results))
         self.proc.start()
 
+    def _start_view(self) -> None:
+        self.view = ViewHost(self.view_options, self.spec, self.ctx)
+        try:
+            self.view.start()
+        except BaseException:
+            self.view.block.release()
+            self.view = None
+            raise
+        self.spec = dataclasses.replace(self.spec, view_shm=self.view.block.name)
+
     def alive(self, wait_s: float = 0.05) -> bool:
-        """Wait up to ``wait_s`` for the real-time process; restart a dead exporter; whether it still runs."""
+        """Wait up to ``wait_s`` for the real-time process; restart a dead exporter or view; whether it still
+        runs."""
         self.proc.join(wait_s)
         if self.metrics is not None:
             self.metrics.check()
+        if self.view is not None:
+            self.view.check()
         return self.proc.is_alive()
 
     def result(self, timeout_s: float = 2.0) -> dict:
@@ -159,6 +236,16 @@ class ServiceRun:
             self.metrics.report(summary)
         return summary
 
+    def linger_after_safety_stop(self, summary: RunResult) -> None:
+        """After a GH or range-of-motion stop, keep ``/metrics`` up for ``[metrics] linger_after_stop_ms``, so
+        that a scrape sees ``hil_safety_stops_total`` before the service exits; a stop request ends the wait."""
+        if self.metrics is None or summary.stopped_by not in SAFETY_STOP_REASONS:
+            return
+        end = time.monotonic() + self.cfg.metrics.linger_after_stop_s
+        while time.monotonic() < end and not self.status.stop_request:
+            self.metrics.check()
+            time.sleep(0.05)
+
     def close(self) -> None:
         if self.proc is not None and self.proc.is_alive():
             self.status.stop_request = 1.0
@@ -166,12 +253,15 @@ class ServiceRun:
         if self.metrics is not None:
             self.metrics.close()
             self.metrics = None
+        if self.view is not None:
+            self.view.close()
+            self.view = None
 
 
 def supervise(config_path: str, duration, record, on_poll=None, notify: bool = False, port_file=None,
-              plant_type=None) -> dict:
+              plant_type=None, view: ViewOptions | None = None) -> dict:
     """Run the real-time process to completion; returns its summary dict (``ok`` False on errors)."""
-    run = ServiceRun(config_path, duration, record, port_file, plant_type)
+    run = ServiceRun(config_path, duration, record, port_file, plant_type, view)
     status = run.status
     notifier = Notifier() if notify else None
 
@@ -186,7 +276,7 @@ def supervise(config_path: str, duration, record, on_poll=None, notify: bool = F
     try:
         try:
             run.start()
-        except Exception as exc:       # the exporter could not listen, or the process could not start
+        except Exception as exc:       # the exporter or the view could not listen, or a process could not start
             return RunResult.failed(exc, traceback.format_exc())
         while run.alive():
             running = status.state == service.STATE_RUNNING
@@ -201,7 +291,9 @@ def supervise(config_path: str, duration, record, on_poll=None, notify: bool = F
                     last_ping, last_ticks = now, status.ticks
             if on_poll is not None:
                 on_poll(status)
-        return run.result()
+        summary = run.result()
+        run.linger_after_safety_stop(summary)
+        return summary
     finally:
         for sig, handler in old.items():
             signal.signal(sig, handler)

@@ -4,14 +4,15 @@
 A tick: every driver hands the commands that arrived to the tick engine (``fetch``), the engine steps
 (safety, stimulation, plant sub-steps, sensor frame), the frame goes back to every driver
 (``publish``), and the tick record goes to the listeners (recording rings, metrics, a replay's
-comparison). Who calls :meth:`TickBody.step` decides when (wall-clock deadlines, or as fast as the CPU
-allows) and fills the record's timing fields; nothing in the body reads a clock except to time the
-engine step, so the frames depend only on the tick index, the commands and the plant state.
+comparison, drivers that listen to it). Who calls :meth:`TickBody.step` decides when (wall-clock
+deadlines, or as fast as the CPU allows) and fills the record's timing fields; nothing in the body reads
+a clock except to time the engine step, so the frames depend only on the tick index, the commands and
+the plant state.
 """
 from __future__ import annotations
 
 import time
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -39,8 +40,11 @@ def tick_dtype(n_channels: int, n_muscles: int, frame: np.dtype, fatigue: bool =
     ])
 
 
+@runtime_checkable
 class TickListener(Protocol):
-    """Gets every finished tick record (a 1-element array, valid until the next tick) and the engine."""
+    """Gets every finished tick record (a 1-element array, valid until the next tick) and the engine. A
+    driver that is one (e.g. :class:`drivers.lsl.LslDriver`: the applied stimulation and the tick's start)
+    gets the records of the ticks it took part in."""
 
     def on_tick(self, record: np.ndarray, engine: TickEngine, actuation_ns: int) -> None: ...
 
@@ -81,7 +85,7 @@ class TickBody:
     def __init__(self, engine: TickEngine, drivers: list[Driver], listeners: list[TickListener] | None = None,
                  clock=time.monotonic_ns) -> None:
         self.engine, self.drivers = engine, drivers
-        self.listeners = list(listeners or [])
+        self.listeners = list(listeners or []) + [d for d in drivers if isinstance(d, TickListener)]
         self.clock = clock
         self.record = np.zeros(1, tick_dtype(engine.n_channels, engine.plant.model.n_muscles, engine.sensor.dtype,
                                              engine.has_fatigue))

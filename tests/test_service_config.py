@@ -51,7 +51,7 @@ def test_include_merges_tables_and_own_tables_win(tmp_path):
     ("[recording]\nenabled = \"yes\"\n", "recording.enabled", "true or false"),
     ("[recording]\ndirectory = 5\n", "recording.directory", "string"),
     ("[metrics]\nhost = 5\n", "metrics.host", "string"),
-    ("[[driver]]\ntype = \"warp\"\n", "driver[0].type", "available: can, loopback, sciencemode2"),
+    ("[[driver]]\ntype = \"warp\"\n", "driver[0].type", "available: can, loopback"),
 ])
 def test_errors_name_file_key_and_reason(tmp_path, text, key, words):
     path = write(tmp_path, text)

@@ -9,7 +9,8 @@ command it applied (``HIL_Status.echo_counter`` / the sensor stream's ``echo_seq
 
 A command that reaches the loop before the next deadline is applied at tick k + 1 and its round trip is
 about one tick; one that misses it costs a tick more (``applied_next_tick_percent`` counts the good
-ones). Lost frames are gaps in the tick sequence of the feedback the peer received.
+ones). Lost frames are gaps in the tick sequence of the feedback the peer received. Over LSL
+(:mod:`hil.bench.lsl_peer`) the peer times command sample -> applied and tick -> outlet sample instead.
 """
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from hil.bench.lsl_peer import lsl_driver_table, lsl_peer, lsl_peer_name
+from hil.bench.p24_peer import p24_peer
 from hil.bench.peers import baseline_responder, can_peer, serial_peer
 from hil.bench.platform import cpu_model, steal_delta_ms, steal_s, udp_receive_buffer_errors, unbound_workqueue_cpus
 from hil.run_result import RunResult
@@ -58,6 +61,10 @@ port = "pty"
 sensor_port = "pty"
 """
 
+#: The emulated P24 (ScienceMode4): "p24-mid" answers with mid-level updates, "p24-low" with low-level pulses.
+P24_TRANSPORTS = ("p24-mid", "p24-low")
+P24_DRIVER = SERIAL_DRIVER.replace("sciencemode2", "sciencemode4")
+
 #: CAN feedback sets. The full set is 14 frames a tick: 3500 frames/s (~0.46 Mbit/s) at 250 Hz but
 #: ~1.8 Mbit/s at 1 kHz, more than a 1 Mbit/s CAN bus carries. "auto" sends the full set up to 250 Hz and
 #: the status frame above: over python-can's udp_multicast every frame costs Python time in the link and in
@@ -83,10 +90,14 @@ def _write_config(work: Path, transport: str, rate_hz: float, feedback: str, gro
     cpu = os.cpu_count() or 1
     text = CONFIG.format(period_ms=period * 1e3, substeps=min_substeps(period),
                          cpu_line=f"cpu = {cpu - 1}" if cpu > 1 else "",
-                         watchdog_ms=2500 if transport == "serial" else 500)
+                         watchdog_ms=2500 if transport == "serial" or transport in P24_TRANSPORTS else 500)
     if transport == "can":
         messages = feedback_set(feedback, rate_hz)
         text += CAN_DRIVER.format(group=group, dbc=DBC, feedback=json.dumps(messages))
+    elif transport in P24_TRANSPORTS:
+        text += P24_DRIVER
+    elif transport == "lsl":
+        text += lsl_driver_table(work, lsl_peer_name(group))
     else:
         text += SERIAL_DRIVER
     cfg = work / "bench.toml"
@@ -135,6 +146,12 @@ def _peer_process(ctx, transport: str, group: str, ports: dict, duration_s: floa
     if transport == "can":
         return ctx.Process(target=can_peer, args=(group, str(DBC), duration_s, peer_out,
                                                   tuple(feedback_set(feedback, rate_hz))), name="bench-peer")
+    if transport == "lsl":
+        return ctx.Process(target=lsl_peer, args=(lsl_peer_name(group), rate_hz, duration_s, peer_out),
+                           name="bench-peer")
+    if transport in P24_TRANSPORTS:
+        return ctx.Process(target=p24_peer, args=(transport[4:], p["stimulator"], p["sensors"], rate_hz, duration_s,
+                                                  peer_out), name="bench-peer")
     return ctx.Process(target=serial_peer, args=(p["stimulator"], p["sensors"], duration_s, peer_out),
                        name="bench-peer")
 
@@ -189,7 +206,8 @@ def _link_result(transport: str, rate_hz: float, duration_s: float, feedback: st
     run, else the loop's lateness, misses, rejects and where lost frames went."""
     lat = summary["lateness_us"]
     common = {"transport": transport, "rate_hz": rate_hz, "duration_s": duration_s,
-              "feedback": feedback_set(feedback, rate_hz) if transport == "can" else ["sensor stream (full frame)"],
+              "feedback": feedback_set(feedback, rate_hz) if transport == "can" else
+              ["fes-hil-arm, fes-hil-stim"] if transport == "lsl" else ["sensor stream (full frame)"],
               **peer_result, "goal_rtt_p99_ms": (1.0 / rate_hz + 0.5e-3) * 1e3}
     if baseline:
         return {**common, "baseline": True, "responder_lateness_p99_us": lat["p99"],

@@ -61,13 +61,15 @@ def write_loop_config(work: Path, period_s: float, spin_us: float, cpu: int, por
     return cfg_path
 
 
-def _scraped_run(cfg_path: Path, duration_s: float, port: int, scrape_interval_s: float, cpu: int) -> tuple:
-    """Run the service to its end, scraping ``/metrics`` every ``scrape_interval_s`` while it runs:
-    (run summary, scrapes, failed scrapes, steal on ``cpu`` before, after)."""
+def _scraped_run(cfg_path: Path, duration_s: float, port: int, scrape_interval_s: float, cpu: int,
+                 view_port: int | None = None) -> tuple:
+    """Run the service to its end, scraping ``/metrics`` every ``scrape_interval_s`` while it runs (and serving
+    the live view on ``view_port`` when given): (run summary, scrapes, failed scrapes, steal on ``cpu``
+    before, after)."""
     from hil import service
-    from hil.supervisor import ServiceRun
+    from hil.supervisor import ServiceRun, ViewOptions
 
-    run = ServiceRun(str(cfg_path), duration_s)
+    run = ServiceRun(str(cfg_path), duration_s, view=None if view_port is None else ViewOptions(view_port))
     steal_before = steal_s(cpu)
     scrapes = failures = 0
     try:
@@ -86,16 +88,17 @@ def _scraped_run(cfg_path: Path, duration_s: float, port: int, scrape_interval_s
     return summary, scrapes, failures, steal_before, steal_after
 
 
-def loop_bench(period_s: float, duration_s: float, scrape_interval_s: float, spin_us: float, cpu: int) -> dict:
-    """One scraped loopback run on ``cpu``: tick lateness percentiles (µs), the engine's compute time per tick
-    (``compute_us``: p50, p99, p99.9, max) and the median of each phase of a tick (``tick_phases_us``),
-    misses, scrapes, CPU use of the real-time process, hypervisor steal on its CPU; ``{"error": ...}`` if
-    the run failed."""
+def loop_bench(period_s: float, duration_s: float, scrape_interval_s: float, spin_us: float, cpu: int,
+               view_port: int | None = None) -> dict:
+    """One scraped loopback run on ``cpu`` (with the live view on ``view_port`` when given): tick lateness
+    percentiles (µs), the engine's compute time per tick (``compute_us``: p50, p99, p99.9, max) and the median
+    of each phase of a tick (``tick_phases_us``), misses, scrapes, CPU use of the real-time process,
+    hypervisor steal on its CPU; ``{"error": ...}`` if the run failed."""
     work = Path(tempfile.mkdtemp(prefix="hil-bench-"))
     port = free_port()
     cfg_path = write_loop_config(work, period_s, spin_us, cpu, port)
     summary, scrapes, failures, steal_before, steal_after = _scraped_run(cfg_path, duration_s, port,
-                                                                         scrape_interval_s, cpu)
+                                                                         scrape_interval_s, cpu, view_port)
     if not summary.get("ok"):
         return {"error": summary["error"]}
     lat = summary["lateness_us"]
@@ -106,4 +109,4 @@ def loop_bench(period_s: float, duration_s: float, scrape_interval_s: float, spi
             "misses_over_1ms": summary["late_over_1ms"], "deadline_misses": summary["deadline_misses"],
             "scrapes": scrapes, "scrape_failures": failures,
             "cpu_percent": 100.0 * summary["cpu_s"] / max(summary["wall_s"], 1e-9),
-            "steal_ms_loop_cpu": steal_ms, "realtime": summary["realtime"], "cpu": cpu_model()}
+            "steal_ms_loop_cpu": steal_ms, "realtime": summary["realtime"], "cpu": cpu_model(), "view_port": view_port}

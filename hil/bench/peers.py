@@ -222,6 +222,8 @@ def baseline_responder(transport: str, endpoint_args: dict, rate_hz: float, dura
     link_scheduling(LINK_PRIORITY, n - 1 if n > 1 else None)
     if transport == "can":
         from drivers.can import CanEndpoint as endpoint_cls
+    elif transport.startswith("p24"):
+        from drivers.p24_stim import P24Endpoint as endpoint_cls
     else:
         from drivers.serial_stim import ScienceModeEndpoint as endpoint_cls
     ring = ShmRing.create(LINK_RECORD, INBOUND_CAPACITY, INBOUND_AUX_WORDS)

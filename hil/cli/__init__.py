@@ -1,7 +1,7 @@
 """The ``hil`` command line: offline simulation, real-time runs, recordings, model inspection, benchmarks.
 
 One module per command group (typer's multi-file layout), assembled here into :data:`app`:
-:mod:`.simulate`, :mod:`.run` (check-config, run, serve), :mod:`.recordings` (export, report, replay),
+:mod:`.simulate`, :mod:`.run` (check-config, run, serve), :mod:`.recordings` (export, report, replay, view),
 :mod:`.model`, :mod:`.can`, :mod:`.analyze`, :mod:`.fit`, :mod:`.sweep` and :mod:`.bench`; :mod:`.common` holds the consoles, exit codes and option
 checks they share. Only command-line logic lives here; the numerics are in ``sim``, the service in
 ``hil``, the benchmarks in ``hil.bench``.
@@ -41,6 +41,7 @@ app.command()(run.serve)
 app.command()(recordings.export)
 app.command()(recordings.report)
 app.command()(recordings.replay)
+app.command()(recordings.view)
 app.command()(sweep.sweep)
 app.add_typer(model.app, name="model")
 app.add_typer(bench.app, name="bench")

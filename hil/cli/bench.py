@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from hil.cli.common import (
@@ -14,6 +15,7 @@ from hil.cli.common import (
     BadInputError,
     ExitCode,
     check_duration,
+    check_port,
     err_console,
     error,
     load_model_options,
@@ -126,6 +128,8 @@ def bench_loop(
     baseline: Annotated[bool, typer.Option(help="First run cyclictest (rt-tests) on the loop's CPU with the same "
                                                "priority, period and duration: the platform's own wake-up "
                                                "latency, for comparison.")] = False,
+    view: Annotated[Optional[int], typer.Option(help="Serve the live view on this TCP port during the run (open "
+                                                    "it in a browser to measure the loop with a viewer).")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Loopback run at the given period while this process scrapes the metrics endpoint; prints tick
@@ -138,10 +142,12 @@ def bench_loop(
         check_duration(duration)
         if not 0.0 <= spin_us <= 5000.0:
             raise BadInputError(f"--spin-us must be between 0 and 5000, not {spin_us!r}")
+        if view is not None:
+            check_port("--view", view)
     cpu = loop_cpu()
     floor = _platform_baseline(cpu, period, duration) if baseline else None
     with err_console().status(f"loop at {period * 1e3:g} ms for {duration:g} s, scraping every {scrape_interval:g} s"):
-        doc = loop_bench(period, duration, scrape_interval, spin_us, cpu)
+        doc = loop_bench(period, duration, scrape_interval, spin_us, cpu, view)
     if "error" in doc:
         error(doc["error"])
         raise typer.Exit(ExitCode.ERROR)
@@ -196,8 +202,11 @@ def _print_loop(doc: dict, cpu: int) -> None:
 
 @app.command("link")
 def bench_link(
-    transport: Annotated[str, typer.Option(help="can or serial.")] = "can",
-    rate: Annotated[Optional[list[float]], typer.Option(help="Loop rate(s), Hz (default: 250 and 1000).")] = None,
+    transport: Annotated[str, typer.Option(help="can, serial (RehaStim2), p24-mid or p24-low (P24 mid-level "
+                                                "updates or low-level pulses), or lsl (Lab Streaming Layer: "
+                                                "command sample -> applied, tick -> outlet sample).")] = "can",
+    rate: Annotated[Optional[list[float]], typer.Option(help="Loop rate(s), Hz (default: 250 and 1000; lsl: 100 "
+                                                             "and 1000).")] = None,
     duration: Annotated[float, typer.Option(help="Measured length per rate, s.")] = 30.0,
     feedback: Annotated[str, typer.Option(
         help="CAN feedback set: auto (full up to 250 Hz, status above), status, angles (status + joint "
@@ -214,12 +223,14 @@ def bench_link(
     from hil.bench.link import FEEDBACK_SETS, link_bench_result, measure_link
 
     with user_errors():
-        if transport not in ("can", "serial"):
-            raise BadInputError(f"--transport must be 'can' or 'serial', not {transport!r}")
+        if transport not in ("can", "serial", "p24-mid", "p24-low", "lsl"):
+            raise BadInputError(f"--transport must be can, serial, p24-mid, p24-low or lsl, not {transport!r}")
+        if transport == "lsl" and baseline:
+            raise BadInputError("--baseline measures a link's endpoint alone; the lsl transport has none")
         check_duration(duration)
         if feedback != "auto" and feedback not in FEEDBACK_SETS:
             raise BadInputError(f"--feedback must be auto, {', '.join(FEEDBACK_SETS)}; not {feedback!r}")
-        rates = rate or [250.0, 1000.0]
+        rates = rate or ([100.0, 1000.0] if transport == "lsl" else [250.0, 1000.0])
         for r in rates:
             if not 100.0 <= r <= 1000.0:
                 raise BadInputError(f"--rate must be between 100 and 1000 Hz (1-10 ms periods), not {r!r}")
@@ -240,7 +251,7 @@ def bench_link(
     if json_out:
         print_json(doc)
     else:
-        _print_link_table(doc, duration, baseline)
+        (_print_lsl_table(doc, duration) if transport == "lsl" else _print_link_table(doc, duration, baseline))
         _print_link_notes(doc, baseline)
     errors = [r["error"] for run in runs for r in (run.get("baseline") or {}, run) if "error" in r]
     if errors:
@@ -270,6 +281,26 @@ def _print_link_table(doc: dict, duration: float, baseline: bool) -> None:
     out_console().print(table)
 
 
+def _print_lsl_table(doc: dict, duration: float) -> None:
+    """The LSL runs: command sample -> applied (the start of the tick that applied it) and tick -> outlet
+    sample (its arrival in the peer)."""
+    table = Table(title=f"hil bench link --transport lsl ({duration:g} s per rate): command sample -> applied, "
+                        "tick start -> outlet sample received")
+    for col in ("rate (Hz)", "commands", "applied p50 (ms)", "p99 (ms)", "max (ms)", "next tick %", "superseded",
+                "outlet p50 (ms)", "p99 (ms)", "max (ms)", "lost samples"):
+        table.add_column(col, justify="right")
+    for row in doc["runs"]:
+        if "error" in row:
+            table.add_row("error", row["error"])
+            continue
+        table.add_row(f"{row['rate_hz']:g}", str(row["commands_sent"]), f"{row['applied_p50_ms']:.2f}",
+                      f"{row['applied_p99_ms']:.2f}", f"{row['applied_max_ms']:.2f}",
+                      f"{row['applied_next_tick_percent']:.1f}", str(row["commands_superseded"]),
+                      f"{row['outlet_p50_ms']:.2f}", f"{row['outlet_p99_ms']:.2f}", f"{row['outlet_max_ms']:.2f}",
+                      str(row["lost_frames"]))
+    out_console().print(table)
+
+
 def _print_link_notes(doc: dict, baseline: bool) -> None:
     """Below the table: what the floor is, each run's feedback, loop lateness and steal, where lost frames
     went, the CPU, and a note when kernel workers may share the loop's CPU."""
@@ -296,7 +327,7 @@ def _print_link_notes(doc: dict, baseline: bool) -> None:
                                                         "buffers (the peer's or the link's)"))
     console.print(f"CPU {doc['cpu']}")
     wq = doc["workqueue_cpus"]
-    if doc["transport"] == "serial" and wq is not None and doc["loop_cpu"] in wq:
+    if doc["transport"] in ("serial", "p24-mid", "p24-low") and wq is not None and doc["loop_cpu"] in wq:
         console.print(f"note: kernel workers (unbound workqueues) may run on the loop's CPU {doc['loop_cpu']} "
                       f"(CPUs {wq}); serial round trips then wait for the loop - see systemd/README.md, "
                       "'Tuning the lab PC'")
@@ -342,3 +373,100 @@ def bench_accuracy(
     console.print(table)
     console.print(f"max |error| {doc['max_abs_deg']:.3f} deg; reference: {info['nfev']} evaluations, "
                   f"{info['njev']} Jacobians, {doc['reference']['wall_s']:.0f} s")
+
+
+@app.command("sweep")
+def bench_sweep(
+    sweep_file: Annotated[Optional[Path], typer.Argument(
+        help="Sweep file (default: a built-in sweep of configs/elbow-hold.toml, 8 gains x 8 sensor-noise seeds, "
+             "5 s each).")] = None,
+    workers: Annotated[Optional[int], typer.Option(help="Local Dask workers, one thread each (default: one per "
+                                                        "CPU).")] = None,
+    scheduler: Annotated[Optional[str], typer.Option(help="An existing Dask scheduler, tcp://HOST:PORT (instead "
+                                                          "of a local cluster).")] = None,
+    runs: Annotated[Optional[int], typer.Option(help="Runs of the built-in sweep (default 64).")] = None,
+    duration: Annotated[Optional[float], typer.Option(help="Simulated s per run (default: 5, or the file's).")] = None,
+    serial_runs: Annotated[int, typer.Option(help="Whole runs back to back in this process first, the serial "
+                                                  "reference (0: none).")] = 8,
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Run a sweep on Dask and compare its wall time with the single-run total over the workers: the scaling
+    efficiency (goal: wall within 1.3x of the ideal), the serial reference, each worker's warm-up, the steal."""
+    from hil.bench.sweep import DEFAULT_RUNS, default_spec, sweep_bench, with_duration
+    from hil.sweep_spec import load_sweep
+
+    with user_errors():
+        if workers is not None and workers < 1:
+            raise BadInputError(f"--workers must be >= 1, not {workers}")
+        if workers is not None and scheduler is not None:
+            raise BadInputError("--workers is for a local cluster; the cluster of --scheduler has its own")
+        if runs is not None and runs < 1:
+            raise BadInputError(f"--runs must be >= 1, not {runs}")
+        if runs is not None and sweep_file is not None:
+            raise BadInputError("--runs sizes the built-in sweep; a sweep file's runs are its grid and [random]")
+        if duration is not None and not (math.isfinite(duration) and 0.0 < duration <= 3600.0):
+            raise BadInputError(f"--duration must be a number in (0, 3600] s, not {duration!r}")
+        if serial_runs < 0:
+            raise BadInputError(f"--serial-runs must be >= 0, not {serial_runs}")
+        spec = default_spec(runs or DEFAULT_RUNS) if sweep_file is None else load_sweep(str(sweep_file))
+        spec = with_duration(spec, duration)
+        progress = Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                            console=err_console(), disable=not err_console().is_terminal)
+        task = progress.add_task("runs", total=None)
+        with progress:
+            doc = sweep_bench(spec, workers, scheduler, serial_runs,
+                              lambda done, total: progress.update(task, completed=done, total=total))
+    if json_out:
+        print_json(doc)
+    else:
+        _print_sweep(doc)
+    failed = doc["error_runs"] + len((doc["serial"] or {}).get("errors", []))
+    if failed:
+        first = (doc["errors"] or doc["serial"]["errors"])[0]
+        error(f"{failed} run(s) of the benchmark ended in an error row, so its figures do not measure the sweep; "
+              f"first: {first}")
+        raise typer.Exit(ExitCode.ERROR)
+
+
+def _print_sweep(doc: dict) -> None:
+    sweep, slots = doc["sweep"], doc["threads"]
+    where = "a local cluster" if doc["local_cluster"] else doc["scheduler"]
+    table = Table(title=f"hil bench sweep: {sweep['runs']} runs x {sweep['duration_s']:g} s of "
+                        f"{Path(sweep['base']).name}, {doc['workers']} worker(s) ({slots} thread(s)) of {where}: "
+                        f"wall {doc['wall_s']:.2f} s")
+    table.add_column("single-run total from")
+    for col in ("total (s)", f"/ {slots} = ideal (s)", "wall / ideal", "efficiency"):
+        table.add_column(col, justify="right")
+    refs = [("results rows' wall_s (ticks)", doc)]
+    if doc["serial"] is not None:
+        refs.append((f"serial here ({doc['serial']['runs']} runs, first apart)", doc["serial"]))
+    if doc["tasks"] is not None:
+        refs.append(("whole tasks on the workers", doc["tasks"]))
+    for label, r in refs:
+        total = r["single_run_total_s"] if r is doc else r["total_s"]
+        ratio = "-" if r["ratio"] is None else f"{r['ratio']:.2f}"
+        table.add_row(label, f"{total:.2f}", f"{r['ideal_wall_s']:.2f}", ratio, f"{r['efficiency']:.0%}")
+    console = out_console()
+    console.print(table)
+    verdict = "met" if doc["meets_goal"] else "missed"
+    ratio = "no run ok" if doc["ratio"] is None else f"{doc['ratio']:.2f}x"
+    console.print(f"goal (results rows): wall within {doc['goal_ratio']:g}x of the ideal, {verdict} ({ratio})")
+    if doc["startup_s"] is not None:
+        console.print(f"local cluster start-up {doc['startup_s']:.2f} s (not in the sweep wall); with it the "
+                      f"efficiency is {doc['efficiency_with_startup']:.0%}")
+    if doc["serial"] is not None:
+        s = doc["serial"]
+        console.print(f"serial reference: first run {s['first_run_s']:.2f} s (imports, numba), then "
+                      f"{s['per_run_s']:.3f} s per run, of which ticks {s['ticks_wall_s'] or float('nan'):.3f} s")
+    for w in (doc["tasks"] or {}).get("per_worker", []):
+        later = "-" if w["later_median_s"] is None else f"{w['later_median_s']:.3f} s"
+        console.print(f"worker {w['worker']}: {w['tasks']} tasks, first {w['first_s']:.2f} s (warm-up), "
+                      f"later median {later}")
+    steal = "unknown" if doc["steal_ms"] is None else f"{doc['steal_ms']:.0f} ms"
+    cpu = doc["cpu_s"]
+    machine = "" if cpu["busy"] is None else (f"; the machine's {doc['cpu_count']} CPUs busy {cpu['busy']:.1f} s, "
+                                              f"idle {cpu['idle']:.1f} s, other load {cpu['others']:.1f} s")
+    console.print(f"during the sweep: CPU time of the workers {cpu['workers']:.1f} s, of this process "
+                  f"{cpu['this_process']:.1f} s{machine}; hypervisor steal {steal}")
+    console.print(f"CPU: {doc['cpu']} ({doc['cpu_count']} logical), Python {doc['python']}, numba {doc['numba']}, "
+                  f"distributed {doc['distributed']}")

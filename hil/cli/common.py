@@ -103,6 +103,13 @@ def check_duration(value: float) -> float:
     return value
 
 
+def check_port(option: str, value: int) -> int:
+    """A TCP port to listen on: 1..65535."""
+    if not 1 <= value <= 65535:
+        raise BadInputError(f"{option} must be a TCP port, 1..65535, not {value!r}")
+    return value
+
+
 def load_model_options(path: Optional[Path]) -> ModelConfig:
     """``--model-config``: the file's model options, or the published values without one."""
     return ModelConfig() if path is None else load_model_config(path)

@@ -1,4 +1,5 @@
-"""``hil export``, ``hil report`` and ``hil replay``: what is done with a recording (.hilrec) after a run.
+"""``hil export``, ``hil report``, ``hil replay`` and ``hil view``: what is done with a recording (.hilrec)
+after a run.
 
 A recording that cannot be read is a :class:`hil.recording.RecordingError`, an input error (exit 2).
 """
@@ -11,7 +12,17 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from hil.cli.common import ExitCode, check_output_path, key_value_table, out_console, print_json, user_errors, warn
+from hil.cli.common import (
+    ExitCode,
+    check_output_path,
+    check_port,
+    err_console,
+    key_value_table,
+    out_console,
+    print_json,
+    user_errors,
+    warn,
+)
 
 
 def export(
@@ -110,3 +121,18 @@ def replay(run_file: Annotated[Path, typer.Argument(help="Recording (.hilrec).")
             warn(w)
     if not result["identical"]:
         raise typer.Exit(ExitCode.ERROR)
+
+
+def view(
+    run_file: Annotated[Path, typer.Argument(help="Recording (.hilrec).")],
+    port: Annotated[int, typer.Option(help="TCP port of the page.")] = 8090,
+    host: Annotated[str, typer.Option(help="Address to listen on (127.0.0.1: this computer only).")] = "127.0.0.1",
+) -> None:
+    """Replay a recording in the live view's page (README "Live view"): play/pause, seek, speed 0.25x-4x,
+    at most 50 samples per second of the run. Serves until Ctrl-C or SIGTERM."""
+    with user_errors():
+        from hil.view.server import serve_replay
+
+        check_port("--port", port)
+        serve_replay(str(run_file), host, port,
+                     on_ready=lambda url: err_console().print(f"hil view: {run_file} at {url} (Ctrl-C ends)"))

@@ -16,6 +16,7 @@ from hil.cli.common import (
     ExitCode,
     check_duration,
     check_output_path,
+    check_port,
     err_console,
     error,
     key_value_table,
@@ -69,6 +70,17 @@ def _clear_port_file(port_file: Optional[Path]) -> None:
         port_file.unlink(missing_ok=True)
 
 
+VIEW_HELP = ("Serve the live view on this TCP port: a web page with the arm drawn from the model, the GH force in "
+             "the glenoid, angles, stimulation, loop timing and alarms (README \"Live view\"); off by default.")
+VIEW_HOST_HELP = "Address the live view listens on (127.0.0.1: this computer only)."
+
+
+def _view_options(port: Optional[int], host: str):
+    """``--view``/``--view-host`` as :class:`hil.supervisor.ViewOptions` (None: no view)."""
+    from hil.supervisor import ViewOptions
+    return None if port is None else ViewOptions(check_port("--view", port), host)
+
+
 def check_config(
     config: Annotated[Path, typer.Argument(help="Service/experiment config (TOML).")],
     show: Annotated[bool, typer.Option("--show", help="Print the effective config (includes merged) as TOML on "
@@ -109,6 +121,8 @@ def run(
     offline: Annotated[bool, typer.Option("--offline", help="Run the same ticks without the clock, as fast as the "
                                                             "CPU allows, in this process (loopback controllers "
                                                             "only; needs --duration); records as usual.")] = False,
+    view: Annotated[Optional[int], typer.Option(help=VIEW_HELP)] = None,
+    view_host: Annotated[str, typer.Option(help=VIEW_HOST_HELP)] = "127.0.0.1",
 ) -> None:
     """Run a real-time experiment: the loop runs in its own process, this one shows progress.
 
@@ -123,6 +137,9 @@ def run(
             check_duration(duration)
         elif offline:
             raise BadInputError("--offline needs --duration")
+        if offline and view is not None:
+            raise BadInputError("--view shows a real-time run; replay an offline run's recording with hil view")
+        view_options = _view_options(view, view_host)
         if record is None and cfg.recording.enabled:
             stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
             record = Path(cfg.recording.directory) / f"run-{stamp}.hilrec"
@@ -154,7 +171,8 @@ def run(
         progress.refresh()
 
     with progress:
-        summary = supervise(str(config), duration, record, on_poll=on_poll, port_file=port_file, plant_type=plant)
+        summary = supervise(str(config), duration, record, on_poll=on_poll, port_file=port_file, plant_type=plant,
+                            view=view_options)
     _exit_if_failed(summary)
     if json_out:
         print_json(summary.to_dict())
@@ -234,6 +252,8 @@ def serve(
     port_file: Annotated[Optional[Path], typer.Option(
         help="Write the ports controllers connect to (JSON) to this file once the loop is about to start; an "
              "existing file is removed first.")] = None,
+    view: Annotated[Optional[int], typer.Option(help=VIEW_HELP)] = None,
+    view_host: Annotated[str, typer.Option(help=VIEW_HOST_HELP)] = "127.0.0.1",
 ) -> None:
     """Service mode (systemd Type=notify): run until SIGTERM; READY=1 once the loop runs, WATCHDOG=1
     while its ticks advance, STOPPING=1 on SIGTERM; the recording is closed before exiting."""
@@ -249,7 +269,8 @@ def serve(
             record.parent.mkdir(parents=True, exist_ok=True)
             _check_recording_path(record)
         _clear_port_file(port_file)
-    summary = supervise(str(config), None, record, notify=True, port_file=port_file)
+        view_options = _view_options(view, view_host)
+    summary = supervise(str(config), None, record, notify=True, port_file=port_file, view=view_options)
     _exit_if_failed(summary)
     err_console().print(f"hil serve: stopped by {summary.stopped_by} after {summary.ticks} ticks"
                         + (f"; recording {summary.recording}" if summary.recording else ""))

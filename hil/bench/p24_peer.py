@@ -1,0 +1,110 @@
+"""The P24 (ScienceMode4) controller peer of ``hil bench link``: written against the wire format only (pyserial
+and the frame codec, ``../shared/spec/sciencemode4.md``), reading the sensor stream.
+
+``science_mode_4`` itself cannot keep up with a 1 kHz loop (each awaited call polls every 10 ms), so the peer
+sends the frames the client would send. Mid level (``p24-mid``): MlInit, then one MlUpdate in answer to every
+sensor frame, and an MlGetCurrentData keep-alive every 0.5 s. Low level (``p24-low``): LlInit, then one pulse
+(LlChannelConfig) in answer to every N-th sensor frame, N chosen for about 40 pulses a second, within the
+channel's frequency limits. The packet number of each update or pulse is the counter the HIL echoes.
+"""
+from __future__ import annotations
+
+import os
+import select
+import time
+
+from hil.bench.peers import AMPLITUDES_MA, STIM_CHANNEL, RoundTrips
+
+PULSE_RATE_HZ = 40.0
+KEEPALIVE_EVERY_S = 0.5
+PERIOD_MS = 25
+
+
+def _update(number: int, current_ma: float) -> bytes:
+    from drivers.sciencemode4_codec import CMD_ML_UPDATE, encode_frame
+    from drivers.sciencemode4_pulse import encode_point
+    points = encode_point(200, current_ma) + encode_point(200, -current_ma)
+    data = bytes((1 << (STIM_CHANNEL - 1), 1 << 4)) + (PERIOD_MS * 2 << 1).to_bytes(2, "big") + points
+    return encode_frame(number, CMD_ML_UPDATE, data)
+
+
+def _pulse(number: int, current_ma: float) -> bytes:
+    from drivers.sciencemode4_codec import CMD_LL_CHANNEL_CONFIG, encode_frame
+    from drivers.sciencemode4_pulse import encode_point
+    n = STIM_CHANNEL - 1
+    head = 0x80 | ((n % 4) << 5) | ((n // 4) << 4) | 1         # execute, colour, connector, 2 points
+    return encode_frame(number, CMD_LL_CHANNEL_CONFIG, bytes((head,)) + encode_point(200, current_ma)
+                        + encode_point(200, -current_ma))
+
+
+def _await_reply(stim, parser, number: int, command: int, timeout_s: float = 10.0) -> bool:
+    t_end = time.monotonic() + timeout_s
+    while time.monotonic() < t_end:
+        select.select([stim.fileno()], [], [], 0.1)
+        if any(getattr(f, "number", None) == number and f.command == command + 1
+               for f in parser.feed(stim.read(4096), time.monotonic())):
+            return True
+    return False
+
+
+def p24_peer(level: str, stim_port: str, sensor_port: str, rate_hz: float, duration_s: float, out) -> None:
+    """Closed loop at mid level ("mid": an update per sensor frame) or low level ("low": a pulse per N-th)."""
+    from drivers.link_process import link_scheduling
+    n_cpus = os.cpu_count() or 1
+    link_scheduling(60, n_cpus - 1 if n_cpus > 1 else None)     # as the other peers: FIFO 60, off the loop CPU
+    import serial
+
+    from drivers.sciencemode4_codec import (
+        CMD_LL_INIT,
+        CMD_LL_STOP,
+        CMD_ML_GET_CURRENT_DATA,
+        CMD_ML_INIT,
+        CMD_ML_STOP,
+        FrameParser,
+        encode_frame,
+    )
+    from drivers.sensor_stream import SensorStreamReader
+    stim, sensors = serial.Serial(stim_port, timeout=0), serial.Serial(sensor_port, timeout=0)
+    parser, reader, rt = FrameParser(), SensorStreamReader(), RoundTrips()
+    init = CMD_ML_INIT if level == "mid" else CMD_LL_INIT
+    build = _update if level == "mid" else _pulse
+    frames = [build(c, AMPLITUDES_MA[c]) for c in range(64)]
+    every = 1 if level == "mid" else max(1, round(rate_hz / PULSE_RATE_HZ))
+    replies = 0
+    try:
+        stim.write(encode_frame(1, init, b"\x00"))
+        if not _await_reply(stim, parser, 1, init):
+            out.put({"error": f"no reply to {'MlInit' if level == 'mid' else 'LlInit'} within 10 s"})
+            return
+        number, frames_seen, t_keepalive = 2, 0, time.monotonic()
+        t_end = time.monotonic() + duration_s
+        fds = [stim.fileno(), sensors.fileno()]
+        while time.monotonic() < t_end:        # closed loop: one command in answer to every N-th sensor frame
+            readable, _, _ = select.select(fds, [], [], 0.5)
+            if stim.fileno() in readable:
+                replies += len(parser.feed(stim.read(4096), time.monotonic()))
+            if sensors.fileno() not in readable:
+                continue
+            now = time.monotonic()
+            newest = None
+            for echo, frame in reader.feed(sensors.read(65536)):
+                tick = int(frame["tick"])
+                rt.echo(echo, now, tick)
+                if rt.tick(tick):
+                    newest = tick
+            if newest is None:
+                continue
+            frames_seen += 1
+            if frames_seen % every == 0:
+                t_command = time.monotonic()
+                stim.write(frames[number])
+                rt.sent_now(number, t_command, newest)
+                number = (number + 1) % 64
+            if level == "mid" and now - t_keepalive > KEEPALIVE_EVERY_S:
+                stim.write(encode_frame(number, CMD_ML_GET_CURRENT_DATA, b"\x04"))
+                number, t_keepalive = (number + 1) % 64, now
+        stim.write(encode_frame(number, CMD_ML_STOP if level == "mid" else CMD_LL_STOP))   # clean up, as a script does
+    finally:
+        stim.close()
+        sensors.close()
+    out.put({**rt.summary(), "replies": replies, "stream_crc_errors": reader.crc_errors})
