@@ -54,57 +54,60 @@ def p24_peer(level: str, stim_port: str, sensor_port: str, rate_hz: float, durat
     link_scheduling(60, n_cpus - 1 if n_cpus > 1 else None)     # as the other peers: FIFO 60, off the loop CPU
     import serial
 
-    from drivers.sciencemode4_codec import (
-        CMD_LL_INIT,
-        CMD_LL_STOP,
-        CMD_ML_GET_CURRENT_DATA,
-        CMD_ML_INIT,
-        CMD_ML_STOP,
-        FrameParser,
-        encode_frame,
-    )
+    from drivers.sciencemode4_codec import CMD_LL_INIT, CMD_LL_STOP, CMD_ML_INIT, CMD_ML_STOP, FrameParser, encode_frame
     from drivers.sensor_stream import SensorStreamReader
     stim, sensors = serial.Serial(stim_port, timeout=0), serial.Serial(sensor_port, timeout=0)
     parser, reader, rt = FrameParser(), SensorStreamReader(), RoundTrips()
     init = CMD_ML_INIT if level == "mid" else CMD_LL_INIT
-    build = _update if level == "mid" else _pulse
-    frames = [build(c, AMPLITUDES_MA[c]) for c in range(64)]
-    every = 1 if level == "mid" else max(1, round(rate_hz / PULSE_RATE_HZ))
-    replies = 0
     try:
         stim.write(encode_frame(1, init, b"\x00"))
         if not _await_reply(stim, parser, 1, init):
             out.put({"error": f"no reply to {'MlInit' if level == 'mid' else 'LlInit'} within 10 s"})
             return
-        number, frames_seen, t_keepalive = 2, 0, time.monotonic()
-        t_end = time.monotonic() + duration_s
-        fds = [stim.fileno(), sensors.fileno()]
-        while time.monotonic() < t_end:        # closed loop: one command in answer to every N-th sensor frame
-            readable, _, _ = select.select(fds, [], [], 0.5)
-            if stim.fileno() in readable:
-                replies += len(parser.feed(stim.read(4096), time.monotonic()))
-            if sensors.fileno() not in readable:
-                continue
-            now = time.monotonic()
-            newest = None
-            for echo, frame in reader.feed(sensors.read(65536)):
-                tick = int(frame["tick"])
-                rt.echo(echo, now, tick)
-                if rt.tick(tick):
-                    newest = tick
-            if newest is None:
-                continue
-            frames_seen += 1
-            if frames_seen % every == 0:
-                t_command = time.monotonic()
-                stim.write(frames[number])
-                rt.sent_now(number, t_command, newest)
-                number = (number + 1) % 64
-            if level == "mid" and now - t_keepalive > KEEPALIVE_EVERY_S:
-                stim.write(encode_frame(number, CMD_ML_GET_CURRENT_DATA, b"\x04"))
-                number, t_keepalive = (number + 1) % 64, now
+        every = 1 if level == "mid" else max(1, round(rate_hz / PULSE_RATE_HZ))
+        number, replies = _closed_loop(level, stim, sensors, (parser, reader, rt), every, duration_s)
         stim.write(encode_frame(number, CMD_ML_STOP if level == "mid" else CMD_LL_STOP))   # clean up, as a script does
     finally:
         stim.close()
         sensors.close()
     out.put({**rt.summary(), "replies": replies, "stream_crc_errors": reader.crc_errors})
+
+
+def _closed_loop(level: str, stim, sensors, readers, every: int, duration_s: float) -> tuple[int, int]:
+    """One command in answer to every ``every``-th new sensor frame (and the mid level's keep-alive) for
+    ``duration_s``; returns the next packet number and the replies read."""
+    from drivers.sciencemode4_codec import CMD_ML_GET_CURRENT_DATA, encode_frame
+    parser, reader, rt = readers
+    build = _update if level == "mid" else _pulse
+    frames = [build(c, AMPLITUDES_MA[c]) for c in range(64)]
+    number, frames_seen, replies, t_keepalive = 2, 0, 0, time.monotonic()
+    t_end, fds = time.monotonic() + duration_s, [stim.fileno(), sensors.fileno()]
+    while time.monotonic() < t_end:
+        readable, _, _ = select.select(fds, [], [], 0.5)
+        if stim.fileno() in readable:
+            replies += len(parser.feed(stim.read(4096), time.monotonic()))
+        newest = _newest_frame(sensors, reader, rt) if sensors.fileno() in readable else None
+        if newest is None:
+            continue
+        frames_seen += 1
+        now = time.monotonic()
+        if frames_seen % every == 0:
+            t_command = time.monotonic()
+            stim.write(frames[number])
+            rt.sent_now(number, t_command, newest)
+            number = (number + 1) % 64
+        if level == "mid" and now - t_keepalive > KEEPALIVE_EVERY_S:
+            stim.write(encode_frame(number, CMD_ML_GET_CURRENT_DATA, b"\x04"))
+            number, t_keepalive = (number + 1) % 64, now
+    return number, replies
+
+
+def _newest_frame(sensors, reader, rt) -> int | None:
+    """Read the sensor stream, note every echo and tick; the newest new tick, or None."""
+    now, newest = time.monotonic(), None
+    for echo, frame in reader.feed(sensors.read(65536)):
+        tick = int(frame["tick"])
+        rt.echo(echo, now, tick)
+        if rt.tick(tick):
+            newest = tick
+    return newest
