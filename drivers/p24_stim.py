@@ -43,7 +43,7 @@ from drivers.sciencemode4 import (
     Rejected,
     Settings,
 )
-from drivers.stimulator_link import StimulatorEndpoint, parse_channel_map
+from drivers.stimulator_link import StimulatorEndpoint, parse_channel_map, stimulator_table
 
 BAUD_RATE = 9600
 #: The link's aux words between its totals and its reject counters (free in a link ring) carry the device's
@@ -130,10 +130,7 @@ class P24Driver(LinkDriver):
 
     @classmethod
     def parse_config(cls, table: dict, ctx: DriverContext) -> LinkSpec:
-        t = ConfigTable(table, ctx.key, ctx.file)
-        t.get("type")
-        if not ctx.channel_names:
-            raise t.error("type", "a stimulator drives stimulation channels: set [stimulation] mode = \"channels\"")
+        t = stimulator_table(table, ctx)
         args = dict(port=t.string("port", "pty"), sensor_port=t.string("sensor_port", "pty"),
                     channel_map=parse_channel_map(t, list(ctx.channel_names)),
                     min_frequency_hz=_per_channel(t, "min_frequency_hz", 10.0, 0.5, 1000.0),

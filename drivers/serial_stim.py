@@ -26,11 +26,10 @@ import select
 import time
 
 from drivers.base import DriverContext
-from drivers.config_table import ConfigTable
 from drivers.link import Inbound, LinkDriver, LinkSpec, link_scheduling_keys
 from drivers.sciencemode2 import Activity, Connected, Rehastim2Emulator, Rejected, StimulationChanged
 from drivers.sciencemode2_codec import BAUD_RATE
-from drivers.stimulator_link import StimulatorEndpoint, parse_channel_map
+from drivers.stimulator_link import StimulatorEndpoint, parse_channel_map, stimulator_table
 
 
 class ScienceModeEndpoint(StimulatorEndpoint):
@@ -120,10 +119,7 @@ class ScienceModeDriver(LinkDriver):
 
     @classmethod
     def parse_config(cls, table: dict, ctx: DriverContext) -> LinkSpec:
-        t = ConfigTable(table, ctx.key, ctx.file)
-        t.get("type")
-        if not ctx.channel_names:
-            raise t.error("type", "a stimulator drives stimulation channels: set [stimulation] mode = \"channels\"")
+        t = stimulator_table(table, ctx)
         port = t.string("port", "pty")
         sensor = t.string("sensor_port", "pty")
         channel_map = parse_channel_map(t, list(ctx.channel_names))

@@ -80,3 +80,12 @@ def parse_channel_map(t: ConfigTable, names: list[str]) -> list[int]:
             raise t.error("channel_map", f"entry {n} ({entry!r}) must be 0, a channel number 1..{len(names)} "
                                          f"or one of {names}")
     return channel_map
+
+
+def stimulator_table(table: dict, ctx) -> ConfigTable:
+    """The ``[[driver]]`` table of an emulated stimulator, checked to have stimulation channels to drive."""
+    t = ConfigTable(table, ctx.key, ctx.file)
+    t.get("type")
+    if not ctx.channel_names:
+        raise t.error("type", "a stimulator drives stimulation channels: set [stimulation] mode = \"channels\"")
+    return t
