@@ -26,7 +26,6 @@ clamped by the loop's limits like commands from any transport (counted and recor
 """
 from __future__ import annotations
 
-import select
 import sys
 import time
 
@@ -76,17 +75,11 @@ class P24Endpoint(StimulatorEndpoint):
         return self.open_ports()
 
     def receive(self, inbound: Inbound, timeout_s: float) -> None:
-        if timeout_s > 0:
-            select.select([self.port.fd], [], [], timeout_s)
-        chunk = self.port.read()
-        if not chunk:
+        fed = self._feed_emulator(inbound, timeout_s)
+        if fed is None:
             return
-        now_s = time.monotonic()
-        before = self.emulator.counters["frames_in"]
-        replies, events = self.emulator.receive(chunk, now_s)
-        frames = self.emulator.counters["frames_in"] - before
+        now_s, frames, replies, events = fed
         if frames:
-            inbound.count_in(frames)
             inbound.set_connected(True)
             self._last_frame_s = now_s
         self._hand_over(events, inbound, int(now_s * 1e9))

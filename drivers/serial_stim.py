@@ -22,7 +22,6 @@ by the loop's limits like commands from any transport (counted and recorded).
 """
 from __future__ import annotations
 
-import select
 import time
 
 from drivers.base import DriverContext
@@ -74,16 +73,11 @@ class ScienceModeEndpoint(StimulatorEndpoint):
             inbound.channel(now, stim.counter, idx, float(c.pulse_width_us), float(c.amplitude_ma), freq, int(c.mode))
 
     def receive(self, inbound: Inbound, timeout_s: float) -> None:
-        if timeout_s > 0:
-            select.select([self.port.fd], [], [], timeout_s)
-        chunk = self.port.read()
-        if not chunk:
+        fed = self._feed_emulator(inbound, timeout_s)
+        if fed is None:
             return
-        now_s = time.monotonic()
+        now_s, _, replies, events = fed
         now = int(now_s * 1e9)
-        frames_before = self.emulator.counters["frames_in"]
-        replies, events = self.emulator.receive(chunk, now_s)
-        inbound.count_in(self.emulator.counters["frames_in"] - frames_before)
         for ev in events:
             if isinstance(ev, StimulationChanged):
                 if ev.stimulation is None:

@@ -3,6 +3,9 @@ their link process: the stimulator port and the optional sensor-stream port, the
 frames, and the ``channel_map`` key that wires stimulator channels to the run's stimulation channels."""
 from __future__ import annotations
 
+import select
+import time
+
 import numpy as np
 
 from drivers.config_table import ConfigTable
@@ -38,6 +41,21 @@ class StimulatorEndpoint(LinkEndpoint):
 
     def fileno(self) -> int:
         return self.port.fd
+
+    def _feed_emulator(self, inbound, timeout_s: float):
+        """Wait up to ``timeout_s`` for bytes from the controller and hand them to ``self.emulator``, counting
+        its whole frames in; (time, frames, replies, events), or None when nothing arrived."""
+        if timeout_s > 0:
+            select.select([self.port.fd], [], [], timeout_s)
+        chunk = self.port.read()
+        if not chunk:
+            return None
+        now_s = time.monotonic()
+        before = self.emulator.counters["frames_in"]
+        replies, events = self.emulator.receive(chunk, now_s)
+        frames = self.emulator.counters["frames_in"] - before
+        inbound.count_in(frames)
+        return now_s, frames, replies, events
 
     def _write_all(self, frames, stats) -> None:
         for f in frames:
