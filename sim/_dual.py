@@ -1,12 +1,13 @@
 """Forward-mode dual numbers for the multibody kernel (exact first derivatives).
 
-A dual scalar is a float64 array of length ``ND``: slot 0 is the value, slot ``slot_q(j) = 1 + 2 j`` the
-derivative with respect to q_j and ``slot_qd(j) = 2 + 2 j`` the derivative with respect to qdot_j. Dual
+A dual scalar is a float64 array of length ``ND``: slot 0 is the value and slot ``slot_q(j) = 1 + j`` the
+derivative with respect to q_j (the derivatives with respect to qdot are analytic, ``sim._multibody``). Dual
 3-vectors are (3, ND) arrays and dual rotation matrices (3, 3, ND). All helpers write into a caller-provided
-``out`` that must not alias an input; none allocates.
+``out`` that must not alias an input; none allocates. Each helper loops over one slot row at a time, which
+the compiler vectorises (it does not for the two-index form).
 
 Every helper takes ``n``, the number of leading slots that can be non-zero: a quantity of the chain's frame
-c depends only on the first c DOFs, i.e. on slots [0, 2c + 1). Slots >= n are neither read nor written, so
+c depends only on the first c DOFs, i.e. on slots [0, c + 1). Slots >= n are neither read nor written, so
 a quantity must always be written with the same n (or its upper slots must stay zero).
 """
 from __future__ import annotations
@@ -18,54 +19,53 @@ from numba import njit
 from sim._jit import kernel
 from sim.model import N_DOF
 
-ND = 1 + 2 * N_DOF
+ND = 1 + N_DOF
 
 
 @njit(cache=True, inline="always")
 def slot_q(j):
-    return 1 + 2 * j
-
-
-@njit(cache=True, inline="always")
-def slot_qd(j):
-    return 2 + 2 * j
+    return 1 + j
 
 
 @njit(cache=True, inline="always")
 def frame_slots(c):
     """Number of slots that can be non-zero for a quantity fixed in (or moving with) frame c."""
-    return 2 * c + 1
+    return c + 1
 
 
 @kernel
 def d_add(a, b, out, n):
     """out <- a + b (vectors)."""
     for i in range(3):
+        ai, bi, oi = a[i], b[i], out[i]
         for k in range(n):
-            out[i, k] = a[i, k] + b[i, k]
+            oi[k] = ai[k] + bi[k]
 
 
 @kernel
 def d_sub(a, b, out, n):
     for i in range(3):
+        ai, bi, oi = a[i], b[i], out[i]
         for k in range(n):
-            out[i, k] = a[i, k] - b[i, k]
+            oi[k] = ai[k] - bi[k]
 
 
 @kernel
 def d_iadd(out, a, n):
     """out += a (vectors)."""
     for i in range(3):
+        ai, oi = a[i], out[i]
         for k in range(n):
-            out[i, k] += a[i, k]
+            oi[k] += ai[k]
 
 
 @kernel
 def d_iadd_scaled(out, a, c, n):
     """out += c * a for a constant c."""
     for i in range(3):
+        ai, oi = a[i], out[i]
         for k in range(n):
-            out[i, k] += c * a[i, k]
+            oi[k] += c * ai[k]
 
 
 @kernel
@@ -73,22 +73,27 @@ def d_cross(a, b, out, n):
     """out <- a x b with the product rule."""
     a0, a1, a2 = a[0, 0], a[1, 0], a[2, 0]
     b0, b1, b2 = b[0, 0], b[1, 0], b[2, 0]
+    ax, ay, az, bx, by, bz = a[0], a[1], a[2], b[0], b[1], b[2]
+    ox, oy, oz = out[0], out[1], out[2]
     for k in range(1, n):
-        out[0, k] = a[1, k] * b2 + a1 * b[2, k] - a[2, k] * b1 - a2 * b[1, k]
-        out[1, k] = a[2, k] * b0 + a2 * b[0, k] - a[0, k] * b2 - a0 * b[2, k]
-        out[2, k] = a[0, k] * b1 + a0 * b[1, k] - a[1, k] * b0 - a1 * b[0, k]
-    out[0, 0] = a1 * b2 - a2 * b1
-    out[1, 0] = a2 * b0 - a0 * b2
-    out[2, 0] = a0 * b1 - a1 * b0
+        ox[k] = ay[k] * b2 + a1 * bz[k] - az[k] * b1 - a2 * by[k]
+    for k in range(1, n):
+        oy[k] = az[k] * b0 + a2 * bx[k] - ax[k] * b2 - a0 * bz[k]
+    for k in range(1, n):
+        oz[k] = ax[k] * b1 + a0 * by[k] - ay[k] * b0 - a1 * bx[k]
+    ox[0] = a1 * b2 - a2 * b1
+    oy[0] = a2 * b0 - a0 * b2
+    oz[0] = a0 * b1 - a1 * b0
 
 
 @kernel
 def d_dot(a, b, out, n):
     """Dual scalar out <- a . b."""
+    ax, ay, az, bx, by, bz = a[0], a[1], a[2], b[0], b[1], b[2]
+    a0, a1, a2, b0, b1, b2 = ax[0], ay[0], az[0], bx[0], by[0], bz[0]
     for k in range(1, n):
-        out[k] = (a[0, k] * b[0, 0] + a[0, 0] * b[0, k] + a[1, k] * b[1, 0] + a[1, 0] * b[1, k]
-                  + a[2, k] * b[2, 0] + a[2, 0] * b[2, k])
-    out[0] = a[0, 0] * b[0, 0] + a[1, 0] * b[1, 0] + a[2, 0] * b[2, 0]
+        out[k] = ax[k] * b0 + a0 * bx[k] + ay[k] * b1 + a1 * by[k] + az[k] * b2 + a2 * bz[k]
+    out[0] = a0 * b0 + a1 * b1 + a2 * b2
 
 
 @kernel
@@ -96,57 +101,21 @@ def d_scale(a, s, out, n):
     """Vector out <- a * s for a dual scalar s."""
     s0 = s[0]
     for i in range(3):
-        ai = a[i, 0]
+        ai, oi = a[i], out[i]
+        a0 = ai[0]
         for k in range(1, n):
-            out[i, k] = a[i, k] * s0 + ai * s[k]
-        out[i, 0] = ai * s0
-
-
-@kernel
-def d_scale_var(a, value, slot, out, n):
-    """Vector out <- a * v where v is an independent variable (value, unit derivative in ``slot``)."""
-    for i in range(3):
-        for k in range(n):
-            out[i, k] = a[i, k] * value
-        out[i, slot] += a[i, 0]
+            oi[k] = ai[k] * s0 + a0 * s[k]
+        oi[0] = a0 * s0
 
 
 @kernel
 def d_matvec_const(R, c, out, n):
     """out <- R c for a dual matrix R and a constant vector c."""
+    c0, c1, c2 = c[0], c[1], c[2]
     for i in range(3):
+        r0, r1, r2, oi = R[i, 0], R[i, 1], R[i, 2], out[i]
         for k in range(n):
-            out[i, k] = R[i, 0, k] * c[0] + R[i, 1, k] * c[1] + R[i, 2, k] * c[2]
-
-
-@kernel
-def d_matvec(R, v, out, n):
-    """out <- R v, both dual."""
-    for i in range(3):
-        r0, r1, r2 = R[i, 0, 0], R[i, 1, 0], R[i, 2, 0]
-        for k in range(1, n):
-            out[i, k] = (R[i, 0, k] * v[0, 0] + R[i, 1, k] * v[1, 0] + R[i, 2, k] * v[2, 0]
-                         + r0 * v[0, k] + r1 * v[1, k] + r2 * v[2, k])
-        out[i, 0] = r0 * v[0, 0] + r1 * v[1, 0] + r2 * v[2, 0]
-
-
-@kernel
-def d_mattvec(R, v, out, n):
-    """out <- R^T v, both dual."""
-    for i in range(3):
-        r0, r1, r2 = R[0, i, 0], R[1, i, 0], R[2, i, 0]
-        for k in range(1, n):
-            out[i, k] = (R[0, i, k] * v[0, 0] + R[1, i, k] * v[1, 0] + R[2, i, k] * v[2, 0]
-                         + r0 * v[0, k] + r1 * v[1, k] + r2 * v[2, k])
-        out[i, 0] = r0 * v[0, 0] + r1 * v[1, 0] + r2 * v[2, 0]
-
-
-@kernel
-def d_constmat_vec(A, v, out, n):
-    """out <- A v for a constant 3x3 matrix A."""
-    for i in range(3):
-        for k in range(n):
-            out[i, k] = A[i, 0] * v[0, k] + A[i, 1] * v[1, k] + A[i, 2] * v[2, k]
+            oi[k] = r0[k] * c0 + r1[k] * c1 + r2[k] * c2
 
 
 @kernel
@@ -172,18 +141,6 @@ def rotation_about_axis(axis, angle, rot, drot):
 
 
 @kernel
-def d_rotate_frame(R_parent, rot, drot, slot, R_child, n):
-    """R_child <- R_parent rot(q), where rot depends only on the variable in ``slot`` (d rot = drot)."""
-    for i in range(3):
-        for j in range(3):
-            for k in range(n):
-                R_child[i, j, k] = (R_parent[i, 0, k] * rot[0, j] + R_parent[i, 1, k] * rot[1, j]
-                                    + R_parent[i, 2, k] * rot[2, j])
-            R_child[i, j, slot] += (R_parent[i, 0, 0] * drot[0, j] + R_parent[i, 1, 0] * drot[1, j]
-                                    + R_parent[i, 2, 0] * drot[2, j])
-
-
-@kernel
 def d_sqrt(a, out, n):
     """Dual scalar square root (a > 0)."""
     r = math.sqrt(a[0])
@@ -191,3 +148,108 @@ def d_sqrt(a, out, n):
     for k in range(1, n):
         out[k] = a[k] * inv
     out[0] = r
+
+
+# Slot-wise helpers: one slot of a dual quantity as a 3-tuple, for kernels that run every operation of a
+# step in one pass over the slots (the operations are slot-wise independent), which saves a call and a
+# pass over memory per operation. A tangent slot is the product rule a_k * b_0 + a_0 * b_k, summed in the
+# order of the array helpers above (d_cross, d_dot).
+
+
+@kernel
+def slot3(X, k):
+    """Slot k of a dual 3-vector X (3, ND) as a tuple."""
+    return (X[0, k], X[1, k], X[2, k])
+
+
+@kernel
+def put3(X, k, v):
+    X[0, k], X[1, k], X[2, k] = v[0], v[1], v[2]
+
+
+@kernel
+def rot_slot(R, k, c):
+    """Slot k of R c for a dual matrix R (3, 3, ND) and a constant vector c."""
+    return (R[0, 0, k] * c[0] + R[0, 1, k] * c[1] + R[0, 2, k] * c[2],
+            R[1, 0, k] * c[0] + R[1, 1, k] * c[1] + R[1, 2, k] * c[2],
+            R[2, 0, k] * c[0] + R[2, 1, k] * c[1] + R[2, 2, k] * c[2])
+
+
+@kernel
+def cross_tangent(ak, a0, bk, b0):
+    """Derivative slot of a x b by the product rule, a_k x b_0 + a_0 x b_k (summed as in :func:`d_cross`)."""
+    return (ak[1] * b0[2] + a0[1] * bk[2] - ak[2] * b0[1] - a0[2] * bk[1],
+            ak[2] * b0[0] + a0[2] * bk[0] - ak[0] * b0[2] - a0[0] * bk[2],
+            ak[0] * b0[1] + a0[0] * bk[1] - ak[1] * b0[0] - a0[1] * bk[0])
+
+
+@kernel
+def add3(a, b):
+    return (a[0] + b[0], a[1] + b[1], a[2] + b[2])
+
+
+@kernel
+def cross3(a, b):
+    """a x b for 3-tuples (values)."""
+    return (a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0])
+
+
+@kernel
+def vec3(v):
+    return (v[0], v[1], v[2])
+
+
+@kernel
+def scaled3(a, c):
+    return (c * a[0], c * a[1], c * a[2])
+
+
+@kernel
+def constmat3(M, v):
+    """M v for a constant 3x3 matrix M and a 3-tuple v."""
+    return (M[0, 0] * v[0] + M[0, 1] * v[1] + M[0, 2] * v[2], M[1, 0] * v[0] + M[1, 1] * v[1] + M[1, 2] * v[2],
+            M[2, 0] * v[0] + M[2, 1] * v[1] + M[2, 2] * v[2])
+
+
+@kernel
+def rot_t_value(R, v0):
+    """Value of R^T v (R dual (3, 3, ND), v a 3-tuple)."""
+    return (R[0, 0, 0] * v0[0] + R[1, 0, 0] * v0[1] + R[2, 0, 0] * v0[2],
+            R[0, 1, 0] * v0[0] + R[1, 1, 0] * v0[1] + R[2, 1, 0] * v0[2],
+            R[0, 2, 0] * v0[0] + R[1, 2, 0] * v0[1] + R[2, 2, 0] * v0[2])
+
+
+@kernel
+def rot_t_tangent(R, k, v0, vk):
+    """Derivative slot k of R^T v by the product rule (R_k^T v_0 + R_0^T v_k)."""
+    return (R[0, 0, k] * v0[0] + R[1, 0, k] * v0[1] + R[2, 0, k] * v0[2]
+            + R[0, 0, 0] * vk[0] + R[1, 0, 0] * vk[1] + R[2, 0, 0] * vk[2],
+            R[0, 1, k] * v0[0] + R[1, 1, k] * v0[1] + R[2, 1, k] * v0[2]
+            + R[0, 1, 0] * vk[0] + R[1, 1, 0] * vk[1] + R[2, 1, 0] * vk[2],
+            R[0, 2, k] * v0[0] + R[1, 2, k] * v0[1] + R[2, 2, k] * v0[2]
+            + R[0, 2, 0] * vk[0] + R[1, 2, 0] * vk[1] + R[2, 2, 0] * vk[2])
+
+
+@kernel
+def rot_value(R, v0):
+    """Value of R v (R dual (3, 3, ND), v a 3-tuple)."""
+    return (R[0, 0, 0] * v0[0] + R[0, 1, 0] * v0[1] + R[0, 2, 0] * v0[2],
+            R[1, 0, 0] * v0[0] + R[1, 1, 0] * v0[1] + R[1, 2, 0] * v0[2],
+            R[2, 0, 0] * v0[0] + R[2, 1, 0] * v0[1] + R[2, 2, 0] * v0[2])
+
+
+@kernel
+def rot_tangent(R, k, v0, vk):
+    """Derivative slot k of R v by the product rule (R_k v_0 + R_0 v_k)."""
+    return (R[0, 0, k] * v0[0] + R[0, 1, k] * v0[1] + R[0, 2, k] * v0[2]
+            + R[0, 0, 0] * vk[0] + R[0, 1, 0] * vk[1] + R[0, 2, 0] * vk[2],
+            R[1, 0, k] * v0[0] + R[1, 1, k] * v0[1] + R[1, 2, k] * v0[2]
+            + R[1, 0, 0] * vk[0] + R[1, 1, 0] * vk[1] + R[1, 2, 0] * vk[2],
+            R[2, 0, k] * v0[0] + R[2, 1, k] * v0[1] + R[2, 2, k] * v0[2]
+            + R[2, 0, 0] * vk[0] + R[2, 1, 0] * vk[1] + R[2, 2, 0] * vk[2])
+
+
+@kernel
+def matvec3(M, v):
+    return (M[0, 0] * v[0] + M[0, 1] * v[1] + M[0, 2] * v[2], M[1, 0] * v[0] + M[1, 1] * v[1] + M[1, 2] * v[2],
+            M[2, 0] * v[0] + M[2, 1] * v[1] + M[2, 2] * v[2])

@@ -8,8 +8,22 @@ ulna -> radius (+ hand):
           + k_j . sum_{point forces distal to j} (P - o_j) x F  + tau_passive_j + external moments,
 
 i.e. Q_applied + tau(q, qdot) - (M(q) qdd + c(q, qdot)) without muscles, evaluated in the thorax (world)
-frame with forward-mode dual numbers, so ``Q[j, slot_q(i)]`` is exactly dQ_j/dq_i and ``Q[j, slot_qd(i)]``
-is dQ_j/dqdot_i. The mass matrix M (= -dQ/dqdd) is formed separately from the body Jacobians.
+frame. Derivatives with respect to q are forward-mode dual numbers (``sim._dual``): ``Q[j, slot_q(i)]`` is
+exactly dQ_j/dq_i. Derivatives with respect to qdot (``Av``) are analytic: only the bodies' m(g - a) and
+-dH/dt and the joint damping depend on qdot. Perturbing qdot_i changes, for every frame c distal to joint i,
+omega_c by k_i and the motion of frame i + 1 (the joint's child) by
+
+    d omega_{i+1} = k_i,   d alpha_{i+1} = omega_i x k_i,   d a(o_i) = 0,
+
+while the motion relative to frame i + 1 is unchanged. With the Coriolis theorem, a_p = A_{i+1}(p) +
+2 omega_{i+1} x v_rel + a_rel (v_rel, a_rel relative to frame i + 1, d = p - o_i), a body's centre of mass p
+in frame c and its angular motion change by
+
+    d a_p = (omega_i x k_i) x d + k_i x (omega_{i+1} x d) + omega_{i+1} x (k_i x d) + 2 k_i x v_rel,
+    d alpha_c = omega_i x k_i + k_i x (omega_c - omega_{i+1}),   d omega_c = k_i,
+    d (dH/dt) = I_w d alpha_c + k_i x I_w omega_c + omega_c x I_w k_i        (I_w = R I R^T).
+
+The mass matrix M (= -dQ/dqdd) is formed from the same body Jacobians.
 """
 from __future__ import annotations
 
@@ -20,24 +34,32 @@ import numpy as np
 
 from sim._dual import (
     ND,
+    add3,
+    constmat3,
+    cross3,
+    cross_tangent,
     d_add,
-    d_constmat_vec,
     d_cross,
     d_dot,
     d_iadd,
     d_iadd_scaled,
-    d_mattvec,
-    d_matvec,
     d_matvec_const,
-    d_rotate_frame,
     d_scale,
-    d_scale_var,
     d_sqrt,
     d_sub,
     frame_slots,
+    matvec3,
+    put3,
+    rot_slot,
+    rot_t_tangent,
+    rot_t_value,
+    rot_tangent,
+    rot_value,
     rotation_about_axis,
+    scaled3,
+    slot3,
     slot_q,
-    slot_qd,
+    vec3,
 )
 from sim._jit import kernel
 from sim.engin import engin_torque
@@ -62,10 +84,15 @@ class MultibodyWork(NamedTuple):
     contact_P: np.ndarray  # (2, 3, ND)
     Fsum: np.ndarray   # (3, ND) force accumulator (subtree)
     Mo: np.ndarray     # (3, ND) moment about the world origin accumulator
-    Q: np.ndarray      # (11, ND) OUTPUT generalized forces (no muscles) and their derivatives
+    Q: np.ndarray      # (11, ND) OUTPUT generalized forces (no muscles) and their q-derivatives
     M: np.ndarray      # (11, 11) OUTPUT mass matrix
-    jac_v: np.ndarray  # (11, 3) scratch
-    jac_iw: np.ndarray  # (11, 3) scratch
+    Av: np.ndarray     # (11, 11) OUTPUT dQ/dqdot
+    vel: np.ndarray    # (12, 3) frame origin velocities (values)
+    jac_v: np.ndarray  # (11, 3) scratch: k_j x (p_b - o_j) of one body
+    jac_iw: np.ndarray  # (11, 3) scratch: I_w k_j of one body
+    inertia_w: np.ndarray  # (3, 3) scratch: I_w = R I R^T of one body
+    dF: np.ndarray     # (11, 3) scratch: d(m (g - a_p))/dqdot_i of one body
+    dT: np.ndarray     # (11, 3) scratch: d(-dH/dt)/dqdot_i of one body
     rot: np.ndarray    # (3, 3)
     drot: np.ndarray   # (3, 3)
     scratch3: np.ndarray  # (4, 3)
@@ -82,8 +109,9 @@ def new_multibody_work() -> MultibodyWork:
         tv=np.zeros((12, 3, ND)), ts=np.zeros((6, ND)), conoid_F=np.zeros((3, ND)),
         conoid_PO=np.zeros((3, ND)), conoid_PI=np.zeros((3, ND)), contact_F=np.zeros((2, 3, ND)),
         contact_P=np.zeros((2, 3, ND)), Fsum=np.zeros((3, ND)), Mo=np.zeros((3, ND)),
-        Q=np.zeros((N_DOF, ND)), M=np.zeros((N_DOF, N_DOF)), jac_v=np.zeros((N_DOF, 3)),
-        jac_iw=np.zeros((N_DOF, 3)), rot=np.zeros((3, 3)), drot=np.zeros((3, 3)), scratch3=np.zeros((4, 3)),
+        Q=np.zeros((N_DOF, ND)), M=np.zeros((N_DOF, N_DOF)), Av=np.zeros((N_DOF, N_DOF)),
+        vel=np.zeros((N_FRAMES, 3)), jac_v=np.zeros((N_DOF, 3)), jac_iw=np.zeros((N_DOF, 3)),
+        inertia_w=np.zeros((3, 3)), dF=np.zeros((N_DOF, 3)), dT=np.zeros((N_DOF, 3)), rot=np.zeros((3, 3)), drot=np.zeros((3, 3)), scratch3=np.zeros((4, 3)),
         gh_force_world=np.zeros(3), hand_position=np.zeros(3), engin_dir=np.zeros((2, 3)),
         engin_jac=np.zeros((3, 7)),
     )
@@ -93,105 +121,186 @@ def new_multibody_work() -> MultibodyWork:
 
 
 @kernel
-def _forward_kinematics(A, q, qd, qdd, W):
-    """Positions, velocities and accelerations of all frames (dual). Frame 0 (thorax) is fixed."""
-    r, t1, t2, t3, kq = W.tv[0], W.tv[1], W.tv[2], W.tv[3], W.tv[4]
-    for j in range(N_DOF):
-        f, c = j, j + 1
-        n = frame_slots(c)
-        d_matvec_const(W.R[f], A.joint_loc[j], r, n)
-        d_add(W.P[f], r, W.P[c], n)
-        d_matvec_const(W.R[f], A.joint_axis[j], W.k[j], n)
-        # acceleration of the new origin (fixed in frame f): a_f + al_f x r + w_f x (w_f x r)
-        d_cross(W.al[f], r, t1, n)
-        d_cross(W.w[f], r, t2, n)
-        d_cross(W.w[f], t2, t3, n)
-        d_add(W.acc[f], t1, W.acc[c], n)
-        d_iadd(W.acc[c], t3, n)
-        # w_c = w_f + k qd ; al_c = al_f + k qdd + w_f x (k qd)
-        d_scale_var(W.k[j], qd[j], slot_qd(j), kq, n)
-        d_add(W.w[f], kq, W.w[c], n)
-        d_cross(W.w[f], kq, t1, n)
-        d_add(W.al[f], t1, W.al[c], n)
-        d_iadd_scaled(W.al[c], W.k[j], qdd[j], n)
-        rotation_about_axis(A.joint_axis[j], q[j], W.rot, W.drot)
-        d_rotate_frame(W.R[f], W.rot, W.drot, slot_q(j), W.R[c], n)
+def _joint_motion(A, j, q_j, qd_j, qdd_j, W):
+    """Frame j + 1 from frame j across joint j, every dual slot in one pass (all operations are slot-wise):
+
+    r = R_j loc_j, P_{j+1} = P_j + r, k_j = R_j axis_j, a_{j+1} = a_j + al_j x r + w_j x (w_j x r),
+    w_{j+1} = w_j + k_j qd_j, al_{j+1} = al_j + w_j x (k_j qd_j) + k_j qdd_j, R_{j+1} = R_j rot(axis_j, q_j);
+    the origin's velocity v_{j+1} = v_j + w_j x r (value)."""
+    f, c = j, j + 1
+    n = frame_slots(c)
+    loc, axis = A.joint_loc[j], A.joint_axis[j]
+    Rf, Rc, rot = W.R[f], W.R[c], W.rot
+    rotation_about_axis(axis, q_j, rot, W.drot)
+    r0, w0, al0 = rot_slot(Rf, 0, loc), slot3(W.w[f], 0), slot3(W.al[f], 0)
+    k0 = rot_slot(Rf, 0, axis)
+    kq0 = (k0[0] * qd_j, k0[1] * qd_j, k0[2] * qd_j)
+    wr0 = cross3(w0, r0)
+    for k in range(n):
+        rk, kk = rot_slot(Rf, k, loc), rot_slot(Rf, k, axis)
+        kqk = (kk[0] * qd_j, kk[1] * qd_j, kk[2] * qd_j)
+        put3(W.P[c], k, add3(slot3(W.P[f], k), rk))
+        put3(W.k[j], k, kk)
+        put3(W.w[c], k, add3(slot3(W.w[f], k), kqk))
+        if k == 0:
+            t1, t3, t4 = cross3(al0, r0), cross3(w0, wr0), cross3(w0, kq0)
+        else:
+            wk = slot3(W.w[f], k)
+            t1 = cross_tangent(slot3(W.al[f], k), al0, rk, r0)
+            t3 = cross_tangent(wk, w0, cross_tangent(wk, w0, rk, r0), wr0)
+            t4 = cross_tangent(wk, w0, kqk, kq0)
+        put3(W.acc[c], k, add3(add3(slot3(W.acc[f], k), t1), t3))
+        al = add3(slot3(W.al[f], k), t4)
+        put3(W.al[c], k, (al[0] + qdd_j * kk[0], al[1] + qdd_j * kk[1], al[2] + qdd_j * kk[2]))
+        for a in range(3):
+            for b in range(3):
+                Rc[a, b, k] = Rf[a, 0, k] * rot[0, b] + Rf[a, 1, k] * rot[1, b] + Rf[a, 2, k] * rot[2, b]
+    s = slot_q(j)
+    for a in range(3):
+        for b in range(3):
+            Rc[a, b, s] += Rf[a, 0, 0] * W.drot[0, b] + Rf[a, 1, 0] * W.drot[1, b] + Rf[a, 2, 0] * W.drot[2, b]
+    for a in range(3):
+        W.vel[c, a] = W.vel[f, a] + wr0[a]
 
 
 @kernel
-def _mass_matrix(A, W):
-    """M = sum_b m Jv^T Jv + Jw^T I_w Jw with Jv_j = k_j x (p_b - o_j), Jw_j = k_j (values only)."""
-    M = W.M
-    M[:, :] = 0.0
-    for b in range(A.body_mass.shape[0]):
-        f = A.body_frame[b]
-        Rb = W.R[f, :, :, 0]
-        pb = W.scratch3[0]
+def _forward_kinematics(A, q, qd, qdd, W):
+    """Positions, angular velocities and accelerations of all frames (dual), origin velocities (values). Frame 0
+    (thorax) is fixed."""
+    for j in range(N_DOF):
+        _joint_motion(A, j, q[j], qd[j], qdd[j], W)
+
+
+@kernel
+def _add_cross_value(base, a, b, out):
+    """out <- base + a x b (values)."""
+    c = cross3(vec3(a), vec3(b))
+    for i in range(3):
+        out[i] = base[i] + c[i]
+
+
+@kernel
+def _body_jacobian(A, b, W):
+    """Body b's centre of mass (value, into W.scratch3[0]), its world inertia I_w = R I R^T (W.inertia_w) and
+    its Jacobian columns for the joints proximal to it: jac_v[j] = k_j x (p - o_j), jac_iw[j] = I_w k_j."""
+    f = A.body_frame[b]
+    Rb, I, Iw = W.R[f, :, :, 0], A.body_inertia[b], W.inertia_w  # noqa: E741 (the inertia tensor)
+    p = W.scratch3[0]
+    for i in range(3):
+        p[i] = W.P[f, i, 0] + Rb[i, 0] * A.body_com[b, 0] + Rb[i, 1] * A.body_com[b, 1] \
+            + Rb[i, 2] * A.body_com[b, 2]
+    for i in range(3):
+        for m in range(3):
+            acc = 0.0
+            for a in range(3):
+                acc += Rb[i, a] * (I[a, 0] * Rb[m, 0] + I[a, 1] * Rb[m, 1] + I[a, 2] * Rb[m, 2])
+            Iw[i, m] = acc
+    for j in range(f):
+        k = W.k[j, :, 0]
+        d = (p[0] - W.P[j + 1, 0, 0], p[1] - W.P[j + 1, 1, 0], p[2] - W.P[j + 1, 2, 0])
+        jv = cross3(vec3(k), d)
         for i in range(3):
-            pb[i] = W.P[f, i, 0] + Rb[i, 0] * A.body_com[b, 0] + Rb[i, 1] * A.body_com[b, 1] \
-                + Rb[i, 2] * A.body_com[b, 2]
-        m = A.body_mass[b]
-        I = A.body_inertia[b]  # noqa: E741 (the inertia tensor, named as in the equations)
-        for j in range(f):
-            kx, ky, kz = W.k[j, 0, 0], W.k[j, 1, 0], W.k[j, 2, 0]
-            dx = pb[0] - W.P[j + 1, 0, 0]
-            dy = pb[1] - W.P[j + 1, 1, 0]
-            dz = pb[2] - W.P[j + 1, 2, 0]
-            W.jac_v[j, 0] = ky * dz - kz * dy
-            W.jac_v[j, 1] = kz * dx - kx * dz
-            W.jac_v[j, 2] = kx * dy - ky * dx
-            # I_w k = R I R^T k
-            l0 = Rb[0, 0] * kx + Rb[1, 0] * ky + Rb[2, 0] * kz
-            l1 = Rb[0, 1] * kx + Rb[1, 1] * ky + Rb[2, 1] * kz
-            l2 = Rb[0, 2] * kx + Rb[1, 2] * ky + Rb[2, 2] * kz
-            i0 = I[0, 0] * l0 + I[0, 1] * l1 + I[0, 2] * l2
-            i1 = I[1, 0] * l0 + I[1, 1] * l1 + I[1, 2] * l2
-            i2 = I[2, 0] * l0 + I[2, 1] * l1 + I[2, 2] * l2
-            W.jac_iw[j, 0] = Rb[0, 0] * i0 + Rb[0, 1] * i1 + Rb[0, 2] * i2
-            W.jac_iw[j, 1] = Rb[1, 0] * i0 + Rb[1, 1] * i1 + Rb[1, 2] * i2
-            W.jac_iw[j, 2] = Rb[2, 0] * i0 + Rb[2, 1] * i1 + Rb[2, 2] * i2
+            W.jac_v[j, i] = jv[i]
+            W.jac_iw[j, i] = Iw[i, 0] * k[0] + Iw[i, 1] * k[1] + Iw[i, 2] * k[2]
+
+
+@kernel
+def _add_body_mass(A, b, W):
+    """M += m Jv^T Jv + Jw^T I_w Jw of body b (Jv_j = jac_v[j], Jw_j = k_j), after :func:`_body_jacobian`."""
+    f, m, M = A.body_frame[b], A.body_mass[b], W.M
+    for i in range(f):
+        for j in range(i + 1):
+            v = m * (W.jac_v[i, 0] * W.jac_v[j, 0] + W.jac_v[i, 1] * W.jac_v[j, 1] + W.jac_v[i, 2] * W.jac_v[j, 2])
+            v += W.k[i, 0, 0] * W.jac_iw[j, 0] + W.k[i, 1, 0] * W.jac_iw[j, 1] + W.k[i, 2, 0] * W.jac_iw[j, 2]
+            M[i, j] += v
+            if i != j:
+                M[j, i] += v
+
+
+@kernel
+def _body_velocity_derivatives(A, b, W):
+    """W.dF[i], W.dT[i]: body b's m (g - a_p) and -dH/dt differentiated with respect to qdot_i, for the
+    joints i proximal to it (module docstring), after :func:`_body_jacobian`."""
+    c, m, Iw = A.body_frame[b], A.body_mass[b], W.inertia_w
+    p = vec3(W.scratch3[0])
+    wc = vec3(W.w[c, :, 0])
+    vc = cross3(wc, (p[0] - W.P[c, 0, 0], p[1] - W.P[c, 1, 0], p[2] - W.P[c, 2, 0]))
+    vp = (W.vel[c, 0] + vc[0], W.vel[c, 1] + vc[1], W.vel[c, 2] + vc[2])
+    Iw_wc = matvec3(Iw, wc)
+    for i in range(c):
+        k, wi, wn = vec3(W.k[i, :, 0]), vec3(W.w[i, :, 0]), vec3(W.w[i + 1, :, 0])
+        d = (p[0] - W.P[i + 1, 0, 0], p[1] - W.P[i + 1, 1, 0], p[2] - W.P[i + 1, 2, 0])
+        wn_d = cross3(wn, d)
+        v_rel = (vp[0] - W.vel[i + 1, 0] - wn_d[0], vp[1] - W.vel[i + 1, 1] - wn_d[1],
+                 vp[2] - W.vel[i + 1, 2] - wn_d[2])
+        wi_k = cross3(wi, k)
+        t1, t2, t3, t4 = cross3(wi_k, d), cross3(k, wn_d), cross3(wn, cross3(k, d)), cross3(k, v_rel)
+        dal = cross3(k, (wc[0] - wn[0], wc[1] - wn[1], wc[2] - wn[2]))
+        dal = (wi_k[0] + dal[0], wi_k[1] + dal[1], wi_k[2] + dal[2])
+        h1, h2, h3 = matvec3(Iw, dal), cross3(k, Iw_wc), cross3(wc, matvec3(Iw, k))
+        for a in range(3):
+            W.dF[i, a] = -m * (t1[a] + t2[a] + t3[a] + 2.0 * t4[a])
+            W.dT[i, a] = -(h1[a] + h2[a] + h3[a])
+
+
+@kernel
+def _add_body_velocity_jacobian(A, b, W):
+    """Av[j, i] += Jv_j . dF_i + k_j . dT_i over the joints j, i proximal to body b."""
+    f = A.body_frame[b]
+    for j in range(f):
         for i in range(f):
-            for j in range(i + 1):
-                v = m * (W.jac_v[i, 0] * W.jac_v[j, 0] + W.jac_v[i, 1] * W.jac_v[j, 1]
-                         + W.jac_v[i, 2] * W.jac_v[j, 2])
-                v += W.k[i, 0, 0] * W.jac_iw[j, 0] + W.k[i, 1, 0] * W.jac_iw[j, 1] \
-                    + W.k[i, 2, 0] * W.jac_iw[j, 2]
-                M[i, j] += v
-                if i != j:
-                    M[j, i] += v
+            W.Av[j, i] += W.jac_v[j, 0] * W.dF[i, 0] + W.jac_v[j, 1] * W.dF[i, 1] + W.jac_v[j, 2] * W.dF[i, 2] \
+                + W.k[j, 0, 0] * W.dT[i, 0] + W.k[j, 1, 0] * W.dT[i, 1] + W.k[j, 2, 0] * W.dT[i, 2]
+
+
+@kernel
+def _mass_matrix_and_velocity_jacobian(A, W):
+    """W.M (= -dQ/dqdd) and the bodies' part of W.Av (= dQ/dqdot), body by body from their Jacobians."""
+    W.M[:, :] = 0.0
+    W.Av[:, :] = 0.0
+    for b in range(A.body_mass.shape[0]):
+        _body_jacobian(A, b, W)
+        _add_body_mass(A, b, W)
+        _body_velocity_derivatives(A, b, W)
+        _add_body_velocity_jacobian(A, b, W)
 
 
 @kernel
 def _body_wrench(A, b, W):
-    """Add body b's gravity-minus-inertia wrench, m(g - a) and -dH/dt, to the accumulators."""
+    """Add body b's gravity-minus-inertia wrench to the accumulators, every dual slot in one pass:
+    F = m (g - a_p), a_p = a_f + al_f x c + w_f x (w_f x c) (c = R com), Fsum += F,
+    Mo += p x F - dH/dt with dH/dt = R (I al_l + w_l x I w_l), w_l = R^T w, al_l = R^T al (body frame)."""
     f = A.body_frame[b]
     n = frame_slots(f)
-    cw, p, t1, t2, t3, ab = W.tv[0], W.tv[1], W.tv[2], W.tv[3], W.tv[4], W.tv[5]
-    F, wl, all_, Iw, hd = W.tv[6], W.tv[7], W.tv[8], W.tv[9], W.tv[10]
-    d_matvec_const(W.R[f], A.body_com[b], cw, n)
-    d_add(W.P[f], cw, p, n)
-    d_cross(W.al[f], cw, t1, n)
-    d_cross(W.w[f], cw, t2, n)
-    d_cross(W.w[f], t2, t3, n)
-    d_add(W.acc[f], t1, ab, n)
-    d_iadd(ab, t3, n)
-    m = A.body_mass[b]
+    R, com, I, m = W.R[f], A.body_com[b], A.body_inertia[b], A.body_mass[b]  # noqa: E741 (inertia tensor)
+    cw0, w0, al0 = rot_slot(R, 0, com), slot3(W.w[f], 0), slot3(W.al[f], 0)
+    p0 = add3(slot3(W.P[f], 0), cw0)
+    wc0 = cross3(w0, cw0)
+    ab0 = add3(add3(slot3(W.acc[f], 0), cross3(al0, cw0)), cross3(w0, wc0))
+    mg = m * A.body_weight[b]
+    F0 = (-m * ab0[0] + mg * A.gravity[0], -m * ab0[1] + mg * A.gravity[1], -m * ab0[2] + mg * A.gravity[2])
+    wl0, all0 = rot_t_value(R, w0), rot_t_value(R, al0)
+    Iw0 = constmat3(I, wl0)
+    h0 = add3(constmat3(I, all0), cross3(wl0, Iw0))
+    _body_wrench_accumulate(W, 0, F0, cross3(p0, F0), rot_value(R, h0))
+    for k in range(1, n):
+        cwk, wk, alk = rot_slot(R, k, com), slot3(W.w[f], k), slot3(W.al[f], k)
+        pk = add3(slot3(W.P[f], k), cwk)
+        wck = cross_tangent(wk, w0, cwk, cw0)
+        abk = add3(add3(slot3(W.acc[f], k), cross_tangent(alk, al0, cwk, cw0)),
+                    cross_tangent(wk, w0, wck, wc0))
+        Fk = scaled3(abk, -m)
+        wlk, allk = rot_t_tangent(R, k, w0, wk), rot_t_tangent(R, k, al0, alk)
+        hk = add3(constmat3(I, allk), cross_tangent(wlk, wl0, constmat3(I, wlk), Iw0))
+        _body_wrench_accumulate(W, k, Fk, cross_tangent(pk, p0, Fk, F0), rot_tangent(R, k, h0, hk))
+
+
+@kernel
+def _body_wrench_accumulate(W, k, F, pxF, Hdot):
+    """Slot k: Fsum += F, Mo += p x F, Mo += -1 * dH/dt."""
     for i in range(3):
-        for k in range(n):
-            F[i, k] = -m * ab[i, k]
-        F[i, 0] += m * A.body_weight[b] * A.gravity[i]
-    # dH/dt = R (I al_l + w_l x I w_l), with w_l = R^T w, al_l = R^T al (body frame)
-    d_mattvec(W.R[f], W.w[f], wl, n)
-    d_mattvec(W.R[f], W.al[f], all_, n)
-    d_constmat_vec(A.body_inertia[b], wl, Iw, n)
-    d_cross(wl, Iw, t1, n)
-    d_constmat_vec(A.body_inertia[b], all_, t2, n)
-    d_iadd(t2, t1, n)
-    d_matvec(W.R[f], t2, hd, n)
-    d_iadd(W.Fsum, F, n)
-    d_cross(p, F, t3, n)
-    d_iadd(W.Mo, t3, n)
-    d_iadd_scaled(W.Mo, hd, -1.0, n)
+        W.Fsum[i, k] += F[i]
+        W.Mo[i, k] = (W.Mo[i, k] + pxF[i]) + -1.0 * Hdot[i]
 
 
 @kernel
@@ -303,14 +412,30 @@ def _thoracohumeral_torque(A, loads, W, T):
 
 
 @kernel
+def _joint_force(W, j):
+    """Q_j = k_j . (Mo - o_j x Fsum) over every dual slot, o_j = P[j + 1] (the subtree's accumulators)."""
+    o0, F0, k0 = slot3(W.P[j + 1], 0), slot3(W.Fsum, 0), slot3(W.k[j], 0)
+    oF0 = cross3(o0, F0)
+    m0 = (W.Mo[0, 0] - oF0[0], W.Mo[1, 0] - oF0[1], W.Mo[2, 0] - oF0[2])
+    for k in range(1, ND):
+        ok, Fk, kk = slot3(W.P[j + 1], k), slot3(W.Fsum, k), slot3(W.k[j], k)
+        oFk = cross_tangent(ok, o0, Fk, F0)
+        mk = (W.Mo[0, k] - oFk[0], W.Mo[1, k] - oFk[1], W.Mo[2, k] - oFk[2])
+        W.Q[j, k] = (kk[0] * m0[0] + k0[0] * mk[0] + kk[1] * m0[1] + k0[1] * mk[1]
+                     + kk[2] * m0[2] + k0[2] * mk[2])
+    W.Q[j, 0] = k0[0] * m0[0] + k0[1] * m0[1] + k0[2] * m0[2]
+
+
+@kernel
 def multibody_eval(A, q, qd, qdd, loads, W):
-    """Fill W.Q (generalized forces without muscles, dual) and W.M (mass matrix) at (q, qd, qdd).
+    """Fill W.Q (generalized forces without muscles, dual in q), W.Av (dQ/dqdot) and W.M (mass matrix) at
+    (q, qd, qdd).
 
     loads = (M_th_y, M_th_z, M_hum_y, M_elbow, M_pronation, armsupport_distance, armsupport_force,
     hand_force_xyz): see ``sim.model.LOAD_NAMES``. Output fields are overwritten.
     """
     _forward_kinematics(A, q, qd, qdd, W)
-    _mass_matrix(A, W)
+    _mass_matrix_and_velocity_jacobian(A, W)
     _ligament_and_contact(A, W)
     W.Fsum[:, :] = 0.0
     W.Mo[:, :] = 0.0
@@ -351,11 +476,7 @@ def multibody_eval(A, q, qd, qdd, loads, W):
                 for k in range(n):
                     negF[i, k] = -W.conoid_F[i, k]
             _point_force(W.conoid_PO, negF, W, n)
-        # Q_j = k_j . (Mo - o_j x Fsum), o_j = P[c], j = c - 1
-        t0, t1 = W.tv[8], W.tv[9]
-        d_cross(W.P[c], W.Fsum, t0, ND)
-        d_sub(W.Mo, t0, t1, ND)
-        d_dot(W.k[c - 1], t1, W.Q[c - 1], ND)
+        _joint_force(W, c - 1)
     W.Q[9, 0] += loads[3]
     W.Q[10, 0] += loads[4]
     # passive joint moments (spec): -K1 (q - mid) - B qd + K2 (lo - q)^2 [q < lo] - K2 (q - hi)^2 [q > hi]
@@ -373,7 +494,7 @@ def multibody_eval(A, q, qd, qdd, loads, W):
             dtau -= 2.0 * k2 * e
         W.Q[j, 0] += tau
         W.Q[j, slot_q(j)] += dtau
-        W.Q[j, slot_qd(j)] -= damping
+        W.Av[j, j] -= damping
     # hand centre position (values)
     for i in range(3):
         W.hand_position[i] = W.P[RADIUS_FRAME, i, 0] + W.R[RADIUS_FRAME, i, 0, 0] * A.hand_com_radius[0] \

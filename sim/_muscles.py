@@ -60,7 +60,7 @@ class MuscleWork(NamedTuple):
     g_s_a: np.ndarray    # (138,) d2g/ds da   (g is affine in a: these give dg/ds, dg/dsdot at any a)
     g_sd_a: np.ndarray   # (138,) d2g/dsdot da
     tau: np.ndarray      # (11,) muscle generalized forces
-    dtau_dq: np.ndarray  # (11, 11)
+    dtau_dq: np.ndarray  # (11, 11) path-curvature part of dtau/dq (see muscle_eval)
     C: np.ndarray        # (138, 9) d tau / d s_i on the muscle's DOFs (local order)
     hess_flat: np.ndarray  # (11 * 11,) scratch: sum_i F_i d2L_i/dq_a dq_b at a * 11 + b, a <= b
 
@@ -196,14 +196,15 @@ def solve_contraction(P, L, a, s0, ds_dv, sd0, dsd_dv, v, tol, max_iter):
 @kernel
 def muscle_eval(A, q, s, sd, a, W):
     """Fill W with lengths, forces, contraction residuals, muscle moments and their derivatives:
-    tau = -sum_i F_i dL_i/dq;  dtau/dq = -sum_i (F_i d2L_i/dq2 + Fmax dF4_i dL_i/dq dL_i/dq^T)."""
+    tau = -sum_i F_i dL_i/dq and, in W.dtau_dq, the path-curvature part of dtau/dq, -sum_i F_i d2L_i/dq2.
+    The tendon-stiffness part, -sum_i Fmax dF4_i dL_i/dq dL_i/dq^T, is added by :func:`add_tendon_stiffness`
+    (the Rosenbrock step folds it into its own per-muscle elimination instead)."""
     fill_monomials(A, q, W.mono)
     W.L[:] = 0.0
     chunk_sums(A.len_target, A.len_coef, A.len_mono, W.mono, W.L)
     W.G_flat[:] = 0.0
     chunk_sums(A.grad_target, A.grad_coef, A.grad_mono, W.mono, W.G_flat)
     W.tau[:] = 0.0
-    W.dtau_dq[:, :] = 0.0
     for i in range(N_MUS):
         _muscle_forces(A, i, s[i], sd[i], a[i], W)
     _add_path_curvature(A, W)
@@ -211,7 +212,7 @@ def muscle_eval(A, q, s, sd, a, W):
 
 @kernel
 def _muscle_forces(A, i, s, sd, a, W):
-    """Muscle i's contraction residual and force, its moments and their stiffness Fmax dF4 G G^T."""
+    """Muscle i's contraction residual and force, its moments and dtau/ds (C)."""
     P = A.mus[i]
     nd = A.mus_ndof[i]
     g, g_s, g_sd, g_a, f4, df4, g_s_a, g_sd_a = contraction(P, W.L[i], s, sd, a)
@@ -227,13 +228,23 @@ def _muscle_forces(A, i, s, sd, a, W):
         Gk = W.G[i, k]
         W.tau[dk] -= Gk * F
         W.C[i, k] = dFdL * P[MUS_LCEOPT] * Gk
-        for m in range(nd):
-            W.dtau_dq[dk, A.mus_dofs[i, m]] -= dFdL * Gk * W.G[i, m]
+
+
+@kernel
+def add_tendon_stiffness(A, W, Aq):
+    """Aq -= sum_i Fmax dF4_i G_i G_i^T: the moments' dependence on q through the tendon force at fixed s."""
+    for i in range(N_MUS):
+        dFdL = A.mus[i, MUS_FMAX] * W.dF4[i]
+        for k in range(A.mus_ndof[i]):
+            dk = A.mus_dofs[i, k]
+            Gk = W.G[i, k]
+            for m in range(A.mus_ndof[i]):
+                Aq[dk, A.mus_dofs[i, m]] -= dFdL * Gk * W.G[i, m]
 
 
 @kernel
 def _add_path_curvature(A, W):
-    """dtau/dq -= sum_i F_i d2L_i/dq2, accumulated on the upper triangle (a <= b) and mirrored."""
+    """dtau/dq <- -sum_i F_i d2L_i/dq2, accumulated on the upper triangle (a <= b) and mirrored."""
     H = W.hess_flat
     H[:] = 0.0
     for k in range(A.hess_entry.shape[0]):
@@ -241,9 +252,8 @@ def _add_path_curvature(A, W):
     for a in range(N_DOF):
         for b in range(a, N_DOF):
             h = H[a * N_DOF + b]
-            W.dtau_dq[a, b] -= h
-            if a != b:
-                W.dtau_dq[b, a] -= h
+            W.dtau_dq[a, b] = -h
+            W.dtau_dq[b, a] = -h
 
 
 @kernel

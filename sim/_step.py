@@ -11,7 +11,8 @@ The implicit model is f(x, xdot, u) = 0 with x = [q, qdot, s, a] (spec "State, i
 :func:`rosenbrock_step` applies paper eq. 8,
     dx = (df/dx + df/dxdot / h)^-1 (df/dxdot xdot_n - f(x_n, xdot_n, u_n) - df/du (u_{n+1} - u_n)),
 by eliminating the diagonal activation rows, then the scalar contraction row of each muscle, leaving one
-dense 11x11 system in dq (dqdot = r_q + dq / h); it never forms the 298x298 matrix.
+dense 11x11 system in dq (dqdot = r_q + dq / h); it never forms the 298x298 matrix. The step itself uses
+:func:`evaluate_step`, which leaves the tendon-stiffness part of Aq to that elimination.
 """
 from __future__ import annotations
 
@@ -20,12 +21,20 @@ from typing import NamedTuple
 
 import numpy as np
 
-from sim._dual import slot_q, slot_qd
+from sim._dual import slot_q
 from sim._jit import entry, kernel
 from sim._multibody import MultibodyWork, multibody_eval, new_multibody_work
-from sim._muscles import MuscleWork, activation_gain, activation_rates, muscle_eval, new_muscle_work, solve_contraction
+from sim._muscles import (
+    MuscleWork,
+    activation_gain,
+    activation_rates,
+    add_tendon_stiffness,
+    muscle_eval,
+    new_muscle_work,
+    solve_contraction,
+)
 from sim._outputs import OutputWork, compute_outputs, new_output_work
-from sim.model import N_DOF, N_MUS, N_STATES
+from sim.model import MUS_FMAX, N_DOF, N_MUS, N_STATES
 
 IQ, IQD, IS, IA = 0, N_DOF, 2 * N_DOF, 2 * N_DOF + N_MUS  # state block offsets
 
@@ -93,8 +102,9 @@ def new_plant_work(A) -> PlantWork:
 
 
 @kernel
-def evaluate(A, x, xd, u, loads, W):
-    """Residual f(x, xdot, u) into W.st.f and all Jacobian pieces into W (see module docstring)."""
+def evaluate_step(A, x, xd, u, loads, W):
+    """Residual f(x, xdot, u) into W.st.f and the Jacobian pieces into W, with W.st.Aq lacking the muscles'
+    tendon stiffness (:func:`sim._muscles.add_tendon_stiffness`): what :func:`rosenbrock_solve` takes."""
     q, qd, s, a = x[IQ:IQD], x[IQD:IS], x[IS:IA], x[IA:]
     qdd, sd, ad = xd[IQD:IS], xd[IS:IA], xd[IA:]
     mb, mu, st = W.mb, W.mu, W.st
@@ -107,10 +117,17 @@ def evaluate(A, x, xd, u, loads, W):
         f[IQD + j] = mb.Q[j, 0] + mu.tau[j]
         for i in range(N_DOF):
             st.Aq[j, i] = mb.Q[j, slot_q(i)] + mu.dtau_dq[j, i]
-            st.Av[j, i] = mb.Q[j, slot_qd(i)]
+            st.Av[j, i] = mb.Av[j, i]
     for i in range(N_MUS):
         f[IS + i] = mu.g[i]
         f[IA + i] = ad[i] - st.rate[i]
+
+
+@kernel
+def evaluate(A, x, xd, u, loads, W):
+    """Residual f(x, xdot, u) into W.st.f and all Jacobian pieces into W (see module docstring)."""
+    evaluate_step(A, x, xd, u, loads, W)
+    add_tendon_stiffness(A, W.mu, W.st.Aq)
 
 
 @kernel
@@ -150,7 +167,9 @@ def _lu_solve_inplace(K, b, piv):
 
 @kernel
 def rosenbrock_solve(A, x, xd, u0, u1, h, scheme, W):
-    """dx of paper eq. 8 from the pieces of the last :func:`evaluate` at (x, xd, u0); result in W.st.dx.
+    """dx of paper eq. 8 from the pieces of the last :func:`evaluate_step` at (x, xd, u0); result in W.st.dx.
+    Each muscle's tendon stiffness Fmax dF4 G G^T (left out of Aq) is added to the reduced matrix together
+    with the elimination of its contraction row, which has the same G G^T shape: one pass per muscle.
 
     ``scheme`` SCHEME_PAPER is eq. 8 as published. SCHEME_ACTIVATION differs in the muscle rows only:
     (1) the activation rows, which are decoupled and affine in a, are solved exactly for the implicit
@@ -206,12 +225,14 @@ def rosenbrock_solve(A, x, xd, u0, u1, h, scheme, W):
         st.dden[i] = d
         nd = A.mus_ndof[i]
         fac = mu.dF4[i] / d
+        stiff = A.mus[i, MUS_FMAX] * mu.dF4[i]
         for k in range(nd):
             dk = A.mus_dofs[i, k]
             ck = mu.C[i, k]
             st.kb[dk] -= ck * w
+            row = stiff * mu.G[i, k] + ck * fac
             for m in range(nd):
-                st.K[dk, A.mus_dofs[i, m]] -= ck * fac * mu.G[i, m]
+                st.K[dk, A.mus_dofs[i, m]] -= row * mu.G[i, m]
     if not _lu_solve_inplace(st.K, st.kb, st.piv):
         return STEP_SINGULAR
     for j in range(N_DOF):
@@ -296,9 +317,9 @@ def plant_step(A, x, xd, u0, u1, loads, h, residual_limit, scheme, W):
     copy_into(st.xd_prev, xd)
     if not apply_step(x, xd, st.dx, h):
         return STEP_NONFINITE
-    evaluate(A, x, xd, u1, loads, W)
+    evaluate_step(A, x, xd, u1, loads, W)
     if scheme == SCHEME_ACTIVATION and correct_contraction(A, x, xd, h, W):
-        evaluate(A, x, xd, u1, loads, W)
+        evaluate_step(A, x, xd, u1, loads, W)
     r = residual_max(st.f)
     status = STEP_OK
     if not math.isfinite(r):
@@ -315,7 +336,7 @@ def plant_step(A, x, xd, u0, u1, loads, h, residual_limit, scheme, W):
         # keep the last good state and make every output describe it again
         copy_into(x, st.x_prev)
         copy_into(xd, st.xd_prev)
-        evaluate(A, x, xd, u0, loads, W)
+        evaluate_step(A, x, xd, u0, loads, W)
         compute_outputs(A, W)
         return status
     compute_outputs(A, W)
@@ -346,7 +367,7 @@ def clip_excitation(u_in, u_out):
 def bundle_prime(bundle, x, xd, u0, loads):
     """Evaluate at (x, xd, u0) and compute the outputs (after a reset or a change of loads)."""
     A, W = bundle.items
-    evaluate(A, x, xd, u0, loads, W)
+    evaluate_step(A, x, xd, u0, loads, W)
     compute_outputs(A, W)
     return residual_max(W.st.f)
 
@@ -360,7 +381,7 @@ def plant_steps(A, W, x, xd, u0, u_in, loads, h, residual_limit, scheme, stale, 
     if n_clipped < 0:
         return STEP_BAD_INPUT, 0, 0
     if stale:
-        evaluate(A, x, xd, u0, loads, W)
+        evaluate_step(A, x, xd, u0, loads, W)
     for k in range(n):
         status = plant_step(A, x, xd, u0, W.st.u_next, loads, h, residual_limit, scheme, W)
         if status != STEP_OK:

@@ -3,7 +3,7 @@
 A step (:func:`sim._step.plant_step`) is: the Rosenbrock solve from the last evaluation (``solve``), the
 state update, one evaluation at the new state (``multibody``: kinematics, dynamics and their exact
 derivatives; ``muscles``: path polynomials, Hill model, moments and their derivatives; the rest of
-:func:`sim._step.evaluate` is the residual assembly and activation rates) and the outputs (``outputs``:
+:func:`sim._step.evaluate_step` is the residual assembly and activation rates) and the outputs (``outputs``:
 angles, forces, GH lines of action and stability). Each phase is repeated ``batch`` times inside one
 compiled call, so neither Python nor the clock is inside what is timed; the figure is the median over
 batches of the time per call. None of the timed phases changes the plant's state.
@@ -18,7 +18,7 @@ from sim._jit import kernel
 from sim._multibody import multibody_eval
 from sim._muscles import muscle_eval
 from sim._outputs import compute_outputs
-from sim._step import IA, IQ, IQD, IS, evaluate, rosenbrock_solve
+from sim._step import IA, IQ, IQD, IS, evaluate_step, rosenbrock_solve
 from sim.plant import SCHEMES
 
 PHASES = ("multibody", "muscles", "evaluate", "solve", "outputs")
@@ -34,7 +34,7 @@ def _repeat_phase(phase, n, A, x, xd, u0, u1, loads, h, scheme, W):
         elif phase == 1:
             muscle_eval(A, x[IQ:IQD], x[IS:IA], xd[IS:IA], x[IA:], W.mu)
         elif phase == 2:
-            evaluate(A, x, xd, u0, loads, W)
+            evaluate_step(A, x, xd, u0, loads, W)
         elif phase == 3:
             rosenbrock_solve(A, x, xd, u0, u1, h, scheme, W)
         else:
