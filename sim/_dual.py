@@ -231,14 +231,6 @@ def rot_t_tangent(R, k, v0, vk):
 
 
 @kernel
-def rot_value(R, v0):
-    """Value of R v (R dual (3, 3, ND), v a 3-tuple)."""
-    return (R[0, 0, 0] * v0[0] + R[0, 1, 0] * v0[1] + R[0, 2, 0] * v0[2],
-            R[1, 0, 0] * v0[0] + R[1, 1, 0] * v0[1] + R[1, 2, 0] * v0[2],
-            R[2, 0, 0] * v0[0] + R[2, 1, 0] * v0[1] + R[2, 2, 0] * v0[2])
-
-
-@kernel
 def rot_tangent(R, k, v0, vk):
     """Derivative slot k of R v by the product rule (R_k v_0 + R_0 v_k)."""
     return (R[0, 0, k] * v0[0] + R[0, 1, k] * v0[1] + R[0, 2, k] * v0[2]

@@ -54,7 +54,6 @@ from sim._dual import (
     rot_t_tangent,
     rot_t_value,
     rot_tangent,
-    rot_value,
     rotation_about_axis,
     scaled3,
     slot3,
@@ -282,7 +281,7 @@ def _body_wrench(A, b, W):
     wl0, all0 = rot_t_value(R, w0), rot_t_value(R, al0)
     Iw0 = constmat3(I, wl0)
     h0 = add3(constmat3(I, all0), cross3(wl0, Iw0))
-    _body_wrench_accumulate(W, 0, F0, cross3(p0, F0), rot_value(R, h0))
+    _body_wrench_accumulate(W, 0, F0, cross3(p0, F0), rot_slot(R, 0, h0))
     for k in range(1, n):
         cwk, wk, alk = rot_slot(R, k, com), slot3(W.w[f], k), slot3(W.al[f], k)
         pk = add3(slot3(W.P[f], k), cwk)
