@@ -29,6 +29,7 @@ group :data:`ENTRY_POINT_GROUP` (``name = "package.module:DriverClass"``).
 """
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.metadata
 import warnings
@@ -183,15 +184,22 @@ DRIVERS: dict[str, tuple[str, str]] = {
 ENTRY_POINT_GROUP = "fes_hil.drivers"
 
 
+@functools.cache
+def entry_points(group: str) -> tuple:
+    """The entry points of ``group``, looked up once per process (a lookup reads every installed package's
+    metadata; a package installed later is seen by the next process)."""
+    return tuple(importlib.metadata.entry_points(group=group))
+
+
 def driver_names() -> list[str]:
     """Every driver a config may name: the built-in ones and those registered as entry points."""
-    return sorted(set(DRIVERS) | {ep.name for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)})
+    return sorted(set(DRIVERS) | {ep.name for ep in entry_points(ENTRY_POINT_GROUP)})
 
 
 def driver_class(name: str) -> type[Driver]:
     """The driver class registered as ``name`` (imported on demand)."""
     if name not in DRIVERS:
-        found = [ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP) if ep.name == name]
+        found = [ep for ep in entry_points(ENTRY_POINT_GROUP) if ep.name == name]
         if not found:
             raise ValueError(f"unknown driver {name!r}; available: {', '.join(driver_names())}")
         try:

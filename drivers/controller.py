@@ -35,8 +35,9 @@ import sys
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from importlib.metadata import entry_points
 from typing import Any
+
+from drivers.base import entry_points
 
 ENTRY_POINT_GROUP = "fes_hil.controllers"
 
@@ -142,13 +143,13 @@ def controller_class(spec: str, base_dir: str = "."):
             else:
                 cls = getattr(importlib.import_module(where), class_name)
         else:
-            found = [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == spec]
+            found = [ep for ep in entry_points(ENTRY_POINT_GROUP) if ep.name == spec]
             if found:
                 cls = found[0].load()
             elif spec in BUILTIN:
                 cls = _builtin(BUILTIN[spec])
             else:
-                known = [*BUILTIN, *sorted({ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)} - set(BUILTIN))]
+                known = [*BUILTIN, *sorted({ep.name for ep in entry_points(ENTRY_POINT_GROUP)} - set(BUILTIN))]
                 raise ControllerLoadError(f"unknown controller {spec!r}: give module:Class, file.py:Class or one of "
                                           f"{', '.join(known)}")
     except ControllerLoadError:

@@ -7,6 +7,8 @@ directory skips every id already there) and ``DIR/results.csv`` is written from 
 raises is retried (``RETRIES``); Dask also reschedules the task of a worker that dies, up to the scheduler's
 ``distributed.scheduler.allowed-failures`` times. A variant whose config is invalid, whose plant diverges, or
 whose task killed its workers that often, is a row with ``status`` "error" and the reason, not a failed sweep.
+On Dask, every worker is warmed once as it joins, not in its first run (:mod:`hil.sweep_worker`), and a result
+is released as soon as its row is taken.
 """
 from __future__ import annotations
 
@@ -145,27 +147,36 @@ def _local(todo: list[RunTask], on_row) -> None:
 
 
 def _dask(todo: list[RunTask], on_row, workers: int, scheduler: str | None) -> dict:
-    from distributed import Client, KilledWorker, LocalCluster, as_completed
-    cluster = None
-    if scheduler is None:
-        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None)
+    from distributed import Client
+
+    from hil.sweep_worker import local_cluster, warm_up
+    cluster = local_cluster(workers) if scheduler is None else None
     client = Client(scheduler or cluster)
     try:
+        warm_up(client, todo)
         info = {"scheduler": client.scheduler.address, "workers": len(client.scheduler_info()["workers"])}
-        by_key = {f"hil-run-{t.variant.id}": t for t in todo}
-        futures = [client.submit(run_task, t, key=key, retries=RETRIES, pure=False) for key, t in by_key.items()]
-        for future in as_completed(futures):
-            try:
-                row = future.result()
-            except KilledWorker as exc:           # its workers died allowed-failures + 1 times: a row, not a crash
-                v = by_key[future.key].variant
-                row = {"id": v.id, **v.values, "status": "error", "error": f"KilledWorker: {exc}"}
-            on_row(row)
+        _collect(client, todo, on_row)
         return info
     finally:
         client.close()
         if cluster is not None:
             cluster.close()
+
+
+def _collect(client, todo: list[RunTask], on_row) -> None:
+    """Every task submitted at once, each row to ``on_row`` as it arrives; a result is released once taken, so a
+    worker lost later holds no finished run the scheduler would recompute."""
+    from distributed import KilledWorker, as_completed
+    by_key = {f"hil-run-{t.variant.id}": t for t in todo}
+    for future in as_completed(client.map(run_task, list(by_key.values()), key=list(by_key), retries=RETRIES,
+                                          pure=False)):
+        try:
+            row = future.result()
+        except KilledWorker as exc:           # its workers died allowed-failures + 1 times: a row, not a crash
+            v = by_key[future.key].variant
+            row = {"id": v.id, **v.values, "status": "error", "error": f"KilledWorker: {exc}"}
+        future.release()
+        on_row(row)
 
 
 def run_sweep(spec: SweepSpec, out_dir: str, workers: int = 2, scheduler: str | None = None, progress=None) -> dict:

@@ -1,5 +1,6 @@
 """``hil bench sweep`` (hil.bench.sweep): the figures of a tiny sweep on a real two-worker local cluster are
-consistent with each other, error rows fail the benchmark, bad options are refused. Nothing here is timed."""
+consistent with each other (its workers warmed within the start-up), error rows fail the benchmark, bad options
+are refused. Nothing here is timed."""
 from __future__ import annotations
 
 import json
@@ -44,6 +45,7 @@ def test_a_tiny_sweep_reports_consistent_figures():
     assert doc["sweep"]["file"] is None and doc["sweep"]["duration_s"] == 0.4
     assert doc["local_cluster"] and doc["workers"] == doc["threads"] == 2 and doc["scheduler"].startswith("tcp://")
     assert doc["startup_s"] > 0 and doc["wall_s"] > 0 and doc["single_run_total_s"] > 0
+    assert 0 < doc["warm_up_s"] < doc["startup_s"]           # the workers' warm-up is part of the start-up
     threads, wall = doc["threads"], doc["wall_s"]
     # the efficiency is what the reported figures give
     assert doc["ideal_wall_s"] == _approx(doc["single_run_total_s"] / threads)
@@ -58,7 +60,8 @@ def test_a_tiny_sweep_reports_consistent_figures():
     assert serial["efficiency"] == _approx(serial["total_s"] / threads / wall)
     tasks = doc["tasks"]
     assert sum(w["tasks"] for w in tasks["per_worker"]) == 4 and len(tasks["per_worker"]) <= 2
-    assert all(w["first_s"] > 0 for w in tasks["per_worker"])
+    assert all(w["first_s"] > 0 and w["warm_up_s"] > 0 for w in tasks["per_worker"])
+    assert [w["warm_up_in_wall"] for w in tasks["per_worker"]] == [False] * len(tasks["per_worker"])
     assert tasks["efficiency"] == _approx(tasks["total_s"] / threads / wall)
     for ms in (doc["steal_ms"], *doc["steal_ms_per_cpu"].values(), serial["steal_ms"]):
         assert ms is None or (isinstance(ms, (int, float)) and not isinstance(ms, bool) and ms >= 0)

@@ -1,7 +1,8 @@
-"""A Dask worker killed (SIGKILL) in the middle of a sweep's run loses only that run: the scheduler reruns it
-on another worker, every run ends up in results.jsonl exactly once, and the rerun's metrics equal an in-process
-run of the same variant. With ``distributed.scheduler.allowed-failures`` = 0 the runs the worker held (the one
-it ran, the one queued behind it) are error rows (KilledWorker) and the sweep still finishes."""
+"""A Dask worker killed (SIGKILL) in the middle of a sweep's run loses only the runs it held: the scheduler reruns
+them on another worker, every run ends up in results.jsonl exactly once, and a rerun's metrics equal an
+in-process run of the same variant. With ``distributed.scheduler.allowed-failures`` = 0 exactly the runs it held
+are error rows (KilledWorker) and the sweep still finishes. Which runs the worker held is what the scheduler
+recorded when it removed the worker (its ``remove-worker`` event), not a guess made before the kill."""
 from __future__ import annotations
 
 import json
@@ -39,26 +40,28 @@ def _rows(out: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def _worker_state(dask_worker):
-    """(pid, keys executing) of a worker (run there by ``Client.run``)."""
-    return os.getpid(), [ts.key for ts in dask_worker.state.executing]
-
-
-def _kill_a_running_task(client: Client, out: Path, sweep: threading.Thread) -> tuple[str, str, set]:
-    """Once a run has finished (the workers are warm), SIGKILL a worker in the middle of an unfinished run:
-    (its address, the run's key, every key the scheduler had given it, the next one queued there too)."""
+def _kill_a_busy_worker(client: Client, out: Path, sweep: threading.Thread) -> str:
+    """Once a run has finished (the workers are warm), SIGKILL a worker the scheduler has given an unfinished
+    run; returns its address."""
     deadline = time.monotonic() + DEADLINE_S
     while time.monotonic() < deadline and sweep.is_alive():
         done = {f"hil-run-{r['id']}" for r in _rows(out)}
         if done:
-            for address, (pid, keys) in client.run(_worker_state).items():
-                running = [k for k in keys if k not in done]
-                if running:
-                    assigned = set(client.processing(workers=[address])[address])
-                    os.kill(pid, signal.SIGKILL)
-                    return address, running[0], assigned | {running[0]}
+            pids = client.run(os.getpid)
+            for address, keys in client.processing().items():
+                if address in pids and set(keys) - done:
+                    os.kill(pids[address], signal.SIGKILL)
+                    return address
         time.sleep(0.05)
     pytest.fail("no run in progress to kill before the sweep ended or the deadline")
+
+
+def _held(client: Client, address: str) -> set[str]:
+    """The keys the scheduler had given the worker ``address`` when it removed it (from its remove-worker event)."""
+    removals = [msg for _, msg in client.get_events("all")
+                if msg.get("action") == "remove-worker" and msg.get("worker") == address]
+    assert len(removals) == 1 and not removals[0]["expected"], removals
+    return set(removals[0]["processing-tasks"])
 
 
 @pytest.mark.parametrize("allowed_failures", [3, 0])
@@ -79,10 +82,11 @@ def test_a_killed_worker_loses_only_its_run(tmp_path, allowed_failures):
     try:
         with get_task_stream(client=client) as stream:
             thread.start()
-            killed_worker, killed_key, assigned = _kill_a_running_task(client, out, thread)
+            killed_worker = _kill_a_busy_worker(client, out, thread)
             thread.join(DEADLINE_S)
             assert not thread.is_alive(), "the sweep did not finish"
         where = {rec["key"]: rec["worker"] for rec in stream.data}
+        held = _held(client, killed_worker)
     finally:
         client.close()
         cluster.close()
@@ -91,14 +95,18 @@ def test_a_killed_worker_loses_only_its_run(tmp_path, allowed_failures):
     rows = _rows(out)
     ids = [v.id for v in variants(spec)]
     assert Counter(r["id"] for r in rows) == Counter(ids)                  # every run exactly once
-    killed = next(r for r in rows if f"hil-run-{r['id']}" == killed_key)
-    if allowed_failures == 0:     # no second chance: the runs the worker held are error rows, the others ok
-        lost = [r for r in rows if r["status"] != "ok"]
-        assert killed in lost and {f"hil-run-{r['id']}" for r in lost} <= assigned
-        assert all(r["status"] == "error" and r["error"].startswith("KilledWorker") for r in lost)
+    assert held and held <= {f"hil-run-{i}" for i in ids}                  # the kill landed on runs of the sweep
+    lost = {f"hil-run-{r['id']}" for r in rows if r["status"] != "ok"}
+    if allowed_failures == 0:     # no second chance: exactly the runs the worker held are error rows
+        assert lost == held
+        assert all(r["error"].startswith("KilledWorker") for r in rows if r["status"] != "ok")
         return
-    assert all(r["status"] == "ok" for r in rows)
-    assert where[killed_key] != killed_worker                               # rerun on another worker
-    local = run_task(tasks(spec, [v for v in variants(spec) if v.id == killed["id"]], str(tmp_path / "local"))[0])
-    local = json.loads(json.dumps(local, default=float))
-    assert {k: v for k, v in killed.items() if k != "wall_s"} == {k: v for k, v in local.items() if k != "wall_s"}
+    assert not lost
+    assert all(where[key] != killed_worker for key in held)                # rerun on another worker
+    rerun = [r for r in rows if f"hil-run-{r['id']}" in held]
+    local = [run_task(t) for t in tasks(spec, [v for v in variants(spec) if f"hil-run-{v.id}" in held],
+                                        str(tmp_path / "local"))]
+    local = {r["id"]: json.loads(json.dumps(r, default=float)) for r in local}
+    for row in rerun:
+        assert {k: v for k, v in row.items() if k != "wall_s"} == {k: v for k, v in local[row["id"]].items()
+                                                                   if k != "wall_s"}

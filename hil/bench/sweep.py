@@ -1,15 +1,17 @@
 """``hil bench sweep``: how close ``hil sweep`` on N workers comes to N times one process.
 
 The sweep (a file, or :func:`default_spec`) runs through :func:`hil.sweep.run_sweep` on Dask into a temporary
-directory: a local cluster started here (its start-up timed apart) or an existing one (``scheduler``). The
-sweep's wall time runs from the call to the last result. Three single-run totals, each divided by the worker
+directory: a local cluster started here, its workers warmed (:class:`hil.sweep_worker.WarmUp`) before the sweep
+and that start-up timed apart, or an existing one (``scheduler``), which the sweep warms within its wall time.
+The sweep's wall time runs from the call to the last result. Three single-run totals, each divided by the worker
 threads, give the ideal wall time and so the efficiency (ideal / measured; the ratio is its inverse):
 
 - ``single_run_total_s``: the results rows' ``wall_s``, the ticks' time measured inside the workers (the
   issue's "total single-run time"; contention between workers inflates it, engine set-up is not in it);
 - ``serial``: whole runs back to back in this process before the sweep, the first (imports, numba) apart;
 - ``tasks``: each task's compute time on its worker (the Dask task stream): how busy the workers were, and
-  per worker the first task (its warm-up: imports, numba cache loads and compiles) against the later ones.
+  per worker its warm-up (imports, numba cache loads and compiles, the model), its first task and the median
+  of the later ones.
 
 During the sweep, from this machine's /proc/stat (with a remote scheduler, not the workers' machines): the
 hypervisor's steal, the idle time, and the busy time beyond the CPU time of the workers and of this process
@@ -26,9 +28,13 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hil.bench.platform import cpu_model, steal_delta_ms, steal_s
 from hil.sweep_spec import SweepSpec, variants
+
+if TYPE_CHECKING:
+    from hil.sweep import RunTask
 
 DEFAULT_RUNS = 64
 DEFAULT_DURATION_S = 5.0
@@ -116,9 +122,11 @@ def serial_reference(spec: SweepSpec, n: int, work_dir: str) -> dict:
             "errors": [r["error"] for r in rows if r["status"] != "ok"]}
 
 
-def task_times(records: list[dict], slots: int, wall_s: float) -> dict | None:
+def task_times(records: list[dict], slots: int, wall_s: float, warm_ups: dict, start: float) -> dict | None:
     """From the Dask task stream of the sweep's tasks: the summed compute time (with its efficiency) and per
-    worker its task count, the first task's time and the median of the later ones."""
+    worker its task count, its warm-up (``warm_ups``, by address, :func:`hil.sweep_worker.warm_ups`): how long and
+    whether it ended within the sweep (after ``start``, by ``time.time()``), None if unknown; the first task's
+    time and the median of the later ones."""
     by_worker: dict[str, list] = {}
     for rec in records:
         if not str(rec.get("key", "")).startswith("hil-run-"):
@@ -132,7 +140,9 @@ def task_times(records: list[dict], slots: int, wall_s: float) -> dict | None:
     for worker, spans in sorted(by_worker.items()):
         spans.sort()
         later = [d for _, d in spans[1:]]
-        per_worker.append({"worker": worker, "tasks": len(spans), "first_s": spans[0][1],
+        warm = warm_ups.get(worker)
+        per_worker.append({"worker": worker, "tasks": len(spans), "warm_up_s": warm and warm["seconds"],
+                           "warm_up_in_wall": warm and warm["finished"] > start, "first_s": spans[0][1],
                            "later_median_s": statistics.median(later) if later else None})
     total = sum(d for spans in by_worker.values() for _, d in spans)
     return {**_ratios(total, slots, wall_s), "per_worker": per_worker}
@@ -143,30 +153,39 @@ def _rows(out_dir: str) -> list[dict]:
         return [json.loads(line) for line in f if line.strip()]
 
 
-def _connect(workers: int | None, scheduler: str | None):
-    """(local cluster or None, client, its start-up time in s or None)."""
-    from distributed import Client, LocalCluster
+def _connect(workers: int | None, scheduler: str | None, warm_tasks: list[RunTask]) -> tuple:
+    """(local cluster or None, client, its start-up in s or None, the warm-up's part of it in s or None): a local
+    cluster is started and its workers warmed (:func:`hil.sweep_worker.warm_up`) here, before the measured
+    sweep; an existing cluster is warmed by the sweep itself, within its wall time."""
+    from distributed import Client
+
+    from hil.sweep_worker import local_cluster, warm_up
 
     if scheduler is not None:
-        return None, Client(scheduler), None
+        return None, Client(scheduler), None, None
     workers = workers or os.cpu_count() or 1
     t0 = time.perf_counter()
-    cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0")
+    cluster = local_cluster(workers, dashboard_address=":0")
     try:
         client = Client(cluster)
         client.wait_for_workers(workers)
+        t_warm = time.perf_counter()
+        warm_up(client, warm_tasks)
     except BaseException:
         cluster.close()
         raise
-    return cluster, client, time.perf_counter() - t0
+    t_end = time.perf_counter()
+    return cluster, client, t_end - t0, t_end - t_warm
 
 
-def _measured_sweep(client, spec: SweepSpec, out_dir: str, progress) -> dict:
+def _measured_sweep(client, spec: SweepSpec, out_dir: str, progress, warm_up_name: str) -> dict:
     """:func:`hil.sweep.run_sweep` on ``client``'s cluster: its wall time to the last result, rows, task stream,
-    steal and CPU use in that time."""
+    steal and CPU use in that time, its ``start`` (``time.time()``) and then each worker's warm-up under the
+    plugin ``warm_up_name`` (:func:`hil.sweep_worker.warm_ups`)."""
     from distributed import get_task_stream
 
     from hil.sweep import run_sweep
+    from hil.sweep_worker import warm_ups
 
     end = {}
 
@@ -179,13 +198,14 @@ def _measured_sweep(client, spec: SweepSpec, out_dir: str, progress) -> dict:
     workers_cpu = client.run(time.process_time)
     steal, cpu, own = _steal_per_cpu(), _cpu_s(), time.process_time()
     with get_task_stream(client=client) as stream:
-        t0 = time.perf_counter()
+        t0, start = time.perf_counter(), time.time()
         summary = run_sweep(spec, out_dir, 1, client.scheduler.address, on_row)
     workers_cpu = sum(t - workers_cpu[w] for w, t in client.run(time.process_time).items() if w in workers_cpu)
     steal_ms, steal_per_cpu = _steal_ms(steal, end["steal"])
     return {"wall_s": end["t"] - t0, "run_sweep_wall_s": summary["wall_s"], "rows": _rows(out_dir),
             "records": stream.data, "steal_ms": steal_ms, "steal_ms_per_cpu": steal_per_cpu,
-            "cpu_s": _cpu_use(cpu, end["cpu"], workers_cpu, end["own"] - own)}
+            "cpu_s": _cpu_use(cpu, end["cpu"], workers_cpu, end["own"] - own),
+            "warm_ups": warm_ups(client, warm_up_name), "start": start}
 
 
 def sweep_bench(spec: SweepSpec, workers: int | None = None, scheduler: str | None = None, serial_runs: int = 8,
@@ -197,13 +217,18 @@ def sweep_bench(spec: SweepSpec, workers: int | None = None, scheduler: str | No
     import distributed
     import numba
 
-    n_runs = len(variants(spec))
+    from hil.sweep import tasks
+    from hil.sweep_worker import WARM_UP_CANDIDATES, WarmUp
+
+    runs = variants(spec)
+    n_runs = len(runs)
     with tempfile.TemporaryDirectory(prefix="hil-bench-sweep-") as work:
         serial = serial_reference(spec, serial_runs, os.path.join(work, "serial")) if serial_runs > 0 else None
-        cluster, client, startup = _connect(workers, scheduler)
+        warm_tasks = tasks(spec, runs[:WARM_UP_CANDIDATES], os.path.join(work, "sweep"))   # as hil sweep warms
+        cluster, client, startup, warm_s = _connect(workers, scheduler, warm_tasks)
         try:
             nthreads, address = client.nthreads(), client.scheduler.address
-            m = _measured_sweep(client, spec, os.path.join(work, "sweep"), progress)
+            m = _measured_sweep(client, spec, os.path.join(work, "sweep"), progress, WarmUp(warm_tasks).name)
         finally:
             client.close()
             if cluster is not None:
@@ -217,7 +242,7 @@ def sweep_bench(spec: SweepSpec, workers: int | None = None, scheduler: str | No
         "cpu": cpu_model(), "cpu_count": os.cpu_count(), "python": platform.python_version(),
         "numba": numba.__version__, "dask": dask.__version__, "distributed": distributed.__version__,
         "scheduler": address, "local_cluster": cluster is not None, "workers": len(nthreads), "threads": slots,
-        "startup_s": startup, "wall_s": wall, "run_sweep_wall_s": m["run_sweep_wall_s"],
+        "startup_s": startup, "warm_up_s": warm_s, "wall_s": wall, "run_sweep_wall_s": m["run_sweep_wall_s"],
         "results": len(rows), "ok_runs": len(ok), "error_runs": len(rows) - len(ok),
         "errors": [r["error"] for r in rows if r["status"] != "ok"][:5],
         "single_run_total_s": main["total_s"], "ideal_wall_s": main["ideal_wall_s"],
@@ -225,6 +250,6 @@ def sweep_bench(spec: SweepSpec, workers: int | None = None, scheduler: str | No
         "meets_goal": main["ratio"] is not None and main["ratio"] <= GOAL_RATIO,
         "efficiency_with_startup": None if startup is None else main["ideal_wall_s"] / (wall + startup),
         "serial": None if serial is None else {**serial, **_ratios(serial["per_run_s"] * n_runs, slots, wall)},
-        "tasks": task_times(m["records"], slots, wall),
+        "tasks": task_times(m["records"], slots, wall, m["warm_ups"], m["start"]),
         "steal_ms": m["steal_ms"], "steal_ms_per_cpu": m["steal_ms_per_cpu"], "cpu_s": m["cpu_s"],
     }

@@ -452,15 +452,18 @@ def _print_sweep(doc: dict) -> None:
     ratio = "no run ok" if doc["ratio"] is None else f"{doc['ratio']:.2f}x"
     console.print(f"goal (results rows): wall within {doc['goal_ratio']:g}x of the ideal, {verdict} ({ratio})")
     if doc["startup_s"] is not None:
-        console.print(f"local cluster start-up {doc['startup_s']:.2f} s (not in the sweep wall); with it the "
-                      f"efficiency is {doc['efficiency_with_startup']:.0%}")
+        console.print(f"local cluster start-up {doc['startup_s']:.2f} s, of which the workers' warm-up "
+                      f"{doc['warm_up_s']:.2f} s (not in the sweep wall); with it the efficiency is "
+                      f"{doc['efficiency_with_startup']:.0%}")
     if doc["serial"] is not None:
         s = doc["serial"]
         console.print(f"serial reference: first run {s['first_run_s']:.2f} s (imports, numba), then "
                       f"{s['per_run_s']:.3f} s per run, of which ticks {s['ticks_wall_s'] or float('nan'):.3f} s")
     for w in (doc["tasks"] or {}).get("per_worker", []):
         later = "-" if w["later_median_s"] is None else f"{w['later_median_s']:.3f} s"
-        console.print(f"worker {w['worker']}: {w['tasks']} tasks, first {w['first_s']:.2f} s (warm-up), "
+        warm = "unknown" if w["warm_up_s"] is None else (f"{w['warm_up_s']:.2f} s"
+                                                         f"{' (in the sweep wall)' if w['warm_up_in_wall'] else ''}")
+        console.print(f"worker {w['worker']}: warm-up {warm}, {w['tasks']} tasks, first {w['first_s']:.3f} s, "
                       f"later median {later}")
     steal = "unknown" if doc["steal_ms"] is None else f"{doc['steal_ms']:.0f} ms"
     cpu = doc["cpu_s"]
