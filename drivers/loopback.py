@@ -60,6 +60,10 @@ class LoopbackDriver(Driver):
         self.stream = f"controller{index}"
         self.state_rows = np.zeros(1, state_dtype(self.state_names))
         self.n_state = 0
+        self._no_rows = self.state_rows[:0]
+        if self.state_names:    # the row's tick and values as Python views: a numpy field store per value costs more
+            row = memoryview(self.state_rows.view(np.uint8))
+            self._state_tick, self._state_values = row[:8].cast("Q"), row[8:].cast("d")
         super().__init__(index)
 
     def record_streams(self) -> dict[str, np.dtype]:
@@ -68,7 +72,7 @@ class LoopbackDriver(Driver):
     def take_records(self, stream: str) -> np.ndarray:
         if stream != self.stream or not self.state_names:
             raise KeyError(stream)
-        return self.state_rows[:self.n_state]
+        return self.state_rows if self.n_state else self._no_rows
 
     def fetch(self, tick: int, now_ns: int, sink: CommandSink) -> None:
         self.n_state = 0
@@ -85,15 +89,15 @@ class LoopbackDriver(Driver):
 
     def _record_state(self, tick: int, sink: CommandSink, now_ns: int) -> None:
         """One row of the controller's state after its step (NaN where state() fails)."""
-        row = self.state_rows[0]
-        row["tick"] = tick
+        self._state_tick[0] = tick
+        values = self._state_values
         try:
             state = self.controller.state()
-            for name in self.state_names:
-                row[name] = float(state[name])
+            for i, name in enumerate(self.state_names):
+                values[i] = float(state[name])
         except Exception as exc:
-            for name in self.state_names:
-                row[name] = np.nan
+            for i in range(len(self.state_names)):
+                values[i] = np.nan
             malformed = isinstance(exc, (KeyError, TypeError, ValueError))
             self._fault(sink, now_ns, "controller_malformed" if malformed else "controller_error",
                         f"state(): {type(exc).__name__}: {exc}")
@@ -104,9 +108,10 @@ class LoopbackDriver(Driver):
         if commands is None:            # silent this call: no sign of life
             return
         try:
-            if isinstance(commands, (str, bytes, Mapping)):
-                raise TypeError
-            commands = list(commands)
+            if type(commands) is not list:      # a list is what most controllers return: taken as it is
+                if isinstance(commands, (str, bytes, Mapping)):
+                    raise TypeError
+                commands = list(commands)
         except TypeError:
             self._fault(sink, now_ns, "controller_malformed", f"step returned a {type(commands).__name__}")
             return

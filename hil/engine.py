@@ -11,6 +11,7 @@ sub-steps of T/N) and its frame reports the state at t = (k+1) T.
 from __future__ import annotations
 
 import math
+import struct
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,14 +35,36 @@ from hil.counters import RunCounters
 from hil.safety import GHMonitor, RangeOfMotion, SafetyConfig, Watchdog
 from hil.sensor import ELBOW, SensorModel
 from hil.stimulation import no_delay_line, no_fatigue, no_stimulation_params
-from hil.tick_kernel import tick_arrays, tick_function
+from hil.tick_kernel import direct_call, tick_arrays, tick_function
 from sim.plant import Plant
 
 #: Command-log entries per tick when the builder does not size the log from its drivers.
 DEFAULT_LOG_CAPACITY = 4096
+COMMAND_ENTRY = struct.Struct("<qqHBBh4d")
+"""One command-log entry as COMMAND_DTYPE lays it out (little-endian, packed)."""
 
 
-@dataclass
+def tick_dtype(n_channels: int, n_muscles: int, frame: np.dtype, fatigue: bool = False) -> np.dtype:
+    """The per-tick record of a run (recorded every tick; the recording's ``ticks`` stream); runs with a
+    fatigue model add each channel's fitness (:mod:`hil.fatigue`) before the frame."""
+    fitness = [("fitness", "<f8", (max(n_channels, 1),))] if fatigue else []
+    return np.dtype([
+        ("tick", "<i8"),
+        ("deadline_ns", "<i8"),     # CLOCK_MONOTONIC
+        ("start_ns", "<i8"),
+        ("lateness_ns", "<i8"),     # start - deadline
+        ("compute_ns", "<i8"),      # engine step (safety, stimulation, plant sub-steps, sensors)
+        ("tick_ns", "<i8"),         # whole tick body
+        ("skipped_deadlines", "<i8"),
+        ("commands_unrecorded", "<i8"),   # this tick's command-log entries missing from the commands stream
+        ("applied", "<f8", (max(n_channels, 1), 4)),  # pw us, amp mA, freq Hz, mode, after safety
+        ("u", "<f8", (n_muscles,)),  # applied excitations
+        *fitness,
+        ("frame", frame),
+    ])
+
+
+@dataclass(frozen=True)
 class TickResult:
     frame: np.ndarray   # 1-element sensor frame (view, valid until the next tick)
     stop: bool          # a 'stop' safety action ended the run
@@ -49,7 +72,11 @@ class TickResult:
 
 
 class TickEngine:
-    """Latch + safety + stimulation model + plant (+ sensor model), one call per tick."""
+    """Latch + safety + stimulation model + plant (+ sensor model), one call per tick.
+
+    The engine's applied channels, excitations, fitness and sensor frame live in its tick record
+    (``record``, :func:`tick_dtype`), where the compiled tick writes them: the record needs no copy of
+    them (:class:`hil.tick.TickBody` fills its other fields)."""
 
     def __init__(self, plant: Plant, stimulation, safety: SafetyConfig, sensor: SensorModel,
                  period_s: float, substeps: int, reject_reasons: tuple[str, ...],
@@ -67,13 +94,16 @@ class TickEngine:
         self.reason_code = {r: i + 1 for i, r in enumerate(reject_reasons)}
         self.groups = group_index or {}
         n_mus = plant.model.n_muscles
-        # latched commands (zero-order hold) and what was applied this tick
+        stim_params = no_stimulation_params(n_mus) if stimulation is None else stimulation.kernel_params
+        self.emd = no_delay_line() if stimulation is None else stimulation.delay_line(period_s)
+        self._own_record(n_mus, no_fatigue() if stimulation is None else stimulation.fatigue_state(period_s))
+        # latched commands (zero-order hold); what was applied this tick is in the record
         self.latched = np.zeros((self.n_channels, 4))   # pw us, amp mA, freq Hz, mode (0/1/2 pulses-1)
-        self.applied = np.zeros((self.n_channels, 4))
         self.direct = np.zeros(n_mus)
         self.latched_by = np.full(self.n_channels, -1, np.int64)   # driver whose command is latched
+        # the same memory as flat Python views: a command's stores without a numpy scalar each
+        self._latched_cells, self._latched_by_cells = memoryview(self.latched.reshape(-1)), memoryview(self.latched_by)
         self.direct_by = np.full(n_mus, -1, np.int64)
-        self.u = np.zeros(n_mus)
         # the run's counters (stored once: the metrics block, or a private one) and the safety functions
         self.counters = counters if counters is not None else RunCounters.private()
         c = self.counters
@@ -94,13 +124,24 @@ class TickEngine:
         self.tick = 0
         self.overrun = False
         self.stop_detail = ""      # why a safety action ended the run
-        stim_params = no_stimulation_params(n_mus) if stimulation is None else stimulation.kernel_params
-        self.emd = no_delay_line() if stimulation is None else stimulation.delay_line(period_s)
-        self.fatigue = no_fatigue() if stimulation is None else stimulation.fatigue_state(period_s)
-        self._compute_tick = tick_function(plant)
+        self._compute_tick = self._compiled_tick = tick_function(plant)
+        self._running = TickResult(frame=sensor.true_frame, stop=False, stop_reason="")   # reused by most ticks
         self._tick_arrays = tick_arrays(plant, self.latched, self.direct, self.applied, self.u, stim_params,
                                         self.emd, self.fatigue, stimulation is not None, self.rom.lo, self.rom.hi,
                                         sensor.frame_views, substeps)
+
+    def _own_record(self, n_muscles: int, fatigue: tuple) -> None:
+        """The tick record, and the applied channels, excitations, fitness and sensor frame as views of it."""
+        has_fatigue = fatigue[0].shape[0] > 0
+        self.record = np.zeros(1, tick_dtype(self.n_channels, n_muscles, self.sensor.dtype, has_fatigue))
+        self.applied = self.record["applied"][0, :self.n_channels]
+        self.u = self.record["u"][0]
+        if has_fatigue:
+            fitness = self.record["fitness"][0, :self.n_channels]
+            fitness[:] = fatigue[2]
+            fatigue = (fatigue[0], fatigue[1], fitness, fatigue[3])
+        self.fatigue = fatigue
+        self.sensor.use_frame(self.record["frame"])
 
     @property
     def elbow_flexion_rad(self) -> float:
@@ -117,15 +158,30 @@ class TickEngine:
         """(n_channels,) each channel's fatigue fitness this tick (1 without fatigue; :mod:`hil.fatigue`)."""
         return self.fatigue[2]
 
+    @property
+    def log(self) -> np.ndarray:
+        """This tick's command log (COMMAND_DTYPE; the first ``n_log`` entries are this tick's)."""
+        return self._log
+
+    @log.setter
+    def log(self, entries: np.ndarray) -> None:
+        self._log = entries
+        self._log_bytes = memoryview(entries.view(np.uint8))
+
     # -- CommandSink --------------------------------------------------------------------------
     def _record(self, driver: int, receive_ns: int, kind: int, status: int, index: int,
                 v0: float = 0.0, v1: float = 0.0, v2: float = 0.0, v3: float = 0.0) -> None:
-        if self.n_log >= self.log.shape[0]:   # cannot happen with a log sized for the drivers; counted
+        n = self.n_log
+        if n >= self._log.shape[0]:   # cannot happen with a log sized for the drivers; counted
             self.unlogged_tick += 1
             return
-        # one item assignment: a numpy call per field costs several times more, most in a cold tick
-        self.log[self.n_log] = (self.tick, receive_ns, driver, kind, status, index, (v0, v1, v2, v3))
-        self.n_log += 1
+        try:        # packed in place: a numpy item assignment converts every field through numpy scalars
+            COMMAND_ENTRY.pack_into(self._log_bytes, n * COMMAND_ENTRY.size, self.tick, receive_ns, driver, kind,
+                                    status, index, v0, v1, v2, v3)
+        except (struct.error, TypeError, ValueError, OverflowError):
+            # a value the packer refuses (e.g. an index beyond int16) is numpy's to convert or refuse, as before
+            self._log[n] = (self.tick, receive_ns, driver, kind, status, index, (v0, v1, v2, v3))
+        self.n_log = n + 1
 
     def size_log(self, drivers) -> None:
         """Size the command log for the worst case of these drivers (before the run: allocates)."""
@@ -156,12 +212,9 @@ class TickEngine:
         if reason is not None and values is None:
             return self._reject_cmd(driver, receive_ns, KIND_CHANNEL, channel, reason,
                                     pulse_width_us, amplitude_ma, frequency_hz, mode)
-        pw, amp, freq, md = values
-        self.latched[channel, 0] = pw
-        self.latched[channel, 1] = amp
-        self.latched[channel, 2] = freq
-        self.latched[channel, 3] = md
-        self.latched_by[channel] = driver
+        cells, row = self._latched_cells, 4 * channel
+        cells[row], cells[row + 1], cells[row + 2], cells[row + 3] = values
+        self._latched_by_cells[channel] = driver
         status = 0 if reason is None else self.reason_code.get(reason, 255)
         if reason is not None:     # clamped: applied within the limits, counted; the log keeps the request
             self.counters.clamped(driver, reason)
@@ -232,12 +285,13 @@ class TickEngine:
     def warmup(self) -> None:
         """Compile (or load from numba's cache) and run the tick's kernel without changing any state: a
         tick with zero stimulation, after which the plant (:meth:`sim.plant.Plant.warmup`) and the engine's
-        applied channels and excitations are restored."""
+        applied channels and excitations are restored. Later ticks call the compiled overload directly."""
         live = (self.applied, self.u, self.emd[0], self.emd[2], self.fatigue[0], self.fatigue[2])
         saved = [a.copy() for a in live]
-        self.plant.warmup(lambda: self._compute_tick(self._tick_arrays, self.plant.begin_steps(), True, 0, 0.0))
+        self.plant.warmup(lambda: self._compiled_tick(self._tick_arrays, self.plant.begin_steps(), True, 0, 0.0))
         for array, copy in zip(live, saved):
             array[...] = copy
+        self._compute_tick = direct_call(self._compiled_tick, self._tick_arrays, False, False, 0, 0.0)
 
     # -- the tick ----------------------------------------------------------------------------
     def begin(self, tick: int, overrun: bool = False) -> None:
@@ -249,37 +303,43 @@ class TickEngine:
 
     def step(self) -> TickResult:
         """Safety, stimulation -> excitation, plant sub-steps, sensor frame."""
-        out = self.plant.outputs
-        wd = self.watchdog.update(self.tick)
+        tick, plant, gh, rom = self.tick, self.plant, self.gh, self.rom
+        wd = self.watchdog.update(tick)
         if self.watchdog.just_tripped:   # a trip forgets what was latched: only a new command stimulates again
             self.latched[:] = 0.0
             self.direct[:] = 0.0
-        zero_gh, zero_rom = self.gh.zero_now(), self.rom.zero_now()   # from the last frame
-        plant_status, n_clipped, n_done, outside = self._compute_tick(
-            self._tick_arrays, self.plant.begin_steps(), wd or zero_gh or zero_rom, self.tick,
-            (self.tick + 1) * self.period_s)
-        self.plant.finish_steps(plant_status, n_clipped, n_done, self.u)
-        stop_gh = self.gh.observe(out.gh_stability) if self.gh_modelled else False   # this tick's frame
-        stop_rom = self.rom.classify(outside)
+        zero_gh, zero_rom = gh.zero_now(), rom.zero_now()   # from the last frame
+        plant_status, n_clipped, n_done, outside, gh_stability = self._compute_tick(
+            self._tick_arrays, plant.begin_steps(), wd or zero_gh or zero_rom, tick, (tick + 1) * self.period_s)
+        plant.finish_steps(plant_status, n_clipped, n_done, self.u)
+        stop_gh = gh.observe(gh_stability) if self.gh_modelled else False   # this tick's frame
+        stop_rom = rom.classify(outside)
         stop = stop_gh or stop_rom
-        status = 0
-        if wd:
-            status |= STATUS_WATCHDOG
-        if self.gh.unstable:
+        status = STATUS_WATCHDOG if wd else 0
+        if gh.alarm:
             status |= STATUS_GH_UNSTABLE
         if zero_gh:
             status |= STATUS_GH_ZEROED
         if zero_rom:
             status |= STATUS_ROM_ZEROED
-        if self.rom.alarm:
+        if rom.alarm:
             status |= STATUS_ROM
         if self.overrun:
             status |= STATUS_OVERRUN
         if stop:
             status |= STATUS_STOPPING
-        frame = self.sensor.finish(self.tick, status)
-        reason = "gh_unstable" if stop_gh else ("range_of_motion" if stop_rom else "")
-        if stop:       # once, at the end of the run: what the operator is told
-            self.stop_detail = (self.gh.describe(out.gh_stability) if stop_gh
-                                else self.rom.describe(out.q, self.plant.model.dof_names))
-        return TickResult(frame=frame, stop=stop, stop_reason=reason)
+        frame = self.sensor.finish(tick, status)
+        if stop:
+            return self._stopping(frame, stop_gh)
+        if frame is not self._running.frame:     # a delayed sensor's frame
+            return TickResult(frame=frame, stop=False, stop_reason="")
+        return self._running
+
+    def _stopping(self, frame: np.ndarray, by_gh: bool) -> TickResult:
+        """The result of a tick whose safety action ends the run, and what the operator is told (once)."""
+        out = self.plant.outputs
+        if by_gh:
+            self.stop_detail = self.gh.describe(out.gh_stability)
+            return TickResult(frame=frame, stop=True, stop_reason="gh_unstable")
+        self.stop_detail = self.rom.describe(out.q, self.plant.model.dof_names)
+        return TickResult(frame=frame, stop=True, stop_reason="range_of_motion")

@@ -202,7 +202,7 @@ class RealtimeLoop:
         """The timed loop: absolute deadlines t0 + slot T, late ones skipped (:func:`deadlines_missed`)."""
         period_ns = int(round(self.config.period_s * NS))
         spin_ns = int(self.config.spin_us * 1000)
-        body, rec, clock = self.body, self.body.record[0], self.clock
+        body, clock = self.body, self.clock
         t0 = clock() + 2 * period_ns
         slot = tick = 0               # wall-clock deadline index, tick index
         overrun = False
@@ -218,14 +218,13 @@ class RealtimeLoop:
             overrun = missed > 0
             summary.deadline_misses += overrun
             summary.skipped_deadlines += missed
-            rec["deadline_ns"], rec["start_ns"], rec["lateness_ns"] = deadline, start, start - deadline
-            rec["tick_ns"], rec["skipped_deadlines"] = end - start, missed
+            body.set_timing(deadline, start, end - start, missed)
             summary.commands_unrecorded += body.emit()
             if timing_log.shape[0] > tick:
                 row = timing_log[tick]
                 row[0] = (start - deadline) / NS
                 row[1] = body.fetch_ns / NS
-                row[2] = rec["compute_ns"] / NS
+                row[2] = body.compute_ns / NS
                 row[3] = body.publish_ns / NS
                 row[4] = (clock() - end) / NS
             summary.max_lateness_s = max(summary.max_lateness_s, (start - deadline) / NS)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hil.config import ServiceConfig
-from hil.tick import TickBody, TickListener, driver_streams
+from hil.tick import HeldBytes, TickBody, TickListener, driver_streams
 from sim.config import ConfigError
 
 BATCH_TICKS = 1024
@@ -30,6 +30,41 @@ class OfflineResult:
     final_elbow_deg: float = float("nan")
 
 
+class BlockRows:
+    """One stream's rows of the block being collected, copied byte for byte into a buffer that doubles when
+    full: a numpy copy of structured rows, or a list of copies joined at the end, costs more than the tick's
+    other Python together."""
+
+    def __init__(self, dtype: np.dtype, capacity: int = BATCH_TICKS) -> None:
+        self.n, self.itemsize = 0, dtype.itemsize
+        self._hold(np.zeros(capacity, dtype))
+
+    def _hold(self, rows: np.ndarray) -> None:
+        self.rows, self.capacity, self._bytes = rows, rows.shape[0], memoryview(rows.view(np.uint8))
+
+    def add(self, source: memoryview, count: int) -> None:
+        """``count`` rows from ``source``, the bytes of at least that many rows of this dtype."""
+        n, size = self.n, self.itemsize
+        if n + count > self.capacity:      # rare: the first blocks of a run with many commands
+            grown = np.zeros(max(2 * self.capacity, n + count), self.rows.dtype)
+            grown[:n] = self.rows[:n]
+            self._hold(grown)
+        self._bytes[n * size:(n + count) * size] = source[:count * size]
+        self.n = n + count
+
+    def add_rows(self, rows: np.ndarray, held: HeldBytes) -> None:
+        """Rows of any layout numpy converts to this dtype; ``held`` keeps the bytes view of an array handed
+        over again (a driver's own buffer)."""
+        if rows is not held.array and (rows.dtype != self.rows.dtype or not rows.flags.c_contiguous):
+            rows = np.ascontiguousarray(rows, dtype=self.rows.dtype)
+        self.add(held.of(rows), rows.shape[0])
+
+    def take(self) -> np.ndarray:
+        """The rows collected (a view, valid until the next :meth:`add`); the next block starts empty."""
+        rows, self.n = self.rows[:self.n], 0
+        return rows
+
+
 class OfflineRecorder:
     """Writes a run's tick records and command log to a recording in this process, in the real-time
     recorder's format and order (each block of commands before the block of ticks it belongs to), so the file
@@ -38,33 +73,31 @@ class OfflineRecorder:
     def __init__(self, path: str, header: dict, tick_dtype: np.dtype, driver_streams: dict | None = None) -> None:
         from drivers.contract import COMMAND_DTYPE
         from hil.recording import RecordingWriter
-        self.driver_streams = {name: d for name, (d, _) in (driver_streams or {}).items()}
+        streams = driver_streams or {}
         self.writer = RecordingWriter(path, header, {"ticks": tick_dtype, "commands": COMMAND_DTYPE,
-                                                     **{n: dt for n, (_, dt) in (driver_streams or {}).items()}})
-        self.ticks = np.zeros(BATCH_TICKS, tick_dtype)
-        self.pending: dict[str, list[np.ndarray]] = {"commands": [], **{n: [] for n in self.driver_streams}}
-        self.n = 0
+                                                     **{n: dt for n, (_, dt) in streams.items()}})
+        self.ticks, self.commands = BlockRows(tick_dtype), BlockRows(COMMAND_DTYPE)
+        self.blocks = {"commands": self.commands, **{n: BlockRows(dt) for n, (_, dt) in streams.items()}}
+        self.driver_streams = [(name, d, self.blocks[name], HeldBytes()) for name, (d, _) in streams.items()]
+        self._log, self._record = HeldBytes(), HeldBytes()
 
     def on_tick(self, record: np.ndarray, engine, actuation_ns: int) -> None:
         if engine.n_log:
-            self.pending["commands"].append(engine.log[:engine.n_log].copy())
-        for name, driver in self.driver_streams.items():
+            self.commands.add(self._log.of(engine.log), engine.n_log)
+        for name, driver, block, held in self.driver_streams:
             rows = driver.take_records(name)
             if rows.shape[0]:
-                self.pending[name].append(rows.copy())
-        self.ticks[self.n] = record[0]
-        self.n += 1
-        if self.n == BATCH_TICKS:
+                block.add_rows(rows, held)
+        self.ticks.add(self._record.of(record), 1)
+        if self.ticks.n == BATCH_TICKS:
             self.write()
 
     def write(self) -> None:
-        for name in reversed(list(self.pending)):       # the real-time recorder's order: ticks last
-            if self.pending[name]:
-                self.writer.append(name, np.concatenate(self.pending[name]))
-                self.pending[name] = []
-        self.writer.append("ticks", self.ticks[:self.n])
+        for name, block in reversed(self.blocks.items()):   # the real-time recorder's order: ticks last
+            if block.n:
+                self.writer.append(name, block.take())
+        self.writer.append("ticks", self.ticks.take())
         self.writer.hand_to_os()
-        self.n = 0
 
     def close(self) -> None:
         self.write()
@@ -92,15 +125,13 @@ def run_offline(cfg: ServiceConfig, n_ticks: int, listeners: list[TickListener] 
                                    body.record.dtype, driver_streams(drivers))
         body.listeners.insert(0, recorder)
     period_ns = round(cfg.loop.period_s * 1e9)
-    rec, result, tick = body.record[0], None, 0
+    step, emit = body.step, body.emit
+    result, tick = None, 0
     t0 = time.perf_counter()
     try:
         for tick in range(n_ticks):
-            now = tick * period_ns
-            result = body.step(tick, now)
-            rec["deadline_ns"], rec["start_ns"], rec["lateness_ns"] = now, now, 0
-            rec["tick_ns"], rec["skipped_deadlines"] = rec["compute_ns"], 0
-            body.emit()
+            result = step(tick, tick * period_ns)      # timed as a tick on its deadline: the record's default
+            emit()
             if result.stop:
                 break
     finally:

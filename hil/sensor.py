@@ -43,6 +43,15 @@ def fill_true_frame(views, tick, time_s, q, qdot, th_angles, hand_position, gh_f
     vstab[0] = gh_stability
 
 
+def status_cell(frame: np.ndarray):
+    """The status field of a 1-element frame as a Python uint32 view, set every tick without a numpy scalar
+    (the numpy field itself on a machine of the other byte order)."""
+    dtype, offset = frame.dtype.fields["status"][:2]
+    if not dtype.isnative:
+        return frame["status"]
+    return memoryview(frame.reshape(-1).view(np.uint8))[offset:offset + dtype.itemsize].cast("I")
+
+
 @dataclass(frozen=True)
 class SensorModelConfig:
     seed: int = 0
@@ -61,19 +70,26 @@ class SensorModel:
         self.config = config
         self.dtype = dtype or frame_dtype()
         self.rng = np.random.Generator(np.random.PCG64(config.seed))
-        self.true_frame = np.zeros(1, self.dtype)
         self._history = np.zeros(config.delay_ticks + 1, self.dtype)
         self._nq = np.zeros(self.dtype["q"].shape[0])
         self._n3 = np.zeros(3)
         self._noisy = (config.angle_noise_rad > 0 or config.velocity_noise_rad_s > 0
                        or config.force_noise_n > 0 or config.angle_quantum_rad > 0)
+        self.use_frame(np.zeros(1, self.dtype))
+
+    def use_frame(self, frame: np.ndarray) -> None:
+        """Measure into ``frame`` (1 element of this dtype, e.g. the frame field of the tick engine's record,
+        which then needs no copy); before the compiled fill takes :attr:`frame_views`."""
+        if frame.shape != (1,) or frame.dtype != self.dtype:
+            raise ValueError(f"a sensor frame is 1 element of {self.dtype}")
+        self.true_frame = f = frame
         # field views resolved once, for the compiled fill (fill_true_frame) and the noise model
-        f = self.true_frame
         self.frame_views = tuple(f[name][0] for name in ("q", "qdot", "th_angles", "hand_position", "gh_force",
                                                          "st_contact_force")) + tuple(
             f[name] for name in ("tick", "time", "elbow_flexion", "forearm_pronation", "gh_stability")) + (
             f["st_in_contact"][0],)
-        self._status, self._elbow, self._pronation = f["status"], f["elbow_flexion"], f["forearm_pronation"]
+        self._status = status_cell(f)
+        self._elbow, self._pronation = f["elbow_flexion"], f["forearm_pronation"]
 
     def reset(self) -> None:
         self.rng = np.random.Generator(np.random.PCG64(self.config.seed))

@@ -8,6 +8,10 @@ comparison, drivers that listen to it). Who calls :meth:`TickBody.step` decides 
 deadlines, or as fast as the CPU allows) and fills the record's timing fields; nothing in the body reads
 a clock except to time the engine step, so the frames depend only on the tick index, the commands and
 the plant state.
+
+The record is the engine's (:attr:`hil.engine.TickEngine.record`: the compiled tick writes the applied
+stimulation, excitations, fitness and frame into it); the body fills the rest through Python views of its
+fields (:class:`RecordViews`), since a numpy field store boxes a scalar or builds a view each time.
 """
 from __future__ import annotations
 
@@ -18,26 +22,7 @@ import numpy as np
 
 from drivers.base import Driver
 from hil.engine import TickEngine, TickResult
-
-
-def tick_dtype(n_channels: int, n_muscles: int, frame: np.dtype, fatigue: bool = False) -> np.dtype:
-    """The per-tick record of a run (recorded every tick; the recording's ``ticks`` stream); runs with a
-    fatigue model add each channel's fitness (:mod:`hil.fatigue`) before the frame."""
-    fitness = [("fitness", "<f8", (max(n_channels, 1),))] if fatigue else []
-    return np.dtype([
-        ("tick", "<i8"),
-        ("deadline_ns", "<i8"),     # CLOCK_MONOTONIC
-        ("start_ns", "<i8"),
-        ("lateness_ns", "<i8"),     # start - deadline
-        ("compute_ns", "<i8"),      # engine step (safety, stimulation, plant sub-steps, sensors)
-        ("tick_ns", "<i8"),         # whole tick body
-        ("skipped_deadlines", "<i8"),
-        ("commands_unrecorded", "<i8"),   # this tick's command-log entries missing from the commands stream
-        ("applied", "<f8", (max(n_channels, 1), 4)),  # pw us, amp mA, freq Hz, mode, after safety
-        ("u", "<f8", (n_muscles,)),  # applied excitations
-        *fitness,
-        ("frame", frame),
-    ])
+from hil.engine import tick_dtype as tick_dtype  # the record's layout, where the engine allocates it
 
 
 @runtime_checkable
@@ -47,6 +32,58 @@ class TickListener(Protocol):
     gets the records of the ticks it took part in."""
 
     def on_tick(self, record: np.ndarray, engine: TickEngine, actuation_ns: int) -> None: ...
+
+
+HEAD_FIELDS = ("tick", "deadline_ns", "start_ns", "lateness_ns", "compute_ns", "tick_ns", "skipped_deadlines",
+               "commands_unrecorded")
+"""The record's leading int64 fields, in order (:func:`tick_dtype`)."""
+TICK, DEADLINE, START, LATENESS, COMPUTE, TICK_NS, SKIPPED, UNRECORDED = range(len(HEAD_FIELDS))
+
+
+def field_bytes(record: np.ndarray, name: str, nbytes: int | None = None) -> memoryview:
+    """The bytes of field ``name`` of a 1-element record array (the first ``nbytes`` of them), writable."""
+    dtype, offset = record.dtype.fields[name][:2]
+    return memoryview(record.view(np.uint8))[offset:offset + (dtype.itemsize if nbytes is None else nbytes)]
+
+
+def array_bytes(array: np.ndarray) -> memoryview:
+    """The bytes of a C-contiguous array (raises for any other: a copy would not see later writes)."""
+    if not array.flags.c_contiguous:
+        raise ValueError("bytes views are of C-contiguous arrays only")
+    return memoryview(array.reshape(-1).view(np.uint8))
+
+
+class HeldBytes:
+    """The bytes of the array last given to :meth:`of`, viewed again only when another array comes (a tick
+    hands over the same arrays, tick after tick)."""
+
+    def __init__(self) -> None:
+        self.array, self.bytes = None, None
+
+    def of(self, array: np.ndarray) -> memoryview:
+        if array is not self.array:
+            self.array, self.bytes = array, array_bytes(array)
+        return self.bytes
+
+
+class RecordViews:
+    """Writable views of a tick record: its leading int64 fields as one Python int64 view (``head``, indexed
+    by TICK ... UNRECORDED) and its frame's bytes (for a frame sent from elsewhere: a delayed sensor's)."""
+
+    def __init__(self, record: np.ndarray) -> None:
+        names, fields = record.dtype.names, record.dtype.fields
+        if names[:len(HEAD_FIELDS)] != HEAD_FIELDS or any(
+                fields[n][0] != np.dtype(np.int64) or fields[n][1] != 8 * i for i, n in enumerate(HEAD_FIELDS)):
+            raise ValueError("the tick record does not start with the int64 fields of HEAD_FIELDS")
+        self.head = field_bytes(record, "tick", 8 * len(HEAD_FIELDS)).cast("q")
+        self.frame, self.frame_dtype, self._sent = field_bytes(record, "frame"), record.dtype["frame"], HeldBytes()
+
+    def copy_frame(self, frame: np.ndarray) -> None:
+        """A frame sent this tick (1 element) into the record. The record's frame is the one the sensor
+        measures into: it has kept the measured frame in its history, and the next tick measures afresh."""
+        if frame is not self._sent.array and frame.dtype != self.frame_dtype:
+            raise ValueError(f"frame dtype {frame.dtype} is not the record's {self.frame_dtype}")
+        self.frame[:] = self._sent.of(frame)
 
 
 def driver_streams(drivers: list[Driver]) -> dict[str, tuple[Driver, np.dtype]]:
@@ -87,16 +124,17 @@ class TickBody:
         self.engine, self.drivers = engine, drivers
         self.listeners = list(listeners or []) + [d for d in drivers if isinstance(d, TickListener)]
         self.clock = clock
-        self.record = np.zeros(1, tick_dtype(engine.n_channels, engine.plant.model.n_muscles, engine.sensor.dtype,
-                                             engine.has_fatigue))
-        self._fitness = self.record["fitness"][0, : engine.n_channels] if engine.has_fatigue else None
+        self.record = engine.record
+        self.views = RecordViews(self.record)
+        self._measured = engine.sensor.true_frame     # the record's own frame field
         self.actuation_ns = 0
-        self.fetch_ns = self.publish_ns = 0     # the last tick's fetch and publish phases (not recorded)
+        self.fetch_ns = self.compute_ns = self.publish_ns = 0     # the last tick's phases (compute_ns recorded)
 
     def step(self, tick: int, now_ns: int, overrun: bool = False) -> TickResult:
-        """Run tick ``tick`` (commands received at ``now_ns``); the record's timing fields other than
-        ``compute_ns`` are the caller's to fill before :meth:`emit`."""
-        engine, rec, clock = self.engine, self.record[0], self.clock
+        """Run tick ``tick`` (commands received at ``now_ns``). The record's timing fields are those of a tick
+        that started at ``now_ns`` on its deadline and took its compute time (a run without a clock); a
+        real-time caller sets the measured ones (:meth:`set_timing`) before :meth:`emit`."""
+        engine, clock = self.engine, self.clock
         t_fetch = clock()
         engine.begin(tick, overrun)
         for d in self.drivers:
@@ -106,20 +144,29 @@ class TickBody:
         t_done = clock()
         for d in self.drivers:
             d.publish(result.frame)
-        self.fetch_ns, self.publish_ns = t_compute - t_fetch, clock() - t_done
-        rec["tick"] = tick
-        rec["compute_ns"] = t_done - t_compute
-        rec["applied"][: engine.n_channels] = engine.applied
-        if self._fitness is not None:
-            self._fitness[:] = engine.fitness
-        rec["u"] = engine.u
-        rec["frame"] = result.frame[0]
-        rec["commands_unrecorded"] = engine.unlogged_tick
+        self.fetch_ns, self.compute_ns, self.publish_ns = t_compute - t_fetch, t_done - t_compute, clock() - t_done
         self.actuation_ns = t_compute
+        self._fill(tick, now_ns, engine.unlogged_tick, result.frame)
         return result
+
+    def _fill(self, tick: int, now_ns: int, unrecorded: int, frame: np.ndarray) -> None:
+        """The record's leading fields, and the frame when it was sent from elsewhere than the record (the
+        engine wrote the stimulation, excitations and fitness in place)."""
+        views, compute_ns = self.views, self.compute_ns
+        head = views.head
+        head[TICK], head[DEADLINE], head[START], head[LATENESS] = tick, now_ns, now_ns, 0
+        head[COMPUTE], head[TICK_NS], head[SKIPPED], head[UNRECORDED] = compute_ns, compute_ns, 0, unrecorded
+        if frame is not self._measured:
+            views.copy_frame(frame)
+
+    def set_timing(self, deadline_ns: int, start_ns: int, tick_ns: int, skipped_deadlines: int) -> None:
+        """The record's timing fields of the tick just run (lateness = start - deadline)."""
+        head = self.views.head
+        head[DEADLINE], head[START], head[LATENESS] = deadline_ns, start_ns, start_ns - deadline_ns
+        head[TICK_NS], head[SKIPPED] = tick_ns, skipped_deadlines
 
     def emit(self) -> int:
         """Hand the finished record to the listeners; returns its ``commands_unrecorded``."""
         for listener in self.listeners:
             listener.on_tick(self.record, self.engine, self.actuation_ns)
-        return int(self.record[0]["commands_unrecorded"])
+        return self.views.head[UNRECORDED]

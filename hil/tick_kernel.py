@@ -7,11 +7,13 @@ and rules (watchdog, the alarm actions, status bits, the optional measurement mo
 read as before and the call crosses the Python/numba boundary once instead of once per piece.
 
 Everything the call touches is preallocated and fixed for the run, and held in one StructRef
-(:func:`tick_arrays`), so a call unboxes one object and four scalars.
+(:func:`tick_arrays`), so a call unboxes one object and four scalars. After the first call the engine calls
+the compiled overload directly (:func:`direct_call`): numba types a StructRef argument in the interpreter on
+every call through its dispatcher.
 """
 from __future__ import annotations
 
-from numba import njit
+from numba import njit, typeof
 
 from hil.safety import outside_range
 from hil.sensor import fill_true_frame
@@ -51,14 +53,16 @@ def _excitation(zero, use_stim, latched, direct, applied, u, stim, emd, fatigue)
 @njit(cache=True, nogil=True)
 def compute_tick(arrays, stale, zero, tick, time_s):
     """One tick's compiled work with the DAS3 plant; returns (plant status, excitations clipped, plant steps
-    done, posture outside the range of motion). The frame is filled only when every step succeeded."""
+    done, posture outside the range of motion, GH stability value). The frame is filled only when every step
+    succeeded."""
     (plant, n_steps, latched, direct, applied, u, stim, emd, fatigue, use_stim, rom_lo, rom_hi, outputs,
      frame) = arrays.items
     _excitation(zero, use_stim, latched, direct, applied, u, stim, emd, fatigue)
     bundle, x, xd, u0, loads, h, residual_limit, scheme = plant
     A, W = bundle.items
     status, n_clipped, n_done = plant_steps(A, W, x, xd, u0, u, loads, h, residual_limit, scheme, stale, n_steps)
-    return status, n_clipped, n_done, _finish(outputs, rom_lo, rom_hi, frame, tick, time_s, n_done == n_steps)
+    outside, gh_stability = _finish(outputs, rom_lo, rom_hi, frame, tick, time_s, n_done == n_steps)
+    return status, n_clipped, n_done, outside, gh_stability
 
 
 @njit(cache=True, nogil=True)
@@ -70,18 +74,31 @@ def compute_tick_mtg(arrays, stale, zero, tick, time_s):
     bundle, x, u0, loads, h = plant
     A, W = bundle.items
     status, n_clipped, n_done = mtg_steps(A, W, x, u0, u, loads, h, n_steps)
-    return status, n_clipped, n_done, _finish(outputs, rom_lo, rom_hi, frame, tick, time_s, n_done == n_steps)
+    outside, gh_stability = _finish(outputs, rom_lo, rom_hi, frame, tick, time_s, n_done == n_steps)
+    return status, n_clipped, n_done, outside, gh_stability
 
 
 @njit(cache=True, nogil=True)
 def _finish(outputs, rom_lo, rom_hi, frame, tick, time_s, all_done):
-    """Whether the posture is outside the range of motion; the true frame when every step succeeded."""
+    """(posture outside the range of motion, GH stability value); the true frame when every step succeeded.
+    The value is returned so that the GH monitor needs no numpy read of the plant's output."""
     q, qdot, th, hand, gh_force, st_force, stability = outputs
     if all_done:
         fill_true_frame(frame, tick, time_s, q, qdot, th, hand, gh_force, st_force, stability[0])
-    return outside_range(q, rom_lo, rom_hi)
+    return outside_range(q, rom_lo, rom_hi), stability[0]
 
 
 def tick_function(plant):
     """The compiled tick for this plant: :func:`compute_tick_mtg` for the MTG arm, else :func:`compute_tick`."""
     return compute_tick_mtg if plant.model.kind == "mtg" else compute_tick
+
+
+def direct_call(dispatcher, *args):
+    """The compiled overload of ``dispatcher`` that ``args`` select, called without numba's dispatch: the
+    dispatcher types a StructRef argument in the interpreter on every call, which costs a large part of the
+    tick's Python. The overload must exist (called once before); the arguments of later calls must have the
+    types of ``args``. Falls back to the dispatcher where numba keeps its overloads otherwise."""
+    try:
+        return dispatcher.overloads[tuple(typeof(a) for a in args)].entry_point
+    except (AttributeError, KeyError):
+        return dispatcher

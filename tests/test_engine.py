@@ -396,6 +396,57 @@ def test_clamped_commands_are_applied_counted_apart_and_logged_as_requested(mode
     assert list(log["values"][:, 1]) == [120.0, 120.0] and all(log["status"] > 0)   # what was asked for
 
 
+def test_command_log_entries_are_what_numpy_writes_and_refuses(model):
+    """The engine packs log entries itself: bit for bit what a numpy item assignment stores, and what the
+    packer cannot store goes to numpy, which converts it (a float index, None as NaN) or refuses it (an
+    index beyond int16, which a loopback driver then counts as a malformed command), as before."""
+    from drivers.contract import COMMAND_DTYPE, KIND_HEARTBEAT
+    engine = make_engine(model)
+    engine.begin(7)
+    entries = [(0, 123, KIND_CHANNEL, 0, 3, 300.0, -0.0, math.nan, 2),
+               (65535, -5, KIND_EXCITATION, 255, -32768, 1e308, 5e-324, -math.inf, 1),
+               (1, 2 ** 62, KIND_HEARTBEAT, 7, 3.7, None, np.float32(0.1), np.int64(-3), True)]
+    expected = np.zeros(len(entries), COMMAND_DTYPE)
+    for i, (driver, ns, kind, status, index, *values) in enumerate(entries):
+        engine._record(driver, ns, kind, status, index, *values)
+        expected[i] = (7, ns, driver, kind, status, index, tuple(values))
+    assert engine.log[:engine.n_log].tobytes() == expected.tobytes() and expected["index"][2] == 3
+    with pytest.raises(OverflowError):
+        engine._record(0, 0, KIND_CHANNEL, 0, 40001)
+    assert engine.n_log == len(entries)
+
+
+def test_the_tick_record_is_what_the_engine_applied_and_sent(model, config_over):
+    """The tick record's applied channels, excitations, fitness and frame are the engine's own memory (the
+    compiled tick writes them in place); its other fields are the body's, timed as a tick on its deadline until
+    a real-time caller sets them. A delayed sensor's frame (sent from its history) is copied in."""
+    from hil.config import load_service_config
+    from hil.service import build_engine
+    for delay_ms in (0, 12):
+        cfg = config_over("elbow-hold-fatigue.toml", f"[sensor]\ndelay_ms = {delay_ms}\n")
+        _, engine, drivers = build_engine(load_service_config(cfg))
+        body = TickBody(engine, drivers)
+        record = body.record
+        for name, own in (("applied", engine.applied), ("u", engine.u), ("fitness", engine.fitness)):
+            assert np.shares_memory(record[name], own)
+        for tick in range(40):
+            result = body.step(tick, 10 * tick)
+            rec = record[0]
+            assert (rec["deadline_ns"], rec["start_ns"], rec["lateness_ns"], rec["tick_ns"],
+                    rec["skipped_deadlines"]) == (10 * tick, 10 * tick, 0, body.compute_ns, 0)   # on its deadline
+            body.set_timing(3 * tick, 5 * tick, 9, tick % 2)
+            assert body.emit() == 0
+            assert rec["frame"].tobytes() == result.frame[0].tobytes() and rec["tick"] == tick
+            assert rec["u"].tobytes() == engine.u.tobytes() and rec["fitness"].tobytes() == engine.fitness.tobytes()
+            assert rec["applied"][:engine.n_channels].tobytes() == engine.applied.tobytes()
+            assert (rec["compute_ns"], rec["deadline_ns"], rec["start_ns"], rec["lateness_ns"], rec["tick_ns"],
+                    rec["skipped_deadlines"]) == (body.compute_ns, 3 * tick, 5 * tick, 2 * tick, 9, tick % 2)
+        assert engine.applied.any() and (engine.fitness < 1.0).any()
+        assert (result.frame is body.engine.sensor.true_frame) == (delay_ms == 0)
+        for d in drivers:
+            d.shutdown()
+
+
 @pytest.mark.parametrize("safety, reason, words", [
     ('gh_action = "stop"\ngh_threshold = -1.0\n', "gh_unstable", "GH stability"),
     # the published equilibrium is 3.06 deg beyond the ACz range: with no margin the first frame alarms

@@ -38,6 +38,24 @@ def test_round_trip_of_nested_dtypes_and_streams(tmp_path):
         RecordingWriter(p, {}, {"s": DT})  # never overwrites
 
 
+def test_a_block_is_written_as_the_format_says(tmp_path):
+    """A block is b"BLK1", uint16 stream, uint32 count, the records' bytes and the CRC32 of stream, count and
+    records, whatever the layout of the array handed over (here a strided one)."""
+    import struct
+    import zlib
+    p = tmp_path / "r.hilrec"
+    r = sample(6)
+    with RecordingWriter(p, {}, {"s": DT, "t": np.dtype("<i4")}) as w:
+        start = p.stat().st_size         # the header, written at once
+        w.append("t", np.arange(5, dtype="<i4")[::2])
+        w.append("s", r)
+
+    def block(stream, count, payload):
+        head = struct.pack("<4sHI", b"BLK1", stream, count)
+        return head + payload + struct.pack("<I", zlib.crc32(payload, zlib.crc32(head[4:])))
+    assert p.read_bytes()[start:] == block(1, 3, np.array([0, 2, 4], "<i4").tobytes()) + block(0, 6, r.tobytes())
+
+
 def test_torn_tail_is_ignored_and_reported(tmp_path):
     p = tmp_path / "r.hilrec"
     with RecordingWriter(p, {}, {"s": DT}) as w:

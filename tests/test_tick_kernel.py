@@ -13,6 +13,7 @@ from hil.safety import SafetyConfig
 from hil.sensor import SensorModel, SensorModelConfig
 from hil.stimulation import StimulationModel, load_stimulation_config
 from hil.tick import TickBody
+from hil.tick_kernel import compute_tick
 from sim.plant import Plant, PlantDivergedError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -83,3 +84,21 @@ def test_a_plant_failure_inside_the_tick_raises_and_keeps_the_last_good_state(mo
     engine.begin(1)
     with pytest.raises(PlantDivergedError, match="diverged earlier"):
         engine.step()
+
+
+def test_after_warmup_the_tick_calls_its_compiled_overload_directly_with_the_same_results(model):
+    """Warmup binds the compiled overload (no numba dispatch per tick): frames, excitations and plant
+    states equal, tick by tick, those of an engine whose tick goes through the dispatcher."""
+    direct, dispatched = (engine_with(model, Plant(model, step_s=H)) for _ in range(2))
+    direct.warmup()
+    assert direct._compute_tick is not compute_tick and dispatched._compute_tick is compute_tick
+    drivers = [loopback_driver(RampingChannels(silent_from=15), H * SUBSTEPS, channel_names=('c1', 'c2'))
+               for _ in range(2)]
+    bodies = [TickBody(engine, [driver]) for engine, driver in zip((direct, dispatched), drivers)]
+    for tick in range(30):
+        frames = [body.step(tick, tick).frame.tobytes() for body in bodies]
+        assert frames[0] == frames[1], tick
+        assert direct.u.tobytes() == dispatched.u.tobytes() and direct.plant.x.tobytes() == dispatched.plant.x.tobytes()
+    assert direct.plant.steps == dispatched.plant.steps == 30 * SUBSTEPS
+    for driver in drivers:
+        driver.shutdown()
