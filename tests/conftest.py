@@ -42,6 +42,14 @@ def config_over(tmp_path):
     return write
 
 
+def write_sweep(tmp_path: Path, duration_s: float, body: str, base: str = "elbow-hold.toml") -> Path:
+    """``tmp_path/sweep.toml``: a sweep of the shipped ``configs/<base>`` for ``duration_s`` with ``body``
+    (its ``[grid]`` / ``[random]`` tables)."""
+    path = tmp_path / "sweep.toml"
+    path.write_text(f'base = "{CONFIGS / base}"\nduration_s = {duration_s}\n' + textwrap.dedent(body))
+    return path
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on now (for exporters and links in tests)."""
     with socket.socket() as s:

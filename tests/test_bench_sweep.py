@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import write_sweep
 from typer.testing import CliRunner
 
 from hil.bench.sweep import default_spec
@@ -73,8 +74,7 @@ def test_a_tiny_sweep_reports_consistent_figures():
 
 
 def test_error_rows_fail_the_benchmark(tmp_path):
-    sweep = tmp_path / "sweep.toml"
-    sweep.write_text(f'base = "{BASE}"\nduration_s = 0.4\n[grid]\n"loop.period_ms" = [0.5]\n')
+    sweep = write_sweep(tmp_path, 0.4, '[grid]\n"loop.period_ms" = [0.5]\n')
     out = _bench(str(sweep), "--workers", "1", "--serial-runs", "0")
     assert out.returncode == 1
     doc = json.loads(out.stdout)                          # the figures are still printed

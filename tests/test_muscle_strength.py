@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import write_sweep
 
 from hil.sweep import run_sweep
 from hil.sweep_spec import load_sweep
@@ -14,8 +15,6 @@ from sim.config import ModelConfig
 from sim.dynamics import residual
 from sim.model import MUS_FMAX, N_MUS, load_model
 from sim.muscle_groups import group_members
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -51,9 +50,7 @@ def test_rest_posture_is_the_equilibrium_of_the_changed_arm(published, weakened)
 
 
 def _sweep_rows(tmp_path: Path) -> dict[float, dict]:
-    sweep = tmp_path / "sweep.toml"
-    sweep.write_text(f'base = "{ROOT / "configs" / "elbow-hold.toml"}"\nduration_s = 1.5\n'
-                     '[grid]\n"model.strength.bicb" = [0.3, 1.0]\n"model.strength.brachialis" = [0.3]\n')
+    sweep = write_sweep(tmp_path, 1.5, '[grid]\n"model.strength.bicb" = [0.3, 1.0]\n"model.strength.brachialis" = [0.3]\n')
     run_sweep(load_sweep(str(sweep)), str(tmp_path / "out"), workers=0)
     with open(tmp_path / "out" / "results.csv", newline="") as f:
         return {float(r["model.strength.bicb"]): r for r in csv.DictReader(f)}

@@ -9,18 +9,16 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import write_sweep
 
 from hil.sweep_spec import load_sweep, variants
 from sim.config import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
-BASE = ROOT / "configs" / "elbow-hold.toml"
 
 
 def _sweep_file(tmp_path: Path, body: str) -> Path:
-    path = tmp_path / "sweep.toml"
-    path.write_text(f'base = "{BASE}"\nduration_s = 0.6\n' + body)
-    return path
+    return write_sweep(tmp_path, 0.6, body)
 
 
 def test_variants_are_the_grid_times_the_same_random_samples(tmp_path):

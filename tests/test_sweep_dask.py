@@ -8,22 +8,19 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import write_sweep
 from distributed import Client, get_worker
 
 from hil.sweep import _collect, tasks
 from hil.sweep_spec import load_sweep, variants
 from hil.sweep_worker import local_cluster, warm_up, warm_ups
 
-ROOT = Path(__file__).resolve().parents[1]
-BASE = ROOT / "configs" / "elbow-hold.toml"
 RELEASE_DEADLINE_S = 30.0
 
 
 def _todo(tmp_path: Path):
     """Tasks of a sweep whose first variant is invalid (a 0.5 ms period is outside 1..10 ms)."""
-    path = tmp_path / "sweep.toml"
-    path.write_text(f'base = "{BASE}"\nduration_s = 0.2\n[grid]\n"loop.period_ms" = [0.5, 4.0]\n'
-                    '"driver.0.kp_ma_per_rad" = [40, 120]\n')
+    path = write_sweep(tmp_path, 0.2, '[grid]\n"loop.period_ms" = [0.5, 4.0]\n"driver.0.kp_ma_per_rad" = [40, 120]\n')
     spec = load_sweep(str(path))
     return tasks(spec, variants(spec), str(tmp_path / "out"))
 

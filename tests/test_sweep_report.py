@@ -11,21 +11,19 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import write_sweep
 
 from hil.sweep import run_sweep
 from hil.sweep_report import SweepReportError, sweep_report
 from hil.sweep_spec import load_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
-BASE = ROOT / "configs" / "elbow-hold.toml"
 KP, KI = "driver.0.kp_ma_per_rad", "driver.0.ki_ma_per_rad_s"
 HEADLINE = ("rms_error_deg", "settling_time_s", "overshoot_deg", "gh_min_margin")
 
 
 def _sweep_file(tmp_path: Path, body: str) -> Path:
-    path = tmp_path / "sweep.toml"
-    path.write_text(f'base = "{BASE}"\nduration_s = 0.6\n' + body)
-    return path
+    return write_sweep(tmp_path, 0.6, body)
 
 
 def _rows(out: Path) -> list[dict]:

@@ -15,22 +15,19 @@ from pathlib import Path
 
 import dask
 import pytest
+from conftest import write_sweep
 from distributed import Client, LocalCluster, get_task_stream
 
 from hil.sweep import run_sweep, run_task, tasks
 from hil.sweep_spec import load_sweep, variants
 
-ROOT = Path(__file__).resolve().parents[1]
-BASE = ROOT / "configs" / "elbow-hold.toml"
 DEADLINE_S = 420.0
 
 
 def _spec(tmp_path: Path):
     # 6 runs of 30000 ticks at 1 ms: seconds each, so a kill lands in the middle of one
-    path = tmp_path / "sweep.toml"
-    path.write_text(f'base = "{BASE}"\nduration_s = 30.0\n[grid]\n"loop.period_ms" = [1.0]\n'
-                    '"driver.0.kp_ma_per_rad" = [40, 60, 80, 100, 120, 140]\n')
-    return load_sweep(str(path))
+    return load_sweep(str(write_sweep(tmp_path, 30.0, '[grid]\n"loop.period_ms" = [1.0]\n'
+                                      '"driver.0.kp_ma_per_rad" = [40, 60, 80, 100, 120, 140]\n')))
 
 
 def _rows(out: Path) -> list[dict]:
