@@ -16,10 +16,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import sys
 import time
 
+from port_file import add_port_arguments, port_of
 from science_mode_4 import (
     ChannelPoint,
     DeviceP24,
@@ -28,21 +27,6 @@ from science_mode_4 import (
     MidLevelChannelConfiguration,
     SerialPortConnection,
 )
-
-
-def stimulator_port(port_file: str, wait_s: float) -> str:
-    """The first announced ``stimulator`` port in ``port_file``, waiting up to ``wait_s`` for it."""
-    deadline = time.monotonic() + wait_s
-    while not os.path.exists(port_file):
-        if time.monotonic() > deadline:
-            sys.exit(f"{port_file} did not appear within {wait_s:g} s: is `hil run --port-file {port_file}` running?")
-        time.sleep(0.1)
-    with open(port_file, encoding="utf-8") as fh:
-        ports = json.load(fh)
-    for announced in ports.values():
-        if "stimulator" in announced:
-            return announced["stimulator"]
-    sys.exit(f"{port_file} announces no stimulator port: {ports}")
 
 
 def biphasic(current_ma: float, width_us: int) -> list[ChannelPoint]:
@@ -103,7 +87,7 @@ async def session(args) -> list:
     def step(name: str) -> None:
         log.append([name, round(time.monotonic() - t0, 3)])
 
-    connection = SerialPortConnection(args.port or stimulator_port(args.port_file, args.wait))
+    connection = SerialPortConnection(port_of(args))
     connection.open()
     device = DeviceP24(connection)
     await device.initialize()
@@ -115,10 +99,7 @@ async def session(args) -> list:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    where = ap.add_mutually_exclusive_group(required=True)
-    where.add_argument("--port", help="serial device of the stimulator")
-    where.add_argument("--port-file", help="JSON written by `hil run --port-file`: use its stimulator port")
-    ap.add_argument("--wait", type=float, default=60.0, help="how long to wait for --port-file to appear, s")
+    add_port_arguments(ap)
     ap.add_argument("--level", choices=("mid", "low"), default="mid")
     ap.add_argument("--channel", type=int, default=4, help="stimulator channel 1..8")
     ap.add_argument("--current", type=float, default=60.0, help="mA")

@@ -14,40 +14,21 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import sys
 import time
 
+from port_file import add_port_arguments, port_of
 from pysciencemode import Channel, Device, Rehastim2
-
-
-def stimulator_port(port_file: str, wait_s: float) -> str:
-    """The first announced ``stimulator`` port in ``port_file``, waiting up to ``wait_s`` for it."""
-    deadline = time.monotonic() + wait_s
-    while not os.path.exists(port_file):
-        if time.monotonic() > deadline:
-            sys.exit(f"{port_file} did not appear within {wait_s:g} s: is `hil run --port-file {port_file}` running?")
-        time.sleep(0.1)
-    with open(port_file, encoding="utf-8") as fh:
-        ports = json.load(fh)
-    for driver, announced in ports.items():
-        if "stimulator" in announced:
-            return announced["stimulator"]
-    sys.exit(f"{port_file} announces no stimulator port: {ports}")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    where = ap.add_mutually_exclusive_group(required=True)
-    where.add_argument("--port", help="serial device of the stimulator")
-    where.add_argument("--port-file", help="JSON written by `hil run --port-file`: use its stimulator port")
-    ap.add_argument("--wait", type=float, default=60.0, help="how long to wait for --port-file to appear, s")
+    add_port_arguments(ap)
     ap.add_argument("--channel", type=int, default=4)
     ap.add_argument("--amplitude", type=int, default=60)
     ap.add_argument("--pulse-width", type=int, default=300)
     ap.add_argument("--hold", type=float, default=1.0, help="seconds at full amplitude")
     args = ap.parse_args()
-    port = args.port or stimulator_port(args.port_file, args.wait)
+    port = port_of(args)
     log = []
 
     def step(name: str) -> None:
