@@ -22,6 +22,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from drivers.byte_stuffing import STUFFING_BYTE, STUFFING_KEY
+from drivers.byte_stuffing import stuff as stuff_bytes
+
 BAUD_RATE = 460800
 CMD_INIT, CMD_INIT_ACK, CMD_UNKNOWN, CMD_WATCHDOG = 1, 2, 3, 4
 CMD_GET_MODE, CMD_GET_MODE_ACK = 10, 11
@@ -32,7 +35,7 @@ CMD_STIM_ERROR = 38
 RESULT_OK, RESULT_TRANSFER_ERROR, RESULT_PARAMETER_ERROR, RESULT_WRONG_MODE, RESULT_BUSY = 0, -1, -2, -3, -8
 MODE_START, MODE_INITIALISED, MODE_RUNNING = 0, 1, 2
 
-START_BYTE, STOP_BYTE, STUFFING_BYTE, STUFFING_KEY = 0xF0, 0x0F, 0x81, 0x55
+START_BYTE, STOP_BYTE = 0xF0, 0x0F
 STUFFED_BYTES = frozenset({0xF0, 0x0F, 0x81, 0x55, 0x0A})
 MIN_LEN, MAX_LEN = 2, 2 * 64          # LEN counts COUNTER + CMD + stuffed DATA as sent
 HEADER_SIZE = 5                       # F0 81 CRC^55 81 LEN^55
@@ -74,13 +77,7 @@ def signed8(value: int) -> int:
 
 def stuff(data: bytes) -> bytes:
     """Byte-stuff DATA: every byte of the stuffing set becomes ``81, b ^ 55`` (spec "Frame")."""
-    out = bytearray()
-    for b in data:
-        if b in STUFFED_BYTES:
-            out += bytes((STUFFING_BYTE, b ^ STUFFING_KEY))
-        else:
-            out.append(b)
-    return bytes(out)
+    return stuff_bytes(data, STUFFED_BYTES)
 
 
 def _quirk(value: int) -> int:

@@ -18,7 +18,10 @@ from __future__ import annotations
 import binascii
 from dataclasses import dataclass
 
-START_BYTE, STOP_BYTE, STUFFING_BYTE, STUFFING_KEY = 0xF0, 0x0F, 0x81, 0x55
+from drivers.byte_stuffing import STUFFING_BYTE, STUFFING_KEY
+from drivers.byte_stuffing import stuff as stuff_bytes
+
+START_BYTE, STOP_BYTE = 0xF0, 0x0F
 STUFFED_BYTES = frozenset({START_BYTE, STOP_BYTE, STUFFING_BYTE})
 HEADER_SIZE = 9                     # F0 and the four escaped header values
 MIN_LEN, MAX_LEN = 12, 1200         # spec "Frame": LEN of a command without data .. the largest frame
@@ -55,13 +58,7 @@ def crc16(data: bytes) -> int:
 
 def stuff(body: bytes) -> bytes:
     """Byte-stuff BODY: each of F0, 0F, 81 becomes ``81, b ^ 55`` (spec "Frame")."""
-    out = bytearray()
-    for b in body:
-        if b in STUFFED_BYTES:
-            out += bytes((STUFFING_BYTE, b ^ STUFFING_KEY))
-        else:
-            out.append(b)
-    return bytes(out)
+    return stuff_bytes(body, STUFFED_BYTES)
 
 
 def unstuff(stuffed: bytes) -> bytes | None:
