@@ -205,13 +205,6 @@ def scaled3(a, c):
 
 
 @kernel
-def constmat3(M, v):
-    """M v for a constant 3x3 matrix M and a 3-tuple v."""
-    return (M[0, 0] * v[0] + M[0, 1] * v[1] + M[0, 2] * v[2], M[1, 0] * v[0] + M[1, 1] * v[1] + M[1, 2] * v[2],
-            M[2, 0] * v[0] + M[2, 1] * v[1] + M[2, 2] * v[2])
-
-
-@kernel
 def rot_t_value(R, v0):
     """Value of R^T v (R dual (3, 3, ND), v a 3-tuple)."""
     return (R[0, 0, 0] * v0[0] + R[1, 0, 0] * v0[1] + R[2, 0, 0] * v0[2],
@@ -243,5 +236,6 @@ def rot_tangent(R, k, v0, vk):
 
 @kernel
 def matvec3(M, v):
+    """M v for a 3x3 matrix M (values) and a 3-tuple v."""
     return (M[0, 0] * v[0] + M[0, 1] * v[1] + M[0, 2] * v[2], M[1, 0] * v[0] + M[1, 1] * v[1] + M[1, 2] * v[2],
             M[2, 0] * v[0] + M[2, 1] * v[1] + M[2, 2] * v[2])

@@ -35,7 +35,6 @@ import numpy as np
 from sim._dual import (
     ND,
     add3,
-    constmat3,
     cross3,
     cross_tangent,
     d_add,
@@ -197,10 +196,10 @@ def _body_jacobian(A, b, W):
     for j in range(f):
         k = W.k[j, :, 0]
         d = (p[0] - W.P[j + 1, 0, 0], p[1] - W.P[j + 1, 1, 0], p[2] - W.P[j + 1, 2, 0])
-        jv = cross3(vec3(k), d)
+        jv, iw = cross3(vec3(k), d), matvec3(Iw, k)
         for i in range(3):
             W.jac_v[j, i] = jv[i]
-            W.jac_iw[j, i] = Iw[i, 0] * k[0] + Iw[i, 1] * k[1] + Iw[i, 2] * k[2]
+            W.jac_iw[j, i] = iw[i]
 
 
 @kernel
@@ -279,8 +278,8 @@ def _body_wrench(A, b, W):
     mg = m * A.body_weight[b]
     F0 = (-m * ab0[0] + mg * A.gravity[0], -m * ab0[1] + mg * A.gravity[1], -m * ab0[2] + mg * A.gravity[2])
     wl0, all0 = rot_t_value(R, w0), rot_t_value(R, al0)
-    Iw0 = constmat3(I, wl0)
-    h0 = add3(constmat3(I, all0), cross3(wl0, Iw0))
+    Iw0 = matvec3(I, wl0)
+    h0 = add3(matvec3(I, all0), cross3(wl0, Iw0))
     _body_wrench_accumulate(W, 0, F0, cross3(p0, F0), rot_slot(R, 0, h0))
     for k in range(1, n):
         cwk, wk, alk = rot_slot(R, k, com), slot3(W.w[f], k), slot3(W.al[f], k)
@@ -290,7 +289,7 @@ def _body_wrench(A, b, W):
                     cross_tangent(wk, w0, wck, wc0))
         Fk = scaled3(abk, -m)
         wlk, allk = rot_t_tangent(R, k, w0, wk), rot_t_tangent(R, k, al0, alk)
-        hk = add3(constmat3(I, allk), cross_tangent(wlk, wl0, constmat3(I, wlk), Iw0))
+        hk = add3(matvec3(I, allk), cross_tangent(wlk, wl0, matvec3(I, wlk), Iw0))
         _body_wrench_accumulate(W, k, Fk, cross_tangent(pk, p0, Fk, F0), rot_tangent(R, k, h0, hk))
 
 
