@@ -84,36 +84,35 @@ DENSE_LOA_MIN_DOFS = 6
 
 def _dense_loa_groups(rows, fit_dofs):
     """Split the line-of-action rows: fits over >= 6 DOFs (thorax- and clavicle-origin muscles, ~85 %
-    of all terms) become dense coefficient blocks, one per DOF set, over the monomials the group uses,
-    so they are evaluated as contiguous dot products; the others stay sparse (their rows are emptied here
-    when dense)."""
+    of all terms) become dense coefficient blocks, one per DOF set, over the monomials the group uses
+    (their rows are emptied here). A block is stored column-major, (monomial, row), so that the kernel adds
+    each monomial's column to all of the group's rows: vectorised across rows, every row summed in the
+    same fixed order on every CPU (a row-wise dot product vectorises only by reassociating its sum, whose
+    order then follows the CPU's vector width)."""
     groups: dict[tuple[int, ...], list[int]] = {}
     for k, dofs in enumerate(fit_dofs):
         if len(dofs) >= DENSE_LOA_MIN_DOFS:
             groups.setdefault(dofs, []).append(k)
-    n_rows = len(rows)
-    dense_off = -np.ones(n_rows, np.int64)
-    dense_group = -np.ones(n_rows, np.int64)
-    group_cols, cols, coef_blocks = [0], [], []
-    offset = 0
+    group_cols, group_rows, group_coef = [0], [0], [0]
+    cols, dense_rows, coef_blocks = [], [], []
     sparse_rows = [list(r) for r in rows]
-    for g, fits in enumerate(groups.values()):
-        group_rows = [3 * k + c for k in fits for c in range(3)]
-        used = sorted({m for r in group_rows for _, m in rows[r]})
+    for fits in groups.values():
+        block_rows = [3 * k + c for k in fits for c in range(3)]
+        used = sorted({m for r in block_rows for _, m in rows[r]})
         where = {m: j for j, m in enumerate(used)}
-        block = np.zeros((len(group_rows), len(used)))
-        for i, r in enumerate(group_rows):
+        block = np.zeros((len(used), len(block_rows)))
+        for i, r in enumerate(block_rows):
             for coef, m in rows[r]:
-                block[i, where[m]] += coef
-            dense_off[r] = offset + i * len(used)
-            dense_group[r] = g
+                block[where[m], i] += coef
             sparse_rows[r] = []
-        offset += block.size
         coef_blocks.append(block.ravel())
         cols.extend(used)
+        dense_rows.extend(block_rows)
         group_cols.append(len(cols))
-    return {"loa_dense_off": dense_off, "loa_dense_group": dense_group,
-            "loa_group_cols": np.asarray(group_cols, np.int64),
+        group_rows.append(len(dense_rows))
+        group_coef.append(group_coef[-1] + block.size)
+    return {"loa_group_cols": np.asarray(group_cols, np.int64), "loa_group_rows": np.asarray(group_rows, np.int64),
+            "loa_group_coef": np.asarray(group_coef, np.int64), "loa_dense_rows": np.asarray(dense_rows, np.int64),
             "loa_dense_mono": np.asarray(cols, np.uint32),
             "loa_dense_coef": np.concatenate(coef_blocks) if coef_blocks else np.zeros(0),
             "sparse_rows": sparse_rows}

@@ -91,11 +91,12 @@ class ModelArrays(NamedTuple):
     loa_target: np.ndarray     # (NA,) int: chunks of component c of fit k go to row 3 k + c (sparse fits only)
     loa_coef: np.ndarray
     loa_mono: np.ndarray
-    loa_dense_off: np.ndarray  # (67*3,) int: offset of row 3 k + c in loa_dense_coef, -1 if sparse
-    loa_dense_group: np.ndarray  # (67*3,) int: dense group of the row (-1 if sparse)
     loa_group_cols: np.ndarray  # (G+1,) int: column range of each dense group in loa_dense_mono
+    loa_group_rows: np.ndarray  # (G+1,) int: row range of each dense group in loa_dense_rows
+    loa_group_coef: np.ndarray  # (G+1,) int: range of each dense group's block in loa_dense_coef
+    loa_dense_rows: np.ndarray  # (ND,) int: the row 3 k + c of each dense row, by group
     loa_dense_mono: np.ndarray  # (NC,) uint32: monomial of each dense column
-    loa_dense_coef: np.ndarray  # flat row-major coefficient blocks of the dense rows
+    loa_dense_coef: np.ndarray  # flat column-major (monomial, row) coefficient blocks of the dense groups
     glenoid: np.ndarray        # (3, 3) rows x_g, y_g, z_g in the scapula frame
     gh_rim: np.ndarray         # (2,) theta_a, phi_a, rad
     engin: np.ndarray          # (sim.engin.N_PARAMETERS,) Engin's passive shoulder moments; [0] = 1.0 when on

@@ -21,6 +21,7 @@ DATA = Path(__file__).resolve().parent / "data"
 FIXTURE = DATA / "elbow-hold-v0.1.hilrec"      # hil run --config configs/elbow-hold.toml --duration 0.2 (v0.1)
 FIXTURE_V02 = DATA / "elbow-hold-v0.2.hilrec"  # the same run with the plant arithmetic of issue 14 (chunked sums)
 FIXTURE_V03 = DATA / "elbow-hold-v0.3.hilrec"  # the same run with analytic qdot derivatives, fused tendon stiffness
+FIXTURE_V04 = DATA / "elbow-hold-v0.4.hilrec"  # the same run with the line-of-action sums in a CPU-independent order
 ROUNDING_LIMIT = 1e-9
 """Largest difference (SI units) of any frame field when an older recording is replayed by the faster kernels,
 which sum the same terms in another order: rounding, far below any sensor's resolution."""
@@ -28,11 +29,11 @@ CLI_TREE = DATA / "cli-tree.json"
 
 
 def test_fixture_recording_replays_bit_identically():
-    result = replay_recording(str(FIXTURE_V03))
+    result = replay_recording(str(FIXTURE_V04))
     assert result["identical"] and result["ticks"] == 50, result
 
 
-@pytest.mark.parametrize("fixture", [FIXTURE, FIXTURE_V02], ids=["v0.1", "v0.2"])
+@pytest.mark.parametrize("fixture", [FIXTURE, FIXTURE_V02, FIXTURE_V03], ids=["v0.1", "v0.2", "v0.3"])
 def test_recording_of_the_previous_arithmetic_replays_within_rounding(fixture):
     result = replay_recording(str(fixture))
     assert not result["identical"] and result["ticks"] == 50 and result["max_difference"] < ROUNDING_LIMIT, result
@@ -112,7 +113,7 @@ def test_replay_and_check_config_of_a_socketcan_run_open_no_interface(tmp_path, 
 
     from hil.recording import RecordingWriter
 
-    reader = RecordingReader(FIXTURE_V03)
+    reader = RecordingReader(FIXTURE_V04)
     header = copy.deepcopy(reader.header)
     header["config"]["driver"] = [{"type": "can", "interface": "socketcan", "channel": "can7",
                                    "dbc": str(Path(__file__).resolve().parents[1] / "configs" / "fes-hil.dbc")}]
