@@ -8,7 +8,6 @@ from typing import NamedTuple
 import numpy as np
 
 from sim._jit import kernel
-from sim._muscles import chunk_sums
 from sim.model import HUMERUS_FRAME, SCAPULA_FRAME
 
 
@@ -22,7 +21,6 @@ class OutputWork(NamedTuple):
     conoid_force: np.ndarray   # (3,) N on the scapula, thorax frame
     loa: np.ndarray            # (67 * 3,) scratch: the GH line-of-action fits, row 3 k + c
     dense_mono: np.ndarray     # (NC,) scratch: monomials gathered for the dense line-of-action groups
-    dense_rows: np.ndarray     # (ND,) scratch: the dense groups' rows before they go to loa
 
 
 def new_output_work(A) -> OutputWork:
@@ -30,7 +28,6 @@ def new_output_work(A) -> OutputWork:
         th_angles=np.zeros(3), gh_force=np.zeros(3), gh_angles=np.zeros(2), gh_stability=np.zeros(1),
         contact_force=np.zeros((2, 3)), hand_position=np.zeros(3), conoid_force=np.zeros(3),
         loa=np.zeros(3 * A.gh_muscle.shape[0]), dense_mono=np.zeros(A.loa_dense_mono.shape[0]),
-        dense_rows=np.zeros(A.loa_dense_rows.shape[0]),
     )
 
 
@@ -59,19 +56,14 @@ def add_columns(coef, mono, rows):
 
 @kernel
 def _lines_of_action(A, mono, out):
-    """out.loa[3 k + c]: component c of GH line-of-action fit k (the dense groups column by column over the
-    monomials each group uses, the other fits as chunk sums)."""
-    loa = out.loa
-    loa[:] = 0.0
-    chunk_sums(A.loa_target, A.loa_coef, A.loa_mono, mono, loa)
+    """out.loa[3 k + c]: component c of GH line-of-action fit k, each group of fits column by column over the
+    monomials it uses."""
     for j in range(A.loa_dense_mono.shape[0]):
         out.dense_mono[j] = mono[A.loa_dense_mono[j]]
     for g in range(A.loa_group_cols.shape[0] - 1):
-        r0, r1 = A.loa_group_rows[g], A.loa_group_rows[g + 1]
         add_columns(A.loa_dense_coef[A.loa_group_coef[g]:A.loa_group_coef[g + 1]],
-                    out.dense_mono[A.loa_group_cols[g]:A.loa_group_cols[g + 1]], out.dense_rows[r0:r1])
-        for i in range(r0, r1):
-            loa[A.loa_dense_rows[i]] = out.dense_rows[i]
+                    out.dense_mono[A.loa_group_cols[g]:A.loa_group_cols[g + 1]],
+                    out.loa[A.loa_group_rows[g]:A.loa_group_rows[g + 1]])
 
 
 @kernel

@@ -1,5 +1,5 @@
-"""Build-time tables of the DAS3 polynomials: the monomial table and the sparse (CSR) and dense arrays of the
-muscle path-length polynomials and the GH line-of-action fits (Chadwick et al. 2014, Appendix A; das3-model.md
+"""Build-time tables of the DAS3 polynomials: the monomial table, the chunked sparse rows of the muscle
+path-length polynomials and the dense blocks of the GH line-of-action fits (Chadwick et al. 2014, Appendix A; das3-model.md
 "Muscle paths"), laid out so the numba kernels evaluate each monomial once a step."""
 from __future__ import annotations
 
@@ -79,43 +79,33 @@ def chunk_rows(rows, width: int = POLY_CHUNK):
             np.asarray(monos, np.int64).reshape(-1, width))
 
 
-DENSE_LOA_MIN_DOFS = 6
-
-
 def _dense_loa_groups(rows, fit_dofs):
-    """Split the line-of-action rows: fits over >= 6 DOFs (thorax- and clavicle-origin muscles, ~85 %
-    of all terms) become dense coefficient blocks, one per DOF set, over the monomials the group uses
-    (their rows are emptied here). A block is stored column-major, (monomial, row), so that the kernel adds
-    each monomial's column to all of the group's rows: vectorised across rows, every row summed in the
-    same fixed order on every CPU (a row-wise dot product vectorises only by reassociating its sum, whose
-    order then follows the CPU's vector width)."""
-    groups: dict[tuple[int, ...], list[int]] = {}
-    for k, dofs in enumerate(fit_dofs):
-        if len(dofs) >= DENSE_LOA_MIN_DOFS:
-            groups.setdefault(dofs, []).append(k)
-    group_cols, group_rows, group_coef = [0], [0], [0]
-    cols, dense_rows, coef_blocks = [], [], []
-    sparse_rows = [list(r) for r in rows]
-    for fits in groups.values():
-        block_rows = [3 * k + c for k in fits for c in range(3)]
-        used = sorted({m for r in block_rows for _, m in rows[r]})
+    """The line-of-action rows (3 k + c for fit k) as dense coefficient blocks, one per DOF set (the fits of a
+    set are adjacent, so a group's rows are a range), over the monomials each group uses. A block is stored
+    column-major, (monomial, row), so that the kernel adds each monomial's column to all of the group's rows:
+    vectorised across rows, every row summed in the same fixed order on every CPU (a row-wise dot product
+    vectorises only by reassociating its sum, whose order then follows the CPU's vector width). A group's fits
+    share most of their monomials, so the blocks are mostly non-zero and cost less per term than chunked
+    sparse rows (``hil bench plant`` reports the outputs phase)."""
+    starts = [k for k in range(len(fit_dofs)) if k == 0 or fit_dofs[k] != fit_dofs[k - 1]] + [len(fit_dofs)]
+    if len(set(fit_dofs)) != len(starts) - 1:
+        raise ValueError("the line-of-action fits over the same DOFs must be adjacent")
+    group_cols, group_coef, cols, coef_blocks = [0], [0], [], []
+    for k0, k1 in zip(starts[:-1], starts[1:]):
+        used = sorted({m for r in range(3 * k0, 3 * k1) for _, m in rows[r]})
         where = {m: j for j, m in enumerate(used)}
-        block = np.zeros((len(used), len(block_rows)))
-        for i, r in enumerate(block_rows):
+        block = np.zeros((len(used), 3 * (k1 - k0)))
+        for i, r in enumerate(range(3 * k0, 3 * k1)):
             for coef, m in rows[r]:
                 block[where[m], i] += coef
-            sparse_rows[r] = []
         coef_blocks.append(block.ravel())
         cols.extend(used)
-        dense_rows.extend(block_rows)
         group_cols.append(len(cols))
-        group_rows.append(len(dense_rows))
         group_coef.append(group_coef[-1] + block.size)
-    return {"loa_group_cols": np.asarray(group_cols, np.int64), "loa_group_rows": np.asarray(group_rows, np.int64),
-            "loa_group_coef": np.asarray(group_coef, np.int64), "loa_dense_rows": np.asarray(dense_rows, np.int64),
-            "loa_dense_mono": np.asarray(cols, np.uint32),
-            "loa_dense_coef": np.concatenate(coef_blocks) if coef_blocks else np.zeros(0),
-            "sparse_rows": sparse_rows}
+    return {"loa_group_cols": np.asarray(group_cols, np.int64),
+            "loa_group_rows": np.asarray([3 * k for k in starts], np.int64),
+            "loa_group_coef": np.asarray(group_coef, np.int64),
+            "loa_dense_mono": np.asarray(cols, np.uint32), "loa_dense_coef": np.concatenate(coef_blocks)}
 
 
 def _path_rows(muscles: list, terms: list, table: MonomialTable, n_dof: int):
@@ -141,7 +131,7 @@ def _path_rows(muscles: list, terms: list, table: MonomialTable, n_dof: int):
     return len_rows, grad_rows, hess_rows, np.asarray(hess_muscle, np.int64), np.asarray(hess_entry, np.int64)
 
 
-def polynomial_arrays(muscles: list, terms: list, loa: dict, loa_rows: list, table: MonomialTable,
+def polynomial_arrays(muscles: list, terms: list, loa_dofs: list, loa_rows: list, table: MonomialTable,
                       n_dof: int) -> dict:
     """The frozen monomial table and the chunked and dense arrays of the path and line-of-action polynomials."""
     mono_parent, mono_dof = table.freeze()
@@ -149,13 +139,11 @@ def polynomial_arrays(muscles: list, terms: list, loa: dict, loa_rows: list, tab
     len_target, len_coef, len_mono = chunk_rows(len_rows)
     grad_target, grad_coef, grad_mono = chunk_rows(grad_rows)
     hess_row, hess_coef, hess_mono = chunk_rows(hess_rows)
-    loa_dense = _dense_loa_groups([[(c, table[e]) for c, e in r] for r in loa_rows],
-                                  [tuple(f["dof_indices"]) for f in loa["muscles"]])
-    loa_target, loa_coef, loa_mono = chunk_rows(loa_dense.pop("sparse_rows"))
+    loa_dense = _dense_loa_groups([[(c, table[e]) for c, e in r] for r in loa_rows], loa_dofs)
     arrays = dict(
         mono_parent=mono_parent, mono_dof=mono_dof,
         len_target=len_target, len_coef=len_coef, len_mono=len_mono,
         grad_target=grad_target, grad_coef=grad_coef, grad_mono=grad_mono,
         hess_muscle=hess_muscle[hess_row], hess_entry=hess_entry[hess_row], hess_coef=hess_coef, hess_mono=hess_mono,
-        loa_target=loa_target, loa_coef=loa_coef, loa_mono=loa_mono, **loa_dense)
+        **loa_dense)
     return {key: readonly(val, np.asarray(val).dtype) for key, val in arrays.items()}

@@ -88,13 +88,9 @@ class ModelArrays(NamedTuple):
     hess_coef: np.ndarray
     hess_mono: np.ndarray
     gh_muscle: np.ndarray      # (67,) int, muscle index of each GH line-of-action fit
-    loa_target: np.ndarray     # (NA,) int: chunks of component c of fit k go to row 3 k + c (sparse fits only)
-    loa_coef: np.ndarray
-    loa_mono: np.ndarray
     loa_group_cols: np.ndarray  # (G+1,) int: column range of each dense group in loa_dense_mono
-    loa_group_rows: np.ndarray  # (G+1,) int: row range of each dense group in loa_dense_rows
+    loa_group_rows: np.ndarray  # (G+1,) int: range of rows 3 k + c of each dense group (its fits are adjacent)
     loa_group_coef: np.ndarray  # (G+1,) int: range of each dense group's block in loa_dense_coef
-    loa_dense_rows: np.ndarray  # (ND,) int: the row 3 k + c of each dense row, by group
     loa_dense_mono: np.ndarray  # (NC,) uint32: monomial of each dense column
     loa_dense_coef: np.ndarray  # flat column-major (monomial, row) coefficient blocks of the dense groups
     glenoid: np.ndarray        # (3, 3) rows x_g, y_g, z_g in the scapula frame
@@ -235,10 +231,16 @@ def _muscle_constants(muscles: list, table: MonomialTable, muscle_model: str = "
 
 
 def _loa_fits(loa: dict, names: tuple[str, ...], crosses: np.ndarray, table: MonomialTable):
-    """Muscle index and x, y, z polynomial terms of each GH line-of-action fit; adds their monomials."""
-    gh_muscle, loa_rows = [], []
+    """Muscle index, DOFs and x, y, z polynomial terms of each GH line-of-action fit, the fits over the same
+    DOFs next to each other (each such group is one dense block, ``sim._polynomials``); adds their monomials."""
+    first: dict[tuple[int, ...], int] = {}
     for fit in loa["muscles"]:
+        first.setdefault(tuple(fit["dof_indices"]), len(first))
+    fits = sorted(loa["muscles"], key=lambda f: first[tuple(f["dof_indices"])])
+    gh_muscle, fit_dofs, loa_rows = [], [], []
+    for fit in fits:
         gh_muscle.append(names.index(fit["name"]))
+        fit_dofs.append(tuple(fit["dof_indices"]))
         for comp in "xyz":
             row = [(float(c), full_exponents(r, fit["dof_indices"], N_DOF))
                    for c, r in zip(fit[comp]["coefs"], fit[comp]["exponents"])]
@@ -247,7 +249,7 @@ def _loa_fits(loa: dict, names: tuple[str, ...], crosses: np.ndarray, table: Mon
             loa_rows.append(row)
     if sorted(gh_muscle) != list(np.flatnonzero(crosses)):
         raise ValueError("GH line-of-action fits do not match the muscles that cross GH")
-    return gh_muscle, loa_rows
+    return gh_muscle, fit_dofs, loa_rows
 
 
 def _glenoid_axes() -> list[np.ndarray]:
@@ -275,7 +277,7 @@ def _build_model(config: ModelConfig) -> Das3Model:
     mus, mus_ndof, mus_dofs, terms = _muscle_constants(muscles, table, config.muscle_model,
                                                        fmax_scale(config.strength, names))
     crosses = np.array([bool(mu["crossesGH"]) for mu in muscles])
-    gh_muscle, loa_rows = _loa_fits(loa, names, crosses, table)
+    gh_muscle, loa_dofs, loa_rows = _loa_fits(loa, names, crosses, table)
     arrays = ModelArrays(
         joint_loc=readonly(joint_loc), joint_axis=readonly(joint_axis),
         body_frame=readonly(BODY_FRAMES, np.int64), body_mass=readonly(body_mass), body_com=readonly(body_com),
@@ -291,7 +293,7 @@ def _build_model(config: ModelConfig) -> Das3Model:
         gh_muscle=readonly(gh_muscle, np.int64), glenoid=readonly(_glenoid_axes()),
         gh_rim=readonly([config.gh_rim_theta, config.gh_rim_phi]),
         engin=engin_parameters(config.shoulder_passive == "das3+engin", joint_loc[9], joint_axis[9]),
-        **polynomial_arrays(muscles, terms, loa, loa_rows, table, N_DOF),
+        **polynomial_arrays(muscles, terms, loa_dofs, loa_rows, table, N_DOF),
     )
     x_eq = np.asarray(eq["x"], np.float64)
     if x_eq.shape != (N_STATES,):
