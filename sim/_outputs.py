@@ -20,49 +20,46 @@ class OutputWork(NamedTuple):
     hand_position: np.ndarray  # (3,) m, thorax frame
     conoid_force: np.ndarray   # (3,) N on the scapula, thorax frame
     loa: np.ndarray            # (67 * 3,) scratch: the GH line-of-action fits, row 3 k + c
-    dense_mono: np.ndarray     # (NC,) scratch: monomials gathered for the dense line-of-action groups
 
 
 def new_output_work(A) -> OutputWork:
     return OutputWork(
         th_angles=np.zeros(3), gh_force=np.zeros(3), gh_angles=np.zeros(2), gh_stability=np.zeros(1),
         contact_force=np.zeros((2, 3)), hand_position=np.zeros(3), conoid_force=np.zeros(3),
-        loa=np.zeros(3 * A.gh_muscle.shape[0]), dense_mono=np.zeros(A.loa_dense_mono.shape[0]),
+        loa=np.zeros(3 * A.gh_muscle.shape[0]),
     )
 
 
 @kernel
-def add_columns(coef, mono, rows):
-    """rows_r = sum_j coef[j, r] mono_j for a column-major block (``coef`` flat, rows.shape[0] rows): eight
+def add_columns(coef, mono, cols, rows):
+    """rows_r = sum_j coef[j, r] mono[cols_j] for a column-major block (``coef`` flat, rows.shape[0] rows): eight
     columns at a time as the fixed tree ((c0 m0 + c1 m1) + (c2 m2 + c3 m3)) + ((c4 m4 + c5 m5) + (c6 m6 +
     c7 m7)), then the rest one by one. The loop over rows is what vectorises, so every CPU sums in this
     order and gives the same bits."""
     n_rows = rows.shape[0]
     for r in range(n_rows):
         rows[r] = 0.0
-    n_cols = mono.shape[0]
+    n_cols = cols.shape[0]
     block = coef.reshape((n_cols, n_rows))
     whole = n_cols - n_cols % 8
     for j in range(0, whole, 8):
-        m0, m1, m2, m3 = mono[j], mono[j + 1], mono[j + 2], mono[j + 3]
-        m4, m5, m6, m7 = mono[j + 4], mono[j + 5], mono[j + 6], mono[j + 7]
+        m0, m1, m2, m3 = mono[cols[j]], mono[cols[j + 1]], mono[cols[j + 2]], mono[cols[j + 3]]
+        m4, m5, m6, m7 = mono[cols[j + 4]], mono[cols[j + 5]], mono[cols[j + 6]], mono[cols[j + 7]]
         for r in range(n_rows):
             rows[r] += ((block[j, r] * m0 + block[j + 1, r] * m1) + (block[j + 2, r] * m2 + block[j + 3, r] * m3)) + (
                 (block[j + 4, r] * m4 + block[j + 5, r] * m5) + (block[j + 6, r] * m6 + block[j + 7, r] * m7))
     for j in range(whole, n_cols):
         for r in range(n_rows):
-            rows[r] += block[j, r] * mono[j]
+            rows[r] += block[j, r] * mono[cols[j]]
 
 
 @kernel
 def _lines_of_action(A, mono, out):
     """out.loa[3 k + c]: component c of GH line-of-action fit k, each group of fits column by column over the
     monomials it uses."""
-    for j in range(A.loa_dense_mono.shape[0]):
-        out.dense_mono[j] = mono[A.loa_dense_mono[j]]
     for g in range(A.loa_group_cols.shape[0] - 1):
-        add_columns(A.loa_dense_coef[A.loa_group_coef[g]:A.loa_group_coef[g + 1]],
-                    out.dense_mono[A.loa_group_cols[g]:A.loa_group_cols[g + 1]],
+        add_columns(A.loa_dense_coef[A.loa_group_coef[g]:A.loa_group_coef[g + 1]], mono,
+                    A.loa_dense_mono[A.loa_group_cols[g]:A.loa_group_cols[g + 1]],
                     out.loa[A.loa_group_rows[g]:A.loa_group_rows[g + 1]])
 
 
