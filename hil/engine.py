@@ -23,16 +23,9 @@ from drivers.contract import (
     KIND_EXCITATION,
     KIND_HEARTBEAT,
     KIND_REJECTS,
-    STATUS_GH_UNSTABLE,
-    STATUS_GH_ZEROED,
-    STATUS_OVERRUN,
-    STATUS_ROM,
-    STATUS_ROM_ZEROED,
-    STATUS_STOPPING,
-    STATUS_WATCHDOG,
 )
 from hil.counters import RunCounters
-from hil.safety import GHMonitor, RangeOfMotion, SafetyConfig, Watchdog
+from hil.safety import STOP_GH, GHMonitor, RangeOfMotion, SafetyConfig, Watchdog, tick_rules
 from hil.sensor import ELBOW, SensorModel
 from hil.stimulation import no_delay_line, no_fatigue, no_stimulation_params
 from hil.tick_kernel import direct_call, tick_arrays, tick_function
@@ -126,9 +119,11 @@ class TickEngine:
         self.stop_detail = ""      # why a safety action ended the run
         self._compute_tick = self._compiled_tick = tick_function(plant)
         self._running = TickResult(frame=sensor.true_frame, stop=False, stop_reason="")   # reused by most ticks
+        self._ideal_sensor = sensor.ideal
         self._tick_arrays = tick_arrays(plant, self.latched, self.direct, self.applied, self.u, stim_params,
-                                        self.emd, self.fatigue, stimulation is not None, self.rom.lo, self.rom.hi,
-                                        sensor.frame_views, substeps)
+                                        self.emd, self.fatigue, stimulation is not None,
+                                        tick_rules(self.watchdog, self.gh, self.rom, self.gh_modelled),
+                                        sensor.frame_views, sensor.status_view, substeps)
 
     def _own_record(self, n_muscles: int, fatigue: tuple) -> None:
         """The tick record, and the applied channels, excitations, fitness and sensor frame as views of it."""
@@ -288,10 +283,10 @@ class TickEngine:
         applied channels and excitations are restored. Later ticks call the compiled overload directly."""
         live = (self.applied, self.u, self.emd[0], self.emd[2], self.fatigue[0], self.fatigue[2])
         saved = [a.copy() for a in live]
-        self.plant.warmup(lambda: self._compiled_tick(self._tick_arrays, self.plant.begin_steps(), True, 0, 0.0))
+        self.plant.warmup(lambda: self._compiled_tick(self._tick_arrays, self.plant.begin_steps(), 0, 0.0, False, True))
         for array, copy in zip(live, saved):
             array[...] = copy
-        self._compute_tick = direct_call(self._compiled_tick, self._tick_arrays, False, False, 0, 0.0)
+        self._compute_tick = direct_call(self._compiled_tick, self._tick_arrays, False, 0, 0.0, False, False)
 
     # -- the tick ----------------------------------------------------------------------------
     def begin(self, tick: int, overrun: bool = False) -> None:
@@ -302,35 +297,15 @@ class TickEngine:
         self.overrun = overrun
 
     def step(self) -> TickResult:
-        """Safety, stimulation -> excitation, plant sub-steps, sensor frame."""
-        tick, plant, gh, rom = self.tick, self.plant, self.gh, self.rom
-        wd = self.watchdog.update(tick)
-        if self.watchdog.just_tripped:   # a trip forgets what was latched: only a new command stimulates again
-            self.latched[:] = 0.0
-            self.direct[:] = 0.0
-        zero_gh, zero_rom = gh.zero_now(), rom.zero_now()   # from the last frame
-        plant_status, n_clipped, n_done, outside, gh_stability = self._compute_tick(
-            self._tick_arrays, plant.begin_steps(), wd or zero_gh or zero_rom, tick, (tick + 1) * self.period_s)
+        """Safety, stimulation -> excitation, plant sub-steps, sensor frame (the compiled tick, then what
+        raises or has no fixed size: a failed step, the measurement model, a stop's message)."""
+        tick, plant = self.tick, self.plant
+        plant_status, n_clipped, n_done, stop = self._compute_tick(
+            self._tick_arrays, plant.begin_steps(), tick, (tick + 1) * self.period_s, self.overrun, False)
         plant.finish_steps(plant_status, n_clipped, n_done, self.u)
-        stop_gh = gh.observe(gh_stability) if self.gh_modelled else False   # this tick's frame
-        stop_rom = rom.classify(outside)
-        stop = stop_gh or stop_rom
-        status = STATUS_WATCHDOG if wd else 0
-        if gh.alarm:
-            status |= STATUS_GH_UNSTABLE
-        if zero_gh:
-            status |= STATUS_GH_ZEROED
-        if zero_rom:
-            status |= STATUS_ROM_ZEROED
-        if rom.alarm:
-            status |= STATUS_ROM
-        if self.overrun:
-            status |= STATUS_OVERRUN
+        frame = self.sensor.true_frame if self._ideal_sensor else self.sensor.complete(tick)
         if stop:
-            status |= STATUS_STOPPING
-        frame = self.sensor.finish(tick, status)
-        if stop:
-            return self._stopping(frame, stop_gh)
+            return self._stopping(frame, stop == STOP_GH)
         if frame is not self._running.frame:     # a delayed sensor's frame
             return TickResult(frame=frame, stop=False, stop_reason="")
         return self._running

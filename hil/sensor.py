@@ -75,6 +75,8 @@ class SensorModel:
         self._n3 = np.zeros(3)
         self._noisy = (config.angle_noise_rad > 0 or config.velocity_noise_rad_s > 0
                        or config.force_noise_n > 0 or config.angle_quantum_rad > 0)
+        self.ideal = not self._noisy and config.delay_ticks == 0
+        """No measurement model: the frame sent is the true frame as filled."""
         self.use_frame(np.zeros(1, self.dtype))
 
     def use_frame(self, frame: np.ndarray) -> None:
@@ -89,6 +91,7 @@ class SensorModel:
             f[name] for name in ("tick", "time", "elbow_flexion", "forearm_pronation", "gh_stability")) + (
             f["st_in_contact"][0],)
         self._status = status_cell(f)
+        self.status_view = f["status"]            # for the compiled tick, which sets the status bits
         self._elbow, self._pronation = f["elbow_flexion"], f["forearm_pronation"]
 
     def reset(self) -> None:
@@ -105,6 +108,11 @@ class SensorModel:
         """Complete the frame :func:`fill_true_frame` filled for ``tick``: its status bits, then the
         measurement model (noise, quantisation, delay). Returns the frame to send (a 1-element view)."""
         self._status[0] = status
+        return self.complete(tick)
+
+    def complete(self, tick: int) -> np.ndarray:
+        """The measurement model (noise, quantisation, delay) on the frame filled for ``tick``, its status
+        set. Returns the frame to send (a 1-element view)."""
         if self._noisy:
             self._apply_noise()
         if self.config.delay_ticks == 0:

@@ -1,13 +1,15 @@
 """The compiled part of a tick: one call from Python per tick (:meth:`hil.engine.TickEngine.step`).
 
-In one numba call: the applied stimulation (the latched commands, or zero when safety says so) and its
+In one numba call: the safety rules that decide before the step (the watchdog, the GH and ROM actions from
+the last frame), the applied stimulation (the latched commands, or zero when safety says so) and its
 excitation (the stimulation map, or the latched direct excitations), the plant's sub-steps under that
-zero-order hold, the range-of-motion check and the noise-free sensor frame. Python keeps what has state
-and rules (watchdog, the alarm actions, status bits, the optional measurement model), so the decisions
-read as before and the call crosses the Python/numba boundary once instead of once per piece.
+zero-order hold, the noise-free sensor frame, and the rules that classify it (GH monitor, range of motion)
+with its status bits. The rules are those of :mod:`hil.safety`, whose objects hold the state the kernel
+updates in place. Python keeps what raises or has no fixed size: a failed plant step, the optional
+measurement model, the operator's message after a stop.
 
 Everything the call touches is preallocated and fixed for the run, and held in one StructRef
-(:func:`tick_arrays`), so a call unboxes one object and four scalars. After the first call the engine calls
+(:func:`tick_arrays`), so a call unboxes one object and five scalars. After the first call the engine calls
 the compiled overload directly (:func:`direct_call`): numba types a StructRef argument in the interpreter on
 every call through its dispatcher.
 """
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 from numba import njit, typeof
 
-from hil.safety import outside_range
+from hil.safety import STOP_NONE, rules_after_step, rules_before_step
 from hil.sensor import fill_true_frame
 from hil.stimulation import AMP_SCALE, PW_SCALE, delayed_excitation
 from sim._bundle import Bundle, new_bundle
@@ -23,17 +25,17 @@ from sim._mtg_step import mtg_steps
 from sim._step import plant_steps
 
 
-def tick_arrays(plant, latched, direct, applied, u, stim_params, emd, fatigue, use_stim: bool, rom_lo, rom_hi,
-                frame_views, n_steps: int) -> Bundle:
+def tick_arrays(plant, latched, direct, applied, u, stim_params, emd, fatigue, use_stim: bool, rules: tuple,
+                frame_views, frame_status, n_steps: int) -> Bundle:
     """Bundle an engine's tick: the plant's kernel arguments (:attr:`sim.plant.Plant.kernel_args`), the
     latched and applied channel rows and direct excitations, the excitation ``u``, the stimulation map's
-    parameters, its electromechanical delay line and fatigue state, the range limits (rad), the views of
-    plant outputs and of the sensor's frame."""
+    parameters, its electromechanical delay line and fatigue state, the safety rules' state and parameters
+    (:func:`hil.safety.tick_rules`), the views of plant outputs and of the sensor's frame and its status."""
     out = plant.outputs
     outputs = (out.q, out.qdot, out.th_angles, out.hand_position, out.gh_force, out.st_contact_force,
                out.gh_stability_cell)
     return new_bundle((plant.kernel_args, n_steps, latched, direct, applied, u, stim_params, emd, fatigue, use_stim,
-                   rom_lo, rom_hi, outputs, frame_views))
+                       rules, outputs, frame_views, frame_status))
 
 
 @njit(cache=True, nogil=True)
@@ -51,41 +53,55 @@ def _excitation(zero, use_stim, latched, direct, applied, u, stim, emd, fatigue)
 
 
 @njit(cache=True, nogil=True)
-def compute_tick(arrays, stale, zero, tick, time_s):
+def compute_tick(arrays, stale, tick, time_s, overrun, warm):
     """One tick's compiled work with the DAS3 plant; returns (plant status, excitations clipped, plant steps
-    done, posture outside the range of motion, GH stability value). The frame is filled only when every step
-    succeeded."""
-    (plant, n_steps, latched, direct, applied, u, stim, emd, fatigue, use_stim, rom_lo, rom_hi, outputs,
-     frame) = arrays.items
+    done, STOP_* code). The frame is filled and the after-step rules run only when every step succeeded.
+    ``warm``: a warm-up call, with zero stimulation and the safety state left alone."""
+    (plant, n_steps, latched, direct, applied, u, stim, emd, fatigue, use_stim, rules, outputs, frame,
+     frame_status) = arrays.items
+    zero, bits = _before_step(rules, tick, latched, direct, warm)
     _excitation(zero, use_stim, latched, direct, applied, u, stim, emd, fatigue)
     bundle, x, xd, u0, loads, h, residual_limit, scheme = plant
     A, W = bundle.items
     status, n_clipped, n_done = plant_steps(A, W, x, xd, u0, u, loads, h, residual_limit, scheme, stale, n_steps)
-    outside, gh_stability = _finish(outputs, rom_lo, rom_hi, frame, tick, time_s, n_done == n_steps)
-    return status, n_clipped, n_done, outside, gh_stability
+    stop = _after_step(rules, outputs, frame, frame_status, tick, time_s, n_done == n_steps, bits, overrun, warm)
+    return status, n_clipped, n_done, stop
 
 
 @njit(cache=True, nogil=True)
-def compute_tick_mtg(arrays, stale, zero, tick, time_s):
+def compute_tick_mtg(arrays, stale, tick, time_s, overrun, warm):
     """:func:`compute_tick` with the reduced MTG arm (:mod:`sim.mtg_plant`) as the plant."""
-    (plant, n_steps, latched, direct, applied, u, stim, emd, fatigue, use_stim, rom_lo, rom_hi, outputs,
-     frame) = arrays.items
+    (plant, n_steps, latched, direct, applied, u, stim, emd, fatigue, use_stim, rules, outputs, frame,
+     frame_status) = arrays.items
+    zero, bits = _before_step(rules, tick, latched, direct, warm)
     _excitation(zero, use_stim, latched, direct, applied, u, stim, emd, fatigue)
     bundle, x, u0, loads, h = plant
     A, W = bundle.items
     status, n_clipped, n_done = mtg_steps(A, W, x, u0, u, loads, h, n_steps)
-    outside, gh_stability = _finish(outputs, rom_lo, rom_hi, frame, tick, time_s, n_done == n_steps)
-    return status, n_clipped, n_done, outside, gh_stability
+    stop = _after_step(rules, outputs, frame, frame_status, tick, time_s, n_done == n_steps, bits, overrun, warm)
+    return status, n_clipped, n_done, stop
 
 
 @njit(cache=True, nogil=True)
-def _finish(outputs, rom_lo, rom_hi, frame, tick, time_s, all_done):
-    """(posture outside the range of motion, GH stability value); the true frame when every step succeeded.
-    The value is returned so that the GH monitor needs no numpy read of the plant's output."""
+def _before_step(rules, tick, latched, direct, warm):
+    """(stimulation must be zero, status bits so far): the rules before the step; zero for a warm-up."""
+    if warm:
+        return True, 0
+    return rules_before_step(rules, tick, latched, direct)
+
+
+@njit(cache=True, nogil=True)
+def _after_step(rules, outputs, frame, frame_status, tick, time_s, all_done, bits, overrun, warm):
+    """The true frame and its status when every step succeeded, classified by the rules; the STOP_* code."""
+    if not all_done:
+        return STOP_NONE
     q, qdot, th, hand, gh_force, st_force, stability = outputs
-    if all_done:
-        fill_true_frame(frame, tick, time_s, q, qdot, th, hand, gh_force, st_force, stability[0])
-    return outside_range(q, rom_lo, rom_hi), stability[0]
+    fill_true_frame(frame, tick, time_s, q, qdot, th, hand, gh_force, st_force, stability[0])
+    if warm:
+        return STOP_NONE
+    stop, bits = rules_after_step(rules, q, stability[0], bits, overrun)
+    frame_status[0] = bits
+    return stop
 
 
 def tick_function(plant):

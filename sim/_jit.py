@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from numba import njit
 
-kernel = njit(cache=True, nogil=True, boundscheck=False, _nrt=False)
-vector_kernel = njit(cache=True, nogil=True, boundscheck=False, _nrt=False, fastmath={"reassoc", "contract"})
+kernel = njit(cache=True, nogil=True, boundscheck=False, _nrt=False, error_model="numpy")
+vector_kernel = njit(cache=True, nogil=True, boundscheck=False, _nrt=False, error_model="numpy", fastmath={"reassoc", "contract"})
 """For dot products whose summation order may be reassociated (vectorised); the compiled order is fixed, so
 results are reproducible on the same machine and build."""
-entry = njit(cache=True, nogil=True, boundscheck=False)
+entry = njit(cache=True, nogil=True, boundscheck=False, error_model="numpy")
