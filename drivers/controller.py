@@ -68,7 +68,7 @@ class ControllerSettings:
         return not self.channel_names
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class ChannelCommand:
     """Stimulation of one channel (1-based, as on the stimulator): pulse width (us), amplitude (mA), frequency
     (Hz) and pulse mode (0 single, 1 doublet, 2 triplet), held until the next command for that channel."""
@@ -78,6 +78,13 @@ class ChannelCommand:
     amplitude_ma: float
     frequency_hz: float
     mode: int = 0
+
+    def __init__(self, channel: int, pulse_width_us: float, amplitude_ma: float, frequency_hz: float,
+                 mode: int = 0) -> None:
+        """The fields stored at once: a frozen dataclass's generated __init__ sets each through
+        ``object.__setattr__``, several times slower, and a controller builds commands on every call."""
+        self.__dict__.update(channel=channel, pulse_width_us=pulse_width_us, amplitude_ma=amplitude_ma,
+                             frequency_hz=frequency_hz, mode=mode)
 
 
 @dataclass(frozen=True)

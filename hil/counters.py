@@ -28,6 +28,7 @@ class RunCounters:
                                      for d in driver_names], np.int64)
         self.clamped_at = np.array([[at("hil_commands_clamped_total", driver=d, reason=r) for r in REJECT_REASONS]
                                     for d in driver_names], np.int64)
+        self._cells, self._received_cells = memoryview(self.values), self.received_at.tolist()   # Python views
         self.watchdog_trips = block.counter("hil_watchdog_trips_total")
         self.gh_unstable_ticks = block.counter("hil_gh_unstable_ticks_total")
         self.rom_alarm_ticks = block.counter("hil_rom_alarm_ticks_total")
@@ -43,7 +44,7 @@ class RunCounters:
 
     # -- counting (in the tick: one array store each) ---------------------------------------------------
     def received(self, driver: int) -> None:
-        self.values[self.received_at[driver]] += 1.0
+        self._cells[self._received_cells[driver]] += 1.0
 
     def rejected(self, driver: int, reason: str, count: int = 1) -> None:
         self.values[self.rejected_at[driver, self.code[reason]]] += count
