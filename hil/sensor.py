@@ -102,17 +102,13 @@ class SensorModel:
         """The frame for this tick from plant outputs (a 1-element view valid until the next call)."""
         fill_true_frame(self.frame_views, tick, time_s, outputs.q, outputs.qdot, outputs.th_angles,
                         outputs.hand_position, outputs.gh_force, outputs.st_contact_force, outputs.gh_stability)
-        return self.finish(tick, status)
-
-    def finish(self, tick: int, status: int) -> np.ndarray:
-        """Complete the frame :func:`fill_true_frame` filled for ``tick``: its status bits, then the
-        measurement model (noise, quantisation, delay). Returns the frame to send (a 1-element view)."""
         self._status[0] = status
         return self.complete(tick)
 
     def complete(self, tick: int) -> np.ndarray:
-        """The measurement model (noise, quantisation, delay) on the frame filled for ``tick``, its status
-        set. Returns the frame to send (a 1-element view)."""
+        """The measurement model (noise, quantisation, delay) on the frame :func:`fill_true_frame` filled for
+        ``tick``, its status set (by the compiled tick, or :meth:`measure`). Returns the frame to send (a
+        1-element view)."""
         if self._noisy:
             self._apply_noise()
         if self.config.delay_ticks == 0:

@@ -11,6 +11,10 @@ and releases the GIL (``nogil=True``).
   arithmetic (``hil bench plant --json`` reports the phases).
 
 ``entry`` keeps the NRT for the few functions Python calls with a numba StructRef (the plant's bundle).
+
+All three use ``error_model="numpy"``: a division by zero gives inf or NaN, which the step's finiteness
+checks turn into a refused step (``sim._step``), instead of a Python exception raised from inside a kernel,
+and the compiler need not guard every division (the arithmetic, and so every result, is the same).
 """
 from __future__ import annotations
 

@@ -102,3 +102,24 @@ def test_after_warmup_the_tick_calls_its_compiled_overload_directly_with_the_sam
     assert direct.plant.steps == dispatched.plant.steps == 30 * SUBSTEPS
     for driver in drivers:
         driver.shutdown()
+
+
+def test_warmup_leaves_the_safety_state_its_counters_and_the_frame_status_alone(model):
+    """The warm-up runs the compiled tick with zero stimulation and none of the safety rules: the watchdog's
+    and the alarms' state cells, their counters and the frame's status are what they were before."""
+    engine = TickEngine(Plant(model, step_s=H), stimulation_map(model), SafetyConfig(
+        watchdog_timeout_s=0.02, gh_action="zero", rom_action="zero"), SensorModel(SensorModelConfig()),
+        H * SUBSTEPS, SUBSTEPS, REASONS)
+    engine.watchdog.cells[:] = (-1, 0, 0)    # an update would trip it (never fed) and count nothing
+    engine.gh.cells[:] = (0, 3)              # a classified stable frame would run the hold down to 2
+    engine.rom.cells[:] = (0, 3)
+    engine.sensor.status_view[0] = 12345
+    cells = [engine.watchdog.cells.copy(), engine.gh.cells.copy(), engine.rom.cells.copy()]
+    counts = engine.counters.values.copy()
+    engine.warmup()
+    after = [engine.watchdog.cells, engine.gh.cells, engine.rom.cells]
+    assert all(a.tolist() == b.tolist() for a, b in zip(after, cells))
+    assert engine.counters.values.tobytes() == counts.tobytes() and engine.sensor.status_view[0] == 12345
+    engine.begin(0)
+    engine.step()                             # the first real tick applies the rules
+    assert engine.watchdog.tripped and engine.watchdog.just_tripped and engine.gh.cells[1] == 2
