@@ -119,7 +119,6 @@ class TickEngine:
         self.stop_detail = ""      # why a safety action ended the run
         self._compute_tick = self._compiled_tick = tick_function(plant)
         self._running = TickResult(frame=sensor.true_frame, stop=False, stop_reason="")   # reused by most ticks
-        self._ideal_sensor = sensor.ideal
         self._tick_arrays = tick_arrays(plant, self.latched, self.direct, self.applied, self.u, stim_params,
                                         self.emd, self.fatigue, stimulation is not None,
                                         tick_rules(self.watchdog, self.gh, self.rom, self.gh_modelled),
@@ -303,7 +302,7 @@ class TickEngine:
         plant_status, n_clipped, n_done, stop = self._compute_tick(
             self._tick_arrays, plant.begin_steps(), tick, (tick + 1) * self.period_s, self.overrun, False)
         plant.finish_steps(plant_status, n_clipped, n_done, self.u)
-        frame = self.sensor.true_frame if self._ideal_sensor else self.sensor.complete(tick)
+        frame = self.sensor.true_frame if self.sensor.ideal else self.sensor.complete(tick)
         if stop:
             return self._stopping(frame, stop == STOP_GH)
         if frame is not self._running.frame:     # a delayed sensor's frame

@@ -122,7 +122,7 @@ class Watchdog:
         """``trips``: the cell (``a``, ``i``, ``value``) that counts trips, e.g. the run's metrics counter."""
         self.timeout_ticks = max(1, int(round(timeout_s / period_s)))
         self.cells = np.array([-1, 1, 0], np.int64)   # no controller has spoken yet: stimulation stays at zero
-        self._last_valid = memoryview(self.cells)[WD_LAST_VALID:WD_LAST_VALID + 1]   # fed per command
+        self._cell_views = memoryview(self.cells)   # fed per command without a numpy scalar
         self.counter = trips if trips is not None else _LocalCount()
 
     @property
@@ -143,7 +143,7 @@ class Watchdog:
         return int(self.cells[WD_LAST_VALID])
 
     def feed(self, tick: int) -> None:
-        self._last_valid[0] = tick
+        self._cell_views[WD_LAST_VALID] = tick
 
     def update(self, tick: int) -> bool:
         """True while stimulation must be zero. Counts a trip on each transition to tripped."""

@@ -43,15 +43,6 @@ def fill_true_frame(views, tick, time_s, q, qdot, th_angles, hand_position, gh_f
     vstab[0] = gh_stability
 
 
-def status_cell(frame: np.ndarray):
-    """The status field of a 1-element frame as a Python uint32 view, set every tick without a numpy scalar
-    (the numpy field itself on a machine of the other byte order)."""
-    dtype, offset = frame.dtype.fields["status"][:2]
-    if not dtype.isnative:
-        return frame["status"]
-    return memoryview(frame.reshape(-1).view(np.uint8))[offset:offset + dtype.itemsize].cast("I")
-
-
 @dataclass(frozen=True)
 class SensorModelConfig:
     seed: int = 0
@@ -90,8 +81,7 @@ class SensorModel:
                                                          "st_contact_force")) + tuple(
             f[name] for name in ("tick", "time", "elbow_flexion", "forearm_pronation", "gh_stability")) + (
             f["st_in_contact"][0],)
-        self._status = status_cell(f)
-        self.status_view = f["status"]            # for the compiled tick, which sets the status bits
+        self.status_view = f["status"]            # set by the compiled tick (hil.tick_kernel) or measure
         self._elbow, self._pronation = f["elbow_flexion"], f["forearm_pronation"]
 
     def reset(self) -> None:
@@ -102,7 +92,7 @@ class SensorModel:
         """The frame for this tick from plant outputs (a 1-element view valid until the next call)."""
         fill_true_frame(self.frame_views, tick, time_s, outputs.q, outputs.qdot, outputs.th_angles,
                         outputs.hand_position, outputs.gh_force, outputs.st_contact_force, outputs.gh_stability)
-        self._status[0] = status
+        self.status_view[0] = status
         return self.complete(tick)
 
     def complete(self, tick: int) -> np.ndarray:
