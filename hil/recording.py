@@ -18,6 +18,9 @@ each ring what it has handed to the OS, so the real-time process knows exactly h
 or failing recorder did not write (:func:`run_recorder`). Each drain writes the ``commands`` block
 before the ``ticks`` block it belongs to, so wherever a file is cut, every tick it holds comes with all
 of its commands and the part that is left replays bit-identically.
+
+The checksums are zlib's CRC-32, computed by ISA-L (python-isal), which gives the same values as
+``zlib.crc32`` several times faster on a megabyte block (carry-less multiply instructions).
 """
 from __future__ import annotations
 
@@ -27,10 +30,10 @@ import os
 import signal
 import struct
 import time
-import zlib
 from dataclasses import dataclass
 
 import numpy as np
+from isal.isal_zlib import crc32
 
 from sim.errors import UserInputError
 
@@ -68,7 +71,7 @@ class RecordingWriter:
         raw = json.dumps(doc, default=str).encode()
         try:
             self.fh = open(self.path, "xb")
-            self.fh.write(MAGIC + struct.pack("<I", len(raw)) + raw + struct.pack("<I", zlib.crc32(raw)))
+            self.fh.write(MAGIC + struct.pack("<I", len(raw)) + raw + struct.pack("<I", crc32(raw)))
         except OSError as exc:
             raise RecordingError(f"{self.path}: cannot write recording: {exc.strerror or exc}") from exc
         self.flush()
@@ -80,7 +83,7 @@ class RecordingWriter:
         # the records' own memory, not a bytes copy (or two): a block of ticks is megabytes
         payload = memoryview(np.ascontiguousarray(records, dtype=self.streams[stream]).reshape(-1).view(np.uint8))
         head = _BLOCK_HEAD.pack(BLOCK_MAGIC, idx, records.shape[0])
-        crc = zlib.crc32(payload, zlib.crc32(head[4:]))
+        crc = crc32(payload, crc32(head[4:]))
         with self._write_errors():
             self.fh.write(head)
             self.fh.write(payload)
@@ -137,7 +140,7 @@ class RecordingReader:
         (n,) = struct.unpack_from("<I", data, pos)
         raw = data[pos + 4: pos + 4 + n]
         if len(raw) != n or len(data) < pos + 8 + n or \
-                struct.unpack_from("<I", data, pos + 4 + n)[0] != zlib.crc32(raw):
+                struct.unpack_from("<I", data, pos + 4 + n)[0] != crc32(raw):
             raise RecordingError(f"{self.path}: header is corrupt or cut off")
         self.header = json.loads(raw)
         self.streams = {s["name"]: _dtype(s["descr"]) for s in self.header["streams"]}
@@ -158,7 +161,7 @@ class RecordingReader:
                 self.truncated = True
                 break
             payload = data[pos + _BLOCK_HEAD.size: end - 4]
-            crc = zlib.crc32(payload, zlib.crc32(data[pos + 4: pos + _BLOCK_HEAD.size]))
+            crc = crc32(payload, crc32(data[pos + 4: pos + _BLOCK_HEAD.size]))
             if struct.unpack_from("<I", data, end - 4)[0] != crc:
                 if end == len(data):
                     self.truncated = True

@@ -223,11 +223,10 @@ def _muscle_forces(A, i, s, sd, a, W):
     W.force[i] = F
     W.dF4[i] = df4
     dFdL = fmax * df4
+    lo, G, C = A.mus_dofs[i, 0], W.G[i], W.C[i]
     for k in range(nd):
-        dk = A.mus_dofs[i, k]
-        Gk = W.G[i, k]
-        W.tau[dk] -= Gk * F
-        W.C[i, k] = dFdL * P[MUS_LCEOPT] * Gk
+        W.tau[lo + k] -= G[k] * F
+        C[k] = dFdL * P[MUS_LCEOPT] * G[k]
 
 
 @kernel
@@ -235,11 +234,11 @@ def add_tendon_stiffness(A, W, Aq):
     """Aq -= sum_i Fmax dF4_i G_i G_i^T: the moments' dependence on q through the tendon force at fixed s."""
     for i in range(N_MUS):
         dFdL = A.mus[i, MUS_FMAX] * W.dF4[i]
-        for k in range(A.mus_ndof[i]):
-            dk = A.mus_dofs[i, k]
-            Gk = W.G[i, k]
-            for m in range(A.mus_ndof[i]):
-                Aq[dk, A.mus_dofs[i, m]] -= dFdL * Gk * W.G[i, m]
+        nd, lo, G = A.mus_ndof[i], A.mus_dofs[i, 0], W.G[i]
+        for k in range(nd):
+            Aq_row = Aq[lo + k]
+            for m in range(nd):
+                Aq_row[lo + m] -= dFdL * G[k] * G[m]
 
 
 @kernel

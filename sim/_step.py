@@ -166,6 +166,35 @@ def _lu_solve_inplace(K, b, piv):
 
 
 @kernel
+def muscle_pivots(A, x, xd, u0, u1, h, scheme, W):
+    """The activation step da (into W.st.dx) and each contraction row's pivot d = dg/ds + dg/dsdot / h
+    (W.st.dden) and particular solution w = (dg/dsdot sdot - g - dg/da da) / d (W.st.wsol) of
+    :func:`rosenbrock_solve`, as loops over the muscles' arrays that the compiler vectorises."""
+    mu, st = W.mu, W.st
+    f_act, f_con, da = st.f[IA:], st.f[IS:IA], st.dx[IA:]
+    sd, ad, a = xd[IS:IA], xd[IA:], x[IA:]
+    inv_h = 1.0 / h
+    if scheme == SCHEME_PAPER:
+        for i in range(N_MUS):
+            rh = ad[i] - f_act[i] + st.rate_du[i] * (u1[i] - u0[i])
+            da[i] = rh / (-st.rate_da[i] + inv_h)
+        for i in range(N_MUS):
+            st.dden[i] = mu.g_s[i] + mu.g_sd[i] * inv_h
+        for i in range(N_MUS):
+            st.wsol[i] = ((mu.g_sd[i] * sd[i] - f_con[i]) - mu.g_a[i] * da[i]) / st.dden[i]
+        return
+    for i in range(N_MUS):
+        c1, c2 = activation_gain(A.mus[i], u1[i], a[i])
+        kact = c1 * u1[i] + c2
+        da[i] = (a[i] + h * u1[i] * kact) / (1.0 + h * kact) - a[i]
+    g_s, g_s_a, g_sd, g_sd_a = mu.g_s, mu.g_s_a, mu.g_sd, mu.g_sd_a
+    for i in range(N_MUS):
+        st.dden[i] = (g_s[i] + g_s_a[i] * da[i]) + (g_sd[i] + g_sd_a[i] * da[i]) * inv_h
+    for i in range(N_MUS):
+        st.wsol[i] = (((g_sd[i] + g_sd_a[i] * da[i]) * sd[i] - f_con[i]) - mu.g_a[i] * da[i]) / st.dden[i]
+
+
+@kernel
 def rosenbrock_solve(A, x, xd, u0, u1, h, scheme, W):
     """dx of paper eq. 8 from the pieces of the last :func:`evaluate_step` at (x, xd, u0); result in W.st.dx.
     Each muscle's tendon stiffness Fmax dF4 G G^T (left out of Aq) is added to the reduced matrix together
@@ -185,64 +214,49 @@ def rosenbrock_solve(A, x, xd, u0, u1, h, scheme, W):
     Returns STEP_OK or STEP_SINGULAR."""
     mb, mu, st = W.mb, W.mu, W.st
     f, dx = st.f, st.dx
-    qdd, sd, ad = xd[IQD:IS], xd[IS:IA], xd[IA:]
-    a = x[IA:]
+    qdd = xd[IQD:IS]
     inv_h = 1.0 / h
-    M = mb.M
+    M, K, kb, B, rq = mb.M, st.K, st.kb, st.B, st.rq
     # q rows:  -dq/h + dqdot = r_q,   r_q = -xdot_q - f_q
-    for j in range(N_DOF):
-        st.rq[j] = -xd[IQ + j] - f[IQ + j]
     # B = Av - M/h ; K = Aq + B/h ; kb = r_e - B r_q with r_e = -M qdd - f_eom
     for j in range(N_DOF):
-        re = -f[IQD + j]
-        for i in range(N_DOF):
-            re -= M[j, i] * qdd[i]
-            st.B[j, i] = st.Av[j, i] - M[j, i] * inv_h
-        st.kb[j] = re
+        rq[j] = -xd[IQ + j] - f[IQ + j]
+        kb[j] = -f[IQD + j]
+    for i in range(N_DOF):      # every kb[j] subtracts M[j, i] qdd[i] in the order of i, all j at once
+        qdd_i = qdd[i]
+        for j in range(N_DOF):
+            kb[j] -= M[j, i] * qdd_i
     for j in range(N_DOF):
         acc = 0.0
         for i in range(N_DOF):
-            st.K[j, i] = st.Aq[j, i] + st.B[j, i] * inv_h
-            acc += st.B[j, i] * st.rq[i]
-        st.kb[j] -= acc
-    # activation rows (diagonal) and contraction rows (scalar per muscle), eliminated into K, kb
+            B[j, i] = st.Av[j, i] - M[j, i] * inv_h
+            K[j, i] = st.Aq[j, i] + B[j, i] * inv_h
+            acc += B[j, i] * rq[i]
+        kb[j] -= acc
+    muscle_pivots(A, x, xd, u0, u1, h, scheme, W)
+    # each muscle's contraction row eliminated into K, kb, on its DOFs (a contiguous range from lo)
     for i in range(N_MUS):
-        if scheme == SCHEME_PAPER:
-            rh = ad[i] - f[IA + i] + st.rate_du[i] * (u1[i] - u0[i])
-            da = rh / (-st.rate_da[i] + inv_h)
-            g_s, g_sd = mu.g_s[i], mu.g_sd[i]
-        else:
-            c1, c2 = activation_gain(A.mus[i], u1[i], a[i])
-            kact = c1 * u1[i] + c2
-            da = (a[i] + h * u1[i] * kact) / (1.0 + h * kact) - a[i]
-            g_s = mu.g_s[i] + mu.g_s_a[i] * da
-            g_sd = mu.g_sd[i] + mu.g_sd_a[i] * da
-        dx[IA + i] = da
-        rg = g_sd * sd[i] - f[IS + i]
-        d = g_s + g_sd * inv_h
-        w = (rg - mu.g_a[i] * da) / d
-        st.wsol[i] = w
-        st.dden[i] = d
-        nd = A.mus_ndof[i]
-        fac = mu.dF4[i] / d
+        w, nd, lo = st.wsol[i], A.mus_ndof[i], A.mus_dofs[i, 0]
+        fac = mu.dF4[i] / st.dden[i]
         stiff = A.mus[i, MUS_FMAX] * mu.dF4[i]
+        G, C = mu.G[i], mu.C[i]
         for k in range(nd):
-            dk = A.mus_dofs[i, k]
-            ck = mu.C[i, k]
-            st.kb[dk] -= ck * w
-            row = stiff * mu.G[i, k] + ck * fac
+            ck = C[k]
+            kb[lo + k] -= ck * w
+            row = stiff * G[k] + ck * fac
+            K_row = K[lo + k]
             for m in range(nd):
-                st.K[dk, A.mus_dofs[i, m]] -= row * mu.G[i, m]
-    if not _lu_solve_inplace(st.K, st.kb, st.piv):
+                K_row[lo + m] -= row * G[m]
+    if not _lu_solve_inplace(K, kb, st.piv):
         return STEP_SINGULAR
     for j in range(N_DOF):
-        dq = st.kb[j]
+        dq = kb[j]
         dx[IQ + j] = dq
-        dx[IQD + j] = st.rq[j] + dq * inv_h
+        dx[IQD + j] = rq[j] + dq * inv_h
     for i in range(N_MUS):
-        acc = 0.0
+        acc, lo, G = 0.0, A.mus_dofs[i, 0], mu.G[i]
         for k in range(A.mus_ndof[i]):
-            acc += mu.G[i, k] * st.kb[A.mus_dofs[i, k]]
+            acc += G[k] * kb[lo + k]
         dx[IS + i] = st.wsol[i] - mu.dF4[i] * acc / st.dden[i]
     return STEP_OK
 

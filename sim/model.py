@@ -74,7 +74,7 @@ class ModelArrays(NamedTuple):
     joint_k: np.ndarray        # (3,) K1 [Nm/rad], K2 [Nm/rad^2], B [Nms/rad]
     mus: np.ndarray            # (138, 12) per-muscle constants, see MUS_* indices
     mus_ndof: np.ndarray       # (138,) int, number of DOFs crossed
-    mus_dofs: np.ndarray       # (138, 9) int, DOFs crossed (padded with -1)
+    mus_dofs: np.ndarray       # (138, 9) int, DOFs crossed: one contiguous range, mus_dofs[i, 0] + k (padded with -1)
     mono_parent: np.ndarray    # (NM,) int: monomial m = monomial[mono_parent[m]] * q[mono_dof[m]]
     mono_dof: np.ndarray       # (NM,) int (entry 0 is the constant 1)
     len_target: np.ndarray     # (NL,) int: muscle i of each chunk of L_i(q) = sum coef * monomial
@@ -219,7 +219,11 @@ def _muscle_constants(muscles: list, table: MonomialTable, muscle_model: str = "
         if muscle_model == "thelen2003":     # da/dt = (u - a)/tau_act or (u - a)/tau_deact
             mus[i, [MUS_C1, MUS_C2, MUS_C1_FALL, MUS_C2_FALL, MUS_KIND]] = (
                 0.0, 1.0 / THELEN_TAU_ACT, 0.0, 1.0 / THELEN_TAU_DEACT, MUSCLE_THELEN2003)
-        dofs = list(mu["dof_indices"])
+        dofs = [int(d) for d in mu["dof_indices"]]
+        first = dofs[0] if dofs else 0
+        if dofs != list(range(first, first + len(dofs))):
+            raise ValueError(f"muscle {mu['name']}: DOFs {dofs} are not one contiguous range of the chain "
+                             "(the kernels index a muscle's DOFs as first + k)")
         mus_ndof[i] = len(dofs)
         mus_dofs[i, : len(dofs)] = dofs
         coefs = mu["lcoefs"]

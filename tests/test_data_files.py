@@ -31,3 +31,18 @@ def test_basic_shapes():
     loa = json.loads(data("gh_lines_of_action.json").read_text())
     assert loa["dof_indices_base"] == 0
     assert len(loa["muscles"]) == sum(bool(m["crossesGH"]) for m in model["muscles"]) == 67
+
+
+def test_a_muscle_whose_dofs_are_not_one_range_is_refused():
+    """The kernels index a muscle's DOFs as its first + k; the shipped data satisfy it, other data must too."""
+    import copy
+
+    from sim._polynomials import MonomialTable
+    from sim.model import _muscle_constants, _read_model_data
+
+    muscles = copy.deepcopy(_read_model_data()[0]["muscles"])
+    _muscle_constants(copy.deepcopy(muscles), MonomialTable())        # the shipped DOFs are accepted
+    bad = next(mu for mu in muscles if len(mu["dof_indices"]) == 3)
+    bad["dof_indices"] = [bad["dof_indices"][0], bad["dof_indices"][1], bad["dof_indices"][2] + 1]
+    with pytest.raises(ValueError, match=f"muscle {bad['name']}: DOFs .* not one contiguous range"):
+        _muscle_constants(muscles, MonomialTable())

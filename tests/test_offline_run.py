@@ -3,6 +3,7 @@ same config give the same recording, bit for bit, in everything that does not me
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -77,3 +78,30 @@ def test_an_offline_recording_holds_every_record_and_command_the_listeners_saw(t
     assert ticks.tobytes() == np.concatenate(seen_ticks).tobytes()
     assert commands.tobytes() == np.concatenate(seen_commands).tobytes()
     assert np.count_nonzero(commands["tick"] < BATCH_TICKS) > BATCH_TICKS       # the first block's buffer grew
+
+
+def test_bench_offline_times_each_run_and_keeps_no_recording(tmp_path):
+    """`hil bench offline`: one real-time factor per run (its simulated over its wall time), the median and
+    best of them, each run recorded to a temporary file that is gone afterwards."""
+    out = subprocess.run([sys.executable, "-m", "hil", "bench", "offline", "--runs", "3", "--duration", "0.2",
+                          "--json"], capture_output=True, text=True, cwd=ROOT, timeout=300,
+                         env={**os.environ, "TMPDIR": str(tmp_path)})
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    factors, walls = doc["realtime_factors"], doc["wall_s"]
+    assert len(factors) == len(walls) == 3 and doc["simulated_s"] == 0.2 and doc["recording"] is True
+    assert factors == [0.2 / w for w in walls] and all(f > 0 for f in factors)
+    assert doc["median_factor"] == sorted(factors)[1] and doc["best_factor"] == max(factors)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bench_offline_refuses_a_run_that_stops_early(config_over):
+    """A safety stop ends a run before its duration: its throughput is not the config's, so no figure."""
+    cfg = config_over("elbow-hold.toml", """
+        [safety]
+        rom_margin_deg = 0.0
+        rom_action = "stop"
+        """)
+    out = _hil("bench", "offline", "--config", str(cfg), "--runs", "1", "--duration", "1")
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "stopped early (range_of_motion" in out.stderr

@@ -118,6 +118,43 @@ def bench_plant(
                   f"numpy {doc['numpy']}, numba {doc['numba']}")
 
 
+@app.command("offline")
+def bench_offline(
+    config: Annotated[Optional[Path], typer.Option(
+        help="Service config with in-process controllers (default: configs/elbow-hold.toml).")] = None,
+    duration: Annotated[float, typer.Option(help="Simulated s per run.")] = 20.0,
+    runs: Annotated[int, typer.Option(help="Runs back to back, each timed on its own.")] = 7,
+    record: Annotated[bool, typer.Option(help="Record each run, as hil run --offline does (to a temporary "
+                                              "file).")] = True,
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Time offline runs (hil run --offline) of a config on one CPU: each run's real-time factor, the median and
+    the best, and the steal (goal for the DAS3 elbow hold at 4 ms: >= 100x)."""
+    from hil.bench.loop import loop_cpu
+    from hil.bench.offline import DEFAULT_CONFIG, offline_bench
+
+    with user_errors():
+        check_duration(duration)
+        if runs < 1:
+            raise BadInputError(f"--runs must be >= 1, not {runs}")
+        doc = offline_bench(config or DEFAULT_CONFIG, duration, runs, record, cpu=loop_cpu())
+    if json_out:
+        print_json(doc)
+        return
+    console = out_console()
+    factors = " / ".join(f"{f:.1f}" for f in doc["realtime_factors"])
+    console.print(f"hil bench offline: {runs} runs of {doc['simulated_s']:g} s of {Path(doc['config']).name} at "
+                  f"{doc['period_s'] * 1e3:g} ms, {'recording' if record else 'not recording'}, pinned to CPU "
+                  f"{doc['pinned_cpu']}")
+    console.print(f"real-time factor: {factors}x; median {doc['median_factor']:.1f}x, best {doc['best_factor']:.1f}x")
+    if config is None:
+        verdict = "met" if doc["median_factor"] >= doc["goal_factor"] else "missed"
+        console.print(f"goal (median): >= {doc['goal_factor']:g}x, {verdict}")
+    console.print(f"steal on CPU {doc['pinned_cpu']} over the runs: {doc['steal_ms']} ms")
+    console.print(f"CPU: {doc['cpu']} ({doc['cpu_count']} logical), Python {doc['python']}, "
+                  f"numpy {doc['numpy']}, numba {doc['numba']}")
+
+
 @app.command("loop")
 def bench_loop(
     period: Annotated[float, typer.Option(help="Loop period, s (1-10 ms).")] = 0.001,
