@@ -1,0 +1,47 @@
+"""The CPU the kernels are compiled for: the host's, with 256-bit vectors preferred over 512-bit ones.
+
+The kernels' vectorised loops are short (a dual number's twelve slots, a muscle's nine DOFs, the GH
+line-of-action blocks' 9 to 126 rows). With 512-bit vectors LLVM runs such a loop eight elements at a
+time and the rest one by one, so most of it runs scalar; with 256-bit vectors four at a time. LLVM already
+prefers 256-bit vectors on most AVX-512 CPUs (e.g. Intel's Skylake-SP and later) but not on AMD Zen 4, where
+``hil bench plant`` shows the outputs and solve phases faster with the preference. It changes no result:
+every sum's order is fixed in the source and nothing is contracted to FMA, so the bits are those of any
+vector width (``tests/test_cpu_independence.py`` compares with the two-wide generic x86-64 target).
+
+Set from ``sim/__init__.py`` before any kernel is compiled or loaded from the cache (numba keys its cache on
+the CPU name and features, so the cached code always matches). A ``NUMBA_CPU_NAME`` or ``NUMBA_CPU_FEATURES``
+given by the user wins: nothing is changed then.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+PREFERENCE = "+prefer-256-bit"
+
+
+def target_features(host_features: str) -> str:
+    """The host's feature string with the 256-bit preference added (once)."""
+    features = [f for f in host_features.split(",") if f and f.lstrip("+-") != PREFERENCE[1:]]
+    return ",".join(features + [PREFERENCE])
+
+
+def configure() -> str | None:
+    """Prefer 256-bit vectors for this process and the processes it starts; returns the features set, or None
+    when the user chose the target (``NUMBA_CPU_NAME`` / ``NUMBA_CPU_FEATURES``) or the host is not x86."""
+    if os.environ.get("NUMBA_CPU_NAME") or os.environ.get("NUMBA_CPU_FEATURES"):
+        return None
+    import llvmlite.binding as ll
+
+    try:
+        host = ll.get_host_cpu_features().flatten()
+    except RuntimeError:                  # llvmlite cannot tell on this host: leave numba's default
+        return None
+    if "+avx512f" not in host.split(","):  # the preference only matters where 512-bit vectors exist
+        return None
+    features = target_features(host)
+    os.environ["NUMBA_CPU_FEATURES"] = features
+    if "numba" in sys.modules:            # imported before sim: its config has read the environment
+        from numba.core import config
+        config.CPU_FEATURES = features
+    return features
