@@ -31,7 +31,8 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
+
+from sim._jit import kernel
 
 FATIGUE_MODELS = ("none", "ding2003")
 
@@ -63,7 +64,7 @@ DING2003 = DingParameters()
 STATE_COLUMNS = ("A_N_per_s", "Km", "tau1_s", "last_rate_hz")
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def mean_force(a, km, tau1, tau2, tau_c, r0_offset, rate_hz):
     """F_bar = A g (tau1 + tau2 g), g = CN_bar/(Km + CN_bar) at pulse rate ``rate_hz`` (module docstring)."""
     if rate_hz <= 0.0:
@@ -73,7 +74,7 @@ def mean_force(a, km, tau1, tau2, tau_c, r0_offset, rate_hz):
     return a * g * (tau1 + tau2 * g)
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def channel_fitness(state, c, p):
     """F_bar with the channel's drifted parameters over F_bar at rest, at its last pulse rate (1 before
     the first pulse)."""
@@ -84,7 +85,7 @@ def channel_fitness(state, c, p):
     return mean_force(state[c, 0], state[c, 1], state[c, 2], p[3], p[4], p[5], rate) / rested
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def fatigue_tick(state, p, c, recruitment, rate_hz, dt):
     """Advance channel c's (A, Km, tau1) by dt under force r F_bar(rate): the recovery term exactly
     (exponential), the drive held over the tick; the parameters are kept physical (A >= 0, Km, tau1 > 0)."""

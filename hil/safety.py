@@ -18,7 +18,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
 
 from drivers.contract import (
     STATUS_GH_UNSTABLE,
@@ -29,6 +28,7 @@ from drivers.contract import (
     STATUS_STOPPING,
     STATUS_WATCHDOG,
 )
+from sim._jit import kernel
 
 GH_ACTIONS = ("monitor", "zero", "stop")
 
@@ -65,7 +65,7 @@ MONITOR, ZERO, STOP = range(3)
 """Action codes, in the order of GH_ACTIONS."""
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def watchdog_update(cells, timeout_ticks, tick, counts, trips_at) -> bool:
     """True while stimulation must be zero (no valid command for ``timeout_ticks`` ticks, or none yet); a
     transition to tripped after a command counts a trip in ``counts[trips_at]``."""
@@ -79,14 +79,14 @@ def watchdog_update(cells, timeout_ticks, tick, counts, trips_at) -> bool:
     return expired
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def alarm_zero_now(cells, action) -> bool:
     """Stimulation must be zero in the coming tick: action ``zero`` or ``stop`` while the last frame was in
     alarm or within ``hold_ticks`` frames after it."""
     return action != MONITOR and (cells[ALARM_ON] != 0 or cells[ALARM_HOLD_LEFT] > 0)
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def alarm_classify(cells, action, hold_ticks, alarm, counts, ticks_at) -> bool:
     """A new frame in ``alarm`` or not: counted in ``counts[ticks_at]``, the hold restarted or run down.
     True: end the run (action ``stop``)."""
@@ -99,13 +99,13 @@ def alarm_classify(cells, action, hold_ticks, alarm, counts, ticks_at) -> bool:
     return alarm and action == STOP
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def gh_unstable(gh_stability, threshold) -> bool:
     """Unstable above the threshold; NaN counts as unstable."""
     return not (gh_stability <= threshold)
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def outside_range(q, lo, hi) -> bool:
     """Any q_i < lo_i or q_i > hi_i (one compiled call per tick instead of four numpy calls)."""
     for i in range(q.shape[0]):
@@ -263,7 +263,7 @@ def tick_rules(watchdog: Watchdog, gh: GHMonitor, rom: RangeOfMotion, gh_modelle
             (rom.cells, rom.action_code, rom.hold_ticks, rom.counter.a, rom.counter.i, rom.lo, rom.hi))
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def rules_before_step(rules, tick, latched, direct):
     """(stimulation must be zero this tick, its status bits): the watchdog's update, whose trip forgets what
     was latched (only a new command stimulates again), and the GH and ROM actions from the last frame."""
@@ -286,7 +286,7 @@ def rules_before_step(rules, tick, latched, direct):
     return watchdog or zero_gh or zero_rom, bits
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def rules_after_step(rules, q, gh_stability, bits, overrun):
     """(STOP_* code, status bits) of a new frame: the GH monitor (when the plant has a GH joint) and the
     range-of-motion alarm classify it; the status adds their alarms, the overrun and the stop."""

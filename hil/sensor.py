@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
 
 from drivers.contract import frame_dtype
+from sim._jit import kernel
 from sim.model import DOF_NAMES
 
 ELBOW, PRONATION = DOF_NAMES.index("ELx"), DOF_NAMES.index("PSy")
@@ -20,7 +20,7 @@ CONTACT_MIN_N = 1.0
 """A scapulothoracic contact point is in contact when its force exceeds this (sum of |components|, N)."""
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def fill_true_frame(views, tick, time_s, q, qdot, th_angles, hand_position, gh_force, st_force, gh_stability):
     """The noise-free frame from plant outputs into ``views`` (:attr:`SensorModel.frame_views`), status
     aside; one compiled call (also called by :func:`hil.tick_kernel.compute_tick`)."""

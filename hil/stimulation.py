@@ -31,6 +31,7 @@ from numba import njit
 
 from drivers.config_table import REQUIRED, ConfigTable
 from hil.fatigue import DING2003, FATIGUE_MODELS, STATE_COLUMNS, channel_fitness, fatigue_tick, rested_state
+from sim._jit import kernel
 from sim.config import ConfigError
 from sim.muscle_groups import element_indices, unknown_muscle
 
@@ -83,7 +84,7 @@ PW_SCALE, AMP_SCALE = 1e-6, 1e-3
 """s per µs and A per mA: the loop's channel rows are in µs and mA, the map's equations in s and A."""
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def recruitment(applied, c, pw_scale, amp_scale, q_th, q_sat):
     """r_c (module docstring) from channel c's row of ``applied`` (pw * pw_scale in s, amp * amp_scale in A)."""
     x = (applied[c, 0] * pw_scale * applied[c, 1] * amp_scale - q_th[c]) / (q_sat[c] - q_th[c])
@@ -91,19 +92,19 @@ def recruitment(applied, c, pw_scale, amp_scale, q_th, q_sat):
     return x * x * (3.0 - 2.0 * x)
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def pulse_rate(applied, c, g_d):
     """f_eff of channel c: its frequency with doublets and triplets counted as a higher rate."""
     return max(0.0, applied[c, 2] * (1.0 + g_d[c] * applied[c, 3]))
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def force_frequency(rate_hz, c, f_c, fuse_norm):
     """phi_c (module docstring) at pulse rate ``rate_hz``."""
     return min(1.0, -np.expm1(-rate_hz / f_c[c]) / fuse_norm[c])
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def channel_level(applied, c, pw_scale, amp_scale, q_th, q_sat, f_c, fuse_norm, g_d):
     """r_c phi_c of channel c (module docstring) from its row of ``applied`` (pulse width, amplitude,
     frequency, mode; pw * pw_scale in s, amp * amp_scale in A)."""
@@ -111,7 +112,7 @@ def channel_level(applied, c, pw_scale, amp_scale, q_th, q_sat, f_c, fuse_norm, 
             * force_frequency(pulse_rate(applied, c, g_d), c, f_c, fuse_norm))
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def raise_to_level(gains, c, level, out):
     """out_k <- max(out_k, G_ck level) over the muscle elements (the max over channels)."""
     if level <= 0.0:
@@ -122,7 +123,7 @@ def raise_to_level(gains, c, level, out):
             out[k] = v
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def clip_unit(out):
     for k in range(out.shape[0]):
         out[k] = min(1.0, max(0.0, out[k]))
@@ -140,7 +141,7 @@ def excitation_kernel(applied, pw_scale, amp_scale, q_th, q_sat, f_c, fuse_norm,
     return out
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def delayed_excitation(applied, pw_scale, amp_scale, stim, emd, fatigue, out):
     """:func:`excitation_kernel` with each channel's level delayed by its electromechanical delay and
     scaled by its fitness. ``emd`` = (ring (n_channels, depth), delay in ticks per channel, cursor (1,)):

@@ -15,6 +15,7 @@ fields (:class:`RecordViews`), since a numpy field store boxes a scalar or build
 """
 from __future__ import annotations
 
+import struct
 import time
 from typing import Protocol, runtime_checkable
 
@@ -38,6 +39,8 @@ HEAD_FIELDS = ("tick", "deadline_ns", "start_ns", "lateness_ns", "compute_ns", "
                "commands_unrecorded")
 """The record's leading int64 fields, in order (:func:`tick_dtype`)."""
 TICK, DEADLINE, START, LATENESS, COMPUTE, TICK_NS, SKIPPED, UNRECORDED = range(len(HEAD_FIELDS))
+HEAD = struct.Struct(f"<{len(HEAD_FIELDS)}q")
+"""The leading fields packed at once (one call instead of a view's item store per field)."""
 
 
 def field_bytes(record: np.ndarray, name: str, nbytes: int | None = None) -> memoryview:
@@ -68,14 +71,16 @@ class HeldBytes:
 
 class RecordViews:
     """Writable views of a tick record: its leading int64 fields as one Python int64 view (``head``, indexed
-    by TICK ... UNRECORDED) and its frame's bytes (for a frame sent from elsewhere: a delayed sensor's)."""
+    by TICK ... UNRECORDED) and as bytes (``head_bytes``, for :data:`HEAD`), and its frame's bytes (for a frame
+    sent from elsewhere: a delayed sensor's)."""
 
     def __init__(self, record: np.ndarray) -> None:
         names, fields = record.dtype.names, record.dtype.fields
         if names[:len(HEAD_FIELDS)] != HEAD_FIELDS or any(
                 fields[n][0] != np.dtype(np.int64) or fields[n][1] != 8 * i for i, n in enumerate(HEAD_FIELDS)):
             raise ValueError("the tick record does not start with the int64 fields of HEAD_FIELDS")
-        self.head = field_bytes(record, "tick", 8 * len(HEAD_FIELDS)).cast("q")
+        self.head_bytes = field_bytes(record, "tick", HEAD.size)
+        self.head = self.head_bytes.cast("q")
         self.frame, self.frame_dtype, self._sent = field_bytes(record, "frame"), record.dtype["frame"], HeldBytes()
 
     def copy_frame(self, frame: np.ndarray) -> None:
@@ -153,9 +158,7 @@ class TickBody:
         """The record's leading fields, and the frame when it was sent from elsewhere than the record (the
         engine wrote the stimulation, excitations and fitness in place)."""
         views, compute_ns = self.views, self.compute_ns
-        head = views.head
-        head[TICK], head[DEADLINE], head[START], head[LATENESS] = tick, now_ns, now_ns, 0
-        head[COMPUTE], head[TICK_NS], head[SKIPPED], head[UNRECORDED] = compute_ns, compute_ns, 0, unrecorded
+        HEAD.pack_into(views.head_bytes, 0, tick, now_ns, now_ns, 0, compute_ns, compute_ns, 0, unrecorded)
         if frame is not self._measured:
             views.copy_frame(frame)
 

@@ -15,12 +15,13 @@ every call through its dispatcher.
 """
 from __future__ import annotations
 
-from numba import njit, typeof
+from numba import typeof
 
 from hil.safety import STOP_NONE, rules_after_step, rules_before_step
 from hil.sensor import fill_true_frame
 from hil.stimulation import AMP_SCALE, PW_SCALE, delayed_excitation
-from sim._bundle import Bundle, new_bundle
+from sim._bundle import Bundle, borrowed_items, new_bundle
+from sim._jit import entry, kernel
 from sim._mtg_step import mtg_steps
 from sim._step import plant_steps
 
@@ -38,7 +39,7 @@ def tick_arrays(plant, latched, direct, applied, u, stim_params, emd, fatigue, u
                        rules, outputs, frame_views, frame_status))
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def _excitation(zero, use_stim, latched, direct, applied, u, stim, emd, fatigue):
     """applied <- latched (or 0 when safety zeroes it); u <- the stimulation map of the applied levels
     each channel's electromechanical delay ago times its fitness, or the direct excitations (or 0)."""
@@ -52,37 +53,49 @@ def _excitation(zero, use_stim, latched, direct, applied, u, stim, emd, fatigue)
             u[k] = 0.0 if zero else direct[k]
 
 
-@njit(cache=True, nogil=True)
-def compute_tick(arrays, stale, tick, time_s, overrun, warm):
+@kernel
+def das3_tick(arrays, stale, tick, time_s, overrun, warm):
     """One tick's compiled work with the DAS3 plant; returns (plant status, excitations clipped, plant steps
     done, STOP_* code). The frame is filled and the after-step rules run only when every step succeeded.
     ``warm``: a warm-up call, with zero stimulation and the safety state left alone."""
     (plant, n_steps, latched, direct, applied, u, stim, emd, fatigue, use_stim, rules, outputs, frame,
-     frame_status) = arrays.items
+     frame_status) = borrowed_items(arrays)
     zero, bits = _before_step(rules, tick, latched, direct, warm)
     _excitation(zero, use_stim, latched, direct, applied, u, stim, emd, fatigue)
     bundle, x, xd, u0, loads, h, residual_limit, scheme = plant
-    A, W = bundle.items
+    A, W = borrowed_items(bundle)
     status, n_clipped, n_done = plant_steps(A, W, x, xd, u0, u, loads, h, residual_limit, scheme, stale, n_steps)
     stop = _after_step(rules, outputs, frame, frame_status, tick, time_s, n_done == n_steps, bits, overrun, warm)
     return status, n_clipped, n_done, stop
 
 
-@njit(cache=True, nogil=True)
-def compute_tick_mtg(arrays, stale, tick, time_s, overrun, warm):
-    """:func:`compute_tick` with the reduced MTG arm (:mod:`sim.mtg_plant`) as the plant."""
+@kernel
+def mtg_tick(arrays, stale, tick, time_s, overrun, warm):
+    """:func:`das3_tick` with the reduced MTG arm (:mod:`sim.mtg_plant`) as the plant."""
     (plant, n_steps, latched, direct, applied, u, stim, emd, fatigue, use_stim, rules, outputs, frame,
-     frame_status) = arrays.items
+     frame_status) = borrowed_items(arrays)
     zero, bits = _before_step(rules, tick, latched, direct, warm)
     _excitation(zero, use_stim, latched, direct, applied, u, stim, emd, fatigue)
     bundle, x, u0, loads, h = plant
-    A, W = bundle.items
+    A, W = borrowed_items(bundle)
     status, n_clipped, n_done = mtg_steps(A, W, x, u0, u, loads, h, n_steps)
     stop = _after_step(rules, outputs, frame, frame_status, tick, time_s, n_done == n_steps, bits, overrun, warm)
     return status, n_clipped, n_done, stop
 
 
-@njit(cache=True, nogil=True)
+@entry
+def compute_tick(arrays, stale, tick, time_s, overrun, warm):
+    """:func:`das3_tick` from Python (the entry only passes the StructRef on, ``sim._bundle``)."""
+    return das3_tick(arrays, stale, tick, time_s, overrun, warm)
+
+
+@entry
+def compute_tick_mtg(arrays, stale, tick, time_s, overrun, warm):
+    """:func:`mtg_tick` from Python."""
+    return mtg_tick(arrays, stale, tick, time_s, overrun, warm)
+
+
+@kernel
 def _before_step(rules, tick, latched, direct, warm):
     """(stimulation must be zero, status bits so far): the rules before the step; zero for a warm-up."""
     if warm:
@@ -90,7 +103,7 @@ def _before_step(rules, tick, latched, direct, warm):
     return rules_before_step(rules, tick, latched, direct)
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def _after_step(rules, outputs, frame, frame_status, tick, time_s, all_done, bits, overrun, warm):
     """The true frame and its status when every step succeeded, classified by the rules; the STOP_* code."""
     if not all_done:

@@ -10,7 +10,8 @@ and releases the GIL (``nogil=True``).
   (the model has about fifty); inside per-muscle and per-frame loops that bookkeeping costs more than the
   arithmetic (``hil bench plant --json`` reports the phases).
 
-``entry`` keeps the NRT for the few functions Python calls with a numba StructRef (the plant's bundle).
+``entry`` keeps the NRT for the few functions Python calls with a numba StructRef (the plant's bundle, the
+tick's arrays); they only pass it on to a kernel, which reads it with ``sim._bundle.borrowed_items``.
 
 All three use ``error_model="numpy"``: a division by zero gives inf or NaN, which the step's finiteness
 checks turn into a refused step (``sim._step``), instead of a Python exception raised from inside a kernel,

@@ -34,6 +34,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from sim._bundle import borrowed_items
 from sim._jit import entry, kernel
 from sim.mtg_curves import mtg_torque
 
@@ -561,15 +562,28 @@ def refresh_outputs(A, W, x):
     mtg_outputs(A, x, W)
 
 
+@kernel
+def steps_of_bundle(bundle, x, u_applied, u, loads, h, n):
+    """:func:`mtg_steps` on the bundle's model and workspace."""
+    A, W = borrowed_items(bundle)
+    return mtg_steps(A, W, x, u_applied, u, loads, h, n)
+
+
+@kernel
+def refresh_bundle(bundle, x):
+    """:func:`refresh_outputs` on the bundle's model and workspace."""
+    A, W = borrowed_items(bundle)
+    refresh_outputs(A, W, x)
+
+
 @entry
 def bundle_steps(bundle, x, u_applied, u, loads, h, n):
-    """:func:`mtg_steps` from Python with the model and workspace in one StructRef (one object to unbox)."""
-    A, W = bundle.items
-    return mtg_steps(A, W, x, u_applied, u, loads, h, n)
+    """:func:`mtg_steps` from Python with the model and workspace in one StructRef (one object to unbox; the
+    entry only passes it on, ``sim._bundle``)."""
+    return steps_of_bundle(bundle, x, u_applied, u, loads, h, n)
 
 
 @entry
 def bundle_refresh(bundle, x):
     """:func:`refresh_outputs` from Python."""
-    A, W = bundle.items
-    refresh_outputs(A, W, x)
+    refresh_bundle(bundle, x)

@@ -218,7 +218,7 @@ def _add_body_mass(A, b, W):
 @kernel
 def _body_velocity_derivatives(A, b, W):
     """W.dF[i], W.dT[i]: body b's m (g - a_p) and -dH/dt differentiated with respect to qdot_i, for the
-    joints i proximal to it (module docstring), after :func:`_body_jacobian`."""
+    joints i proximal to it (module docstring), after :func:`_body_jacobian` (whose I_w and jac_iw it uses)."""
     c, m, Iw = A.body_frame[b], A.body_mass[b], W.inertia_w
     p = vec3(W.scratch3[0])
     wc = vec3(W.w[c, :, 0])
@@ -235,7 +235,7 @@ def _body_velocity_derivatives(A, b, W):
         t1, t2, t3, t4 = cross3(wi_k, d), cross3(k, wn_d), cross3(wn, cross3(k, d)), cross3(k, v_rel)
         dal = cross3(k, (wc[0] - wn[0], wc[1] - wn[1], wc[2] - wn[2]))
         dal = (wi_k[0] + dal[0], wi_k[1] + dal[1], wi_k[2] + dal[2])
-        h1, h2, h3 = matvec3(Iw, dal), cross3(k, Iw_wc), cross3(wc, matvec3(Iw, k))
+        h1, h2, h3 = matvec3(Iw, dal), cross3(k, Iw_wc), cross3(wc, vec3(W.jac_iw[i]))   # jac_iw[i] = I_w k_i
         for a in range(3):
             W.dF[i, a] = -m * (t1[a] + t2[a] + t3[a] + 2.0 * t4[a])
             W.dT[i, a] = -(h1[a] + h2[a] + h3[a])

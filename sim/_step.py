@@ -21,6 +21,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from sim._bundle import borrowed_items
 from sim._dual import slot_q
 from sim._jit import entry, kernel
 from sim._multibody import MultibodyWork, multibody_eval, new_multibody_work
@@ -377,13 +378,20 @@ def clip_excitation(u_in, u_out):
     return n
 
 
-@entry
-def bundle_prime(bundle, x, xd, u0, loads):
-    """Evaluate at (x, xd, u0) and compute the outputs (after a reset or a change of loads)."""
-    A, W = bundle.items
+@kernel
+def prime(bundle, x, xd, u0, loads):
+    """Evaluate at (x, xd, u0) and compute the outputs (after a reset or a change of loads); returns the
+    largest residual."""
+    A, W = borrowed_items(bundle)
     evaluate_step(A, x, xd, u0, loads, W)
     compute_outputs(A, W)
     return residual_max(W.st.f)
+
+
+@entry
+def bundle_prime(bundle, x, xd, u0, loads):
+    """:func:`prime` from Python (``sim._bundle``: the entry only passes the bundle on)."""
+    return prime(bundle, x, xd, u0, loads)
 
 
 @kernel
@@ -404,9 +412,15 @@ def plant_steps(A, W, x, xd, u0, u_in, loads, h, residual_limit, scheme, stale, 
     return STEP_OK, n * n_clipped, n
 
 
-@entry
-def bundle_step(bundle, x, xd, u0, u_in, loads, h, residual_limit, scheme, stale):
-    """Real-time entry point for one step (:func:`plant_steps` with n = 1): (status, n_clipped)."""
-    A, W = bundle.items
+@kernel
+def one_step(bundle, x, xd, u0, u_in, loads, h, residual_limit, scheme, stale):
+    """:func:`plant_steps` with n = 1 on the bundle's model and workspace: (status, n_clipped)."""
+    A, W = borrowed_items(bundle)
     status, n_clipped, _ = plant_steps(A, W, x, xd, u0, u_in, loads, h, residual_limit, scheme, stale, 1)
     return status, n_clipped
+
+
+@entry
+def bundle_step(bundle, x, xd, u0, u_in, loads, h, residual_limit, scheme, stale):
+    """Real-time entry point for one step, :func:`one_step` from Python: (status, n_clipped)."""
+    return one_step(bundle, x, xd, u0, u_in, loads, h, residual_limit, scheme, stale)
