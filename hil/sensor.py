@@ -23,7 +23,7 @@ CONTACT_MIN_N = 1.0
 @kernel
 def fill_true_frame(views, tick, time_s, q, qdot, th_angles, hand_position, gh_force, st_force, gh_stability):
     """The noise-free frame from plant outputs into ``views`` (:attr:`SensorModel.frame_views`), status
-    aside; one compiled call (also called by :func:`hil.tick_kernel.compute_tick`)."""
+    aside; one compiled call (also made by the compiled tick, :mod:`hil.tick_kernel`)."""
     vq, vqd, vth, vhand, vgh, vst, vtick, vtime, velbow, vpron, vstab, vcontact = views
     for i in range(q.shape[0]):
         vq[i] = q[i]

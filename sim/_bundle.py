@@ -5,8 +5,8 @@ arrays costs far more per call than one StructRef holding the same tuple.
 
 Its items are read with :func:`borrowed_items` inside a kernel compiled without numba's reference counting
 (``sim._jit.kernel``), not with ``bundle.items`` in a function that has it: there, reading the field takes a
-reference to every array of the tuple and releases it at the end, two atomic operations and two calls
-per array, about two hundred and fifty arrays per tick, which the reference-count pruning does not remove
+reference to every array of the tuple (the model's, the workspace's, the tick's) and releases it at the
+end, two atomic operations through two calls per array, which the reference-count pruning does not remove
 around a call into the step. The entry functions that Python calls only pass the bundle on.
 """
 from __future__ import annotations

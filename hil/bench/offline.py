@@ -1,8 +1,8 @@
 """``hil bench offline``: the throughput of offline runs (simulated seconds per wall second) of one config,
 several runs back to back in this process, pinned to one CPU, each recording as ``hil run --offline`` does.
 
-One run says little on a shared machine: another tenant's burst can take a tenth off a 0.2 s run without
-the hypervisor reporting steal. The benchmark therefore repeats the run and reports every figure, the
+One run says little on a shared machine: another tenant's burst can slow a fraction-of-a-second run
+noticeably without the hypervisor reporting steal. The benchmark therefore repeats the run and reports every figure, the
 median and the best, with the steal over all of them.
 """
 from __future__ import annotations
@@ -18,8 +18,6 @@ from hil.bench.platform import cpu_model, steal_delta_ms, steal_s
 from sim.errors import UserInputError
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "elbow-hold.toml"
-DEFAULT_DURATION_S = 20.0
-DEFAULT_RUNS = 7
 GOAL_FACTOR = 100.0
 """Issue 18's goal for the DAS3 elbow hold at 4 ms: at least this many times real time on one core."""
 
