@@ -4,13 +4,17 @@ Config (one ``[[driver]]`` table)::
 
     type = "can"
     interface = "udp_multicast"      # any python-can interface: socketcan, pcan, kvaser, virtual, ...
-    channel = "239.74.163.2"         # python-can channel of that interface
+    channel = "ff11::fe5:c"          # python-can channel of that interface (this one never leaves the host)
+    allow_lan = false                # udp_multicast only: true to allow a group that reaches the network
     dbc = "fes-hil.dbc"              # relative to the config file
     feedback_every = 1               # send a feedback set every N ticks
     feedback = ["HIL_Status", "HIL_JointAngle", "HIL_JointVelocity", "HIL_Arm", "HIL_Force"]
     counter_reset_s = 0.5            # a (message, channel/block) silent this long accepts any counter
     [driver.bus]                     # extra keyword arguments for can.Bus (bitrate, fd, ...)
     bitrate = 1000000
+
+A ``udp_multicast`` group must be interface-local (:mod:`drivers.can_local`: nothing leaves the host, nothing
+from another host is accepted) unless ``allow_lan = true``.
 
 Bus I/O, decoding and validation run in the link process (:mod:`drivers.link_process`). A received frame is
 rejected, counted by reason and never reaches the stimulation when it is an error or remote frame
@@ -30,6 +34,7 @@ import numpy as np
 from drivers.base import DriverContext
 from drivers.can_dbc import FRAME_ID_EXCITATION, FRAME_ID_GROUP, FRAME_ID_HEARTBEAT, FRAME_ID_STATUS, FRAME_ID_STIM
 from drivers.can_feedback import FeedbackSet
+from drivers.can_local import HOST_LOCAL_GROUP, HostLocalUdpMulticastBus, is_host_local_group
 from drivers.config_table import ConfigTable
 from drivers.contract import frame_dtype
 from drivers.link import (
@@ -77,9 +82,11 @@ class CanEndpoint(LinkEndpoint):
         self._can_message = can.Message
         self._can_error = can.CanError
         self._decode_error = cantools.database.DecodeError
-        self.bus = can.Bus(interface=self.interface, channel=self.channel,
-                           can_filters=[{"can_id": CONTROLLER_ID_BASE, "can_mask": CONTROLLER_ID_MASK,
-                                         "extended": False}], **self.bus_kwargs)
+        filters = [{"can_id": CONTROLLER_ID_BASE, "can_mask": CONTROLLER_ID_MASK, "extended": False}]
+        if self.interface == "udp_multicast" and is_host_local_group(self.channel):
+            self.bus = HostLocalUdpMulticastBus(channel=self.channel, can_filters=filters, **self.bus_kwargs)
+        else:
+            self.bus = can.Bus(interface=self.interface, channel=self.channel, can_filters=filters, **self.bus_kwargs)
         try:
             self.feedback_set = FeedbackSet([self._feedback_message(can, name) for name in self.feedback],
                                             frame_dtype(), self.dbc_path)
@@ -234,7 +241,7 @@ class CanDriver(LinkDriver):
         dbc_path = dbc if os.path.isabs(dbc) else os.path.join(ctx.base_dir, dbc)
         if not os.path.isfile(dbc_path):
             raise t.error("dbc", f"DBC file {dbc_path} not found")
-        args = dict(interface=interface, channel=t.get("channel"), dbc_path=dbc_path,
+        args = dict(interface=interface, channel=_channel(t, interface), dbc_path=dbc_path,
                     muscle_names=list(ctx.muscle_names), bus_kwargs=_bus_arguments(t), feedback=_feedback_set(t),
                     feedback_every=t.integer("feedback_every", 1, 1, 1_000_000),
                     counter_reset_s=t.number("counter_reset_s", 0.5, 0.0, 60.0, lo_exclusive=True,
@@ -248,6 +255,23 @@ class CanDriver(LinkDriver):
     def open(cls, spec: LinkSpec, ctx: DriverContext) -> "CanDriver":
         return cls(CanEndpoint, spec.endpoint_args, ctx.frame_dtype, index=ctx.index, priority=spec.priority,
                    loop_cpu=spec.loop_cpu, group_names=ctx.group_names)
+
+
+def _channel(t: ConfigTable, interface: str):
+    """``channel``; a udp_multicast group that reaches the network needs ``allow_lan = true``.
+
+    Any host on the lab network could otherwise command the arm, so the opt-in is explicit.
+    """
+    allow_lan = t.boolean("allow_lan", False)
+    if interface != "udp_multicast":
+        return t.get("channel")
+    channel = t.string("channel", HOST_LOCAL_GROUP)
+    if not is_host_local_group(channel) and not allow_lan:
+        raise t.error("channel", f"udp_multicast group {channel} reaches the network: other hosts could command "
+                                 f'the arm. Use an interface-local group such as "{HOST_LOCAL_GROUP}" to stay on '
+                                 "this host, or set allow_lan = true for controllers on other machines "
+                                 "(configs/can-lan.toml)")
+    return channel
 
 
 def _bus_arguments(t: ConfigTable) -> dict:

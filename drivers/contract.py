@@ -62,6 +62,8 @@ KIND_CHANNEL = 1      # values = (pulse width us, amplitude mA, frequency Hz, pu
 KIND_EXCITATION = 2   # index = muscle element (or group, negative: -1 - group index); values[0] = u
 KIND_HEARTBEAT = 3
 KIND_DRIVER_LOST = 4  # the driver's transport died: what it latched was set to zero at this tick
+KIND_TICK_STALL = 5   # the loop stopped ticking (safety.tick_stall_timeout_ms): the run ended with stimulation
+#                       stopped; tick = the tick in which it stalled, values[0] = how long it had not ticked, s
 
 COMMAND_DTYPE = np.dtype([
     ("tick", "<i8"),        # tick at which the command was latched

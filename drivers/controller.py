@@ -98,7 +98,8 @@ class ExcitationCommand:
 class Controller(ABC):
     """A controller plug-in (see the module docstring)."""
 
-    #: the most commands one ``step`` may return (sizes the tick's command log; the rest are rejected)
+    #: the most commands one ``step`` may return, 1..4096 (``drivers.loopback.MAX_COMMANDS``): read once, after
+    #: ``reset``, to size the tick's command log; the rest of a longer return is rejected
     max_commands = 64
 
     def reset(self, settings: ControllerSettings) -> None:

@@ -162,6 +162,11 @@ class LinkEndpoint(ABC):
     def periodic(self, inbound: Inbound) -> None:
         """Time-driven work (connection timeouts, resends)."""
 
+    def feed_stopped(self) -> None:
+        """The loop has stopped feeding this link (a stalled tick): show every stimulation output as zero.
+        Called once per stop, in the link process's main thread. Transports that send no stimulation
+        (ScienceMode, CAN: the loop alone applies it) have nothing to zero."""
+
     @abstractmethod
     def send_feedback(self, records: np.ndarray, stats: np.ndarray) -> None:
         """Send these :func:`feedback_dtype` records; count in ``stats`` (the aux words)."""
@@ -339,6 +344,11 @@ class LinkDriver(Driver):
         if self.lost:
             s["link_exit_code"] = None if self._proc is None else self._proc.exitcode
         return s
+
+    def end_feed(self) -> None:
+        """The run is over: close the outbound ring now, so that the link, which ends when it sees the ring
+        closed, never takes the wait for other drivers' shutdowns for a stalled loop."""
+        self._outring.close()
 
     def _stop_link(self) -> None:
         self._outring.close()

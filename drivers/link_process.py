@@ -53,7 +53,8 @@ def run_link(endpoint_cls, endpoint_args: dict, in_name: str, out_name: str, out
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)     # the supervisor decides; shutdown closes the ring
-    if not die_with_parent(parent_pid, name=mp.current_process().name):
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)    # a stop of the whole process group too: the loop ends first
+    if not die_with_parent(parent_pid, signal.SIGKILL, name=mp.current_process().name):
         return
     sys.setswitchinterval(2e-4)   # with a receiver thread: hand the GIL over within 0.2 ms, not 5 ms
     for w in link_scheduling(priority, loop_cpu):   # before the receiver thread starts: it inherits them
@@ -93,12 +94,34 @@ def run_link(endpoint_cls, endpoint_args: dict, in_name: str, out_name: str, out
             out_ring.release()
 
 
-def _feedback(endpoint, out_ring, buf, aux) -> bool:
+FEED_STALL_S = 0.25
+"""A loop that has not fed its link for this long has stalled (it feeds every tick, at most 10 ms apart;
+``[safety] tick_stall_timeout_ms`` is at least this long)."""
+
+
+class FeedWatch:
+    """Zeroes what the transport shows (:meth:`drivers.link.LinkEndpoint.feed_stopped`), once, when the loop
+    stops feeding the link: a stalled loop cannot do it, and its last stimulation must not stay shown."""
+
+    def __init__(self, endpoint) -> None:
+        self.endpoint, self.last_fed, self.zeroed = endpoint, None, False
+
+    def fed(self) -> None:
+        self.last_fed, self.zeroed = time.monotonic(), False
+
+    def check(self, now: float) -> None:
+        if self.last_fed is not None and not self.zeroed and now - self.last_fed > FEED_STALL_S:
+            self.zeroed = True
+            self.endpoint.feed_stopped()
+
+
+def _feedback(endpoint, out_ring, buf, aux, watch: FeedWatch) -> bool:
     """Send what the loop published; False once the loop has closed the ring. The closed flag is read
     before the records, so the records the loop pushed before closing it are still sent."""
     closed = out_ring.closed
     n = out_ring.pop_into(buf)
     if n:
+        watch.fed()
         endpoint.send_feedback(buf[:n], aux)
     return not closed
 
@@ -110,6 +133,7 @@ def _select_loop(endpoint, fd, inbound, out_ring, buf, wake, parent_pid, aux) ->
     wake_fd = wake.fileno()
     fds = [wake_fd, fd]
     next_periodic = 0.0
+    watch = FeedWatch(endpoint)
     while True:
         readable, _, _ = select.select(fds, [], [], endpoint.poll_interval_s)
         if wake_fd in readable:
@@ -120,11 +144,12 @@ def _select_loop(endpoint, fd, inbound, out_ring, buf, wake, parent_pid, aux) ->
                 pass
             except OSError:
                 break
-            if not _feedback(endpoint, out_ring, buf, aux):
+            if not _feedback(endpoint, out_ring, buf, aux, watch):
                 break
         if fd in readable:
             endpoint.receive(inbound, 0.0)
         now = time.monotonic()
+        watch.check(now)
         if now >= next_periodic:
             endpoint.periodic(inbound)
             next_periodic = now + endpoint.poll_interval_s
@@ -138,7 +163,8 @@ def _thread_loop(endpoint, inbound, out_ring, buf, wake, parent_pid, aux) -> Non
     receiver = threading.Thread(target=_guard, args=(endpoint.receive_forever, inbound, stop),
                                 name="link-receiver", daemon=True)
     receiver.start()
-    wake.settimeout(0.2)
+    wake.settimeout(FEED_STALL_S / 5)
+    watch = FeedWatch(endpoint)
     while True:
         try:
             wake.recv(4096)
@@ -147,8 +173,9 @@ def _thread_loop(endpoint, inbound, out_ring, buf, wake, parent_pid, aux) -> Non
                 break
         except OSError:
             break
-        if not _feedback(endpoint, out_ring, buf, aux):
+        if not _feedback(endpoint, out_ring, buf, aux, watch):
             break
+        watch.check(time.monotonic())
     stop.set()
     receiver.join(2.0)
 

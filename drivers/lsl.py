@@ -6,9 +6,10 @@ Config (one ``[[driver]]`` table; needs ``[stimulation] mode = "channels"`` and 
     type = "lsl"
     arm_every = 1                # fes-hil-arm: one sample every N ticks (fes-hil-stim: every tick)
     api_config = "lsl_api.cfg"   # optional liblsl config for the link process (relative to the config file)
-    [driver.inlet]               # the controller's stream, resolved by name and/or type
-    type = "FESCommand"          # the default when neither is given
+    [driver.inlet]               # the controller's stream, resolved by name, type and/or source_id
+    type = "FESCommand"          # the default when neither name nor type is given
     # name = "my-decoder"
+    # source_id = "decoder-pc1"  # the one of several streams of that name and type (else they are refused)
 
 Streams and their layouts: :mod:`drivers.lsl_streams`; the inlet's rules (resolution, refusal of a wrong
 layout, sample validation, a lost stream): :mod:`drivers.lsl_inlet`. All LSL I/O runs in the link process
@@ -64,12 +65,14 @@ from drivers.lsl_streams import (
 LINGER_S = 0.2     # at close: time for the last samples to reach connected inlets
 
 #: A liblsl config (``api_config``, or LSLAPICFG for other programs) that keeps LSL on this machine: no
-#: multicast or broadcast on the network, streams found by unicast to 127.0.0.1, quickly (for tests and
-#: ``hil bench link``; a lab uses its network's config).
+#: multicast or broadcast on the network, streams found by unicast to 127.0.0.1, discovery queries heard on
+#: 127.0.0.1 only, quickly (for tests and ``hil bench link``; a lab uses its network's config). liblsl still
+#: binds each outlet's data and service ports on every interface (README "Network exposure").
 LOCALHOST_API_CONFIG = """[ports]
 IPv6 = disable
 [multicast]
 ResolveScope = machine
+ListenAddress = 127.0.0.1
 Interfaces = {127.0.0.1}
 [lab]
 KnownPeers = {127.0.0.1}
@@ -172,6 +175,18 @@ class LslEndpoint(LinkEndpoint):
         for i, text in self.status_events.markers(ticks, frames["status"]):
             self._marker(ts[i], text)
         self.last_tick, self.last_ts = int(ticks[-1]), float(ts[-1])
+
+    def feed_stopped(self) -> None:
+        """A zero sample on the stimulation stream and a ``loop_stalled`` marker: the loop stopped ticking."""
+        if self.stim is None or self.last_tick is None:
+            return
+        import pylsl
+        now = pylsl.local_clock()
+        try:
+            self.stim.push_sample([0.0] * self._stim_buf.shape[1], now)
+        except (RuntimeError, ValueError):
+            return
+        self._marker(now, f"loop_stalled after_tick={self.last_tick} stimulation=0")
 
     def close(self) -> None:
         """``run_stop`` (at the end of the last tick), a moment for the inlets to take it, then release."""
@@ -287,10 +302,12 @@ def _api_config(t: ConfigTable, ctx: DriverContext) -> str | None:
 
 
 def _inlet_predicate(t: ConfigTable, ctx: DriverContext) -> str:
-    """``[driver.inlet]``: the XPath predicate that resolves the controller's stream by name and/or type."""
-    inlet = ConfigTable(t.table("inlet", "the controller's stream (name, type)"), f"{ctx.key}.inlet", ctx.file)
+    """``[driver.inlet]``: the XPath predicate that resolves the controller's stream by name, type and source_id
+    (the type FESCommand unless a name or type is given)."""
+    inlet = ConfigTable(t.table("inlet", "the controller's stream (name, type, source_id)"), f"{ctx.key}.inlet",
+                        ctx.file)
     found = {}
-    for key in ("name", "type"):
+    for key in ("name", "type", "source_id"):
         value = inlet.get(key)
         if value is None:
             continue
@@ -298,5 +315,6 @@ def _inlet_predicate(t: ConfigTable, ctx: DriverContext) -> str:
             raise inlet.error(key, f"must be a stream {key} (printable, without quotes), not {value!r}")
         found[key] = value
     inlet.done()
-    found = found or {"type": COMMAND_TYPE}
+    if "name" not in found and "type" not in found:
+        found = {"type": COMMAND_TYPE, **found}
     return " and ".join(f"{k}='{v}'" for k, v in found.items())

@@ -1,10 +1,15 @@
 """The controller's LSL stream, the inlet of the ``lsl`` driver (used in its link process).
 
-**Resolution.** By the config's stream ``name`` and/or ``type`` (an XPath predicate), one attempt at most
-every RESOLVE_INTERVAL_S, until a stream with the expected layout answers: ``3 x channels`` float32 values
-per sample, ``[current_ma, pulse_width_us, frequency_hz]`` per ``[[stimulation.channel]]`` in their order.
-A matching stream with another channel count or format is refused: one red line on stderr naming what
+**Resolution.** By the config's stream ``name``, ``type`` and ``source_id`` (an XPath predicate), one attempt
+at most every RESOLVE_INTERVAL_S, until a stream with the expected layout answers: ``3 x channels`` float32
+values per sample, ``[current_ma, pulse_width_us, frequency_hz]`` per ``[[stimulation.channel]]`` in their
+order. A matching stream with another channel count or format is refused: one red line on stderr naming what
 was expected, one ``wrong_stream`` reject, a ``controller_refused`` marker; it is not looked at again.
+An attempt waits for a second matching stream too: when more than one with the expected layout answers
+(two decoders of the same name and type), none is used, since which of them drives the stimulation
+would be chance: one red line naming each one's source_id and host, one ``wrong_stream`` reject and a
+``controller_ambiguous`` marker per new set of streams, and resolution goes on until only one matches
+(``[driver.inlet] source_id`` selects one). A stream that appears after the inlet connected is not seen.
 
 **Samples.** Each pull takes what arrived. A sample with a NaN or infinite value is rejected as
 ``non_finite``, one with a value outside COMMAND_RANGES as ``out_of_range`` (counted like bad frames and
@@ -61,6 +66,7 @@ class CommandInlet:
         self.records["index"] = np.arange(n)
         self.inlet = None
         self.refused: set[str] = set()      # uids of streams refused for their layout
+        self.ambiguous: frozenset[str] = frozenset()    # uids of the streams last refused as a choice by chance
         self.seq = 0
         self._next_resolve = 0.0
 
@@ -86,16 +92,22 @@ class CommandInlet:
         if wait > 0:
             time.sleep(min(wait, timeout_s))
             return
-        found = self.pylsl.resolve_bypred(self.predicate, len(self.refused) + 1, RESOLVE_TIMEOUT_S)
+        # one stream more than needed: a second one that matches makes the choice ambiguous
+        found = self.pylsl.resolve_bypred(self.predicate, len(self.refused) + 2, RESOLVE_TIMEOUT_S)
         self._next_resolve = time.monotonic() + RESOLVE_INTERVAL_S
+        usable = []
         for info in found:
             if info.uid() in self.refused:
                 continue
             problem = self.layout_problem(info)
             if problem is not None:
                 self._refuse(info, problem, inbound)
-            elif self._open(info, inbound):
-                return
+            else:
+                usable.append(info)
+        if len(usable) > 1:
+            self._refuse_choice(usable, inbound)
+        elif usable and self._open(usable[0], inbound):
+            self.ambiguous = frozenset()
 
     def layout_problem(self, info) -> str | None:
         """Why a stream's layout is not a command stream's (None: it is)."""
@@ -111,6 +123,21 @@ class CommandInlet:
                  f"{problem}; expected {self.expected}")
         self._event(f"controller_refused name={info.name()} channels={info.channel_count()} "
                     f"format={format_name(self.pylsl, info.channel_format())}")
+
+    def _refuse_choice(self, infos: list, inbound: Inbound) -> None:
+        """Several usable streams match: use none; report each new set of them once."""
+        uids = frozenset(info.uid() for info in infos)
+        if uids == self.ambiguous:
+            return
+        self.ambiguous = uids
+        inbound.reject(time.monotonic_ns(), "wrong_stream")
+        sources = [(info.source_id(), info.hostname()) for info in infos]
+        red_line(f"hil link: refused {len(infos)} LSL streams that all match {self.predicate} (" +
+                 ", ".join(f"source_id {sid!r} on host {host}" for sid, host in sources) +
+                 "): which one drives the stimulation would be chance; set [driver.inlet] source_id to one of them "
+                 "or stop the others")
+        self._event(f"controller_ambiguous streams={len(infos)} sources=" +
+                    ",".join(f"{sid}@{host}" for sid, host in sources))
 
     def _open(self, info, inbound: Inbound) -> bool:
         inlet = self.pylsl.StreamInlet(info, max_buflen=1, max_chunklen=1, recover=False)

@@ -8,8 +8,8 @@ Config (one ``[[driver]]`` table)::
     sensor_every = 1             # send every N-th sensor frame
     channel_map = [1, 2, 3, 4, 5, 6, 7, 8]   # stimulator channel n -> [[stimulation.channel]] number or
                                              # name; 0 = not connected to a muscle
-    min_frequency_hz = 10        # low level: a channel whose next pulse is later than 1 / this goes to zero
-                                 # (one number, or one per stimulator channel)
+    min_frequency_hz = 10        # low level: a channel whose next pulse is later than 1 / this goes to zero,
+                                 # and the first pulse counts at this rate (one number, or one per channel)
     device_id = "EMUP24-001"     # what GetDeviceId answers: 10 ASCII characters
     electrode_fault_channels = []   # stimulator channels with an injected electrode fault
     electrode_fault_after_ms = 0    # the fault starts this long after the channel's first pulse of >= 15 mA
@@ -19,7 +19,8 @@ Config (one ``[[driver]]`` table)::
 The protocol runs in the link process (:mod:`drivers.link_process`) in
 :class:`drivers.sciencemode4.P24Emulator` (``../shared/spec/sciencemode4.md``): every command frame gets one
 reply, errors the protocol's results, and each :class:`drivers.sciencemode4.ChannelCommand` becomes one
-channel command of the mapped loop channel (pulse mode 0), with the packet number as its sequence number.
+channel command of the mapped loop channel (pulse mode 0), with the packet number as its sequence number: the
+pulse's envelope (:mod:`drivers.sciencemode4_pulse`), so every point of every pulse meets the loop's limits.
 Accepted MlGetCurrentData frames (the keep-alive) feed the loop's watchdog. Values within the P24's ranges
 but outside the configured channel limits are acknowledged, as the device would, and then rejected or
 clamped by the loop's limits like commands from any transport (counted and recorded).

@@ -61,8 +61,9 @@ COUNTER_KEYS = ("frames_in", "replies_out", "bad_frame", "bad_checksum", "bad_le
 
 @dataclass(frozen=True)
 class ChannelCommand:
-    """Stimulation of stimulator channel ``channel`` (1..8) from now on; ``number`` is the packet number of
-    the command behind it (-1: the device's own timing: ramp, keep-alive lapse, timeout, fault)."""
+    """Stimulation of stimulator channel ``channel`` (1..8) from now on, as the envelope of its pulse shape
+    (:mod:`drivers.sciencemode4_pulse`); ``number`` is the packet number of the command behind it (-1: the
+    device's own timing: ramp, keep-alive lapse, timeout, fault)."""
     channel: int
     pulse_width_us: float
     current_ma: float
@@ -410,8 +411,12 @@ class P24Emulator:
 
     def _ll_pulse(self, n: int, pulse: Pulse, now_s: float, events: list[Event]) -> tuple[int, tuple]:
         """Run one pulse on channel n: (result, stimulation triple). The device runs queued pulses one after
-        the other, so a pulse starts once the one before it has ended; its frequency is 1 / the time since the
-        channel's previous pulse, 0 for the first of a train (none within the minimum-frequency period)."""
+        the other, so a pulse starts once the one before it has ended. Every pulse that flows is stimulation
+        at 1 / the time since the channel's previous pulse, however long ago that was, so the loop's frequency
+        limits see its true rate; only the first pulse since the level started has no rate and counts as one
+        pulse at the minimum frequency. A pulse holds its channel for the minimum-frequency period, so with
+        the channel's own minimum frequency there a pulse slower than it is rejected, or clamped to exactly
+        one pulse, never left uncounted."""
         start = max(now_s, self._busy_until)
         self._busy_until = start + pulse.duration_us * 1e-6
         self._count_pulses(n, pulse, 1, events)
@@ -426,9 +431,8 @@ class P24Emulator:
             return RESULT_OK, ZERO
         if self._hv_off or pulse.current_ma == 0:
             return RESULT_OK, ZERO
-        fresh = previous is None or start - previous > self.settings.min_period_s[n - 1]
-        frequency = 0.0 if fresh else 1.0 / (start - previous)
-        return RESULT_OK, (pulse.pulse_width_us, pulse.current_ma, frequency)
+        period_s = self.settings.min_period_s[n - 1] if previous is None else start - previous
+        return RESULT_OK, (pulse.pulse_width_us, pulse.current_ma, 1.0 / period_s)
 
     def _ll_ack(self, result: int, head: int, measurement: int, pulse: Pulse | None = None,
                 high_voltage_v: float = 0.0) -> bytes:

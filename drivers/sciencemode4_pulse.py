@@ -5,10 +5,16 @@ Follows ``../shared/spec/sciencemode4.md`` ("the spec"). A point (spec "Mid leve
 bits 6–5 interpolation, the other bits 0. Currents are kept as integer half-milliamperes, so charges and the
 charge balance are exact.
 
-Mapping (spec "Mapping to stimulation"): consecutive points with non-zero current of one sign form a phase,
-zero-current points are gaps; the current is the largest magnitude of the first phase, the pulse width the
-sum of its durations, the charge per pulse Σ |I|·duration over it. A pulse is charge-balanced when the signed
-charge over all points is zero.
+Mapping: a phase is the current of one sign until it changes sign; zero-current points are gaps, which
+carry no current and do not end a phase (a gap reverses no charge).
+The loop's command record holds one pulse width and one current per channel, so a pulse is recorded as its
+envelope: the smallest symmetric biphasic rectangular pulse that contains it. Its current is the largest
+magnitude of any point; its pulse width the longer of the widest phase and half the time current flows. No
+point's current, no phase's width or charge and no pulse's total current-flow time exceeds the envelope's
+(current, width, current × width, 2 × width), so the loop's amplitude and pulse-width limits bound all four;
+a symmetric biphasic pulse is its own envelope. This departs from the spec's first-phase mapping, which let
+later phases of up to 130 mA pass unchecked. A pulse is charge-balanced when the signed charge over all
+points is zero.
 """
 from __future__ import annotations
 
@@ -64,35 +70,42 @@ def decode_points(data: bytes, count: int) -> tuple[Point, ...] | None:
 
 @dataclass(frozen=True)
 class Pulse:
-    """A pulse shape and what it means as stimulation (spec "Mapping to stimulation")."""
+    """A pulse shape and what it means as stimulation (the module docstring's envelope)."""
     points: tuple[Point, ...]
 
-    def _first_phase(self) -> list[Point]:
-        phase: list[Point] = []
+    def phases(self) -> list[tuple[int, int]]:
+        """(width µs, charge in half-mA·µs) of each phase, in order. A phase runs until the current changes
+        sign: a gap inside it does not end it (it reverses no charge), and its width counts only the time
+        current flows."""
+        out: list[tuple[int, int]] = []
+        sign = 0
         for p in self.points:
             if p.half_ma == 0:
-                if phase:
-                    break
                 continue
-            if phase and (p.half_ma > 0) != (phase[0].half_ma > 0):
-                break
-            phase.append(p)
-        return phase
+            charge = abs(p.half_ma) * p.effective_us
+            if sign and (p.half_ma > 0) == (sign > 0):
+                width, total = out[-1]
+                out[-1] = (width + p.effective_us, total + charge)
+            else:
+                out.append((p.effective_us, charge))
+            sign = 1 if p.half_ma > 0 else -1
+        return out
 
     @property
     def current_ma(self) -> float:
-        """Largest magnitude of the first phase, mA (0 for a pulse without current)."""
-        return max((abs(p.half_ma) for p in self._first_phase()), default=0) / 2.0
+        """The envelope's current: the largest magnitude of any point, mA (0 for a pulse without current)."""
+        return self.peak_ma
 
     @property
     def pulse_width_us(self) -> float:
-        """Sum of the durations of the first phase, µs."""
-        return float(sum(p.effective_us for p in self._first_phase()))
+        """The envelope's pulse width: the widest phase, or half the time current flows if longer, µs."""
+        widths = [w for w, _ in self.phases()]
+        return float(max(max(widths, default=0), sum(widths) / 2.0))
 
     @property
     def charge_nc(self) -> float:
-        """Σ |I| · duration over the first phase, nC (mA · µs)."""
-        return sum(abs(p.half_ma) * p.effective_us for p in self._first_phase()) / 2.0
+        """Largest charge of one phase, Σ |I| · duration over it, nC (mA · µs)."""
+        return max((q for _, q in self.phases()), default=0) / 2.0
 
     @property
     def net_charge_nc(self) -> float:

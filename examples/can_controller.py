@@ -21,7 +21,8 @@ import cantools
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--interface", default="udp_multicast")
-    ap.add_argument("--channel", default="239.74.163.2")
+    ap.add_argument("--channel", default="ff11::fe5:c",
+                    help="the udp_multicast group; ff11::/16 stays on this host (configs/can.toml)")
     ap.add_argument("--dbc", default="configs/fes-hil.dbc")
     ap.add_argument("--stim-channel", type=int, default=4, help="1-based (4: biceps in the default map)")
     ap.add_argument("--amplitude-ma", type=float, default=60.0)

@@ -29,8 +29,9 @@ TABLES = ("loop", "plant", "model", "stimulation", "safety", "sensor", "metrics"
 class MetricsConfig:
     enabled: bool = True
     host: str = "127.0.0.1"
-    port: int = 9108
+    port: int = 9108        # hil serve: this port or refuse to start; hil run: this port if free, else any; 0: any
     linger_after_stop_s: float = 3.0     # /metrics stays up this long after a safety stop (a scrape sees it)
+    targets_directory: str = "runs/prometheus-targets"   # where each run writes its Prometheus file_sd target
 
 
 @dataclass(frozen=True)
@@ -76,9 +77,11 @@ class ServiceConfig:
 
 
 def _read_toml(path: str) -> dict:
+    from sim.input_file import InputFileError, read_input_file
     try:
-        with open(path, "rb") as fh:
-            return tomllib.load(fh)
+        return tomllib.loads(read_input_file(path).decode("utf-8"))
+    except InputFileError as exc:
+        raise ConfigError(exc.reason, file=path) from None
     except OSError as exc:
         raise ConfigError(f"cannot read file: {exc.strerror or exc}", file=path) from exc
     except tomllib.TOMLDecodeError as exc:
@@ -89,7 +92,7 @@ def _read_toml(path: str) -> dict:
 
 def merged_document(path: str | PathLike) -> dict:
     """A config file's document with its includes merged (not validated; :func:`service_config_from_dict`)."""
-    return _merged_document(str(path), depth=0)
+    return _merged_document(str(path), _IncludeTree())
 
 
 def with_plant_type(cfg: ServiceConfig, plant_type: str | None) -> ServiceConfig:
@@ -112,7 +115,7 @@ def load_service_config(path: str | PathLike) -> ServiceConfig:
     so a file that lists drivers gets exactly those drivers. Includes apply in order, a later one over an
     earlier one by the same rule."""
     path = str(path)
-    return service_config_from_dict(_merged_document(path, depth=0), path)
+    return service_config_from_dict(_merged_document(path, _IncludeTree()), path)
 
 
 def _merge_tables(base: dict, over: dict) -> dict:
@@ -126,24 +129,62 @@ def _merge_tables(base: dict, over: dict) -> dict:
     return base
 
 
-def _merged_document(path: str, depth: int) -> dict:
-    """The file's tables merged over those of its includes (recursively, in order; at most 8 levels)."""
-    if depth > 8:
-        raise ConfigError("includes nested more than 8 levels (a cycle?)", file=path, key="include")
-    doc = _read_toml(path)
+#: Deepest include nesting and most included files (repeats counted) of one config: an include tree is
+#: bounded before it is read, so a fan-out (each file including the next many times) is refused at once.
+MAX_INCLUDE_DEPTH = 8
+MAX_INCLUDED_FILES = 64
+
+
+class _IncludeTree:
+    """The files of one config's include tree: each read once, the chain being included (for cycles) and
+    how many includes were followed."""
+
+    def __init__(self) -> None:
+        self.documents: dict[str, dict] = {}
+        self.chain: list[str] = []
+        self.followed = 0
+
+    def enter(self, path: str, including: str | None) -> None:
+        real = os.path.realpath(path)
+        if real in self.chain:
+            raise ConfigError(f"includes itself ({' -> '.join(map(os.path.basename, [*self.chain, real]))})",
+                              file=including, key="include")
+        if len(self.chain) > MAX_INCLUDE_DEPTH:
+            raise ConfigError(f"includes nested more than {MAX_INCLUDE_DEPTH} levels", file=including, key="include")
+        if including is not None:
+            self.followed += 1
+            if self.followed > MAX_INCLUDED_FILES:
+                raise ConfigError(f"the include tree of {os.path.basename(self.chain[0])} has more than "
+                                  f"{MAX_INCLUDED_FILES} included files (repeats counted)", file=including,
+                                  key="include")
+        self.chain.append(real)
+
+    def read(self, path: str) -> dict:
+        """A deep copy of the file's document (merging modifies it), read and parsed only the first time."""
+        real = os.path.realpath(path)
+        if real not in self.documents:
+            self.documents[real] = _read_toml(path)
+        return copy.deepcopy(self.documents[real])
+
+
+def _merged_document(path: str, tree: _IncludeTree, including: str | None = None) -> dict:
+    """The file's tables merged over those of its includes (recursively, in order; bounded by ``tree``)."""
+    tree.enter(path, including)
+    doc = tree.read(path)
     includes = doc.pop("include", [])
     if isinstance(includes, str):
         includes = [includes]
     if not isinstance(includes, list) or not all(isinstance(i, str) for i in includes):
         raise ConfigError("must be a file name or a list of file names", file=path, key="include")
-    if depth:
+    if including is not None:
         _anchor_relative_paths(doc, os.path.dirname(os.path.abspath(path)))
     merged: dict = {}
     for inc in includes:
         inc_path = inc if os.path.isabs(inc) else os.path.join(os.path.dirname(os.path.abspath(path)), inc)
-        if not os.path.isfile(inc_path):
+        if not os.path.exists(inc_path):
             raise ConfigError(f"included file {inc_path} not found", file=path, key="include")
-        _merge_tables(merged, _merged_document(inc_path, depth + 1))
+        _merge_tables(merged, _merged_document(inc_path, tree, path))
+    tree.chain.pop()
     return _merge_tables(merged, doc)
 
 
@@ -178,6 +219,10 @@ MAX_RUN_DURATION_S = 30 * 24 * 3600.0
 
 #: Longest plant step the service accepts (the Rosenbrock scheme's tested range, README "Accuracy").
 MAX_PLANT_STEP_S = 0.006
+
+MIN_TICK_STALL_TIMEOUT_MS = 250.0
+"""The supervisor looks at the tick count every 50 ms, between other work: a shorter stall timeout would take a
+scheduling hiccup of a healthy loop for a stall."""
 
 
 def min_substeps(period_s: float) -> int:
@@ -216,14 +261,17 @@ def service_config_from_dict(merged: dict, path: str) -> ServiceConfig:
                           "(plant.mtg_parameters, e.g. from hil fit mtg)", file=path, key="model.strength")
 
     t = ConfigTable.section(merged, "safety", path)
+    watchdog_ms = t.number("watchdog_timeout_ms", 500.0, 1.0, 60000.0)
     safety = SafetyConfig(
-        watchdog_timeout_s=t.number("watchdog_timeout_ms", 500.0, 1.0, 60000.0) / 1000.0,
+        watchdog_timeout_s=watchdog_ms / 1000.0,
         gh_action=t.string("gh_action", "monitor", GH_ACTIONS),
         gh_threshold=t.number("gh_threshold", 0.0, -1.0, 10.0),
         gh_zero_hold_s=t.number("gh_zero_hold_ms", 250.0, 0.0, 10000.0) / 1000.0,
         rom_margin_rad=math.radians(t.number("rom_margin_deg", 5.0, 0.0, 90.0)),
         rom_action=t.string("rom_action", "monitor", GH_ACTIONS),
-        rom_zero_hold_s=t.number("rom_zero_hold_ms", 250.0, 0.0, 10000.0) / 1000.0)
+        rom_zero_hold_s=t.number("rom_zero_hold_ms", 250.0, 0.0, 10000.0) / 1000.0,
+        tick_stall_timeout_s=t.number("tick_stall_timeout_ms", max(watchdog_ms, MIN_TICK_STALL_TIMEOUT_MS * 2),
+                                      MIN_TICK_STALL_TIMEOUT_MS, 60000.0) / 1000.0)
     t.done()
     if plant.type == "mtg" and safety.gh_action != "monitor":
         raise ConfigError("the mtg plant has no glenohumeral model (its GH stability is NaN): gh_action must be "
@@ -241,8 +289,9 @@ def service_config_from_dict(merged: dict, path: str) -> ServiceConfig:
 
     t = ConfigTable.section(merged, "metrics", path)
     metrics = MetricsConfig(enabled=t.boolean("enabled", True), host=t.string("host", "127.0.0.1"),
-                            port=t.integer("port", 9108, 1, 65535),
-                            linger_after_stop_s=t.number("linger_after_stop_ms", 3000.0, 0.0, 60000.0) / 1000.0)
+                            port=t.integer("port", 9108, 0, 65535),
+                            linger_after_stop_s=t.number("linger_after_stop_ms", 3000.0, 0.0, 60000.0) / 1000.0,
+                            targets_directory=t.string("targets_directory", "runs/prometheus-targets"))
     t.done()
     t = ConfigTable.section(merged, "recording", path)
     recording = RecordingConfig(enabled=t.boolean("enabled", True), directory=t.string("directory", "runs"),

@@ -6,8 +6,9 @@ time) on a threaded wsgiref server that caps its connections and times out idle 
 scrape never takes the loop's GIL (platform facts: a scrape in the loop's process pushed p99 lateness
 from 0.1 ms to 5 ms). Aligned 8-byte loads and stores do not tear on x86-64; a scrape may see a
 histogram between its bucket and its sum update (off by one observation), which Prometheus tolerates.
-The supervisor starts it (:func:`start_exporter`) and restarts it if it dies; it ends with SIGTERM or
-with its parent.
+The supervisor starts it (:func:`start_exporter`) on a listening socket it bound and keeps
+(:mod:`hil.metrics_port`), and restarts it on that socket if it dies, so the port never changes during a
+run; it ends with SIGTERM or with its parent.
 """
 from __future__ import annotations
 
@@ -53,8 +54,6 @@ class ShmCollector:
 class ExporterSpec:
     shm_name: str
     specs: tuple
-    host: str = "127.0.0.1"
-    port: int = 9108
 
 
 #: Seconds a connection may stay silent while the exporter waits for its request (socket timeout).
@@ -102,12 +101,22 @@ def _exporter_server_class():
         daemon_threads = True
         request_queue_size = EXPORTER_BACKLOG
 
-        def __init__(self, address, family, handler):
-            self.address_family = family
+        def __init__(self, listener, handler):
+            self.address_family = listener.family
             self._slots = threading.BoundedSemaphore(EXPORTER_MAX_CONNECTIONS)
             self._lock = threading.Lock()
             self._reading: dict = {}          # connections without a request yet, oldest first
-            super().__init__(address, handler)
+            super().__init__(listener.getsockname(), handler, bind_and_activate=False)
+            self.socket.close()
+            self.socket = listener
+            self.server_bind()
+            self.server_activate()
+
+        def server_bind(self):
+            """The socket comes bound (the supervisor keeps its port across restarts): only the names."""
+            self.server_address = self.socket.getsockname()
+            self.server_name, self.server_port = self.server_address[:2]
+            self.setup_environ()
 
         def process_request(self, request, client_address):
             if not (self._slots.acquire(blocking=False) or self._evict_oldest_reading()):
@@ -156,16 +165,11 @@ def _exporter_server_class():
     return _ExporterServer
 
 
-def _make_exporter_server(host: str, port: int, registry):
-    """The /metrics server bound to ``host:port``, the address family chosen as prometheus_client's
-    ``start_http_server`` does (IPv6 for an IPv6 host); raises OSError if it cannot bind."""
-    import socket
-
+def _make_exporter_server(listener, registry):
+    """The /metrics server on ``listener``, a bound TCP socket (:func:`hil.metrics_port.listen`)."""
     from prometheus_client import make_wsgi_app
 
-    family, _, _, _, sockaddr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
-                                                   flags=socket.AI_PASSIVE)[0]
-    server = _exporter_server_class()((sockaddr[0], port), family, _exporter_handler_class())
+    server = _exporter_server_class()(listener, _exporter_handler_class())
     server.set_app(make_wsgi_app(registry))
     return server
 
@@ -191,7 +195,7 @@ def _wait_for_stop(stop: dict, wake_r: int, parent_pid: int) -> None:
             os.read(wake_r, 512)
 
 
-def run_exporter(spec: ExporterSpec, parent_pid: int, conn) -> None:
+def run_exporter(spec: ExporterSpec, listener, parent_pid: int, conn) -> None:
     """Process target: serve /metrics until the parent dies or SIGTERM (sent by the kernel when the
     parent dies: prctl PR_SET_PDEATHSIG)."""
     import threading
@@ -199,6 +203,7 @@ def run_exporter(spec: ExporterSpec, parent_pid: int, conn) -> None:
     from prometheus_client import CollectorRegistry
 
     from drivers.process import die_with_parent
+    from hil.metrics_port import scrape_address
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     stop, wake_r = _stop_on_sigterm()
@@ -208,9 +213,9 @@ def run_exporter(spec: ExporterSpec, parent_pid: int, conn) -> None:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(ShmCollector(block))
     try:
-        server = _make_exporter_server(spec.host, spec.port, registry)
+        server = _make_exporter_server(listener, registry)
     except OSError as exc:
-        conn.send(("error", f"cannot listen on {spec.host}:{spec.port}: {exc.strerror or exc}"))
+        conn.send(("error", f"cannot serve on {scrape_address(listener)}: {exc.strerror or exc}"))
         return
     threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True).start()
     conn.send(("ready", None))
@@ -224,14 +229,24 @@ def run_exporter(spec: ExporterSpec, parent_pid: int, conn) -> None:
             pass
 
 
-def start_exporter(block: MetricsBlock, host: str, port: int, ctx):
-    """Start the exporter process; raises MetricsError if it cannot listen, dies or does not answer."""
+def start_exporter(block: MetricsBlock, host: str, port: int, ctx, listener=None):
+    """Start the exporter process serving on ``listener`` (a socket of :func:`hil.metrics_port.listen`,
+    kept by the caller for restarts), or else on ``host:port``, bound here; raises MetricsError if it
+    cannot listen, dies or does not answer."""
     from drivers.process import HelperStartError, start_helper
-    spec = ExporterSpec(block.shm.name, block.schema.specs, host, port)
+    from hil.metrics_port import listen, scrape_address
+
+    own = listener is None
+    if own:
+        listener = listen(host, port, any_port_if_taken=False)
+    spec = ExporterSpec(block.shm.name, block.schema.specs)
     try:
-        proc, _, pipe = start_helper(ctx, run_exporter, (spec, os.getpid()), "hil-exporter",
-                                     f"the metrics exporter on {host}:{port}", timeout_s=30.0)
+        proc, _, pipe = start_helper(ctx, run_exporter, (spec, listener, os.getpid()), "hil-exporter",
+                                     f"the metrics exporter on {scrape_address(listener)}", timeout_s=30.0)
     except HelperStartError as exc:
         raise MetricsError(str(exc)) from None
+    finally:
+        if own:          # the exporter holds its own copy of the socket
+            listener.close()
     pipe.close()
     return proc

@@ -1,4 +1,5 @@
-"""File formats of the command line: state files and the simulation output CSV."""
+"""File formats of the command line: state files and the simulation output CSV. Every input file is read with
+:func:`sim.input_file.read_input_file` (re-exported here)."""
 from __future__ import annotations
 
 import codecs
@@ -13,10 +14,10 @@ import numpy as np
 
 from sim.config import not_utf8
 from sim.errors import UserInputError
+from sim.input_file import MAX_TEXT_FILE_BYTES, InputFileError, read_input_file
 
-__all__ = ["StateFileError", "load_state_file", "write_state_json", "output_columns",
-           "OutputRecorder"]
-
+__all__ = ["InputFileError", "read_input_file", "MAX_TEXT_FILE_BYTES", "StateFileError", "load_state_file",
+           "write_state_json", "output_columns", "OutputRecorder"]
 
 class StateFileError(UserInputError, ValueError):
     """A state file (``--initial``) that cannot be used; the message names the file and the reason."""
@@ -48,9 +49,12 @@ def _parse_float(cell: str):
 
 
 def _read_text(path: str | PathLike) -> str:
-    """The file's text (UTF-8, an optional BOM dropped); not UTF-8: StateFileError."""
-    with open(path, "rb") as fh:
-        data = fh.read().removeprefix(codecs.BOM_UTF8)
+    """The file's text (UTF-8, an optional BOM dropped); not UTF-8, not a regular file or too large:
+    StateFileError."""
+    try:
+        data = read_input_file(path).removeprefix(codecs.BOM_UTF8)
+    except InputFileError as exc:
+        raise StateFileError(path, exc.reason) from None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:

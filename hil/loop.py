@@ -129,8 +129,9 @@ class RunSummary:
     skipped_deadlines: int = 0
     max_lateness_s: float = 0.0
     commands_unrecorded: int = 0   # command-log entries that reached neither the log nor the recording ring
+    stall_s: float = 0.0           # the tick that outlasted the stall timeout took this long (0: none did)
     stopped_by: str = ""       # 'duration', 'signal', 'gh_unstable', 'range_of_motion', 'recording_failed',
-    #                            'parent_died'
+    #                            'parent_died', 'tick_stall'
     realtime: RealtimeStatus | None = None
     timing_s: np.ndarray | None = None   # (ticks, len(TIMING_COLUMNS)), s
 
@@ -148,8 +149,14 @@ class RealtimeLoop:
     spin_ns) -> start_ns`` are injectable, so a test can drive the deadline rules with a fake clock."""
 
     def __init__(self, body: TickBody, config: LoopConfig, clock=time.monotonic_ns, wait=wait_until,
-                 metrics=None) -> None:
+                 metrics=None, stall_timeout_s: float | None = None, ticks_cell: np.ndarray | None = None) -> None:
+        """``stall_timeout_s``: a tick that takes longer ends the run (``tick_stall``) when it returns at all;
+        the supervisor's :class:`hil.supervisor.StallWatch` handles the ticks that never return.
+        ``ticks_cell``: a one-element float array (in the supervisor's status block) given the number of ticks
+        run after every tick, so that a stall is known to the tick."""
         self.body = body
+        self.ticks_cell = np.zeros(1) if ticks_cell is None else ticks_cell
+        self.stall_ns = NS * 3600 * 24 * 365 if stall_timeout_s is None else int(stall_timeout_s * NS)
         self.engine = body.engine
         self.config = config
         self.clock, self.wait = clock, wait
@@ -212,6 +219,9 @@ class RealtimeLoop:
             start = self.wait(deadline, spin_ns)
             result = body.step(tick, start, overrun)
             end = clock()
+            if end - start > self.stall_ns:
+                self.request_stop("tick_stall")
+                summary.stall_s = (end - start) / NS
             slot += 1
             missed = deadlines_missed(end, t0 + slot * period_ns, period_ns)
             slot += missed
@@ -230,6 +240,7 @@ class RealtimeLoop:
             summary.max_lateness_s = max(summary.max_lateness_s, (start - deadline) / NS)
             tick += 1
             summary.ticks = tick
+            self.ticks_cell[0] = tick
             if result.stop:
                 summary.stopped_by = result.stop_reason
                 break

@@ -74,11 +74,15 @@ def default_schema(drivers: list[str], reasons: list[str], fatigue_channels=()) 
         MetricSpec("hil_driver_failures_total", "counter", "Driver transports (link processes) that died.",
                    ("driver",), d),
         MetricSpec("hil_exporter_restarts_total", "counter", "Metrics exporter processes restarted after dying."),
+        MetricSpec("hil_tick_stalls_total", "counter", "Runs ended because the loop stopped ticking for longer than "
+                   "safety.tick_stall_timeout_ms (a controller stuck in step()); visible until the service exits."),
         MetricSpec("hil_gh_stability", "gauge", "GH stability value (paper eq. 9): < 0 inside the glenoid."),
         MetricSpec("hil_realtime_factor", "gauge", "Simulated time / wall time of the run so far."),
         MetricSpec("hil_controller_connected", "gauge", "1 while the driver's controller is alive.", ("driver",), d),
         MetricSpec("hil_realtime_privileges", "gauge", "1 if SCHED_FIFO and mlockall were granted."),
         MetricSpec("hil_running", "gauge", "1 while the loop runs."),
+        MetricSpec("hil_tick_stalled", "gauge",
+                   "1 from a tick stall until the service exits (see hil_tick_stalls_total)."),
     ) + fatigue
 
 

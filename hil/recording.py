@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import signal
 import struct
@@ -40,6 +41,11 @@ from sim.errors import UserInputError
 MAGIC = b"FESHILREC1\n"
 BLOCK_MAGIC = b"BLK1"
 _BLOCK_HEAD = struct.Struct("<4sHI")
+
+#: Bounds of a recording's header, checked before it is used: its JSON, its streams, one record of a stream.
+MAX_HEADER_BYTES = 64 * 1024 * 1024
+MAX_STREAMS = 256
+MAX_RECORD_BYTES = 16 * 1024 * 1024
 
 
 class RecordingError(UserInputError):
@@ -59,6 +65,60 @@ def _dtype(descr) -> np.dtype:
     return np.lib.format.descr_to_dtype(fix(descr))
 
 
+def encode_header(raw: bytes) -> bytes:
+    """The start of a recording: the magic, the header's length, its JSON bytes ``raw`` and their CRC."""
+    return MAGIC + struct.pack("<I", len(raw)) + raw + struct.pack("<I", crc32(raw))
+
+
+def _read_file(path: str) -> bytes:
+    """The recording's bytes: a regular file (a device or FIFO is refused unread) of at most half this
+    computer's memory (its streams are copied out of it)."""
+    from sim.input_file import InputFileError, read_input_file
+    cap = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
+    try:
+        return read_input_file(path, cap)
+    except InputFileError as exc:
+        raise RecordingError(f"{path}: {exc.reason}") from None
+    except OSError as exc:
+        raise RecordingError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    except MemoryError:
+        raise RecordingError(f"{path}: too large to read into this computer's free memory") from None
+
+
+def _parse_header(path: str, raw: bytes) -> dict:
+    """The header's JSON object, checked to have a ``streams`` list before anything else reads it."""
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise RecordingError(f"{path}: header is not UTF-8 (byte {exc.start})") from None
+    except (ValueError, RecursionError) as exc:
+        raise RecordingError(f"{path}: header is not valid JSON ({type(exc).__name__})") from None
+    if not isinstance(doc, dict):
+        raise RecordingError(f"{path}: header is a JSON {type(doc).__name__}, not an object")
+    if not isinstance(doc.get("streams"), list) or not 1 <= len(doc["streams"]) <= MAX_STREAMS:
+        raise RecordingError(f"{path}: header has no list of 1..{MAX_STREAMS} 'streams'")
+    return doc
+
+
+def _stream_dtypes(path: str, streams: list) -> dict[str, np.dtype]:
+    """Each stream's record dtype from the header: a unique name, a plain (no Python objects) dtype of 1 to
+    MAX_RECORD_BYTES bytes."""
+    out: dict[str, np.dtype] = {}
+    for i, s in enumerate(streams):
+        if not isinstance(s, dict) or not isinstance(s.get("name"), str) or s["name"] in out:
+            raise RecordingError(f"{path}: header stream {i} has no name of its own")
+        try:
+            dt = _dtype(s.get("descr"))
+        except (TypeError, ValueError, KeyError, IndexError, RecursionError):
+            raise RecordingError(f"{path}: header stream {s['name']!r} has no valid record type") from None
+        if dt.hasobject or not 1 <= dt.itemsize <= MAX_RECORD_BYTES:
+            raise RecordingError(f"{path}: header stream {s['name']!r}: a record of {dt.itemsize} bytes"
+                                 f"{' holding Python objects' if dt.hasobject else ''}; records are 1.."
+                                 f"{MAX_RECORD_BYTES} bytes of numbers")
+        out[s["name"]] = dt
+    return out
+
+
 class RecordingWriter:
     """Writes a header and appends CRC-protected blocks of records, one stream per record dtype."""
 
@@ -71,7 +131,7 @@ class RecordingWriter:
         raw = json.dumps(doc, default=str).encode()
         try:
             self.fh = open(self.path, "xb")
-            self.fh.write(MAGIC + struct.pack("<I", len(raw)) + raw + struct.pack("<I", crc32(raw)))
+            self.fh.write(encode_header(raw))
         except OSError as exc:
             raise RecordingError(f"{self.path}: cannot write recording: {exc.strerror or exc}") from exc
         self.flush()
@@ -127,23 +187,21 @@ class RecordingReader:
         self.path = str(path)
         self.truncated = False
         self.warnings: list[str] = []
-        try:
-            with open(self.path, "rb") as fh:
-                data = fh.read()
-        except OSError as exc:
-            raise RecordingError(f"{self.path}: cannot read: {exc.strerror or exc}") from exc
+        data = _read_file(self.path)
         if not data.startswith(MAGIC):
             raise RecordingError(f"{self.path}: not a fes-hil recording (bad magic)")
         pos = len(MAGIC)
         if len(data) < pos + 4:
             raise RecordingError(f"{self.path}: header is cut off")
         (n,) = struct.unpack_from("<I", data, pos)
+        if n > MAX_HEADER_BYTES:
+            raise RecordingError(f"{self.path}: header of {n} bytes; at most {MAX_HEADER_BYTES}")
         raw = data[pos + 4: pos + 4 + n]
         if len(raw) != n or len(data) < pos + 8 + n or \
                 struct.unpack_from("<I", data, pos + 4 + n)[0] != crc32(raw):
             raise RecordingError(f"{self.path}: header is corrupt or cut off")
-        self.header = json.loads(raw)
-        self.streams = {s["name"]: _dtype(s["descr"]) for s in self.header["streams"]}
+        self.header = _parse_header(self.path, raw)
+        self.streams = _stream_dtypes(self.path, self.header["streams"])
         names = list(self.streams)
         chunks: dict[str, list[bytes]] = {name: [] for name in names}
         pos += 8 + n
@@ -180,6 +238,62 @@ class RecordingReader:
         return self._data[stream]
 
 
+#: What a run's header holds for the commands that read a recording (besides ``streams``), by type.
+RUN_HEADER_TYPES = {"config": dict, "config_path": str, "model_data_sha256": str, "start_time_utc": str,
+                    "period_s": (int, float), "dof_names": list, "muscle_names": list, "channel_names": list}
+MAX_NAMES = 4096
+"""Most DOF, muscle or channel names a run header may list."""
+
+
+def read_run_recording(path: str) -> RecordingReader:
+    """A run's recording (``hil replay``, ``export``, ``report`` and ``view``), its header checked against
+    RUN_HEADER_TYPES and its ``ticks`` and ``commands`` streams against the fields those commands read,
+    before any of them uses it."""
+    reader = RecordingReader(path)
+    problem = run_header_problem(reader.header, reader.streams)
+    if problem:
+        raise RecordingError(f"{path}: not a run recording: {problem}")
+    return reader
+
+
+def run_header_problem(header: dict, streams: dict[str, np.dtype]) -> str | None:
+    """What is wrong with a run's header and record types (None: nothing)."""
+    for key, kind in RUN_HEADER_TYPES.items():
+        if isinstance(header.get(key), bool) or not isinstance(header.get(key), kind):
+            return f"header key {key!r} is missing or not a {getattr(kind, '__name__', 'number')}"
+    for key in ("dof_names", "muscle_names", "channel_names"):
+        if len(header[key]) > MAX_NAMES or not all(isinstance(n, str) for n in header[key]):
+            return f"header key {key!r} is not a list of at most {MAX_NAMES} names"
+    if not (math.isfinite(header["period_s"]) and 0.0 < header["period_s"] <= 1.0):
+        return f"header period_s = {header['period_s']!r}; a tick period is in (0, 1] s"
+    for name in CORE_STREAMS:
+        if name not in streams:
+            return f"no {name!r} stream"
+    ticks, n_channels = streams["ticks"], max(len(header["channel_names"]), 1)
+    if "frame" not in (ticks.names or ()) or ticks["frame"].names is None:
+        return "stream 'ticks' has no structured field 'frame'"
+    return (_fields_problem("ticks", ticks, {
+        **dict.fromkeys(("tick", "start_ns", "lateness_ns", "compute_ns", "skipped_deadlines"), ("iu", ())),
+        "applied": ("f", (n_channels, 4)), "u": ("f", (len(header["muscle_names"]),))})
+        or _fields_problem("ticks.frame", ticks["frame"], {
+            "time": ("f", ()), "q": ("f", (len(header["dof_names"]),)), "th_angles": ("f", (3,)),
+            "gh_force": ("f", (3,)), "gh_stability": ("f", ()), "elbow_flexion": ("f", ()), "status": ("iu", ())})
+        or _fields_problem("commands", streams["commands"], {
+            **dict.fromkeys(("tick", "receive_ns", "driver", "kind", "status", "index"), ("iu", ())),
+            "values": ("f", (4,))}))
+
+
+def _fields_problem(stream: str, dtype: np.dtype, fields: dict) -> str | None:
+    """The first of ``fields`` (name -> (numpy kinds, shape)) that ``dtype`` lacks or has otherwise."""
+    for name, (kinds, shape) in fields.items():
+        if dtype.names is None or name not in dtype.names:
+            return f"stream {stream!r} has no field {name!r}"
+        field = dtype[name]
+        if field.base.kind not in kinds or field.shape != shape or field.base.names is not None:
+            return f"stream {stream!r} field {name!r} is {field.base.str} of shape {field.shape}, not {shape}"
+    return None
+
+
 # ----------------------------------------------------------------------------------------------
 # recorder process
 
@@ -197,9 +311,15 @@ class RecorderSpec:
 AUX_WRITTEN = 0
 
 
-def run_recorder(spec: RecorderSpec, parent_pid: int, conn) -> None:
-    """Process target: drain the rings into the file until they are closed and empty, the parent dies,
-    or SIGTERM; always drains, flushes and closes before exiting.
+def run_recorder(spec: RecorderSpec, parent_pid: int, stall_cell, conn) -> None:
+    """Process target: drain the rings into the file until they are closed and empty or the parent dies;
+    always drains, flushes and closes before exiting. SIGTERM is ignored (a stop of the whole process
+    group must not end the recording before the loop's last tick): the parent closes the rings, and its
+    death sends SIGUSR1 (PR_SET_PDEATHSIG).
+
+    ``stall_cell``: (shared array, index of stall_s, index of stall_tick) of the run's status block
+    (:class:`hil.service.RunStatus`) or None; when stall_s is non-zero at the end, the run stalled, and a
+    KIND_TICK_STALL command record, written last, says so.
 
     Start-up answers on ``conn`` (:func:`drivers.process.start_helper`): ``("ready", None)`` once the
     file is created, ``("error", message)`` if it cannot be. A write that fails later (disk full, I/O
@@ -209,9 +329,10 @@ def run_recorder(spec: RecorderSpec, parent_pid: int, conn) -> None:
     from drivers.shm_ring import ShmRing
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     stop = {"now": False}
-    signal.signal(signal.SIGTERM, lambda *_: stop.update(now=True))
-    if not die_with_parent(parent_pid, name="hil-recorder"):
+    signal.signal(signal.SIGUSR1, lambda *_: stop.update(now=True))
+    if not die_with_parent(parent_pid, signal.SIGUSR1, name="hil-recorder"):
         return
     rings = {name: ShmRing.attach(shm, _dtype(descr), cap) for name, (shm, descr, cap) in spec.rings.items()}
     writer = None
@@ -219,6 +340,9 @@ def run_recorder(spec: RecorderSpec, parent_pid: int, conn) -> None:
         writer = RecordingWriter(spec.path, spec.header, {n: r.dtype for n, r in rings.items()})
         conn.send(("ready", None))
         _drain_until_done(spec, rings, writer, parent_pid, stop)
+        if stall_cell is not None and stall_cell[0][stall_cell[1]] > 0:
+            values, s, t = stall_cell
+            write_stall_record(writer, int(values[t]), float(values[s]))
     except RecordingError as exc:
         conn.send(("error" if writer is None else "failed", str(exc)))
         raise SystemExit(1) from None
@@ -230,6 +354,16 @@ def run_recorder(spec: RecorderSpec, parent_pid: int, conn) -> None:
         for r in rings.values():
             r.owner = r.owner or orphaned
             r.release()
+
+
+def write_stall_record(writer: RecordingWriter, tick: int, stall_s: float) -> None:
+    """The command record that ends a stalled run's file: ``tick``, the tick in which the loop stalled."""
+    from drivers.contract import COMMAND_DTYPE, KIND_TICK_STALL
+    rec = np.zeros(1, COMMAND_DTYPE)
+    rec["tick"], rec["receive_ns"], rec["kind"], rec["index"] = tick, time.monotonic_ns(), KIND_TICK_STALL, -1
+    rec["values"][0, 0] = stall_s
+    writer.append("commands", rec)
+    writer.flush()
 
 
 def _drain_until_done(spec: RecorderSpec, rings: dict, writer: RecordingWriter, parent_pid: int, stop) -> None:
@@ -261,12 +395,13 @@ def _drain_until_done(spec: RecorderSpec, rings: dict, writer: RecordingWriter, 
 
 
 def export_csv(reader: RecordingReader, out_path: str, muscle_names, dof_names, channel_names) -> int:
-    """One row per tick: tick, time, the DOFs (rad), gh_stability, status (the frame's status bits,
-    ``drivers.contract.STATUS_BITS``), u_<muscle>, and per channel the applied pulse width (us), amplitude
-    (mA) and frequency (Hz). Returns the number of rows."""
+    """One row per tick, each column named with its unit: tick, t_s, q_<dof>_rad, gh_stability, status (the
+    frame's status bits, ``drivers.contract.STATUS_BITS``), u_<muscle> (excitation 0..1; these three are
+    unitless), and per channel the applied <channel>_pw_us, _amp_ma and _freq_hz. Returns the number of rows."""
     ticks = reader.read("ticks")
     frame = ticks["frame"]
-    cols = ["tick", "time", *dof_names, "gh_stability", "status", *[f"u_{m}" for m in muscle_names]]
+    cols = ["tick", "t_s", *[f"q_{d}_rad" for d in dof_names], "gh_stability", "status",
+            *[f"u_{m}" for m in muscle_names]]
     for ch in channel_names:
         cols += [f"{ch}_pw_us", f"{ch}_amp_ma", f"{ch}_freq_hz"]
     table = np.column_stack([ticks["tick"].astype(float), frame["time"], frame["q"], frame["gh_stability"],

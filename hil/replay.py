@@ -9,7 +9,7 @@ import numpy as np
 from drivers.base import CommandSink, Driver
 from drivers.contract import KIND_CHANNEL, KIND_DRIVER_LOST, KIND_EXCITATION, KIND_HEARTBEAT, STATUS_OVERRUN
 from hil.config import service_config_from_dict
-from hil.recording import RecordingError, RecordingReader
+from hil.recording import RecordingError, read_run_recording
 from hil.tick import TickBody
 
 
@@ -81,7 +81,7 @@ class FrameComparison:
 def replay_recording(path: str) -> dict:
     from hil.service import build_tick_engine
 
-    reader = RecordingReader(path)
+    reader = read_run_recording(path)
     header = reader.header
     cfg = service_config_from_dict(header["config"], header["config_path"])
     model, engine = build_tick_engine(cfg)

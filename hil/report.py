@@ -18,9 +18,16 @@ import os
 
 import numpy as np
 
-from drivers.contract import STATUS_GH_UNSTABLE, STATUS_GH_ZEROED, STATUS_ROM, STATUS_ROM_ZEROED, STATUS_WATCHDOG
+from drivers.contract import (
+    KIND_TICK_STALL,
+    STATUS_GH_UNSTABLE,
+    STATUS_GH_ZEROED,
+    STATUS_ROM,
+    STATUS_ROM_ZEROED,
+    STATUS_WATCHDOG,
+)
 from hil.config import service_config_from_dict
-from hil.recording import RecordingError, RecordingReader
+from hil.recording import RecordingError, RecordingReader, read_run_recording
 from hil.run_metrics import config_target, run_metrics
 from hil.stimulation import fatigue_channel_names
 from sim.model import load_model
@@ -154,14 +161,22 @@ def _summary(path: str, reader: RecordingReader, ticks: np.ndarray, lat_us: np.n
         "elbow_deg_range": [float(np.degrees(frame["elbow_flexion"].min())),
                             float(np.degrees(frame["elbow_flexion"].max()))],
         "commands": int(len(reader.read("commands"))),
+        "tick_stalls": tick_stalls(reader.read("commands")),
         "files": files,
     }
+
+
+def tick_stalls(commands: np.ndarray) -> list[dict]:
+    """The run's tick stalls (KIND_TICK_STALL records): the tick in which the loop stalled, and how long it had
+    not ticked when the run was ended, s."""
+    stalls = commands[commands["kind"] == KIND_TICK_STALL]
+    return [{"tick": int(c["tick"]), "duration_s": float(c["values"][0])} for c in stalls]
 
 
 def make_report(path: str, out_dir: str) -> dict:
     """Write the PNG plots and ``summary.json`` of the recording ``path`` into ``out_dir``; returns the summary."""
     plt = pyplot_agg()
-    reader = RecordingReader(path)
+    reader = read_run_recording(path)
     h = reader.header
     cfg = service_config_from_dict(h["config"], h["config_path"])
     model = load_model(cfg.model)

@@ -6,7 +6,9 @@ Health checks (with the loop's progress call, every 100 ms between ticks, in the
 
 - **parent**: the supervisor is gone (PR_SET_PDEATHSIG sends SIGTERM; ``getppid`` is the backstop):
   the loop stops with stimulation off, every helper is stopped, shared memory is unlinked and the port
-  file removed.
+  file removed. A loop stuck in a controller cannot do this: the supervisor's orphan watch
+  (:mod:`hil.orphan_watch`) then kills this process, its link processes die with it (their
+  PR_SET_PDEATHSIG is SIGKILL), and the recorder closes the file.
 - **drivers**: a link process that died is noticed here; its driver reports it at the next fetch, the
   tick engine sets what that driver latched to zero (logged, so replay repeats it), and the summary
   names it.
@@ -25,6 +27,7 @@ import traceback
 from dataclasses import dataclass
 
 from drivers.contract import REJECT_REASONS
+from drivers.link import LinkDriver
 from drivers.process import die_with_parent, poll_report, start_helper, stop_process
 from hil import service
 from hil.counters import RunCounters
@@ -44,13 +47,16 @@ class RtSpec:
     parent_pid: int | None = None       # None: the process that calls rt_main's parent
     plant_type: str | None = None       # ``hil run --plant``: overrides [plant] type
     view_shm: str | None = None         # the supervisor's live-view status block (None: view off)
+    metrics_address: str | None = None  # host:port of the exporter, announced in the port file
 
 
 class Recording:
     """The recording rings and the recorder process, with what the recorder did not write."""
 
     def __init__(self, path: str, header: dict, tick_dtype, ctx, on_failure: str,
-                 driver_streams: dict | None = None) -> None:
+                 driver_streams: dict | None = None, status_values=None) -> None:
+        """``status_values``: the run's status block (:class:`hil.service.RunStatus`), whose stall field the
+        recorder reads at its end."""
         from drivers.contract import COMMAND_DTYPE
         from drivers.shm_ring import ShmRing
         from hil.recording import RecorderSpec, dtype_descr, run_recorder
@@ -65,7 +71,10 @@ class Recording:
         spec = RecorderSpec(path=path, header=header,
                             rings={n: (r.name, dtype_descr(r.dtype), r.capacity) for n, r in self.rings.items()})
         try:
-            self.proc, _, self.pipe = start_helper(ctx, run_recorder, (spec, os.getpid()), "hil-recorder",
+            fields = service.RunStatus.FIELDS
+            stall_cell = None if status_values is None else (status_values, fields.index("stall_s"),
+                                                             fields.index("stall_tick"))
+            self.proc, _, self.pipe = start_helper(ctx, run_recorder, (spec, os.getpid(), stall_cell), "hil-recorder",
                                                    "the recorder process", daemon=False)
         except BaseException:
             self.release()
@@ -124,7 +133,7 @@ class HealthCheck:
         status.elbow_deg = math.degrees(engine.elbow_flexion_rad)
         status.watchdog_trips = engine.watchdog.trips
         if status.stop_request:
-            self.loop.request_stop("signal")
+            self.loop.request_stop("tick_stall" if status.stall_s else "signal")
         if run.orphaned():
             self.loop.request_stop("parent_died")
         for d in run.drivers:
@@ -158,8 +167,8 @@ class RealtimeRun:
         return os.getppid() != self.parent_pid
 
     def request_stop(self, *_) -> None:
-        """SIGTERM (from the supervisor, or PR_SET_PDEATHSIG when it died)."""
-        reason = "parent_died" if self.orphaned() else "signal"
+        """SIGTERM (from the supervisor, the whole process group, or PR_SET_PDEATHSIG when the supervisor died)."""
+        reason = "parent_died" if self.orphaned() else "tick_stall" if self.status.stall_s else "signal"
         if self.loop is None:
             self.stop_before_start = True
         else:
@@ -172,13 +181,15 @@ class RealtimeRun:
         from hil.loop import RealtimeLoop
         from hil.metrics import LoopMetrics
         from hil.tick import RecordingListener, TickBody, driver_streams
+        from hil.warmup_progress import reporting_compilation
 
         self.status.state = service.STATE_WARMING
         self.cfg = cfg = with_plant_type(load_service_config(self.spec.config_path), self.spec.plant_type)
         self.n_ticks = service.ticks_for(self.spec.duration_s, cfg.loop.period_s)
         counters = self._counters()
-        self.model, self.engine, self.drivers = service.build_engine(cfg, counters)
-        self.engine.warmup()
+        with reporting_compilation(cfg.plant.type, self.status):
+            self.model, self.engine, self.drivers = service.build_engine(cfg, counters)
+            self.engine.warmup()
         body = TickBody(self.engine, self.drivers)
         if self.block is not None:
             self.metrics = LoopMetrics(self.block, counters.driver_names, cfg.loop.period_s, self.drivers,
@@ -193,11 +204,12 @@ class RealtimeRun:
             streams = driver_streams(self.drivers)
             self.recording = Recording(self.spec.record_path, service.recording_header(cfg, self.model, self.engine),
                                        body.record.dtype, mp.get_context("spawn"), cfg.recording.on_failure,
-                                       {name: dtype for name, (_, dtype) in streams.items()})
+                                       {name: dtype for name, (_, dtype) in streams.items()}, self.status.values)
             rings = self.recording.rings
             body.listeners.insert(0, RecordingListener(rings["ticks"], rings["commands"],
                                                        [(rings[name], d, name) for name, (d, _) in streams.items()]))
-        self.loop = RealtimeLoop(body, cfg.loop, metrics=self.metrics)
+        self.loop = RealtimeLoop(body, cfg.loop, metrics=self.metrics, stall_timeout_s=cfg.safety.tick_stall_timeout_s,
+                                 ticks_cell=self.status.cell("ticks"))
 
     def _counters(self) -> RunCounters:
         """The run's counters: in the supervisor's metrics block when metrics are on (so the exporter serves
@@ -213,16 +225,22 @@ class RealtimeRun:
         """Announce the ports, run the loop, finish the recording; the run's result."""
         if self.stop_before_start:
             raise RunAborted("stopped by a signal during warm-up")
-        service.announce_ports(self.drivers, self.spec.port_file)
+        service.announce_ports(self.drivers, self.spec.port_file, self.spec.metrics_address)
         self.ports_written = bool(self.spec.port_file)
         self.status.state = service.STATE_RUNNING
         health = HealthCheck(self, self.loop, self.status)
         cpu0, wall0 = time.process_time(), time.monotonic()
         summary = self.loop.run(self.n_ticks, progress=health)
+        self.status.state = service.STATE_FINISHING     # no more ticks: not a stall
+        if summary.stall_s and not self.status.stall_s:   # the loop found the stall first: the recording says so
+            self.status.stall_s, self.status.stall_tick = summary.stall_s, summary.ticks - 1
         cpu_s, wall_s = time.process_time() - cpu0, time.monotonic() - wall0
         self.status.ticks, self.status.deadline_misses = summary.ticks, summary.deadline_misses
         self.status.max_lateness_s = summary.max_lateness_s
         driver_stats, lost = {}, []
+        for d in self.drivers:      # every link learns at once that the loop has ended (it did not stall)
+            if isinstance(d, LinkDriver):
+                d.end_feed()
         for d in self.drivers:      # links stop before the recording closes: nothing more comes in
             if not d.check_alive():
                 lost.append(f"{d.index}:{d.name}")

@@ -18,7 +18,8 @@ class RunResult:
     config_error: bool = False           # the failure was caused by the user's input (exit 2)
     traceback: str = ""
     ticks: int = 0
-    stopped_by: str = ""                 # duration, signal, gh_unstable, range_of_motion, recording_failed, parent_died
+    stopped_by: str = ""                 # duration, signal, gh_unstable, range_of_motion, recording_failed,
+    #                                      parent_died, tick_stall
     stop_detail: str = ""
     deadline_misses: int = 0
     skipped_deadlines: int = 0
@@ -47,6 +48,7 @@ class RunResult:
     problems: list = field(default_factory=list)           # one line each for the operator (exit 5)
     exporter_restarts: int = 0
     exporter_deaths: int = 0
+    stalls: list = field(default_factory=list)     # the loop stopped ticking: tick, duration_s, timeout_s, killed
 
     @classmethod
     def failed(cls, exc: BaseException, tb: str) -> "RunResult":
@@ -57,7 +59,9 @@ class RunResult:
     def to_dict(self) -> dict:
         """The ``--json`` summary: every field of a finished run; ok, error and the traceback of a failed one."""
         if not self.ok:
-            return {"ok": False, "error": self.error, "config_error": self.config_error, "traceback": self.traceback}
+            stall = {"stopped_by": self.stopped_by, "stalls": self.stalls} if self.stalls else {}
+            return {"ok": False, "error": self.error, "config_error": self.config_error, "traceback": self.traceback,
+                    **stall}
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
                 if f.name not in ("error", "config_error", "traceback")}
 

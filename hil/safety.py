@@ -42,6 +42,7 @@ class SafetyConfig:
     rom_margin_rad: float = 0.0873     # 5 deg beyond the model's DOF range
     rom_action: str = "monitor"        # monitor | zero | stop
     rom_zero_hold_s: float = 0.25      # action 'zero': stimulation stays zero this long after the last alarm frame
+    tick_stall_timeout_s: float = 0.5  # no tick for this long: the supervisor zeroes, records and ends the run
 
 
 class _LocalCount:

@@ -135,6 +135,8 @@ def ticks_for(duration_s: float | None, period_s: float) -> int | None:
 # The real-time process and its supervisor
 
 STATE_STARTING, STATE_WARMING, STATE_RUNNING, STATE_DONE, STATE_FAILED = 0.0, 1.0, 2.0, 3.0, 4.0
+STATE_FINISHING = 5.0
+"""The loop has ended; the real-time process stops its helpers and closes the recording (no ticks expected)."""
 
 
 def _status_field(i: int, doc: str) -> property:
@@ -146,7 +148,7 @@ class RunStatus:
     fields over one shared float64 array (a ``multiprocessing`` shared array, passed at spawn)."""
 
     FIELDS = ("ticks", "deadline_misses", "max_lateness_s", "gh_stability", "elbow_deg", "state", "stop_request",
-              "watchdog_trips")
+              "watchdog_trips", "stall_s", "kernels_compiled", "kernels_total", "stall_tick")
     ticks = _status_field(0, "ticks run so far")
     deadline_misses = _status_field(1, "ticks that overran (at the end of the run)")
     max_lateness_s = _status_field(2, "largest tick lateness (at the end of the run)")
@@ -155,9 +157,18 @@ class RunStatus:
     state = _status_field(5, "STATE_STARTING ... STATE_FAILED")
     stop_request = _status_field(6, "set by the supervisor: end the run after the current tick")
     watchdog_trips = _status_field(7, "controller watchdog trips so far")
+    stall_s = _status_field(8, "set by the supervisor: how long the loop has not ticked (0: no stall declared)")
+    kernels_compiled = _status_field(9, "numba kernels compiled so far in the warm-up (none when all were cached)")
+    kernels_total = _status_field(10, "numba kernels the warm-up may compile (0 until it compiles one)")
+    stall_tick = _status_field(11, "the tick in which the loop stalled (set with stall_s)")
 
     def __init__(self, values) -> None:
         self.values = values
+
+    def cell(self, name: str) -> np.ndarray:
+        """The field ``name`` as a one-element array over the shared block (written without a property call)."""
+        i = self.FIELDS.index(name)
+        return np.frombuffer(self.values, np.float64)[i:i + 1]
 
     @classmethod
     def create(cls, ctx) -> "RunStatus":
@@ -181,13 +192,16 @@ def recording_header(cfg: ServiceConfig, model, engine) -> dict:
     }
 
 
-def announce_ports(drivers, port_file: str | None) -> dict:
-    """Print where controllers connect and write it (JSON, atomically) to ``port_file`` when given."""
+def announce_ports(drivers, port_file: str | None, metrics_address: str | None = None) -> dict:
+    """Print where controllers connect and write it (JSON, atomically) to ``port_file`` when given, with
+    the metrics exporter's ``host:port`` under ``"metrics"`` (its line is the supervisor's)."""
     import sys
     ports = {f"{d.index}:{d.name}": dict(d.ports) for d in drivers if d.ports}
     for name, p in ports.items():
         for role, where in p.items():
             print(f"hil: driver {name} {role} at {where}", file=sys.stderr, flush=True)
+    if metrics_address:
+        ports["metrics"] = {"exporter": metrics_address}
     if port_file:
         write_port_file(ports, port_file)
     return ports
@@ -235,7 +249,9 @@ def run_summary(run, summary, driver_stats: dict, lost_drivers: list[str], unwri
         drivers=driver_stats, drivers_lost=lost_drivers, recording=None if rec is None else rec.path,
         recording_failure="" if rec is None else rec.failure,
         records_dropped={n: r.dropped for n, r in ({} if rec is None else rec.rings).items()},
-        records_unwritten=unwritten, problems=run_problems(rec, lost_drivers, unwritten, summary.commands_unrecorded))
+        records_unwritten=unwritten, problems=run_problems(rec, lost_drivers, unwritten, summary.commands_unrecorded),
+        stalls=[{"tick": summary.ticks - 1, "duration_s": round(summary.stall_s, 3), "killed": False}]
+        if summary.stall_s else [])
 
 
 def run_problems(rec, lost_drivers: list[str], unwritten: dict[str, int], commands_unrecorded: int) -> list[str]:

@@ -21,7 +21,7 @@ from hil import service
 from hil.rt_process import RtSpec
 from hil.run_result import RunResult
 
-SAFETY_STOP_REASONS = ("gh_unstable", "range_of_motion")
+SAFETY_STOP_REASONS = ("gh_unstable", "range_of_motion", "tick_stall")
 """``stopped_by`` of a run ended by a safety action ``stop``."""
 
 
@@ -54,7 +54,7 @@ class MetricsHost:
 
     RETRY_S = (0.0, 1.0, 2.0, 5.0, 10.0, 30.0)
 
-    def __init__(self, cfg) -> None:
+    def __init__(self, cfg, port) -> None:
         from drivers.contract import REJECT_REASONS
         from hil.metrics import MetricsBlock, MetricsSchema, default_schema
         from hil.stimulation import fatigue_channel_names
@@ -71,10 +71,31 @@ class MetricsHost:
         self.failures: list[str] = []     # restarts that failed (why)
         self._failed_in_a_row = 0
         self._next_try = 0.0
+        self.port = port                  # hil.metrics_port.MetricsPort
+        self.listener = self.address = self.target = None
 
     def start(self) -> None:
         from hil.exporter import start_exporter
-        self.proc = start_exporter(self.block, self.cfg.host, self.cfg.port, mp.get_context("spawn"))
+        from hil.metrics_port import listen, scrape_address
+        if self.listener is None:     # bound once: every restart of the exporter serves on the same port
+            self.listener = listen(self.cfg.host, self.port.port, not self.port.fixed, self.port.advice)
+            self.address = scrape_address(self.listener)
+        self.proc = start_exporter(self.block, self.cfg.host, self.port.port, mp.get_context("spawn"), self.listener)
+
+    def announce(self) -> None:
+        """Say where /metrics is (one line; why it is not the configured port) and write this run's
+        Prometheus target file; a file that cannot be written is one more line, and the run goes on."""
+        from hil.metrics_port import TargetFile, port_holder
+        taken = self.port.port and not self.address.endswith(f":{self.port.port}")
+        self.target = TargetFile(self.cfg.targets_directory, self.address)
+        service.say(f"metrics at http://{self.address}/metrics"
+                    + (f" (port {self.port.port} is taken by {port_holder(self.port.port)})" if taken else "")
+                    + f"; Prometheus target file {self.target.path}")
+        try:
+            self.target.write()
+        except OSError as exc:
+            service.say(f"cannot write {self.target.path} ({exc.strerror or exc}): Prometheus's file_sd will not "
+                        "find this run; set [metrics] targets_directory to a writable directory")
 
     def check(self) -> None:
         """Restart a dead exporter (called from the supervisor's poll loop)."""
@@ -105,6 +126,10 @@ class MetricsHost:
         if self.proc is not None:
             self.proc.terminate()
             stop_process(self.proc, 5.0)
+        if self.target is not None:
+            self.target.remove()
+        if self.listener is not None:
+            self.listener.close()
         self.block.release()
 
     def report(self, summary: RunResult) -> None:
@@ -113,6 +138,85 @@ class MetricsHost:
         if self.failures and summary.ok:
             summary.problems.append(f"metrics were not exported for part of the run: {len(self.failures)} "
                                        f"restart(s) of the exporter failed (last: {self.failures[-1]})")
+
+
+class StallWatch:
+    """The tick-progress watchdog, in the supervisor: a controller stuck in ``step()`` (in Python, or in C
+    code that holds the GIL) stops the loop's own checks, never this process. While the loop runs, the tick
+    count it reports after every tick must advance within ``[safety] tick_stall_timeout_ms``; when it does not,
+    the stall is counted in the metrics and a stop is requested, and a real-time process that has not ended
+    GRACE_S later is killed (SIGKILL): its link processes die with it, each transport goes quiet, and the
+    recorder closes the file with a stall record (``drivers.contract.KIND_TICK_STALL``). A loop that has not
+    honoured a stop request (SIGTERM) within GRACE_S has stalled too, whatever the timeout."""
+
+    GRACE_S = 1.0
+
+    def __init__(self, timeout_s: float, status, metrics: "MetricsHost | None") -> None:
+        self.timeout_s, self.status, self.metrics = timeout_s, status, metrics
+        self.last_ticks, self.last_change = -1.0, time.monotonic()
+        self.declared = self.killed = False
+        self.ended_at: float | None = None       # when the loop moved on again or its process was killed
+        self.tick = 0                            # the tick in which the loop stalled
+        self.kill_after_s = timeout_s + self.GRACE_S
+        self.why = f"no tick within safety.tick_stall_timeout_ms = {timeout_s * 1e3:g}"
+
+    @property
+    def duration_s(self) -> float:
+        return (self.ended_at or time.monotonic()) - self.last_change
+
+    def poll(self, proc) -> None:
+        """Between waits: declare a stall once ticks stopped for longer than the timeout; kill after the grace."""
+        status, now = self.status, time.monotonic()
+        if status.ticks != self.last_ticks or status.state != service.STATE_RUNNING:
+            if self.declared and self.ended_at is None:
+                self.ended_at = now
+            if not self.declared:
+                self.last_ticks, self.last_change = status.ticks, now
+            return
+        if self.ended_at is not None:
+            return
+        limit = min(self.timeout_s, self.GRACE_S) if status.stop_request else self.timeout_s
+        if not self.declared and now - self.last_change > limit:       # a stop request is honoured within a tick
+            self._declare()
+            self.kill_after_s = limit + self.GRACE_S
+            if limit < self.timeout_s:
+                self.why = f"a stop request not honoured within {limit:g} s"
+        if self.declared:
+            status.stall_s = now - self.last_change
+            if now - self.last_change > self.kill_after_s and proc.is_alive():
+                proc.kill()
+                self.killed, self.ended_at = True, now
+
+    def _declare(self) -> None:
+        self.declared, self.tick = True, int(self.status.ticks)     # ticks run = the index of the one running
+        self.status.stall_tick = self.tick
+        self.status.stall_s = time.monotonic() - self.last_change
+        self.status.stop_request = 1.0
+        self._count()
+
+    def _count(self) -> None:
+        if self.metrics is not None:
+            self.metrics.block.counter("hil_tick_stalls_total").inc()
+            self.metrics.block.gauge("hil_tick_stalled").set(1.0)
+
+    def report(self, summary: RunResult) -> RunResult:
+        """A stalled run is a failed run (``ok`` False) whatever the real-time process reported; a tick the
+        loop itself found too long (it returned before the stall was declared here) counts the same."""
+        if self.declared:
+            stall = {"tick": self.tick, "duration_s": round(self.duration_s, 3), "killed": self.killed}
+        elif summary.stalls:
+            stall = summary.stalls[0]
+            self._count()
+        else:
+            return summary
+        if self.killed and self.metrics is not None:
+            self.metrics.block.gauge("hil_running").set(0.0)     # the loop could not say so itself
+        ended = ("the real-time process did not recover and was killed" if stall["killed"]
+                 else "the loop was stopped when it recovered")
+        error = (f"the loop stalled in tick {stall['tick']} for {stall['duration_s']:.1f} s ({self.why}): "
+                 f"stimulation stopped, {ended}")
+        return dataclasses.replace(summary, ok=False, error=error, config_error=False, stopped_by="tick_stall",
+                                   stalls=[{**stall, "timeout_s": self.timeout_s}])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -176,8 +280,9 @@ class ServiceRun:
     exporter and the view alive."""
 
     def __init__(self, config_path: str, duration, record=None, port_file=None, plant_type=None,
-                 view: ViewOptions | None = None) -> None:
+                 view: ViewOptions | None = None, metrics_port=None) -> None:
         from hil.config import load_service_config, with_plant_type
+        from hil.metrics_port import MetricsPort
 
         self.ctx = mp.get_context("spawn")
         self.status = service.RunStatus.create(self.ctx)
@@ -186,26 +291,40 @@ class ServiceRun:
         self.spec = RtSpec(str(config_path), duration, None if record is None else str(record),
                            None if port_file is None else str(port_file), None, os.getpid(), plant_type)
         self.view_options = view
+        self.metrics_port = metrics_port or MetricsPort(self.cfg.metrics.port)   # default: hil run's choice
         self.metrics = self.view = None
-        self.proc = None
+        self.proc = self.orphan_watch = None
 
     def start(self) -> None:
         """Exporter and view first (a busy port fails before any warm-up or recording), then the real-time
         process."""
         from hil.rt_process import rt_main
         if self.cfg.metrics.enabled:
-            self.metrics = MetricsHost(self.cfg)
+            self.metrics = MetricsHost(self.cfg, self.metrics_port)
             try:
                 self.metrics.start()
             except BaseException:
-                self.metrics.block.release()
+                self.metrics.close()
                 self.metrics = None
                 raise
-            self.spec = dataclasses.replace(self.spec, metrics_shm=self.metrics.block.shm.name)
+            self.metrics.announce()
+            self.spec = dataclasses.replace(self.spec, metrics_shm=self.metrics.block.shm.name,
+                                            metrics_address=self.metrics.address)
         if self.view_options is not None:
             self._start_view()
         self.proc = self.ctx.Process(target=rt_main, name="hil-rt", args=(self.spec, self.status, self.results))
         self.proc.start()
+        self._start_orphan_watch()
+
+    def _start_orphan_watch(self) -> None:
+        """The process that kills a stuck real-time process when this one dies (:mod:`hil.orphan_watch`)."""
+        from hil.orphan_watch import OrphanWatchSpec, run_orphan_watch
+        fields = service.RunStatus.FIELDS
+        spec = OrphanWatchSpec(self.proc.pid, os.getpid(), self.status.values, fields.index("ticks"),
+                               fields.index("state"), service.STATE_RUNNING, self.cfg.safety.tick_stall_timeout_s,
+                               self.spec.port_file)
+        self.orphan_watch = self.ctx.Process(target=run_orphan_watch, name="hil-orphanwatch", args=(spec,))
+        self.orphan_watch.start()
 
     def _start_view(self) -> None:
         self.view = ViewHost(self.view_options, self.spec, self.ctx)
@@ -218,13 +337,15 @@ class ServiceRun:
         self.spec = dataclasses.replace(self.spec, view_shm=self.view.block.name)
 
     def alive(self, wait_s: float = 0.05) -> bool:
-        """Wait up to ``wait_s`` for the real-time process; restart a dead exporter or view; whether it still
-        runs."""
+        """Wait up to ``wait_s`` for the real-time process; restart a dead exporter or view (not once a stop
+        was requested: a SIGTERM to the whole process group ends them too, and that is no failure); whether
+        it still runs."""
         self.proc.join(wait_s)
-        if self.metrics is not None:
-            self.metrics.check()
-        if self.view is not None:
-            self.view.check()
+        if not self.status.stop_request:
+            if self.metrics is not None:
+                self.metrics.check()
+            if self.view is not None:
+                self.view.check()
         return self.proc.is_alive()
 
     def result(self, timeout_s: float = 2.0) -> dict:
@@ -250,6 +371,12 @@ class ServiceRun:
         if self.proc is not None and self.proc.is_alive():
             self.status.stop_request = 1.0
             self.proc.join(30.0)
+            if self.proc.is_alive():        # stuck where no stop request reaches it
+                self.proc.kill()
+                self.proc.join(5.0)
+        if self.orphan_watch is not None:   # it ends when the real-time process has
+            from drivers.process import stop_process
+            stop_process(self.orphan_watch, 2.0)
         if self.metrics is not None:
             self.metrics.close()
             self.metrics = None
@@ -259,9 +386,11 @@ class ServiceRun:
 
 
 def supervise(config_path: str, duration, record, on_poll=None, notify: bool = False, port_file=None,
-              plant_type=None, view: ViewOptions | None = None) -> dict:
-    """Run the real-time process to completion; returns its summary dict (``ok`` False on errors)."""
-    run = ServiceRun(config_path, duration, record, port_file, plant_type, view)
+              plant_type=None, view: ViewOptions | None = None, metrics_port=None) -> dict:
+    """Run the real-time process to completion; returns its summary dict (``ok`` False on errors).
+    ``metrics_port``: a :class:`hil.metrics_port.MetricsPort` (default: ``[metrics] port``, or any free port
+    when it is taken)."""
+    run = ServiceRun(config_path, duration, record, port_file, plant_type, view, metrics_port)
     status = run.status
     notifier = Notifier() if notify else None
 
@@ -278,7 +407,9 @@ def supervise(config_path: str, duration, record, on_poll=None, notify: bool = F
             run.start()
         except Exception as exc:       # the exporter or the view could not listen, or a process could not start
             return RunResult.failed(exc, traceback.format_exc())
+        stall = StallWatch(run.cfg.safety.tick_stall_timeout_s, status, run.metrics)
         while run.alive():
+            stall.poll(run.proc)
             running = status.state == service.STATE_RUNNING
             if notifier is not None and running:
                 if not ready:
@@ -291,7 +422,7 @@ def supervise(config_path: str, duration, record, on_poll=None, notify: bool = F
                     last_ping, last_ticks = now, status.ticks
             if on_poll is not None:
                 on_poll(status)
-        summary = run.result()
+        summary = stall.report(run.result())
         run.linger_after_safety_stop(summary)
         return summary
     finally:

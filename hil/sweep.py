@@ -6,7 +6,10 @@ Rows stream into ``DIR/results.jsonl`` as the runs finish (append-only: a sweep 
 directory skips every id already there) and ``DIR/results.csv`` is written from it at the end. A task that
 raises is retried (``RETRIES``); Dask also reschedules the task of a worker that dies, up to the scheduler's
 ``distributed.scheduler.allowed-failures`` times. A variant whose config is invalid, whose plant diverges, or
-whose task killed its workers that often, is a row with ``status`` "error" and the reason, not a failed sweep.
+whose task killed its workers that often, is a row with ``status`` "error" and the reason, not a failed sweep;
+an error about a swept key names the sweep file and the key. Each variant's config document and input files
+are checked here before anything runs (an invalid one is its error row at once), and a sweep none of whose
+runs succeeds fails (:func:`failure`).
 On Dask, every worker is warmed once as it joins, not in its first run (:mod:`hil.sweep_worker`), and a result
 is released as soon as its row is taken.
 """
@@ -16,12 +19,14 @@ import csv
 import json
 import math
 import os
+import re
 import time
 from dataclasses import dataclass
 
 import numpy as np
 
 from hil.sweep_spec import SweepSpec, Variant, apply_overrides, variants
+from sim.errors import UserInputError
 
 RETRIES = 2
 METRIC_COLUMNS = ("status", "error", "ticks", "simulated_s", "wall_s", "stopped_by", "rms_error_deg",
@@ -34,11 +39,41 @@ class RunTask:
     """One run, everything a worker needs (picklable)."""
 
     variant: Variant
-    raw: dict
+    base: dict                 # the base config's merged document, one object shared by every task of a sweep
     config_path: str
     duration_s: float
     record_path: str | None
     band_rad: float
+    sweep_path: str = ""
+
+    @property
+    def raw(self) -> dict:
+        """The run's config document: a copy of the base with the variant's values set (built when needed, so
+        a sweep holds one document, not one per run)."""
+        return apply_overrides(self.base, self.variant.values, self.sweep_path)
+
+
+def blamed_key(exc: BaseException, swept: list[str]) -> str | None:
+    """The swept key an input error is about (its config key, ``driver[0].kp`` read as ``driver.0.kp``, is that
+    key or inside it); None if it is about no swept key."""
+    key = getattr(exc, "key", None)
+    if not isinstance(key, str):
+        return None
+    dotted = re.sub(r"\[(\d+)\]", r".\1", key)
+    return next((k for k in swept if dotted == k or dotted.startswith(k + ".")), None)
+
+
+def error_row(task: RunTask, exc: BaseException) -> dict:
+    """The results row of a run that failed: the reason, blaming the sweep file's key when it is about one."""
+    key = blamed_key(exc, list(task.variant.values))
+    if key is not None:
+        reason = getattr(exc, "reason", str(exc))
+        where = "" if getattr(exc, "file", None) in (None, task.sweep_path) else f" (applied to {exc.file})"
+        text = f"{task.sweep_path}, swept key {key!r}: {reason}{where}"
+    else:
+        text = f"{type(exc).__name__}: {exc}"
+    return {"id": task.variant.id, **task.variant.values, "status": "error", "error": text,
+            "error_key": key or "", "input_error": isinstance(exc, UserInputError)}
 
 
 class TickCollector:
@@ -74,7 +109,7 @@ def run_task(task: RunTask) -> dict:
         keep = TickCollector(n_ticks)
         result = run_offline(cfg, n_ticks, [keep], task.record_path)
     except (UserInputError, PlantDivergedError, ValueError) as exc:
-        return {**row, "status": "error", "error": f"{type(exc).__name__}: {exc}"}
+        return error_row(task, exc)
     engine = keep.engine
     names = [c.name for c in engine.stim.channels] if engine.stim is not None else []
     dof_names = engine.plant.model.dof_names
@@ -110,9 +145,50 @@ def tasks(spec: SweepSpec, runs: list[Variant], out_dir: str) -> list[RunTask]:
     base = merged_document(spec.base)
     done = finished_ids(out_dir)
     runs_dir = os.path.join(out_dir, "runs")
-    return [RunTask(v, apply_overrides(base, v.values, spec.path), spec.base, spec.duration_s,
-                    os.path.join(runs_dir, f"{v.id}.hilrec") if spec.keep_recordings else None, spec.settling_band_rad)
+    return [RunTask(v, base, spec.base, spec.duration_s,
+                    os.path.join(runs_dir, f"{v.id}.hilrec") if spec.keep_recordings else None, spec.settling_band_rad,
+                    spec.path)
             for v in runs if v.id not in done]
+
+
+def _input_files(cfg) -> dict[str, str]:
+    """The files a run of ``cfg`` reads besides its config, by key: the plant's initial state and MTG parameters."""
+    names = {key: name for key, name, builtin in (("plant.initial", cfg.plant.initial, "equilibrium"),
+                                                   ("plant.mtg_parameters", cfg.plant.mtg_parameters, "default"))
+             if name != builtin}
+    return {key: n if os.path.isabs(n) else os.path.join(cfg.base_dir, n) for key, n in names.items()}
+
+
+def preflight(todo: list[RunTask]) -> tuple[list[RunTask], list[dict]]:
+    """(tasks whose config document is valid and whose input files are readable regular files of a bounded
+    size, error rows of the others): checked here, before any worker starts, each file read once."""
+    from hil.config import service_config_from_dict
+    from sim.config import ConfigError
+    from sim.input_file import InputFileError, read_input_file
+    file_errors: dict[str, str | None] = {}
+
+    def check(task: RunTask) -> None:
+        cfg = service_config_from_dict(task.raw, task.config_path)
+        for key, name in _input_files(cfg).items():
+            if name not in file_errors:
+                try:
+                    read_input_file(name)
+                    file_errors[name] = None
+                except InputFileError as exc:
+                    file_errors[name] = str(exc)
+                except OSError as exc:
+                    file_errors[name] = f"{name}: {exc.strerror or exc}"
+            if file_errors[name] is not None:
+                raise ConfigError(file_errors[name], file=task.config_path, key=key)
+
+    valid, rows = [], []
+    for task in todo:
+        try:
+            check(task)
+            valid.append(task)
+        except (UserInputError, OSError, ValueError) as exc:
+            rows.append(error_row(task, exc))
+    return valid, rows
 
 
 def _append(out_dir: str, row: dict) -> None:
@@ -122,15 +198,25 @@ def _append(out_dir: str, row: dict) -> None:
         os.fsync(f.fileno())
 
 
-def write_csv(out_dir: str, keys: list[str]) -> str:
-    """``results.csv`` from ``results.jsonl``: id, the swept keys, the metric columns, the charge columns."""
-    rows = []
-    with open(os.path.join(out_dir, "results.jsonl"), encoding="utf-8") as f:
+def _rows(out_dir: str) -> list[dict]:
+    """The rows of ``results.jsonl`` (a torn line, from an interrupted sweep, is left out)."""
+    rows, path = [], os.path.join(out_dir, "results.jsonl")
+    if not os.path.exists(path):
+        return rows
+    with open(path, encoding="utf-8") as f:
         for line in f:
             try:
-                rows.append(json.loads(line))
+                row = json.loads(line)
             except json.JSONDecodeError:
                 continue
+            if isinstance(row, dict):
+                rows.append(row)
+    return rows
+
+
+def write_csv(out_dir: str, keys: list[str]) -> str:
+    """``results.csv`` from ``results.jsonl``: id, the swept keys, the metric columns, the charge columns."""
+    rows = _rows(out_dir)
     charge = sorted({k for r in rows for k in r if k.startswith("charge_")})
     columns = ["id", *keys, *METRIC_COLUMNS, *charge]
     path = os.path.join(out_dir, "results.csv")
@@ -184,10 +270,10 @@ def run_sweep(spec: SweepSpec, out_dir: str, workers: int = 2, scheduler: str | 
     total)`` after each run. Returns the counts, the wall time and where the results are."""
     os.makedirs(out_dir, exist_ok=True)
     runs = variants(spec)
-    todo = tasks(spec, runs, out_dir)
+    todo, invalid = preflight(tasks(spec, runs, out_dir))
     if spec.keep_recordings:
         os.makedirs(os.path.join(out_dir, "runs"), exist_ok=True)
-    total, count = len(todo), [0]
+    total, count = len(todo) + len(invalid), [0]
 
     def on_row(row):
         _append(out_dir, row)
@@ -197,6 +283,8 @@ def run_sweep(spec: SweepSpec, out_dir: str, workers: int = 2, scheduler: str | 
 
     t0 = time.perf_counter()
     info = {"scheduler": None, "workers": 0}
+    for row in invalid:
+        on_row(row)
     if todo:
         if workers == 0 and scheduler is None:
             _local(todo, on_row)
@@ -205,4 +293,25 @@ def run_sweep(spec: SweepSpec, out_dir: str, workers: int = 2, scheduler: str | 
     wall = time.perf_counter() - t0
     return {"runs": len(runs), "run_now": total, "skipped": len(runs) - total, "wall_s": wall,
             "results_csv": write_csv(out_dir, spec.keys), "results_jsonl": os.path.join(out_dir, "results.jsonl"),
-            **info}
+            **info, **outcome(out_dir)}
+
+
+def outcome(out_dir: str) -> dict:
+    """How the sweep's runs ended (all rows of ``results.jsonl``, earlier ones too): ``ok`` and ``errors`` counts,
+    the ``first_error`` and whether every error is the input's (``input_errors``)."""
+    ok, errors, first, inputs = 0, 0, None, True
+    for row in _rows(out_dir):
+        if row.get("status") == "ok":
+            ok += 1
+        elif row.get("status") == "error":
+            errors += 1
+            first = first or row.get("error")
+            inputs = inputs and row.get("input_error", False)
+    return {"ok": ok, "errors": errors, "first_error": first, "input_errors": errors > 0 and inputs}
+
+
+def failure(summary: dict, sweep_path: str) -> str | None:
+    """Why the sweep failed when none of its runs succeeded (its input's fault if ``input_errors``), else None."""
+    if summary["ok"] or not summary["errors"]:
+        return None
+    return f"{sweep_path}: every run failed ({summary['errors']}); the first: {summary['first_error']}"

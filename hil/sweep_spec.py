@@ -78,9 +78,11 @@ def _distribution(path, key, value):
 
 def load_sweep(path: str) -> SweepSpec:
     """The validated sweep file (the base config itself is validated per variant when it runs)."""
+    from sim.input_file import InputFileError, read_input_file
     try:
-        with open(path, "rb") as f:
-            doc = tomllib.load(f)
+        doc = tomllib.loads(read_input_file(path).decode("utf-8"))
+    except InputFileError as exc:
+        raise _error(path, None, exc.reason) from None
     except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise _error(path, None, f"cannot read the sweep file: {exc}") from None
     unknown = set(doc) - {"base", "duration_s", "keep_recordings", "settling_band_deg", "grid", "random"}
@@ -101,10 +103,13 @@ def load_sweep(path: str) -> SweepSpec:
     grid = doc.get("grid", {})
     if not isinstance(grid, dict) or not all(isinstance(v, list) and v for v in grid.values()):
         raise _error(path, "grid", "each key needs a non-empty list of values")
+    if not isinstance(doc.get("random", {}), dict):
+        raise _error(path, "random", "must be a table ([random])")
     rnd = dict(doc.get("random", {}))
     n, seed = rnd.pop("n", 0), rnd.pop("seed", 0)
     if not (isinstance(n, int) and n >= 0 and isinstance(seed, int) and seed >= 0):
         raise _error(path, "random", "n and seed must be integers >= 0")
+    _check_run_count(path, grid, n if rnd else 1)
     dists = {k: _distribution(path, k, v) for k, v in rnd.items()}
     if rnd and n == 0:
         raise _error(path, "random.n", "random parameters need n >= 1 samples")
@@ -116,6 +121,15 @@ def load_sweep(path: str) -> SweepSpec:
                      random_seed=seed)
 
 
+def _check_run_count(path: str, grid: dict, samples: int) -> None:
+    """Refuse more than MAX_RUNS runs, counted from the sizes alone before any run is built."""
+    points = math.prod(len(values) for values in grid.values())
+    if points * samples > MAX_RUNS:
+        key = "random.n" if samples > MAX_RUNS or not grid else "grid"
+        raise _error(path, key, f"{points} grid point(s) x {samples} random sample(s) = {points * samples} runs; "
+                                f"at most {MAX_RUNS}")
+
+
 def variant_id(values: dict) -> str:
     """A short, stable hash of a run's parameter values."""
     return hashlib.sha1(json.dumps(values, sort_keys=True, default=float).encode()).hexdigest()[:12]
@@ -124,6 +138,7 @@ def variant_id(values: dict) -> str:
 def variants(spec: SweepSpec) -> list[Variant]:
     """Every grid point with each of the ``random_n`` seeded samples of the random keys, the same samples at every
     grid point (a paired design); one run if neither is given."""
+    _check_run_count(spec.path, spec.grid, spec.random_n if spec.random else 1)
     points = [dict(zip(spec.grid, combo)) for combo in itertools.product(*spec.grid.values())] or [{}]
     rng = np.random.default_rng(spec.random_seed)
     samples = []
@@ -135,10 +150,7 @@ def variants(spec: SweepSpec) -> list[Variant]:
             else:
                 sample[key] = dist[1][int(rng.integers(len(dist[1])))]
         samples.append(sample)
-    out = [Variant(variant_id({**p, **s}), {**p, **s}) for p in points for s in samples]
-    if len(out) > MAX_RUNS:
-        raise _error(spec.path, "grid", f"{len(out)} runs; at most {MAX_RUNS}")
-    return out
+    return [Variant(variant_id({**p, **s}), {**p, **s}) for p in points for s in samples]
 
 
 def apply_overrides(raw: dict, values: dict, path: str) -> dict:

@@ -152,9 +152,11 @@ def load_model_config(path: str | PathLike) -> ModelConfig:
         ConfigError: the file cannot be read, is not UTF-8 or not TOML, or has an unknown table or key, a value of
             the wrong type, a non-finite value or a value out of range.
     """
+    from sim.input_file import InputFileError, read_input_file
     try:
-        with open(path, "rb") as fh:
-            doc = tomllib.load(fh)
+        doc = tomllib.loads(read_input_file(path).decode("utf-8"))
+    except InputFileError as exc:
+        raise ConfigError(exc.reason, file=path) from None
     except OSError as exc:
         raise ConfigError(f"cannot read file: {exc.strerror or exc}", file=path) from exc
     except tomllib.TOMLDecodeError as exc:

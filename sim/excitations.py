@@ -114,9 +114,13 @@ def _closest(name: str, valid: Sequence[str]) -> str:
 
 
 def _open_text(path: str | PathLike) -> io.StringIO:
-    """The file's text (UTF-8, an optional BOM dropped) for csv.reader; not UTF-8: ExcitationFileError."""
-    with open(path, "rb") as fh:
-        data = fh.read().removeprefix(codecs.BOM_UTF8)
+    """The file's text (UTF-8, an optional BOM dropped) for csv.reader; not UTF-8, not a regular file or too
+    large: ExcitationFileError."""
+    from sim.input_file import MAX_TABLE_FILE_BYTES, InputFileError, read_input_file
+    try:
+        data = read_input_file(path, MAX_TABLE_FILE_BYTES).removeprefix(codecs.BOM_UTF8)
+    except InputFileError as exc:
+        raise ExcitationFileError(path, exc.reason) from None
     try:
         return io.StringIO(data.decode("utf-8"), newline="")
     except UnicodeDecodeError as exc:

@@ -149,8 +149,11 @@ def load_mtg_parameters(path: str | Path | None = None) -> MtgParameters:
         where = f"sim/data/{DEFAULT_FILE}"
     else:
         where = str(path)
+        from sim.input_file import InputFileError, read_input_file
         try:
-            text = Path(path).read_text(encoding="utf-8")
+            text = read_input_file(path).decode("utf-8")
+        except InputFileError as exc:
+            raise MtgParameterError(str(exc)) from None
         except (OSError, UnicodeDecodeError) as exc:
             raise MtgParameterError(f"{where}: cannot read: {exc}") from None
     try:

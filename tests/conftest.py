@@ -1,5 +1,6 @@
 """Shared fixtures: the DAS3 model for the numerical tests of the plant (``sim``), and configs built
 on the shipped ones for the service tests."""
+import os
 import socket
 import textwrap
 from pathlib import Path
@@ -57,6 +58,21 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.fixture
+def held_port():
+    """A TCP port on 127.0.0.1 held (listening) by this process while the test runs: a stand-in for a
+    lab's `hil serve` or a second experiment on the configured metrics port."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        yield s.getsockname()[1]
+
+
+def metrics_port(ports: dict) -> int:
+    """The metrics exporter's port in the JSON of `hil run --port-file`."""
+    return int(ports["metrics"]["exporter"].rsplit(":", 1)[1])
+
+
 def wait_for_port_file(path: Path, proc, timeout: float = 120.0) -> dict:
     """The ports a `hil run --port-file` announced, once the file exists (fails if the run exits first)."""
     import json
@@ -111,3 +127,45 @@ def loopback_driver(controller, period_s: float, muscle_names=(), channel_names=
                                   group_names=tuple(group_names), dof_names=DOF_NAMES, params=params or {})
     controller.reset(settings)
     return LoopbackDriver(controller, settings)
+
+
+def processes() -> dict[int, tuple[int, str]]:
+    """pid -> (parent pid, name) of every process."""
+    out = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            name = stat[stat.index("(") + 1:stat.rindex(")")]
+            out[int(entry.name)] = (int(stat[stat.rindex(")") + 2:].split()[1]), name)
+    return out
+
+
+def descendants(pid: int) -> dict[int, str]:
+    """pid -> name of every process below ``pid``."""
+    table, found, todo = processes(), {}, [pid]
+    while todo:
+        parent = todo.pop()
+        for child, (ppid, name) in table.items():
+            if ppid == parent and child not in found:
+                found[child] = name
+                todo.append(child)
+    return found
+
+
+@pytest.fixture(scope="module")
+def lsl_config(tmp_path_factory):
+    """A liblsl config that keeps LSL on 127.0.0.1, named in LSLAPICFG (this process and its children)."""
+    pytest.importorskip("pylsl")
+    from drivers.lsl import LOCALHOST_API_CONFIG
+    path = tmp_path_factory.mktemp("lsl") / "lsl_api.cfg"
+    path.write_text(LOCALHOST_API_CONFIG)
+    before = os.environ.get("LSLAPICFG")
+    os.environ["LSLAPICFG"] = str(path)      # liblsl reads it at its first use in a process
+    yield path
+    if before is None:
+        del os.environ["LSLAPICFG"]
+    else:
+        os.environ["LSLAPICFG"] = before

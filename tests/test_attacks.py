@@ -18,8 +18,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import serial
-from conftest import free_port
+from conftest import CONFIGS, descendants, free_port
 
+from drivers.can_local import host_local_group
 from drivers.contract import KIND_CHANNEL, KIND_DRIVER_LOST, KIND_REJECTS
 from drivers.sciencemode2_codec import CMD_INIT, CMD_INIT_CLM, CMD_START_CLM, CMD_WATCHDOG, FrameParser, encode_frame
 from hil.recording import RecordingReader
@@ -61,32 +62,6 @@ def wait_for_ticks(rec: Path, n: int = 10, timeout: float = 60.0) -> None:
 
 def red_lines(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.startswith("Error:")]
-
-
-def processes() -> dict[int, tuple[int, str]]:
-    """pid -> (parent pid, name) of every process."""
-    out = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            name = stat[stat.index("(") + 1:stat.rindex(")")]
-            out[int(entry.name)] = (int(stat[stat.rindex(")") + 2:].split()[1]), name)
-    return out
-
-
-def descendants(pid: int) -> dict[int, str]:
-    """pid -> name of every process below ``pid``."""
-    table, found, todo = processes(), {}, [pid]
-    while todo:
-        parent = todo.pop()
-        for child, (ppid, name) in table.items():
-            if ppid == parent and child not in found:
-                found[child] = name
-                todo.append(child)
-    return found
 
 
 def wait_for_process(parent: int, name: str, timeout: float = 300.0) -> int:
@@ -341,7 +316,7 @@ def _amplitudes_after(rec: Path, receive_kind_tick) -> np.ndarray:
 def test_heartbeat_after_a_can_watchdog_trip_does_not_switch_stimulation_back_on(tmp_path, config_over):
     import can
     import cantools
-    group = f"239.77.{random.randint(1, 250)}.{random.randint(1, 250)}"
+    group = host_local_group(random.randint(1, 0xFFFF))
     cfg = config_over("can.toml", f"""
         [metrics]
         enabled = false
@@ -495,11 +470,10 @@ def test_killed_exporter_is_restarted_and_counted(tmp_path, config_over):
     proc, port, exporter = run_with_metrics(tmp_path, config_over, 5)
     os.kill(exporter, signal.SIGKILL)
     t_end, text = time.monotonic() + 20, None
-    while text is None or "hil_exporter_restarts_total" not in text:
-        assert time.monotonic() < t_end and proc.poll() is None, "the exporter was not restarted"
-        time.sleep(0.2)
+    while text is None or _metric(text, "hil_exporter_restarts_total") != 1:   # a scrape waiting in the held
+        assert time.monotonic() < t_end and proc.poll() is None, "the exporter was not restarted"  # socket may
+        time.sleep(0.2)                                                  # be answered just before the count
         text = _scrape(port)
-    assert _metric(text, "hil_exporter_restarts_total") == 1
     ticks = _metric(text, "hil_ticks_total")
     time.sleep(0.5)
     assert _metric(_scrape(port), "hil_ticks_total") > ticks > 0     # the counters went on through the restart
@@ -512,28 +486,105 @@ def test_killed_exporter_is_restarted_and_counted(tmp_path, config_over):
     assert "metrics exporter died" in err
 
 
-def test_exporter_that_cannot_be_restarted_is_reported_and_exits_5(tmp_path, config_over):
+def test_no_process_can_take_the_metrics_port_while_the_exporter_restarts(tmp_path, config_over):
+    """The supervisor holds the listening socket for the whole run: with the exporter killed, another process
+    cannot bind its port (it could before, and the restart then failed), and the restart serves on it."""
     import socket
     proc, port, exporter = run_with_metrics(tmp_path, config_over, 4)
-    squatter = socket.socket()
     os.kill(exporter, signal.SIGKILL)
-    t_end = time.monotonic() + 5
-    while True:                                       # take the port before the supervisor's restart does
-        try:
-            squatter.bind(("127.0.0.1", port))
-            break
-        except OSError:
-            assert time.monotonic() < t_end
-            time.sleep(0.001)
-    squatter.listen()
+    t_end, squatter = time.monotonic() + 1.0, socket.socket()
     try:
-        out, err = proc.communicate(timeout=120)
+        while time.monotonic() < t_end:
+            with pytest.raises(OSError):
+                squatter.bind(("127.0.0.1", port))
+            time.sleep(0.001)
     finally:
         squatter.close()
-    assert proc.returncode == 5, err
-    lines = red_lines(err)
-    assert len(lines) == 1 and "metrics were not exported" in lines[0] and "Traceback" not in err, err
-    assert json.loads(out)["stopped_by"] == "duration"      # monitoring is not a safety function
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0 and not red_lines(err), err
+    assert json.loads(out)["exporter_restarts"] == 1
+
+
+def test_exporter_that_cannot_be_restarted_is_reported_and_exits_5(monkeypatch, capsys):
+    """A restart that fails (its process cannot start) is retried later, and the run ends with a problem, which
+    `hil run` turns into exit status 5."""
+    import typer
+
+    from hil import exporter as exporter_module
+    from hil.cli.run import _run_exit
+    from hil.config import load_service_config
+    from hil.exporter import MetricsError
+    from hil.metrics_port import MetricsPort
+    from hil.run_result import RunResult
+    from hil.supervisor import MetricsHost
+    cfg = load_service_config(str(CONFIGS / "elbow-hold.toml"))
+    host = MetricsHost(cfg, MetricsPort(0))
+    try:
+        host.start()
+        host.proc.kill()
+        host.proc.join(5.0)
+
+        def cannot_start(*_args, **_kwargs):
+            raise MetricsError("the metrics exporter did not start")
+        monkeypatch.setattr(exporter_module, "start_exporter", cannot_start)
+        host.check()
+        assert host.proc is None and host.failures == ["the metrics exporter did not start"]
+        assert host.restarts.value == 0 and host.deaths == 1
+        summary = RunResult(ok=True, stopped_by="duration")
+        host.report(summary)
+    finally:
+        host.close()
+    assert len(summary.problems) == 1 and "metrics were not exported" in summary.problems[0]
+    with pytest.raises(typer.Exit) as exit_:
+        _run_exit(summary)
+    assert exit_.value.exit_code == 5
+    assert "next try in 1 s" in capsys.readouterr().err
+
+
+# --- 11. a plug-in whose return raises while it is read (issue 34) ---------------------------------------
+
+BROKEN_PLUGIN = """
+from drivers.controller import ChannelCommand, Controller
+class Loud(ChannelCommand):
+    @property
+    def amplitude_ma(self):
+        raise RuntimeError("field boom")
+def commands():
+    yield ChannelCommand(4, 300.0, 40.0, 40.0)
+    raise RuntimeError("generator boom")
+class Plugin(Controller):
+    max_commands = MAX_COMMANDS
+    def step(self, tick, time_s, frame):
+        if time_s < 0.4:
+            return [ChannelCommand(4, 300.0, 40.0, 40.0)]
+        if time_s < 0.8:
+            self.max_commands = "many"
+            return commands()
+        return [Loud(4, 300.0, 40.0, 40.0)]
+"""
+
+
+def test_plugin_faults_inside_its_return_are_counted_and_the_watchdog_decides(tmp_path, config_over):
+    (tmp_path / "plugin.py").write_text(BROKEN_PLUGIN.replace("MAX_COMMANDS", "2"))
+    cfg = config_over("elbow-hold.toml", """
+        [metrics]
+        enabled = false
+        [[driver]]
+        type = "loopback"
+        controller = "plugin.py:Plugin"
+        """)
+    out = hil("run", "--config", cfg, "--duration", 1.5, "--json")
+    assert out.returncode == 0 and not red_lines(out.stderr), out.stderr
+    summary = json.loads(out.stdout)
+    assert set(summary["commands_rejected"]) == {"0:controller_error"} and summary["watchdog_trips"] == 1
+    assert summary["commands_rejected"]["0:controller_error"] >= 10                   # every call from 0.4 s on
+    assert out.stderr.count("generator boom") == 1 and out.stderr.count("field boom") == 1, out.stderr
+    (tmp_path / "plugin.py").write_text(BROKEN_PLUGIN.replace("MAX_COMMANDS", "10**10"))
+    for command in ("check-config", "run"):
+        out = hil(command, *(["--config"] if command == "run" else []), cfg, *(["--duration", 1] if command == "run" else []))
+        assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+        assert red_lines(out.stderr) == out.stderr.strip().splitlines() and len(red_lines(out.stderr)) == 1
+        assert "driver[0].controller" in out.stderr and "max_commands = 10000000000 is outside 1..4096" in out.stderr
 
 
 # --- the same rules at the engine, without processes --------------------------------------------------

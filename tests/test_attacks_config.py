@@ -11,6 +11,7 @@ from hil.cli import app
 from hil.config import MAX_RUN_DURATION_S, load_service_config
 
 runner = CliRunner()
+REPO = CONFIGS.parent
 LATIN1 = "# caf\xe9 from an old editor\n".encode("latin-1")
 
 
@@ -155,7 +156,7 @@ def test_ticks_for_rejects_a_duration_beyond_a_month():
 
 @pytest.mark.parametrize("value", ["1e300", "61"])
 def test_huge_can_counter_reset_is_a_config_error(config_over, value):
-    group = f"239.78.{random.randint(1, 250)}.{random.randint(1, 250)}"
+    group = f"ff11::fe5:{random.randint(1, 0xFFFF):x}"      # host-local (drivers.can_local)
     cfg = config_over("can.toml", f"""
         [metrics]
         enabled = false
@@ -177,3 +178,118 @@ def test_huge_serial_client_timeout_is_a_config_error(config_over, value):
         client_timeout_ms = {value}
         """)
     assert_one_red_line(invoke("check-config", cfg), "driver[0].client_timeout_ms", "[2000, 60000]")
+
+
+# -- 4. no input file hangs a command or exhausts its memory ---------------------------------------
+# Run as a process with a bounded address space and a timeout: a command that builds a huge object
+# fails (MemoryError) instead of filling the machine, and one that hangs fails the test instead of the suite.
+
+def hil_process(*args, cwd=None):
+    """``python -m hil ARGS`` in a process with at most 3 GiB of address space; (exit code, stderr)."""
+    import resource
+    import subprocess
+    import sys
+
+    def bounded():
+        resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+
+    done = subprocess.run([sys.executable, "-m", "hil", *map(str, args)], capture_output=True, text=True,
+                          timeout=120, preexec_fn=bounded, cwd=cwd)
+    return done.returncode, done.stderr
+
+
+def assert_one_error_line(code, stderr, *words):
+    """Exit 2, one non-empty stderr line, 'Error:' and every word in it, no traceback."""
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert code == 2, (code, stderr[-2000:])
+    assert len(lines) == 1 and lines[0].startswith("Error:") and "Traceback" not in stderr, stderr[-2000:]
+    for word in words:
+        assert word in lines[0], lines[0]
+
+
+@pytest.fixture
+def fifo(tmp_path):
+    import os
+    path = tmp_path / "pipe.toml"
+    os.mkfifo(path)
+    return path
+
+
+def test_a_device_as_the_config_is_one_line():
+    assert_one_error_line(*hil_process("check-config", "/dev/zero"), "/dev/zero", "not a regular file")
+
+
+def test_a_fifo_as_the_config_or_an_include_is_one_line(tmp_path, fifo):
+    assert_one_error_line(*hil_process("check-config", fifo), str(fifo), "not a regular file")
+    top = write(tmp_path / "top.toml", f'include = ["{fifo}"]\n')
+    assert_one_error_line(*hil_process("check-config", top), str(fifo), "not a regular file")
+
+
+def test_an_oversized_config_is_refused_unread(tmp_path):
+    from hil.files import MAX_TEXT_FILE_BYTES
+    big = tmp_path / "big.toml"
+    with open(big, "wb") as fh:
+        fh.truncate(MAX_TEXT_FILE_BYTES + 1)          # sparse: no disk, and never read
+    assert_one_error_line(*hil_process("check-config", big), str(big), f"at most {MAX_TEXT_FILE_BYTES}")
+
+
+def test_an_include_fan_out_is_refused_at_once(tmp_path):
+    """8 files, each including the next 10 times: 10^7 includes unless the tree is bounded."""
+    for i in range(1, 8):
+        write(tmp_path / f"f{i}.toml", "include = [" + ", ".join([f'"f{i + 1}.toml"'] * 10) + "]\n")
+    write(tmp_path / "f8.toml", "[loop]\nperiod_ms = 4\n")
+    assert_one_error_line(*hil_process("check-config", tmp_path / "f1.toml"), "include", "f1.toml",
+                          "more than 64 included files")
+
+
+def test_a_shared_include_is_merged_unchanged_wherever_it_is_listed(tmp_path):
+    """A diamond (two includes of one common file, read once) is not a cycle, and what one includer sets over
+    the common file does not leak into the other's copy of it."""
+    write(tmp_path / "common.toml", "[loop]\nperiod_ms = 2\n")
+    write(tmp_path / "a.toml", 'include = ["common.toml"]\n[loop]\nperiod_ms = 5\n[safety]\ngh_action = "zero"\n')
+    write(tmp_path / "b.toml", 'include = ["common.toml"]\n[loop]\nsubsteps = 2\n')
+    cfg = load_service_config(write(tmp_path / "top.toml", 'include = ["a.toml", "b.toml"]\n'))
+    assert (cfg.loop.period_s, cfg.loop.substeps, cfg.safety.gh_action) == (pytest.approx(0.002), 2, "zero")
+
+
+def test_an_include_cycle_names_the_cycle(tmp_path):
+    write(tmp_path / "a.toml", 'include = ["b.toml"]\n')
+    write(tmp_path / "b.toml", 'include = ["a.toml"]\n')
+    code, err = hil_process("check-config", tmp_path / "a.toml")
+    assert_one_error_line(code, err, "includes itself", "a.toml -> b.toml -> a.toml")
+
+
+@pytest.mark.parametrize("initial", ["/dev/zero", "fifo"])
+@pytest.mark.parametrize("command", ["check-config", "run --offline"])
+def test_a_device_or_fifo_as_the_initial_state_is_one_line(config_over, fifo, initial, command):
+    name = str(fifo) if initial == "fifo" else initial
+    cfg = config_over("elbow-hold.toml", f'[plant]\ninitial = "{name}"\n[metrics]\nenabled = false\n'
+                                         '[recording]\nenabled = false\n')
+    args = ["check-config", cfg] if command == "check-config" else ["run", "--config", cfg, "--offline",
+                                                                      "--duration", "0.1"]
+    assert_one_error_line(*hil_process(*args), name, "not a regular file")
+
+
+def test_an_oversized_initial_state_is_refused_unread(config_over, tmp_path):
+    from hil.files import MAX_TEXT_FILE_BYTES
+    big = tmp_path / "state.json"
+    with open(big, "wb") as fh:
+        fh.truncate(MAX_TEXT_FILE_BYTES + 1)
+    cfg = config_over("elbow-hold.toml", f'[plant]\ninitial = "{big}"\n')
+    assert_one_error_line(*hil_process("check-config", cfg), str(big), f"at most {MAX_TEXT_FILE_BYTES}")
+
+
+def test_a_fifo_as_the_mtg_parameter_file_is_one_line(config_over, fifo):
+    """The files the lower layers read are read the same bounded way (sim.input_file)."""
+    cfg = config_over("elbow-hold-mtg.toml", f'[plant]\nmtg_parameters = "{fifo}"\n')
+    assert_one_error_line(*hil_process("check-config", cfg), str(fifo), "not a regular file")
+
+
+@pytest.mark.parametrize("option", ["--excitations", "--model-config", "--initial"])
+def test_a_fifo_as_an_input_file_of_hil_simulate_is_one_line(tmp_path, fifo, option):
+    excitations = REPO / "examples" / "elbow_flexion.csv"
+    args = {"--excitations": [option, fifo], "--model-config": ["-e", excitations, option, fifo],
+            "--initial": ["-e", excitations, option, fifo]}[option]
+    assert_one_error_line(*hil_process("simulate", *args, "--duration", "0.01", "--step", "0.005",
+                                      "--out", tmp_path / "out.csv"), str(fifo),
+                          "not a regular file")

@@ -20,6 +20,7 @@ from drivers.base import DriverInitializationError
 from drivers.can import CanDriver, CanEndpoint
 from drivers.can_dbc import generate_dbc
 from drivers.can_feedback import FeedbackSet
+from drivers.can_local import HostLocalUdpMulticastBus, host_local_group, is_host_local_group
 from drivers.contract import frame_dtype
 from drivers.link import (
     AUX_REJECTS_TOTAL,
@@ -317,7 +318,7 @@ def test_a_dbc_that_does_not_match_the_feedback_is_refused(tmp_path, edit, feedb
 
 def test_link_process_round_trip_over_udp_multicast(db):
     """The link in its own process; the peer in this one (python-can udp_multicast crosses processes)."""
-    group = f"239.74.{random.randint(1, 250)}.{random.randint(1, 250)}"
+    group = host_local_group(random.randint(1, 0xFFFF))
     args = dict(interface="udp_multicast", channel=group, dbc_path=str(DBC), muscle_names=list(MODEL.muscle_names))
     group_names = tuple(muscle_groups(MODEL.muscle_names))
     drv = CanDriver(CanEndpoint, args, frame_dtype(), index=0, group_names=group_names)
@@ -364,11 +365,80 @@ def test_link_process_round_trip_over_udp_multicast(db):
     assert not drv.link_alive
 
 
+def _free_udp_port() -> int:
+    with socket.socket(socket.AF_INET6, socket.SOCK_DGRAM) as s:
+        s.bind(("::", 0))
+        return s.getsockname()[1]
+
+
+def _first(bus, frame_id: int, timeout_s: float = 2.0):
+    """The next frame of ``bus`` with ``frame_id`` (a stock bus also gets its own sends), None after ``timeout_s``."""
+    t_end = time.monotonic() + timeout_s
+    while (msg := bus.recv(max(0.0, t_end - time.monotonic()))) is not None:
+        if msg.arbitration_id == frame_id:
+            return msg
+    return None
+
+
+@pytest.mark.parametrize("channel, local", [("ff11::fe5:c", True), ("ff01::1", True), ("FF31::abc", True),
+                                            ("ff15::1", False), ("ff02::1", False), ("239.74.163.2", False),
+                                            ("::1", False), ("can0", False), (None, False)])
+def test_only_interface_local_groups_count_as_host_local(channel, local):
+    assert is_host_local_group(channel) is local
+
+
+def test_the_service_bus_talks_to_stock_python_can_and_takes_only_the_group(db):
+    """Frames cross between the service's bus and a stock udp_multicast bus on the group; a unicast datagram to
+    the port (what another host can send) reaches the stock bus, which binds the wildcard address, but never the
+    service's; garbage on the group comes out as an error frame (counted as bad_frame by the link)."""
+    from can.interfaces.udp_multicast.utils import pack_message
+    group, port = host_local_group(random.randint(1, 0xFFFF)), _free_udp_port()
+    service = HostLocalUdpMulticastBus(channel=group, port=port, can_filters=[
+        {"can_id": 0x200, "can_mask": 0x700, "extended": False}])
+    stock = can.Bus(interface="udp_multicast", channel=group, port=port)
+    try:
+        beat = db.get_message_by_name("FES_Heartbeat")
+        send(stock, db, "FES_Heartbeat", state=0, counter=1)
+        assert _first(service, beat.frame_id) is not None
+        service.send(can.Message(arbitration_id=0x300, data=bytes(8), is_extended_id=False))
+        assert _first(stock, 0x300) is not None
+        datagram = pack_message(can.Message(arbitration_id=beat.frame_id, is_extended_id=False,
+                                            data=beat.encode(dict(state=0, counter=2))))
+        for _ in range(16):     # new source ports: the kernel spreads unicast flows over a port's sockets
+            for family, address in ((socket.AF_INET6, "::1"), (socket.AF_INET, "127.0.0.1")):
+                with socket.socket(family, socket.SOCK_DGRAM) as udp:
+                    udp.sendto(datagram, (address, port))
+        assert _first(stock, beat.frame_id) is not None
+        assert service.recv(0.3) is None
+        with socket.socket(socket.AF_INET6, socket.SOCK_DGRAM) as udp:
+            udp.sendto(b"\x93garbage", (group, port))
+        got = service.recv(2.0)
+        assert got is not None and got.is_error_frame
+    finally:
+        service.shutdown()
+        stock.shutdown()
+
+
+def test_the_shipped_can_configs_stay_on_this_host_unless_named_lan():
+    """configs/can.toml is host-local; configs/can-lan.toml reaches the network and says so (allow_lan)."""
+    for name, channel, lan in (("can.toml", "ff11::fe5:c", False), ("can-lan.toml", "239.74.163.2", True)):
+        out = subprocess.run([sys.executable, "-m", "hil", "check-config", str(ROOT / "configs" / name), "--show"],
+                             capture_output=True, text=True, timeout=120, cwd=ROOT)
+        assert out.returncode == 0, out.stderr
+        assert f'channel = "{channel}"' in out.stdout and is_host_local_group(channel) is not lan
+        assert ("allow_lan = true" in out.stdout) is lan
+
+
+def test_a_host_local_bus_that_cannot_join_says_why():
+    with pytest.raises(can.CanInitializationError, match="not an interface-local IPv6 multicast group"):
+        HostLocalUdpMulticastBus(channel="239.74.163.2")
+
+
 @pytest.mark.parametrize("fd", [False, True], ids=["classic", "fd"])
 def test_hil_run_with_a_controller_in_another_process(tmp_path, config_over, fd):
-    """`hil run` on configs/can.toml (its own multicast group) and examples/can_controller.py as the peer;
+    """`hil run` on configs/can.toml (its own host-local group) and examples/can_controller.py as the peer;
     with the classic feedback set, and with HIL_SensorFD alone (CAN FD)."""
-    group = f"239.75.{random.randint(1, 250)}.{random.randint(1, 250)}"
+    group = host_local_group(random.randint(1, 0xFFFF))
     cfg = config_over("can.toml", f"""
         [metrics]
         enabled = false
@@ -456,6 +526,9 @@ def test_link_over_socketcan_vcan(db):
     ('bus = { protocol = "CAN_FDX" }', "driver[0].bus", "protocol must be one of CAN_20, CAN_FD"),
     ('feedback = ["HIL_Status", "HIL_SensorFD", "HIL_Status"]', "driver[0].feedback", "HIL_Status more than once"),
     ("feedback = []", "driver[0].feedback", "at least one message"),
+    ('channel = "239.74.163.2"', "driver[0].channel", "reaches the network: other hosts could command the arm"),
+    ('channel = "ff15::1"', "driver[0].channel", "set allow_lan = true"),
+    ('allow_lan = "yes"', "driver[0].allow_lan", "true or false"),
 ])
 def test_can_config_errors_name_the_key(config_over, extra, key, words):
     from hil.config import load_service_config
@@ -486,7 +559,7 @@ def test_drivers_built_before_a_failing_one_are_shut_down(config_over):
     from hil.config import load_service_config
     from hil.service import build_engine
     from sim.config import ConfigError
-    group = f"239.77.{random.randint(1, 250)}.{random.randint(1, 250)}"
+    group = host_local_group(random.randint(1, 0xFFFF))
     cfg = config_over("can.toml", f"""
         [[driver]]
         type = "can"

@@ -1,5 +1,6 @@
 """The ``hil`` command line through typer's CliRunner (tests that need the core skip without it)."""
 import json
+import re
 import tomllib
 from pathlib import Path
 
@@ -126,3 +127,32 @@ def test_model_equilibrium_rejects_an_unknown_start():
     result = invoke("model", "equilibrium", "--start", "sideways")
     assert result.exit_code == 2
     assert "--start" in result.output
+
+
+def _all_commands(command, path=()):
+    """(argv prefix, click command) for every command and group below ``command``."""
+    yield path, command
+    for name, sub in getattr(command, "commands", {}).items():
+        yield from _all_commands(sub, path + (name,))
+
+
+TOML_NAME = re.compile(r"\[\[?[A-Za-z_][\w.-]*\]\]?")
+
+
+def test_every_help_text_keeps_its_bracketed_toml_names():
+    """Each ``[table]`` a command's or option's help names is in its rendered --help (a markup renderer
+    took them for style tags: "base config, and/or .")."""
+    import typer.main
+
+    checked = set()
+    for path, command in _all_commands(typer.main.get_command(app)):
+        texts = [command.help or ""] + [getattr(p, "help", None) or "" for p in command.params]
+        names = {m.group(0) for text in texts for m in TOML_NAME.finditer(text)}
+        if not names:
+            continue
+        result = runner.invoke(app, [*path, "--help"], terminal_width=100)
+        assert result.exit_code == 0, result.output
+        missing = sorted(n for n in names if n not in result.output)
+        assert not missing, (path, missing)
+        checked.update((" ".join(path), n) for n in names)
+    assert {("sweep", "[grid]"), ("sweep", "[random]"), ("bench loop", "[loop]"), ("fit mtg", "[plant]")} <= checked

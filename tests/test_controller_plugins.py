@@ -106,6 +106,102 @@ def test_malformed_returns_are_rejected_and_the_good_commands_still_apply(tmp_pa
         assert np.count_nonzero(log["kind"] == KIND_CHANNEL) <= 2
 
 
+FAILING_AFTER_100 = """
+    from drivers.controller import ChannelCommand, Controller
+    class Loud(ChannelCommand):
+        @property
+        def amplitude_ma(self):
+            raise RuntimeError("field boom")
+    class Unprintable(Exception):
+        def __str__(self):
+            raise RuntimeError("no message either")
+    def commands():
+        yield ChannelCommand(4, 300.0, 50.0, 40.0)
+        raise RuntimeError("generator boom")
+    class Plugin(Controller):
+        def step(self, tick, time_s, frame):
+            if tick < 100:
+                return [ChannelCommand(4, 300.0, 50.0, 40.0)]
+            return FAILURE
+    """
+
+
+@pytest.mark.parametrize("failure, logged", [
+    ("commands()", "iterating step's generator: RuntimeError: generator boom"),
+    ("(c for c in commands())", "iterating step's generator: RuntimeError: generator boom"),
+    ("[Loud(4, 300.0, 50.0, 40.0)]", "reading a command: RuntimeError: field boom"),
+    ("(Loud(4, 300.0, 50.0, 40.0),)", "reading a command: RuntimeError: field boom"),
+    ("[ChannelCommand(4, 300.0, 50.0, 40.0)] if (_ for _ in ()).throw(Unprintable()) else []",
+     "an exception whose message cannot be read"),
+])
+def test_a_return_that_raises_while_read_is_counted_and_the_watchdog_decides(tmp_path, caplog, failure, logged):
+    cfg = _plugin_config(tmp_path, FAILING_AFTER_100.replace("FAILURE", failure))
+    keep = Keep()
+    with caplog.at_level(logging.ERROR, logger="drivers.loopback"):
+        result = run_offline(load_service_config(cfg), 250, [keep])
+    assert result.ticks == 250                                       # the loop went on
+    assert keep.engine.counters.by_reason("rejected") == {(0, "controller_error"): len(range(100, 250, 5))}
+    assert [r.message for r in caplog.records if "controller_error" in r.message] == [
+        f"driver 0 (loopback) controller controller_error: {logged}"]
+    status, amp = np.array(keep.status), np.array(keep.amp)[:, 3]
+    assert amp[110] == 50.0 and not status[110] & STATUS_WATCHDOG   # held until the watchdog's 100 ms (25 ticks)
+    assert status[-1] & STATUS_WATCHDOG and amp[-1] == 0.0
+
+
+def test_a_plugin_raising_new_exception_types_without_end_is_counted_but_logged_a_bounded_number_of_times(
+        tmp_path, caplog):
+    from drivers.loopback import MAX_DETAIL_CHARS, MAX_FAULT_KINDS
+    cfg = _plugin_config(tmp_path, """
+        from drivers.controller import Controller
+        class Plugin(Controller):
+            def step(self, tick, time_s, frame):
+                raise type(f"Fault{tick}", (Exception,), {})("x" * 10**6)
+        """)
+    with caplog.at_level(logging.ERROR, logger="drivers.loopback"):
+        result = run_offline(load_service_config(cfg), 400, [Keep()])
+    assert result.ticks == 400
+    logged = [r.message for r in caplog.records if "controller_error" in r.message]
+    assert len(logged) == MAX_FAULT_KINDS < 80 and max(map(len, logged)) < MAX_DETAIL_CHARS + 60
+
+
+def test_max_commands_is_read_once_so_changing_it_mid_run_changes_nothing(tmp_path):
+    cfg = _plugin_config(tmp_path, """
+        from drivers.controller import ChannelCommand, Controller
+        class Plugin(Controller):
+            max_commands = 2
+            def step(self, tick, time_s, frame):
+                if tick >= 100:
+                    self.max_commands = "as many as I like"
+                return [ChannelCommand(4, 300.0, 30.0 if tick < 100 else 40.0, 40.0)] * 3
+        """)
+    keep = Keep()
+    result = run_offline(load_service_config(cfg), 250, [keep])
+    assert result.ticks == 250
+    assert keep.engine.counters.by_reason("rejected") == {(0, "controller_malformed"): 50}   # every call: 3 > 2
+    assert np.array(keep.amp)[-1, 3] == 40.0                          # the first two still apply
+
+
+def test_an_endless_generator_is_read_no_further_than_max_commands_plus_one(tmp_path):
+    cfg = _plugin_config(tmp_path, """
+        import itertools
+        from drivers.controller import ChannelCommand, Controller
+        class Plugin(Controller):
+            max_commands = 2
+            pulled = 0
+            def step(self, tick, time_s, frame):
+                for n in itertools.count():
+                    Plugin.pulled += 1
+                    if n > 1000:
+                        raise RuntimeError("read too far")
+                    yield ChannelCommand(4, 300.0, 25.0, 40.0)
+        """)
+    keep = Keep()
+    run_offline(load_service_config(cfg), 50, [keep])
+    assert keep.engine.counters.by_reason("rejected") == {(0, "controller_malformed"): 10}  # more than 2, per call
+    assert sys.modules["fes_hil_controller_plugin"].Plugin.pulled == 10 * 3
+    assert np.array(keep.amp)[-1, 3] == 25.0
+
+
 @pytest.mark.parametrize("controller, source, words", [
     ("nowhere.py:Plugin", "", "not found"),
     ("plugin.py:Missing", "from drivers.controller import Controller\n", "Missing"),
@@ -115,6 +211,12 @@ def test_malformed_returns_are_rejected_and_the_good_commands_still_apply(tmp_pa
                          "    def reset(self, settings): raise ValueError('gain must be > 0')\n", "gain must be > 0"),
     ("no_such_module:Plugin", "", "No module named"),
     ("telepathy", "", "unknown controller"),
+    ("plugin.py:Plugin", "from drivers.controller import Controller\nclass Plugin(Controller):\n"
+                         "    max_commands = 10**10\n"
+                         "    def step(self, tick, time_s, frame): return []\n", "max_commands = 10000000000 is outside"),
+    ("plugin.py:Plugin", "from drivers.controller import Controller\nclass Plugin(Controller):\n"
+                         "    max_commands = '64'\n"
+                         "    def step(self, tick, time_s, frame): return []\n", "max_commands must be an integer"),
     ("plugin.py:Plugin", "from drivers.controller import Controller\nclass Plugin(Controller):\n"
                          "    def step(self, tick, time_s, frame): return []\n"
                          "    def state(self): return [1.0]\n", "state() must return a dict"),
@@ -130,7 +232,7 @@ def test_plugins_that_cannot_load_are_config_errors_naming_the_key(tmp_path, con
     out = subprocess.run([sys.executable, "-m", "hil", "check-config", str(cfg)], capture_output=True, text=True,
                          cwd=ROOT, timeout=120)
     assert out.returncode == 2 and "driver[0].controller" in out.stderr and words in out.stderr, out.stderr
-    assert "Traceback" not in out.stderr
+    assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
 
 
 STATEFUL = """

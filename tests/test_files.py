@@ -101,3 +101,35 @@ def test_output_recorder_places_each_output_and_saves_exactly(tmp_path):
                                   outputs.st_contact_force[0])
     np.testing.assert_array_equal(row[col["ai_contact_force_x"]:col["ai_contact_force_z"] + 1],
                                   outputs.st_contact_force[1])
+
+
+# -- the bounded read of every input file ---------------------------------------------------------------
+
+def test_read_input_file_reads_a_regular_file_up_to_the_cap(tmp_path):
+    from hil.files import read_input_file
+    p = tmp_path / "f.txt"
+    p.write_bytes(b"x" * 100)
+    assert read_input_file(p, 100) == b"x" * 100 and read_input_file(p, None) == b"x" * 100
+
+
+@pytest.mark.parametrize("kind", ["directory", "fifo", "device", "oversized"])
+def test_read_input_file_refuses_what_it_cannot_bound_before_reading(tmp_path, kind):
+    """A FIFO without a writer would block a plain open forever; /dev/zero would fill the memory."""
+    import os
+
+    from hil.files import InputFileError, read_input_file
+    path = {"directory": tmp_path, "device": "/dev/zero"}.get(kind, tmp_path / "f")
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "oversized":
+        path.write_bytes(b"x" * 101)
+    with pytest.raises(InputFileError, match="directory|not a regular file|101 bytes; at most 100"):
+        read_input_file(path, 100)
+
+
+def test_a_fifo_as_the_state_file_is_a_state_file_error(tmp_path):
+    import os
+    path = tmp_path / "state.json"
+    os.mkfifo(path)
+    with pytest.raises(StateFileError, match="not a regular file"):
+        load_state_file(path, 3)

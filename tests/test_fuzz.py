@@ -579,3 +579,58 @@ def test_sensor_stream_fuzz_resynchronises_and_accounts_for_every_byte():
         clean = [reader.feed(p) for p in packets[:3]]
         assert [[(e, int(f["tick"])) for e, f in got] for got in clean] == [[(1000, 0)], [(1001, 1)], [(1002, 2)]]
         assert reader.pending == 0
+
+
+# -- recording headers: a valid CRC over any content is read or refused with a RecordingError ------------------
+
+FIXTURE_RECORDING = ROOT / "tests" / "data" / "elbow-hold-v0.4.hilrec"
+ODD_VALUES = (0, -1, 0.0, 1e308, float("nan"), "x", "", [], {}, None, True, [[]], [["a", "<f8", [-1]]], 2 ** 64,
+              [["a", "|O"]], [["a", "<f8", [1 << 40]]], "<f8", "|V0")
+
+
+def _paths(doc, prefix=()):
+    """Every (path, container) of a JSON document's values, to replace one of them."""
+    items = doc.items() if isinstance(doc, dict) else enumerate(doc) if isinstance(doc, list) else ()
+    for key, value in items:
+        yield (*prefix, key)
+        yield from _paths(value, (*prefix, key))
+
+
+def _replaced(doc, path, value):
+    node = doc
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    return doc
+
+
+def test_recording_header_fuzz_is_read_or_refused_with_a_recording_error(tmp_path):
+    """Mutated header bytes and replaced header values, each with a valid CRC: the run reader either accepts the
+    recording (and then every stream reads) or raises RecordingError; nothing else escapes."""
+    import copy
+    import json
+    import struct
+
+    from hil.recording import MAGIC, RecordingError, encode_header, read_run_recording
+    rng = random.Random(SEED)
+    data = FIXTURE_RECORDING.read_bytes()
+    (n,) = struct.unpack_from("<I", data, len(MAGIC))
+    raw, body = data[len(MAGIC) + 4: len(MAGIC) + 4 + n], data[len(MAGIC) + 8 + n:]
+    doc = json.loads(raw)
+    paths = [p for p in _paths(doc) if p[0] != "config"]
+    refused = 0
+    for i in range(400):
+        if i % 2:
+            new = mutate(rng, raw, b'{}[]":,0-e\xff')
+        else:
+            new = json.dumps(_replaced(copy.deepcopy(doc), rng.choice(paths), rng.choice(ODD_VALUES))).encode()
+        path = tmp_path / f"h{i}.hilrec"
+        path.write_bytes(encode_header(new) + body)
+        try:
+            reader = read_run_recording(str(path))
+        except RecordingError:
+            refused += 1
+            continue
+        for name in reader.streams:
+            reader.read(name)
+    assert 0 < refused < 400

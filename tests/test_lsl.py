@@ -9,7 +9,6 @@ from __future__ import annotations
 import collections
 import json
 import math
-import os
 import subprocess
 import sys
 import threading
@@ -23,7 +22,7 @@ from conftest import wait_for_port_file
 
 from drivers.contract import STATUS_GH_UNSTABLE, STATUS_WATCHDOG, frame_dtype
 from drivers.link import AUX_CONNECTED, INBOUND_AUX_WORDS, LINK_RECORD, Inbound, reject_counts
-from drivers.lsl import LOCALHOST_API_CONFIG
+from drivers.lsl_inlet import RESOLVE_INTERVAL_S, CommandInlet
 from drivers.lsl_streams import (
     ARM_STREAM,
     EVENTS_STREAM,
@@ -38,20 +37,6 @@ from drivers.shm_ring import ShmRing
 from sim.model import DOF_NAMES
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(scope="module")
-def lsl_config(tmp_path_factory):
-    """A liblsl config that keeps LSL on 127.0.0.1, named in LSLAPICFG (this process and its children)."""
-    path = tmp_path_factory.mktemp("lsl") / "lsl_api.cfg"
-    path.write_text(LOCALHOST_API_CONFIG)
-    before = os.environ.get("LSLAPICFG")
-    os.environ["LSLAPICFG"] = str(path)      # liblsl reads it at its first use in a process
-    yield path
-    if before is None:
-        del os.environ["LSLAPICFG"]
-    else:
-        os.environ["LSLAPICFG"] = before
 
 
 @pytest.fixture(scope="module")
@@ -129,6 +114,7 @@ def test_stream_layouts_and_status_markers():
     ("arm_every = 0", "driver[0].arm_every", "integer in [1, 1000000]"),
     ("[driver.inlet]\nname = \"it's\"", "driver[0].inlet.name", "without quotes"),
     ("[driver.inlet]\nkind = \"x\"", "driver[0].inlet.kind", "unknown key"),
+    ("[driver.inlet]\nsource_id = 7", "driver[0].inlet.source_id", "must be a stream source_id"),
     ("api_config = \"nowhere.cfg\"", "driver[0].api_config", "not found"),
     ("every = 2", "driver[0].every", "unknown key"),
 ])
@@ -153,7 +139,9 @@ def test_config_needs_channels_and_builds_the_inlet_predicate(config_over):
     with pytest.raises(ConfigError, match='mode = "channels"'):
         parse_drivers(cfg, *build_tick_engine(cfg))
     for inlet, predicate in [("", "type='FESCommand'"), ('name = "dec"', "name='dec'"),
-                             ('name = "dec"\ntype = "BCI"', "name='dec' and type='BCI'")]:
+                             ('name = "dec"\ntype = "BCI"', "name='dec' and type='BCI'"),
+                             ('source_id = "pc1"', "type='FESCommand' and source_id='pc1'"),
+                             ('name = "dec"\nsource_id = "pc1"', "name='dec' and source_id='pc1'")]:
         cfg = load_service_config(config_over("lsl.toml", f"[[driver]]\ntype = \"lsl\"\n[driver.inlet]\n{inlet}\n"))
         (_, spec, _), = parse_drivers(cfg, *build_tick_engine(cfg))
         assert spec.endpoint_args["predicate"] == predicate
@@ -207,6 +195,55 @@ def test_inlet_refuses_a_wrong_layout_validates_samples_and_resolves_a_returning
     finally:
         inlet.close()
         ring.release()
+
+
+def test_two_streams_of_the_same_name_and_type_are_refused_on_the_events_stream_until_one_is_chosen(pylsl, capfd):
+    from drivers.lsl import LslEndpoint, tick_record
+
+    kind = f"FESCommandTest{uuid.uuid4().hex[:8]}"
+    a = pylsl.StreamOutlet(pylsl.StreamInfo("decoder", kind, 6, 0, "float32", f"{kind}-a"))
+    b = pylsl.StreamOutlet(pylsl.StreamInfo("decoder", kind, 6, 0, "float32", f"{kind}-b"))
+    ring, chosen_ring = (ShmRing.create(LINK_RECORD, 4096, INBOUND_AUX_WORDS) for _ in range(2))
+    ep = LslEndpoint(list(DOF_NAMES), ["biceps", "triceps"], 0.01, f"name='decoder' and type='{kind}'")
+    chosen = None
+    try:
+        ep.open()
+        found = pylsl.resolve_bypred(f"uid='{ep.markers.get_info().uid()}'", 1, 10.0)    # this endpoint's events
+        events = pylsl.StreamInlet(found[0], recover=False)
+        events.open_stream(5.0)
+        capfd.readouterr()
+        inbound = Inbound(ring)
+        wait_for(lambda: ep.inlet.ambiguous, step=lambda: ep.receive(inbound, 0.05))
+        for _ in range(3):                                                  # later attempts: refused, not reported
+            ep.receive(inbound, 0.05)
+            time.sleep(RESOLVE_INTERVAL_S)
+        err = capfd.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "refused 2 LSL streams" in err[0] and "source_id" in err[0], err
+        assert f"{kind}-a" in err[0] and f"{kind}-b" in err[0] and f"on host {a.get_info().hostname()}" in err[0]
+        assert ep.inlet.inlet is None and ring.aux[AUX_CONNECTED] == 0 and reject_counts(ring) == {"wrong_stream": 1}
+        ep.send_feedback(np.zeros(0, tick_record(frame_dtype(), 2)), np.zeros(INBOUND_AUX_WORDS, np.uint64))
+        got, _ = pull_all(events, 1)
+        assert len(got) == 1 and got[0][0].startswith("controller_ambiguous streams=2 sources="), got
+        assert {f"{kind}-a@{a.get_info().hostname()}", f"{kind}-b@{a.get_info().hostname()}"} == set(
+            got[0][0].split("sources=")[1].split(","))
+        # source_id selects one of them
+        chosen = CommandInlet(pylsl, f"name='decoder' and type='{kind}' and source_id='{kind}-b'", ["biceps", "triceps"],
+                              collections.deque())
+        chosen_in = Inbound(chosen_ring)
+        wait_for(lambda: chosen.inlet is not None, step=lambda: chosen.poll(chosen_in, 0.05))
+        b.push_sample([12, 200, 30, 0, 0, 0])
+        wait_for(lambda: chosen_ring.pending >= 2, step=lambda: chosen.poll(chosen_in, 0.05))
+        assert chosen_ring.pop_available()["values"][0, 1] == 12 and reject_counts(chosen_ring) == {}
+        del a                                                               # one left: no longer a choice
+        wait_for(lambda: ep.inlet.inlet is not None, step=lambda: ep.receive(inbound, 0.05))
+        assert [e.split()[0] for _, e in ep.events] == ["controller_connected"]
+        assert f"host={b.get_info().hostname()}" in ep.events[0][1]
+    finally:
+        if chosen is not None:
+            chosen.close()
+        ep.close()
+        ring.release()
+        chosen_ring.release()
 
 
 # -- the outlets, in this process -------------------------------------------------------------------

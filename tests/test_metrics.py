@@ -91,6 +91,7 @@ def test_bench_loop_reports_lateness_while_scraping():
 
 
 def test_hil_run_with_the_metrics_port_in_use_exits_2_without_an_empty_recording(tmp_path, config_over):
+    """With --metrics-port (exactly that port); without it a run takes a free port (test_monitoring.py)."""
     import subprocess
     import sys
     with socket.socket() as s:
@@ -100,6 +101,7 @@ def test_hil_run_with_the_metrics_port_in_use_exits_2_without_an_empty_recording
         cfg = config_over("elbow-hold.toml", f"[metrics]\nport = {port}\n")
         rec = tmp_path / "run.hilrec"
         out = subprocess.run([sys.executable, "-m", "hil", "run", "--config", str(cfg), "--duration", "0.2",
-                              "--record", str(rec)], capture_output=True, text=True, timeout=300)
+                              "--record", str(rec), "--metrics-port", str(port)],
+                             capture_output=True, text=True, timeout=300)
     assert out.returncode == 2 and f"127.0.0.1:{port}" in out.stderr, out.stderr
     assert not rec.exists()

@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pytest
 import yaml  # PyYAML, a dependency of dask/distributed
-from conftest import free_port
+from conftest import free_port, metrics_port, wait_for_port_file
 
+from hil.config import MetricsConfig
 from hil.metrics import default_schema
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -76,6 +77,11 @@ def test_promtool_unit_tests_of_the_rules_pass(prometheus_bin):
     ticks, a watchdog trip, a safety stop followed by the target going down, a missing target."""
     out = promtool(prometheus_bin, "test", "rules", str(RULES_TEST))
     assert out.returncode == 0 and "SUCCESS" in out.stdout, out.stdout + out.stderr
+
+
+def shipped_target_files(job: dict) -> list[str]:
+    """The file_sd patterns of the shipped job, resolved as Prometheus does (relative to its config file)."""
+    return [os.path.normpath(PROMETHEUS_DIR / f) for sd in job["file_sd_configs"] for f in sd["files"]]
 
 
 # -- names in the expressions ------------------------------------------------------------------------------
@@ -203,6 +209,7 @@ def test_every_alert_tells_the_operator_what_it_means():
     [job] = config["scrape_configs"]
     assert job["job_name"] == JOB and job["static_configs"][0]["targets"] == ["127.0.0.1:9108"]
     assert config["rule_files"] == ["rules.yml"]
+    assert shipped_target_files(job) == [str(ROOT / MetricsConfig().targets_directory / "*.json")]
     for a in alerts:
         if "up{" in a["expr"]:
             assert f'job="{JOB}"' in a["expr"], a["alert"]
@@ -284,26 +291,28 @@ def tail(path: Path, n: int = 2000) -> str:
     return path.read_text(errors="replace")[-n:] if path.exists() else ""
 
 
-def test_live_prometheus_scrapes_a_real_run_and_evaluates_the_rules(prometheus_bin, tmp_path, config_over):
-    """Prometheus (0.5 s scrapes and rule evaluations, the shipped job and rules) scrapes an 8 s elbow-hold
-    run: the tick counter advances between queries, recording rules have values, every rule evaluates
-    without error."""
-    ports = set()
-    while len(ports) < 2:
-        port = free_port()
-        if port != 9108:
-            ports.add(port)
-    metrics_port, prom_port = sorted(ports)
+def test_live_prometheus_scrapes_a_real_run_and_evaluates_the_rules(prometheus_bin, tmp_path, config_over, held_port):
+    """Prometheus (0.5 s scrapes and rule evaluations, the shipped job, its file_sd pointed at the test's
+    target directory, and the shipped rules) scrapes an 8 s elbow-hold run whose configured metrics port is
+    taken: the run announces the free port it took in its target file, and the tick counter advances between
+    queries, recording rules have values, every rule evaluates without error."""
+    prom_port = free_port()
+    targets = tmp_path / "targets"
     run_config = config_over("elbow-hold.toml", f"""
         [metrics]
-        port = {metrics_port}
+        port = {held_port}
+        targets_directory = "{targets}"
         [recording]
         enabled = false
         """)
     prom_config = yaml.safe_load(SCRAPE_CONFIG.read_text())
     prom_config["global"].update(scrape_interval="500ms", scrape_timeout="500ms", evaluation_interval="500ms")
     prom_config["rule_files"] = [str(RULES)]
-    prom_config["scrape_configs"][0]["static_configs"] = [{"targets": [f"127.0.0.1:{metrics_port}"]}]
+    [job] = prom_config["scrape_configs"]
+    del job["static_configs"]        # only this run: not a `hil serve` that may hold 9108 on this machine
+    assert len(job["file_sd_configs"]) == 1
+    job["file_sd_configs"][0]["files"] = [str(targets / "*.json")]
+    targets.mkdir()                  # watched from the start (as on a bench PC after its first run)
     (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(prom_config))
     prom_log, run_out, run_err = tmp_path / "prometheus.log", tmp_path / "run.out", tmp_path / "run.err"
     base = f"http://127.0.0.1:{prom_port}"
@@ -326,8 +335,11 @@ def test_live_prometheus_scrapes_a_real_run_and_evaluates_the_rules(prometheus_b
                 pass
             time.sleep(0.2)
         with open(run_out, "w") as out, open(run_err, "w") as err:
-            run = subprocess.Popen([sys.executable, "-m", "hil", "run", "--config", str(run_config), "--duration", "8"],
-                                   stdout=out, stderr=err, cwd=tmp_path)
+            run = subprocess.Popen([sys.executable, "-m", "hil", "run", "--config", str(run_config), "--duration", "8",
+                                    "--port-file", str(tmp_path / "ports.json")], stdout=out, stderr=err, cwd=tmp_path)
+        exporter = f"127.0.0.1:{metrics_port(wait_for_port_file(tmp_path / 'ports.json', run, timeout=180))}"
+        assert exporter != f"127.0.0.1:{held_port}"
+        assert json.loads((targets / f"hil-{run.pid}.json").read_text()) == [{"targets": [exporter]}]
         ticks, rate, p999, stops = [], [], [], []
         t_end = time.monotonic() + 180
         while not (len(set(ticks)) >= 2 and rate and p999 and stops):
@@ -342,7 +354,7 @@ def test_live_prometheus_scrapes_a_real_run_and_evaluates_the_rules(prometheus_b
             stops = query(prom_port, f'hil_safety_stops_total{{job="{JOB}"}} == 0')
             time.sleep(0.3)
         assert ticks[-1] > ticks[0], ticks
-        assert rate[0]["metric"]["job"] == JOB and rate[0]["metric"]["instance"] == f"127.0.0.1:{metrics_port}"
+        assert rate[0]["metric"]["job"] == JOB and rate[0]["metric"]["instance"] == exporter
         time.sleep(1.0)      # every group evaluated at least once more
         rules = http_json(f"{base}/api/v1/rules")["data"]["groups"]
         evaluated = {r["name"]: (r["health"], r.get("lastError", "")) for g in rules for r in g["rules"]}
@@ -351,36 +363,34 @@ def test_live_prometheus_scrapes_a_real_run_and_evaluates_the_rules(prometheus_b
         assert not bad, bad
         up = query(prom_port, f'up{{job="{JOB}"}}')
         assert up and up[0]["value"][1] == "1", up
+        assert run.wait(120) == 0, tail(run_err)
+        assert not (targets / f"hil-{run.pid}.json").exists()     # the run's entry goes with it
     finally:
         stop(run)
         stop(prom, wait_s=15.0)
 
 
-def test_metrics_stay_up_after_a_safety_stop_so_a_scrape_sees_it(config_over):
+def test_metrics_stay_up_after_a_safety_stop_so_a_scrape_sees_it(config_over, tmp_path):
     """A real `hil run` ended by a GH stop: /metrics serves hil_safety_stops_total 1 for the linger time
     before the service exits (without it the exporter went away within a second of the stop)."""
-    import subprocess
-    import sys
-    import time
-    import urllib.request
-
-    from conftest import free_port
-
-    port, linger_ms = free_port(), 3000
+    linger_ms = 3000
     cfg = config_over("elbow-hold.toml", f"""
         [safety]
         gh_action = "stop"
         gh_threshold = -0.5
         [metrics]
-        port = {port}
+        port = 0
+        targets_directory = "{tmp_path / 'targets'}"
         linger_after_stop_ms = {linger_ms}
         [recording]
         enabled = false
         """)
-    proc = subprocess.Popen([sys.executable, "-m", "hil", "run", "--config", str(cfg), "--duration", "20"],
+    proc = subprocess.Popen([sys.executable, "-m", "hil", "run", "--config", str(cfg), "--duration", "20",
+                             "--port-file", str(tmp_path / "ports.json")],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     seen = []
     try:
+        port = metrics_port(wait_for_port_file(tmp_path / "ports.json", proc))
         deadline = time.monotonic() + 120
         while proc.poll() is None and time.monotonic() < deadline:
             try:
@@ -395,3 +405,105 @@ def test_metrics_stay_up_after_a_safety_stop_so_a_scrape_sees_it(config_over):
         _, err = proc.communicate(timeout=30)
     assert proc.returncode == 4, err                          # exit 4: a safety stop
     assert seen and seen[-1] - seen[0] >= 0.5 * linger_ms / 1000.0
+
+
+# -- the metrics port ----------------------------------------------------------------------------------------
+def exporter_pid(supervisor_pid: int) -> int | None:
+    """The pid of the `hil-exporter` child of ``supervisor_pid`` (None: none now)."""
+    for child in Path(f"/proc/{supervisor_pid}/task/{supervisor_pid}/children").read_text().split():
+        try:
+            if Path(f"/proc/{child}/comm").read_text().strip() == "hil-exporter":
+                return int(child)
+        except OSError:
+            continue
+    return None
+
+
+def scrape_ticks(port: int) -> float | None:
+    """hil_ticks_total served on ``port`` (None: nothing answers)."""
+    try:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
+    except OSError:
+        return None
+    found = re.search(r"^hil_ticks_total (\S+)$", text, re.M)
+    return float(found.group(1)) if found else None
+
+
+def test_run_takes_a_free_port_when_the_configured_one_is_taken(tmp_path, config_over, held_port):
+    """With the configured metrics port held by another process, `hil run` serves /metrics on a free port,
+    names it (and the holder) on stderr, in --port-file and in its own file_sd target file, keeps it when its
+    exporter is killed and restarted, and removes the target file at the end."""
+    targets = tmp_path / "targets"
+    cfg = config_over("elbow-hold.toml", f"""
+        [metrics]
+        port = {held_port}
+        targets_directory = "{targets}"
+        [recording]
+        enabled = false
+        """)
+    run = subprocess.Popen([sys.executable, "-m", "hil", "run", "--config", str(cfg), "--duration", "10",
+                            "--port-file", str(tmp_path / "ports.json")],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        port = metrics_port(wait_for_port_file(tmp_path / "ports.json", run))
+        target_file = targets / f"hil-{run.pid}.json"
+        assert port != held_port
+        assert json.loads(target_file.read_text()) == [{"targets": [f"127.0.0.1:{port}"]}]
+        assert scrape_ticks(port) is not None
+        first = exporter_pid(run.pid)
+        os.kill(first, signal.SIGKILL)
+        t_end = time.monotonic() + 60
+        while exporter_pid(run.pid) in (None, first) or scrape_ticks(port) is None:
+            assert run.poll() is None and time.monotonic() < t_end, "no exporter on the same port after a restart"
+            time.sleep(0.1)
+        _, err = run.communicate(timeout=120)
+    finally:
+        stop(run)
+    assert run.returncode == 0, err
+    assert f"hil: metrics at http://127.0.0.1:{port}/metrics (port {held_port} is taken by pid {os.getpid()}" in err
+    assert not target_file.exists()
+
+
+def test_run_with_metrics_port_takes_exactly_that_port(tmp_path, config_over, held_port):
+    """`hil run --metrics-port N` listens on N or fails at once (exit 2) naming the holder."""
+    cfg = config_over("elbow-hold.toml", "[recording]\nenabled = false\n")
+    out = subprocess.run([sys.executable, "-m", "hil", "run", "--config", str(cfg), "--duration", "0.1",
+                          "--metrics-port", str(held_port)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2, out.stderr
+    assert f"pid {os.getpid()}" in out.stderr and "--metrics-port" in out.stderr
+
+
+def test_serve_on_a_taken_port_names_the_holder_and_exits_2(tmp_path, config_over, held_port):
+    """`hil serve` keeps its configured port (Prometheus scrapes it there): if it is taken, one line says
+    which process holds it and what to do, exit 2, before anything else starts."""
+    cfg = config_over("elbow-hold.toml", f"""
+        [metrics]
+        port = {held_port}
+        targets_directory = "{tmp_path / 'targets'}"
+        [recording]
+        enabled = false
+        """)
+    out = subprocess.run([sys.executable, "-m", "hil", "serve", "--config", str(cfg)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2, out.stderr
+    [line] = out.stderr.strip().splitlines()
+    assert line.startswith("Error: ") and f"127.0.0.1:{held_port}" in line, line
+    own_command = Path(f"/proc/{os.getpid()}/cmdline").read_bytes().split(b"\0")[0].decode()
+    assert f"held by pid {os.getpid()}: {own_command}" in line and "[metrics] port" in line, line
+    assert not (tmp_path / "targets").exists()
+
+
+def test_target_files_are_one_per_run_and_those_of_dead_runs_are_removed(tmp_path):
+    from hil.metrics_port import TargetFile
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (tmp_path / f"hil-{dead.pid}.json").write_text('[{"targets": ["127.0.0.1:1"]}]')     # a killed run's
+    other = tmp_path / f"hil-{os.getppid()}.json"                                          # a live run's
+    other.write_text('[{"targets": ["127.0.0.1:2"]}]')
+    target = TargetFile(str(tmp_path), "127.0.0.1:3")
+    target.write()
+    assert json.loads(target.path.read_text()) == [{"targets": ["127.0.0.1:3"]}]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([target.path.name, other.name])
+    target.remove()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [other.name]

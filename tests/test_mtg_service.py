@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from conftest import SensorFrames, wait_for_port_file
 
+from drivers.can_local import host_local_group
 from drivers.contract import STATUS_GH_UNSTABLE
 from hil.config import load_service_config
 from hil.offline import run_offline
@@ -71,7 +72,7 @@ def test_hil_run_plant_option_records_and_replays_bit_identically(tmp_path):
 
 
 def test_a_can_controller_process_flexes_the_mtg_elbow(tmp_path):
-    group = f"239.76.{random.randint(1, 250)}.{random.randint(1, 250)}"
+    group = host_local_group(random.randint(1, 0xFFFF))
     cfg = _mtg_config(tmp_path, "can.toml", f"""
 [[driver]]
 type = "can"

@@ -12,6 +12,7 @@ import select
 import signal
 import subprocess
 import sys
+import termios
 import threading
 import time
 import tty
@@ -34,6 +35,7 @@ from science_mode_4 import (
     StimStatus,
 )
 
+from drivers import serial_port
 from drivers.contract import KIND_CHANNEL, KIND_HEARTBEAT
 from drivers.link import INBOUND_AUX_WORDS, LINK_RECORD, Inbound, reject_counts
 from drivers.p24_stim import P24Endpoint
@@ -172,11 +174,100 @@ def test_low_level_flow_at_30_hz_with_rising_current(link):
         assert [c for c, _, _ in cmds] == [6] * 16
         currents = [v[1] for _, _, v in cmds]
         assert currents == [2.5 * k + 2.5 for k in range(16)]
-        assert cmds[0][2][2] == 0.0 and 20 < np.median([v[2] for _, _, v in cmds[1:]]) < 40   # 1 / interval
+        assert cmds[0][2][2] == 10.0 and 20 < np.median([v[2] for _, _, v in cmds[1:]]) < 40   # 1 / interval
         assert lk.channel_commands(0.2) == [(6, -1, (0.0, 0.0, 0.0, 0.0))]             # pulses stopped: zero
         await low.stop()
 
     asyncio.run(session())
+
+
+async def low_level_pulses(device: DeviceP24, channel: int, points: list, rate_hz: float, count: int) -> list:
+    """``count`` pulses of ``points`` on stimulator channel ``channel`` at ``rate_hz``; their acks."""
+    low = device.get_layer_low_level()
+    await low.init(LowLevelMode.NO_MEASUREMENT, LowLevelHighVoltageSource.STANDARD)
+    acks, t_next = [], time.monotonic()
+    for _ in range(count):
+        low.send_channel_config(True, (channel - 1) % 4, (channel - 1) // 4, points)
+        t_next += 1 / rate_hz
+        while time.monotonic() < t_next:
+            ack = low.packet_buffer.get_packet_from_buffer()
+            if ack is not None:
+                acks.append(ack)
+            await asyncio.sleep(0.002)
+    await low.stop()
+    return acks
+
+
+def test_a_later_phase_above_the_first_is_what_the_loop_is_given(link):
+    """Issue 34, both attacks through the unmodified client: the loop gets each pulse's envelope (largest
+    current of any point, widest phase), so its limits see the 130 mA and the 61 ms phase."""
+    lk = link()
+
+    async def session():
+        device = client(lk.port)
+        await device.initialize()
+        acks = await low_level_pulses(device, 4, [ChannelPoint(390, 100), ChannelPoint(300, -130)], 30, 3)
+        assert [a.result for a in acks] == [ResultAndError.NO_ERROR] * 3
+        cmds = lk.channel_commands()
+        assert [(c, v[:2]) for c, _, v in cmds] == [(3, (390.0, 130.0))] * 3 + [(3, (0.0, 0.0))]
+        mid = device.get_layer_mid_level()
+        await mid.init(False)
+        shape = [ChannelPoint(10, 0.5)] + [ChannelPoint(4095, -130)] * 15
+        await mid.update([None] * 3 + [MidLevelChannelConfiguration(True, 0, 62, shape)])
+        [(c, _, v)] = lk.channel_commands()
+        assert (c, v) == (3, pytest.approx((15 * 4095, 130.0, 1000 / 62, 0.0)))
+        await mid.stop()
+        device.connection.close()
+
+    asyncio.run(session())
+
+
+def test_pulses_just_slower_than_the_minimum_frequency_reach_the_loop_with_their_rate(link):
+    """Issue 34: 9.5 Hz low-level pulses (minimum 10 Hz) were each "the first of a train" at 0 Hz; now each
+    carries its rate (the loop's frequency limits see it) and the first counts at the minimum frequency."""
+    lk = link()
+
+    async def session():
+        device = client(lk.port)
+        await device.initialize()
+        await low_level_pulses(device, 4, [ChannelPoint(500, 100), ChannelPoint(500, -100)], 9.5, 12)
+        device.connection.close()
+
+    asyncio.run(session())
+    pulses = [v for _, _, v in lk.channel_commands() if v[1] > 0]
+    assert len(pulses) == 12 and pulses[0][2] == 10.0
+    assert all(7 < v[2] < 13 for v in pulses[1:]) and 9.3 < np.median([v[2] for v in pulses[1:]]) < 9.7
+
+
+@pytest.mark.parametrize("locked", [True, False], ids=["lock", "reset"])
+def test_a_client_turning_echo_on_does_not_make_the_device_answer_itself(link, monkeypatch, locked):
+    """Issue 34: with ECHO on for the pty, the link read its own replies and answered them without end. The
+    raw bits (echo, canonical mode, ...) are locked off; where the lock is refused (no CAP_SYS_ADMIN) they are
+    reset before every read and write."""
+    if not locked:
+        monkeypatch.setattr(serial_port, "lock_raw", lambda fd: False)
+    lk = link()
+
+    async def session():
+        device = client(lk.port)
+        fd = device.connection.ser.fileno()
+        attrs = termios.tcgetattr(fd)
+        attrs[3] |= termios.ECHO
+        termios.tcsetattr(fd, termios.TCSANOW, attrs)
+        await device.initialize()
+        assert device.get_layer_general().device_id == "EMUP24-001"
+        status = await device.get_layer_general().get_stim_status()
+        assert status.stim_status == StimStatus.NO_LEVEL_INITIALIZED
+        assert not termios.tcgetattr(fd)[3] & termios.ECHO
+        time.sleep(0.3)
+        device.connection.close()
+
+    asyncio.run(session())
+    counters = lk.endpoint.emulator.counters
+    assert counters["frames_in"] == counters["replies_out"] == 4       # initialize(): 3 frames, then 1
+    assert not reject_counts(lk.ring)
+    assert lk.endpoint.port.raw_guarded is not locked
+    assert lk.endpoint.port.raw_resets == (0 if locked else 1)
 
 
 def test_error_paths_seen_by_the_client(link):
@@ -377,6 +468,95 @@ def test_unmodified_clients_drive_the_arm_survive_a_kill_and_the_run_replays(tmp
     replay = subprocess.run([sys.executable, "-m", "hil", "replay", str(rec), "--json"], capture_output=True,
                             text=True, timeout=120, cwd=ROOT)
     assert json.loads(replay.stdout)["identical"], replay.stdout + replay.stderr
+
+
+ATTACK_CLIENT = """
+import asyncio, sys, time
+from science_mode_4 import (ChannelPoint, DeviceP24, LowLevelHighVoltageSource, LowLevelMode,
+                            MidLevelChannelConfiguration, SerialPortConnection)
+
+async def pulses(low, channel, points, rate_hz, count):
+    t_next = time.monotonic()
+    for _ in range(count):
+        low.send_channel_config(True, (channel - 1) % 4, (channel - 1) // 4, points)
+        t_next += 1 / rate_hz
+        while time.monotonic() < t_next:
+            low.packet_buffer.get_packet_from_buffer()
+            await asyncio.sleep(0.002)
+
+async def main(port):
+    connection = SerialPortConnection(port)
+    connection.open()
+    device = DeviceP24(connection)
+    await device.initialize()
+    low = device.get_layer_low_level()
+    await low.init(LowLevelMode.NO_MEASUREMENT, LowLevelHighVoltageSource.STANDARD)
+    await pulses(low, 5, [ChannelPoint(390, 100), ChannelPoint(300, -130)], 20, 3)
+    await pulses(low, 4, [ChannelPoint(500, 100), ChannelPoint(500, -100)], 9.5, 19)
+    await low.stop()
+    mid = device.get_layer_mid_level()
+    await mid.init(False)
+    shape = [ChannelPoint(10, 0.5)] + [ChannelPoint(4095, -130)] * 15
+    await mid.update([None] * 4 + [MidLevelChannelConfiguration(True, 0, 62, shape)])
+    await mid.get_current_data()
+    await asyncio.sleep(0.3)
+    await mid.stop()
+    connection.close()
+    print("done")
+
+asyncio.run(main(sys.argv[1]))
+"""
+
+
+def test_pulse_shape_and_slow_train_attacks_are_clamped_or_rejected_and_counted(tmp_path, config_over):
+    """Issue 34 end to end: the later 130 mA phase (low level) and the 61 ms phase (mid level) on a reject
+    channel are rejected and counted by reason; a 9.5 Hz train on a clamp channel (minimum 10 Hz) is clamped
+    to 10 Hz and counted, and its force and charge are in the run: one pulse's charge per pulse sent."""
+    cfg = config_over("p24.toml", """
+        [metrics]
+        enabled = false
+
+        [[stimulation.channel]]
+        name = "biceps"
+        muscles = { bicl = 1.0, bicb = 1.0, brachialis = 0.5 }
+        max_amplitude_ma = 100
+        min_frequency_hz = 10
+        limit_policy = "clamp"
+
+        [[stimulation.channel]]
+        name = "triceps"
+        muscles = { triclong = 1.0, triclat = 1.0, tricmed = 0.7, anconeus = 0.5 }
+        max_amplitude_ma = 100
+        min_frequency_hz = 10
+
+        [[driver]]
+        type = "sciencemode4"
+        sensor_port = "none"
+        channel_map = [0, 0, 0, "biceps", "triceps", 0, 0, 0]
+        """)
+    script, ports_file, rec = tmp_path / "attack.py", tmp_path / "ports.json", tmp_path / "run.hilrec"
+    script.write_text(ATTACK_CLIENT)
+    hil = subprocess.Popen([sys.executable, "-m", "hil", "run", "--config", str(cfg), "--duration", "6", "--json",
+                            "--record", str(rec), "--port-file", str(ports_file)],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    port = wait_for_port_file(ports_file, hil)["0:sciencemode4"]["stimulator"]
+    attack = subprocess.run([sys.executable, str(script), port], capture_output=True, text=True, timeout=60)
+    out, err = hil.communicate(timeout=60)
+    assert attack.returncode == 0 and attack.stdout.strip() == "done", attack.stderr
+    assert hil.returncode == 0, err
+    summary = json.loads(out)
+    assert summary["commands_rejected"] == {"0:amplitude_limit": 3, "0:pulse_width_limit": 1}
+    assert summary["commands_clamped"].keys() == {"0:frequency_limit"}   # the first counts at 10 Hz; the others
+    assert 9 <= summary["commands_clamped"]["0:frequency_limit"] <= 18   # unless the client's timing was early
+    from hil.recording import RecordingReader
+    from hil.run_metrics import delivered_charge_uc
+    applied = RecordingReader(str(rec)).read("ticks")["applied"]
+    assert applied[:, 1, 1].max() == 0                                   # triceps: nothing got through
+    biceps = applied[:, 0]
+    assert biceps[:, 1].max() == 100 and not np.any((biceps[:, 1] > 0) & (biceps[:, 2] == 0))
+    assert np.all((biceps[biceps[:, 1] > 0, 2] >= 10.0) & (biceps[biceps[:, 1] > 0, 2] <= 100.0))
+    charge = delivered_charge_uc(applied, 0.004)[0]
+    assert 0.95 * 19 * 50 < charge < 1.1 * 19 * 50                      # 19 pulses of 500 µs at 100 mA
 
 
 @pytest.mark.parametrize("transport", ["p24-mid", "p24-low"])

@@ -122,10 +122,13 @@ def test_run_record_replay_export(tmp_path):
     assert rep.returncode == 0 and json.loads(rep.stdout)["identical"], rep.stdout + rep.stderr
     csv = tmp_path / "run.csv"
     assert hil("export", rec, "--csv", csv).returncode == 0
-    header = csv.read_text().splitlines()[0].split(",")
-    assert header[:3] == ["tick", "time", "SCy"] and "gh_stability" in header and "u_bicl" in header
-    assert header[header.index("gh_stability") + 1] == "status"
+    header = csv.read_text().splitlines()[0].split(",")       # each column named with its unit
+    assert header[:2] == ["tick", "t_s"] and header[2:13] == [f"q_{d}_rad" for d in rd.header["dof_names"]]
+    assert header[13:15] == ["gh_stability", "status"] and "u_bicl" in header
     assert "biceps_amp_ma" in header and len(csv.read_text().splitlines()) == 251
+    exported = np.genfromtxt(csv, delimiter=",", names=True)
+    np.testing.assert_array_equal(exported["t_s"], ticks["frame"]["time"])
+    np.testing.assert_array_equal(exported["q_ELx_rad"], ticks["frame"]["q"][:, 9])
 
 
 def test_thelen_variant_is_recorded_and_replayed_as_that_variant(tmp_path):
@@ -187,10 +190,20 @@ def test_replay_detects_a_tampered_frame(tmp_path):
     assert data  # original untouched
 
 
+def shm_segments_mapped_by(pid: int) -> set[str]:
+    """The /dev/shm files process ``pid`` maps: this run's own segments, not those of other `hil` processes
+    on the machine (CI runs the suite next to a `hil serve`)."""
+    paths = set()
+    for line in Path(f"/proc/{pid}/maps").read_text().splitlines():
+        fields = line.split(maxsplit=5)
+        if len(fields) == 6 and fields[5].startswith("/dev/shm/psm_"):
+            paths.add(fields[5])
+    return paths
+
+
 @pytest.mark.parametrize("how", ["sigterm_supervisor", "sigkill_realtime"])
 def test_recording_survives_termination(tmp_path, how):
     rec = tmp_path / "run.hilrec"
-    started = time.time()
     proc = subprocess.Popen([sys.executable, "-m", "hil", "run", "--config", str(REPO / "configs/elbow-hold.toml"),
                              "--record", str(rec)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
@@ -208,11 +221,12 @@ def test_recording_survives_termination(tmp_path, how):
     else:
         rt = subprocess.run(["pgrep", "-P", str(proc.pid), "-x", "hil-rt"], capture_output=True, text=True).stdout.split()
         assert len(rt) == 1, "no real-time process found"
+        segments = shm_segments_mapped_by(int(rt[0]))
+        assert segments, "the real-time process maps no shared memory"
         os.kill(int(rt[0]), signal.SIGKILL)
         proc.wait(60)
         time.sleep(1.0)  # the recorder drains and closes after noticing its parent died
-        assert not any(p.name.startswith("psm_") and p.stat().st_mtime > started for p in Path("/dev/shm").iterdir()), \
-            "the recorder left its rings behind"
+        assert not [s for s in segments if os.path.exists(s)], "the recorder left its rings behind"
         rd = RecordingReader(rec)
         n = len(rd.read("ticks"))
         assert n > 100
@@ -258,3 +272,121 @@ def test_port_file_checked_before_the_run_and_removed_after_it(tmp_path):
               tmp_path / "run2.hilrec", "--port-file", tmp_path / "missing" / "ports.json")
     assert out.returncode == 2 and "--port-file" in out.stderr and "does not exist" in out.stderr
     assert not (tmp_path / "run2.hilrec").exists() and time.monotonic() - t0 < 60
+
+
+# -- no recording hangs a command or exhausts its memory; its header is checked before use ----------------------
+
+FIXTURE = REPO / "tests" / "data" / "elbow-hold-v0.4.hilrec"
+
+
+def rewritten(tmp_path, change, name="bad.hilrec") -> Path:
+    """The fixture recording with its header's JSON replaced by ``change(header)`` (a dict, or the raw bytes), a
+    valid CRC and its blocks unchanged."""
+    import struct
+
+    from hil.recording import MAGIC, encode_header
+    data = FIXTURE.read_bytes()
+    (n,) = struct.unpack_from("<I", data, len(MAGIC))
+    new = change(json.loads(data[len(MAGIC) + 4: len(MAGIC) + 4 + n]))
+    path = tmp_path / name
+    path.write_bytes(encode_header(new if isinstance(new, bytes) else json.dumps(new).encode())
+                     + data[len(MAGIC) + 8 + n:])
+    return path
+
+
+def _set(doc, key, value):
+    doc[key] = value
+    return doc
+
+
+def _stream_descr(doc, stream, descr):
+    next(s for s in doc["streams"] if s["name"] == stream)["descr"] = descr
+    return doc
+
+
+def _without_field(doc, stream, field):
+    s = next(s for s in doc["streams"] if s["name"] == stream)
+    s["descr"] = [f for f in s["descr"] if f[0] != field]
+    return doc
+
+
+BAD_HEADERS = {
+    "a JSON list": (lambda d: b"[1, 2, 3]", "not an object"),
+    "no streams": (lambda d: {k: v for k, v in d.items() if k != "streams"}, "'streams'"),
+    "not UTF-8": (lambda d: b'{"streams": "caf\xe9"}', "not UTF-8"),
+    "not JSON": (lambda d: b"{" * 100000, "not valid JSON"),
+    "zero-size record": (lambda d: _stream_descr(d, "commands", []), "a record of 0 bytes"),
+    "object records": (lambda d: _stream_descr(d, "commands", "|O"), "Python objects"),
+    "bad record type": (lambda d: _stream_descr(d, "commands", "<q17"), "no valid record type"),
+    "period 0": (lambda d: _set(d, "period_s", 0), "period_s"),
+    "period text": (lambda d: _set(d, "period_s", "4 ms"), "period_s"),
+    "names not strings": (lambda d: _set(d, "dof_names", [1, 2]), "dof_names"),
+    "fewer muscles": (lambda d: _set(d, "muscle_names", d["muscle_names"][:3]), "field 'u'"),
+    "no frame": (lambda d: _without_field(d, "ticks", "frame"), "'frame'"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_HEADERS))
+def test_a_header_with_a_valid_crc_but_bad_content_is_refused_before_use(tmp_path, case):
+    from hil.recording import read_run_recording
+    change, words = BAD_HEADERS[case]
+    with pytest.raises(RecordingError, match=words.replace("(", r"\(")):
+        read_run_recording(str(rewritten(tmp_path, change)))
+
+
+def test_the_shipped_recordings_pass_the_header_check():
+    from hil.recording import read_run_recording
+    for path in sorted((REPO / "tests" / "data").glob("*.hilrec")):
+        assert len(read_run_recording(str(path)).read("ticks")) == 50
+
+
+def test_a_header_longer_than_the_bound_is_refused_before_it_is_read(tmp_path):
+    import struct
+
+    from hil.recording import MAGIC, MAX_HEADER_BYTES
+    path = tmp_path / "long.hilrec"
+    path.write_bytes(MAGIC + struct.pack("<I", MAX_HEADER_BYTES + 1) + b"{}")
+    with pytest.raises(RecordingError, match="header of"):
+        RecordingReader(path)
+
+
+def recording_command(command, path, tmp_path):
+    """``hil COMMAND PATH`` with the options it needs, bounded as tests/test_attacks_config.hil_process."""
+    from conftest import free_port
+    from test_attacks_config import hil_process
+    extra = {"export": ["--csv", tmp_path / "out.csv"], "report": ["--out", tmp_path / "report"],
+             "view": ["--port", free_port()], "replay": []}[command]
+    return hil_process(command, path, *extra)
+
+
+COMMANDS = ["replay", "export", "report", "view"]
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+@pytest.mark.parametrize("kind", ["device", "fifo"])
+def test_a_device_or_fifo_as_the_recording_is_one_line(tmp_path, command, kind):
+    from test_attacks_config import assert_one_error_line
+    path = "/dev/zero"
+    if kind == "fifo":
+        path = tmp_path / "run.hilrec"
+        os.mkfifo(path)
+    assert_one_error_line(*recording_command(command, path, tmp_path), str(path), "not a regular file")
+
+
+@pytest.mark.parametrize("case, command", [("a JSON list", "replay"), ("no streams", "export"),
+                                           ("not UTF-8", "report"), ("zero-size record", "view"),
+                                           ("period 0", "view"), ("period 0", "report"),
+                                           ("object records", "replay")])
+def test_a_bad_header_is_one_line_in_each_command(tmp_path, case, command):
+    from test_attacks_config import assert_one_error_line
+    change, words = BAD_HEADERS[case]
+    path = rewritten(tmp_path, change)
+    assert_one_error_line(*recording_command(command, path, tmp_path), str(path), words)
+
+
+def test_a_recording_larger_than_half_the_memory_is_refused_unread(tmp_path):
+    path = tmp_path / "huge.hilrec"
+    with open(path, "wb") as fh:                   # sparse: no disk used, and never read
+        fh.truncate(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2 + 1)
+    with pytest.raises(RecordingError, match="bytes; at most"):
+        RecordingReader(path)

@@ -363,11 +363,34 @@ def test_point_encoding_matches_the_client_and_the_spec_mapping_examples():
     assert (ch1.current_ma, ch1.pulse_width_us, ch1.charge_nc, ch1.balanced) == (20, 200, 4000, True)
     assert (ch3.current_ma, ch3.pulse_width_us, ch3.charge_nc, ch3.balanced) == (35, 300, 10500, True)
     multi = Pulse(decode_points(b"".join(encode_point(d, i) for d, i in [(0, 0), (100, 10), (5, 30), (100, -40)]), 4))
-    assert (multi.current_ma, multi.pulse_width_us, multi.charge_nc) == (30, 110, 1300)   # 5 µs counts as 10
+    assert (multi.current_ma, multi.pulse_width_us, multi.charge_nc) == (40, 110, 4000)   # 5 µs counts as 10
     assert not multi.balanced and multi.net_charge_nc == 1300 - 4000
     assert decode_points(encode_point(10, 1)[:3], 1) is None
     assert decode_points((int.from_bytes(encode_point(10, 1), "big") | 1).to_bytes(4, "big"), 1) is None
     assert decode_points((int.from_bytes(encode_point(10, 1), "big") | 0x40).to_bytes(4, "big"), 1) is None
+
+
+def shape(points) -> Pulse:
+    return Pulse(decode_points(b"".join(encode_point(d, i) for d, i in points), len(points)))
+
+
+@pytest.mark.parametrize("points,envelope", [
+    ([(390, 100), (300, -130)], (130, 390)),                       # issue 34: the later phase is the stronger
+    ([(10, 0.5)] + [(4095, -130)] * 15, (130, 15 * 4095)),          # issue 34: 61 ms at 130 mA after 10 µs
+    ([(400, 100), (10, 0), (400, 100), (200, -100)], (100, 800)),  # a gap does not end a phase
+    ([(200, 60), (200, -60)] * 8, (60, 1600)),                     # 16 phases: half the 3.2 ms of current
+    ([(300, 35), (50, 0), (300, -35)], (35, 300)),                  # a symmetric pulse is its own envelope
+    ([(200, 0), (100, 0)], (0, 0)),
+])
+def test_every_point_counts_in_the_recorded_envelope(points, envelope):
+    """The record's current is the largest of any point and its width covers the widest phase and half the
+    time current flows, so the loop's amplitude and pulse-width limits bound every point, phase and pulse."""
+    pulse = shape(points)
+    assert (pulse.current_ma, pulse.pulse_width_us) == envelope
+    widths = [w for w, _ in pulse.phases()]
+    assert all(abs(i) <= pulse.current_ma for _, i in points)
+    assert max(widths, default=0) <= pulse.pulse_width_us and sum(widths) <= 2 * pulse.pulse_width_us
+    assert pulse.charge_nc <= pulse.current_ma * pulse.pulse_width_us
 
 
 # --- emulator: general layer and the client's initialize() -------------------------------------------------
@@ -535,22 +558,36 @@ def test_low_level_frequency_from_pulse_intervals_and_the_minimum_frequency_time
     biphasic = [(200, 26), (50, 0), (200, -26)]
     ack, events = s.send(pulse_packet(1, biphasic), 1.0)
     assert ack.result == ResultAndError.NO_ERROR and (ack.channel, ack.connector) == (0, 0)
-    assert commands(events) == {1: (200, 26, 0.0)}               # the first pulse of a train has no frequency
+    assert commands(events) == {1: (200, 26, 10.0)}              # the first pulse: one at the minimum frequency
     ack, events = s.send(pulse_packet(1, [(200, 30), (200, -30)]), 1.0 + 1 / 30)
     assert commands(events)[1] == pytest.approx((200, 30, 30.0))
     ack, events = s.send(pulse_packet(7, biphasic), 1.05)
-    assert (ack.channel, ack.connector) == (2, 1) and commands(events) == {7: (200, 26, 0.0)}
+    assert (ack.channel, ack.connector) == (2, 1) and commands(events) == {7: (200, 26, 10.0)}
     assert commands(s.poll(1.13)) == {}
     assert commands(s.poll(1.14)) == {1: (0, 0, 0)}              # channel 1: no pulse for 1/10 s
     assert commands(s.poll(1.16)) == {7: (0, 0, 0)}
-    _, events = s.send(pulse_packet(1, biphasic), 1.3)           # a new train
-    assert commands(events) == {1: (200, 26, 0.0)}
+    _, events = s.send(pulse_packet(1, biphasic), 1.3)           # after a pause: its true rate
+    assert commands(events)[1] == pytest.approx((200, 26, 1 / (1.3 - 1.0 - 1 / 30)))
     _, events = s.send(pulse_packet(1, biphasic, execute=False), 1.31)   # no execute bit: no pulse
     assert commands(events) == {}
     replies, events = s.emu.receive(encode_frame(9, 2, bytes([0x00])), 1.32)   # C library: no points
     assert read_reply(replies[0]).result == ResultAndError.NO_ERROR and commands(events) == {}
     _, events = s.send(PacketLowLevelStop(), 1.35)
     assert commands(events) == {1: (0, 0, 0)} and s.emu.status == 0
+
+
+def test_low_level_pulses_just_slower_than_the_minimum_frequency_carry_their_rate():
+    """Issue 34: at 9.5 Hz (minimum 10 Hz) every pulse was "the first of a train" at 0 Hz: no force, no charge,
+    no frequency limit. Now each carries its rate, and the channel goes to zero between them as before."""
+    s = Session(min_period_s=(0.1,) * 8)
+    s.send(ll_init(), 0.0)
+    rates = []
+    for k in range(20):
+        t = 1.0 + k / 9.5
+        _, events = s.send(pulse_packet(4, [(500, 100), (500, -100)]), t)
+        rates.append(commands(events)[4][2])
+        assert commands(s.poll(t + 0.102)) == {4: (0, 0, 0)}
+    assert rates[0] == 10.0 and rates[1:] == pytest.approx([9.5] * 19)
 
 
 def test_low_level_pulses_sent_together_run_one_after_the_other():
@@ -601,7 +638,7 @@ def test_injected_electrode_fault_at_low_level():
     s = Session(fault_after_s={3: 0.5})
     s.send(ll_init(), 0.0)
     ack, events = s.send(pulse_packet(3, [(200, 10), (200, -10)]), 0.0)       # below 15 mA: no onset yet
-    assert ack.result == ResultAndError.NO_ERROR and commands(events) == {3: (200, 10, 0.0)}
+    assert ack.result == ResultAndError.NO_ERROR and commands(events) == {3: (200, 10, 10.0)}
     ack, events = s.send(pulse_packet(3, [(200, 20), (200, -20)]), 0.025)     # the fault starts 0.5 s later
     assert ack.result == ResultAndError.NO_ERROR
     ack, events = s.send(pulse_packet(3, [(200, 20), (200, -20)]), 0.6)
@@ -609,7 +646,7 @@ def test_injected_electrode_fault_at_low_level():
     ack, events = s.send(pulse_packet(3, [(200, 10), (200, -10)]), 0.65)      # undetected, and no current
     assert ack.result == ResultAndError.NO_ERROR and commands(events) == {3: (0, 0, 0)}
     ack, events = s.send(pulse_packet(4, [(200, 20), (200, -20)]), 0.7)       # other channels work
-    assert commands(events) == {4: (200, 20, 0.0)} and s.emu.counters["electrode_errors"] == 1
+    assert commands(events) == {4: (200, 20, 10.0)} and s.emu.counters["electrode_errors"] == 1
 
 
 @pytest.mark.parametrize("stop_all", [False, True])
@@ -627,6 +664,20 @@ def test_injected_electrode_fault_at_mid_level(stop_all):
     assert ack.channel_error[:2] == [ResultAndError.ELECTRODE_ERROR, ResultAndError.NO_ERROR]
     ack, events = s.send(update_packet((1, 0, 25, [(200, 20), (200, -20)])), 1.2)   # restarted: fails again
     assert commands(events) == {1: (0, 0, 0), 2: (0, 0, 0)} if not stop_all else commands(events) == {1: (0, 0, 0)}
+
+
+def test_a_stronger_later_phase_is_what_the_emulator_reports():
+    """Issue 34's two attacks at the emulator: the channel command is the envelope, not the first phase."""
+    s = Session()
+    s.send(ll_init(), 0.0)
+    ack, events = s.send(pulse_packet(4, [(390, 100), (300, -130)]), 0.0)
+    assert ack.result == ResultAndError.NO_ERROR and commands(events) == {4: (390, 130, 10.0)}
+    assert s.emu.counters["unbalanced_pulses"] == 0                    # charge-balanced: no notice either
+    s.send(PacketLowLevelStop(), 0.1)
+    s.send(ml_init(), 0.1)
+    ack, events = s.send(update_packet((4, 0, 62, [(10, 0.5)] + [(4095, -130)] * 15)), 0.2)
+    assert ack.result_error == ResultAndError.NO_ERROR
+    assert commands(events) == {4: pytest.approx((15 * 4095, 130, 1000 / 62))}
 
 
 def test_charge_unbalanced_pulses_are_counted_and_reported_once_per_channel():

@@ -190,3 +190,25 @@ def test_a_port_that_cannot_be_opened_is_a_one_line_error_naming_the_driver(tmp_
     out = subprocess.run([sys.executable, "-m", "hil", "check-config", str(cfg)], capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0, out.stderr
+
+
+def test_the_rehastim2_client_ends_in_one_line_when_the_service_stops(tmp_path, config_over):
+    """The service stops while the example client holds: one line on stderr, exit 1, no traceback from
+    the client's threads or its main thread."""
+    cfg = config_over("serial.toml", """
+        [metrics]
+        enabled = false
+        """)
+    ports_file = tmp_path / "ports.json"
+    hil = subprocess.Popen([sys.executable, "-m", "hil", "run", "--config", str(cfg), "--duration", "3",
+                            "--port-file", str(ports_file)],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        wait_for_port_file(ports_file, hil)
+        client = subprocess.run([sys.executable, str(ROOT / "examples" / "rehastim2_client.py"), "--port-file",
+                                 str(ports_file), "--hold", "20"], capture_output=True, text=True, timeout=60)
+    finally:
+        hil.communicate(timeout=60)
+    lines = client.stderr.strip().splitlines()
+    assert client.returncode == 1 and len(lines) == 1, client.stderr
+    assert "went away" in lines[0] and "Traceback" not in client.stderr

@@ -58,6 +58,8 @@ def test_sweep_on_a_local_dask_cluster_resumes_and_reports_bad_variants(tmp_path
     assert first.returncode == 0, first.stderr
     summary = json.loads(first.stdout)
     assert summary["runs"] == summary["run_now"] == 4 and summary["workers"] == 2
+    assert (summary["ok"], summary["errors"]) == (2, 2) and "loop.period_ms" in summary["first_error"]
+    assert "warning: 2 of 4 runs failed" in first.stderr
     assert summary["scheduler"].startswith("tcp://")
     rows = _rows(out)
     ok = [r for r in rows if r["status"] == "ok"]
@@ -77,3 +79,42 @@ def test_sweep_on_a_local_dask_cluster_resumes_and_reports_bad_variants(tmp_path
     for r in ok:
         assert same[r["id"]]["rms_error_deg"] == r["rms_error_deg"]
         assert same[r["id"]]["charge_biceps_uc"] == r["charge_biceps_uc"]
+
+
+# -- no sweep file hangs hil sweep or exhausts its memory; a sweep none of whose runs succeeds fails ------------
+
+@pytest.mark.parametrize("body, key, words", [
+    ('[random]\nn = 1000000000000\n"sensor.seed" = {choice = [1, 2]}\n', "random.n", "1000000000000 runs"),
+    ("[grid]\n" + "".join(f'"sensor.k{i}" = [{", ".join(map(str, range(10)))}]\n' for i in range(9)), "grid",
+     "1000000000 runs"),
+    ("[grid]\n" + "".join(f'"sensor.k{i}" = [{", ".join(map(str, range(10)))}]\n' for i in range(6)), "grid",
+     "1000000 runs"),
+], ids=["random-1e12", "grid-1e9", "grid-1e6"])
+def test_a_sweep_of_too_many_runs_is_refused_from_its_counts(tmp_path, body, key, words):
+    """Counted from the sizes before a run or a sample is built (built first, 10^12 samples never end)."""
+    from test_attacks_config import assert_one_error_line, hil_process
+    sweep = _sweep_file(tmp_path, body)
+    assert_one_error_line(*hil_process("sweep", sweep, "--out", tmp_path / "out", "--workers", "0"),
+                          str(sweep), f"key {key!r}", words, "at most 100000")
+
+
+def test_a_device_as_the_initial_state_fails_the_sweep_before_any_worker(tmp_path):
+    from test_attacks_config import assert_one_error_line, hil_process
+    base = tmp_path / "base.toml"
+    base.write_text(f'include = ["{ROOT / "configs" / "elbow-hold.toml"}"]\n[plant]\ninitial = "/dev/zero"\n')
+    sweep = tmp_path / "sweep.toml"
+    sweep.write_text(f'base = "{base}"\nduration_s = 0.2\n[grid]\n"sensor.seed" = [1, 2]\n')
+    assert_one_error_line(*hil_process("sweep", sweep, "--out", tmp_path / "out", "--workers", "2"),
+                          str(sweep), "every run failed (2)", "plant.initial", "/dev/zero", "not a regular file")
+
+
+def test_a_sweep_whose_every_run_fails_names_the_sweep_file_and_key(tmp_path):
+    """A typo in a grid key: each run's error names the sweep file's key, not the base config, and the sweep
+    exits 2."""
+    from test_attacks_config import assert_one_error_line, hil_process
+    sweep = _sweep_file(tmp_path, '[grid]\n"driver.0.kp_ma_per_rx" = [40, 80]\n')
+    code, err = hil_process("sweep", sweep, "--out", tmp_path / "out", "--workers", "0")
+    assert_one_error_line(code, err, "every run failed (2)", f"{sweep}, swept key 'driver.0.kp_ma_per_rx'",
+                          "unknown key")
+    rows = [json.loads(line) for line in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
+    assert all(r["error_key"] == "driver.0.kp_ma_per_rx" and str(sweep) in r["error"] for r in rows)

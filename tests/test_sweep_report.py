@@ -119,5 +119,8 @@ def test_a_sweep_without_ok_rows_or_without_results_is_a_clear_error(tmp_path):
     run = subprocess.run([sys.executable, "-m", "hil", "sweep", str(sweep), "--out", str(tmp_path / "out"),
                           "--workers", "0", "--report"], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert run.returncode == 2, run.stderr
-    assert "no run of the sweep finished ok (1 error row(s)" in run.stderr and "Traceback" not in run.stderr
-    assert not (tmp_path / "out" / "report").exists()
+    errors = [line for line in run.stderr.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1 and "every run failed" in errors[0] and "'safety.gh_action'" in errors[0], run.stderr
+    assert "Traceback" not in run.stderr and not (tmp_path / "out" / "report").exists()
+    with pytest.raises(SweepReportError, match=r"no run of the sweep finished ok \(1 error row\(s\)"):
+        sweep_report(load_sweep(str(sweep)), str(tmp_path / "out"))

@@ -150,6 +150,203 @@ def test_block_is_small():
 
 
 # ---------------------------------------------------------------------------------------------------
+# the HTTP server under hostile clients (real sockets on 127.0.0.1, an in-process server, stand-in sources)
+
+class _Replay:
+    """A replay source of two large chunks."""
+    mode, info_bytes = "replay", b"{}"
+    body = b"[" + b"0," * 4_000_000 + b"0]"
+
+    def chunk(self, k: int):
+        return self.body if k in (0, 1) else None
+
+
+class _Live:
+    """A live source with a 4 KB sample every 5 ms; counts its open streams."""
+    mode, info_bytes = "live", b"{}"
+
+    def __init__(self) -> None:
+        import threading
+        self.clients, self.lock = 0, threading.Lock()
+
+    def watch(self, delta: int) -> None:
+        with self.lock:
+            self.clients += delta
+
+    def wait(self, version: int, timeout_s: float):
+        time.sleep(0.005)
+        return version + 1, b"x" * 4096
+
+
+@pytest.fixture
+def view_server():
+    """A running :class:`hil.view.server.ViewServer` on a free port of 127.0.0.1 (source set by the test)."""
+    import threading
+
+    from hil.view.server import bind
+    server = bind("127.0.0.1", 0)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    yield server
+    server.stopping.set()
+    server.shutdown()
+    server.server_close()
+
+
+def _connect(server, rcvbuf: int | None = None):
+    import socket
+    sock = socket.socket()
+    if rcvbuf:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    sock.settimeout(10.0)
+    sock.connect(server.server_address[:2])
+    return sock
+
+
+def _read_all(sock, limit: int = 64 << 20) -> bytes:
+    chunks, size = [], 0
+    while size < limit:
+        data = sock.recv(65536)
+        if not data:
+            break
+        chunks.append(data)
+        size += len(data)
+    return b"".join(chunks)
+
+
+def _get(server, target: bytes) -> tuple[int, bytes]:
+    """Status and body of ``GET target`` sent as raw bytes."""
+    with _connect(server) as sock:
+        sock.sendall(b"GET " + target + b" HTTP/1.0\r\n\r\n")
+        head, _, body = _read_all(sock).partition(b"\r\n\r\n")
+    return int(head.split()[1]), body
+
+
+def _reset(sock) -> None:
+    """Close so that the peer sees a reset, as a client that goes away mid-answer."""
+    import socket
+    import struct
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    sock.close()
+
+
+def _wait_until(condition, timeout_s: float = 60.0) -> None:
+    t_end = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < t_end, "condition not met"
+        time.sleep(0.02)
+
+
+def test_chunk_queries_are_parsed_strictly(view_server, capfd):
+    """Only ?i=<ASCII digits, at most 9> is a chunk number; anything else is 400, never a traceback."""
+    view_server.source = _Replay()
+    bad = [b"9" * 5000, b"\xb2", b"\xd9\xa3", b"-1", b"", b"1.0", b" 1", b"1&i=2", b"0x1", b"1" * 10]
+    for value in bad:
+        assert _get(view_server, b"/api/chunk?i=" + value)[0] == 400, value
+    assert _get(view_server, b"/api/chunk?x=1")[0] == 400
+    status, body = _get(view_server, b"/api/chunk?i=1")
+    assert status == 200 and body.startswith(b"[0,")
+    assert _get(view_server, b"/api/chunk?i=999999999")[0] == 404
+    assert view_server.server_errors == 0
+    assert capfd.readouterr().err == ""
+
+
+def test_clients_that_leave_before_their_answer_are_counted_not_printed(view_server, capfd):
+    """Clients that reset the connection while a large answer is being sent, or before sending their
+    request, or halfway through it: counted as the clients' doing, nothing on stderr."""
+    view_server.source = _Replay()
+    for _ in range(5):
+        sock = _connect(view_server, rcvbuf=4096)
+        sock.sendall(b"GET /api/chunk?i=0 HTTP/1.0\r\n\r\n")
+        sock.recv(100)                       # the answer has started
+        _reset(sock)
+        _reset(_connect(view_server))
+        sock = _connect(view_server)
+        sock.sendall(b"GET /api/ch")
+        _reset(sock)
+    _wait_until(lambda: view_server.client_errors >= 5, timeout_s=15.0)
+    assert _get(view_server, b"/api/info") == (200, b"{}")
+    assert view_server.server_errors == 0
+    assert capfd.readouterr().err == ""
+
+
+def test_a_failure_of_the_server_is_one_line_at_most_every_few_seconds(view_server, capfd):
+    """A source that raises on every chunk: each request fails and is counted; stderr gets one line, not a
+    traceback per request."""
+    class Broken(_Replay):
+        def chunk(self, k: int):
+            raise RuntimeError("chunk boom")
+
+    view_server.source = Broken()
+    for _ in range(5):
+        with _connect(view_server) as sock:
+            sock.sendall(b"GET /api/chunk?i=0 HTTP/1.0\r\n\r\n")
+            _read_all(sock)
+    _wait_until(lambda: view_server.server_errors == 5, timeout_s=15.0)
+    err = capfd.readouterr().err
+    assert err.count("\n") == 1 and "RuntimeError: chunk boom" in err and "Traceback" not in err, err
+
+
+def test_idle_connections_make_room_and_busy_ones_get_503(view_server):
+    """Connections that send no request (a slowloris) hold at most MAX_CONNECTIONS threads, and each
+    newcomer takes the place of the oldest of them, so a page's request is still answered; when every slot
+    is busy answering (clients that do not read), a newcomer gets 503 at once."""
+    import threading
+
+    from hil.view.server import MAX_CONNECTIONS
+
+    view_server.source = _Replay()
+    view_server.client_timeout_s = 60.0
+    threads_before = threading.active_count()
+    idle = [_connect(view_server) for _ in range(MAX_CONNECTIONS + 10)]
+    try:
+        assert _get(view_server, b"/api/info") == (200, b"{}")
+        for sock in idle[:11]:                  # the oldest, cut for the ten after them and the page
+            assert _read_all(sock) == b""
+        assert threading.active_count() <= threads_before + MAX_CONNECTIONS
+        assert view_server.evicted == 11 and view_server.refused == 0
+    finally:
+        for sock in idle:
+            sock.close()
+    busy = []
+    try:
+        for _ in range(MAX_CONNECTIONS):
+            busy.append(_connect(view_server, rcvbuf=4096))
+            busy[-1].sendall(b"GET /api/chunk?i=0 HTTP/1.0\r\n\r\n")
+        _wait_until(lambda: view_server.open_connections == MAX_CONNECTIONS and not view_server.reading)
+        assert _get(view_server, b"/api/info")[0] == 503
+        assert threading.active_count() <= threads_before + MAX_CONNECTIONS and view_server.refused == 1
+    finally:
+        for sock in busy:
+            _reset(sock)
+    _wait_until(lambda: _get(view_server, b"/api/info") == (200, b"{}"))
+
+
+def test_streams_that_stop_reading_are_dropped_with_little_queued(view_server):
+    """MAX_STREAMS streams whose clients never read: a further one gets 503; each is dropped one client
+    timeout after its writes block, which comes after little data (the stream's send buffer is small, not
+    megabytes), and then a new stream is served."""
+    from hil.view.server import MAX_STREAMS
+
+    source = view_server.source = _Live()
+    view_server.client_timeout_s = 0.5
+    stuck = []
+    for _ in range(MAX_STREAMS):
+        stuck.append(_connect(view_server, rcvbuf=8192))
+        stuck[-1].sendall(b"GET /api/stream HTTP/1.0\r\n\r\n")
+    _wait_until(lambda: source.clients == MAX_STREAMS)
+    assert _get(view_server, b"/api/stream")[0] == 503
+    _wait_until(lambda: source.clients == 0)
+    queued = [len(_read_all(sock)) for sock in stuck]
+    assert max(queued) < 1 << 20, queued          # bytes the server queued for a client that never read
+    with _connect(view_server) as sock:
+        sock.sendall(b"GET /api/stream HTTP/1.0\r\n\r\n")
+        assert sock.recv(12) == b"HTTP/1.0 200"
+    for sock in stuck:
+        sock.close()
+
+
+# ---------------------------------------------------------------------------------------------------
 # in Chromium
 
 def _wait_http(url: str, proc, timeout_s: float = 60.0) -> None:

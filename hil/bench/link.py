@@ -23,6 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from drivers.can_local import host_local_group
 from hil.bench.lsl_peer import lsl_driver_table, lsl_peer, lsl_peer_name
 from hil.bench.p24_peer import p24_peer
 from hil.bench.peers import baseline_responder, can_peer, serial_peer
@@ -163,7 +164,7 @@ def run_link_bench(transport: str, rate_hz: float, duration_s: float, feedback: 
     from hil.supervisor import ServiceRun
 
     work = Path(tempfile.mkdtemp(prefix="hil-bench-link-"))
-    group = f"239.76.{random.randint(1, 250)}.{random.randint(1, 250)}"
+    group = host_local_group(random.randint(1, 0xFFFF))
     cfg = _write_config(work, transport, rate_hz, feedback, group)
     ctx = mp.get_context("spawn")
     results = ctx.Queue()

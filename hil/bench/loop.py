@@ -61,7 +61,7 @@ def write_loop_config(work: Path, period_s: float, spin_us: float, cpu: int, por
     return cfg_path
 
 
-def _scraped_run(cfg_path: Path, duration_s: float, port: int, scrape_interval_s: float, cpu: int,
+def _scraped_run(cfg_path: Path, duration_s: float, scrape_interval_s: float, cpu: int,
                  view_port: int | None = None) -> tuple:
     """Run the service to its end, scraping ``/metrics`` every ``scrape_interval_s`` while it runs (and serving
     the live view on ``view_port`` when given): (run summary, scrapes, failed scrapes, steal on ``cpu``
@@ -74,10 +74,11 @@ def _scraped_run(cfg_path: Path, duration_s: float, port: int, scrape_interval_s
     scrapes = failures = 0
     try:
         run.start()
+        url = f"http://{run.metrics.address}/metrics"     # the configured port, or the free one the run took
         while run.alive(scrape_interval_s if scrape_interval_s > 0 else 0.5):
             if scrape_interval_s > 0 and run.status.state == service.STATE_RUNNING:
                 try:
-                    urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=1).read()
+                    urllib.request.urlopen(url, timeout=1).read()
                     scrapes += 1
                 except OSError:
                     failures += 1
@@ -97,7 +98,7 @@ def loop_bench(period_s: float, duration_s: float, scrape_interval_s: float, spi
     work = Path(tempfile.mkdtemp(prefix="hil-bench-"))
     port = free_port()
     cfg_path = write_loop_config(work, period_s, spin_us, cpu, port)
-    summary, scrapes, failures, steal_before, steal_after = _scraped_run(cfg_path, duration_s, port,
+    summary, scrapes, failures, steal_before, steal_after = _scraped_run(cfg_path, duration_s,
                                                                          scrape_interval_s, cpu, view_port)
     if not summary.get("ok"):
         return {"error": summary["error"]}

@@ -15,7 +15,8 @@ import typer
 from hil import __version__
 from hil.cli import analyze, bench, can, fit, model, recordings, run, simulate, sweep
 
-app = typer.Typer(name="hil", no_args_is_help=True, add_completion=False,
+# rich_markup_mode=None: help texts name TOML tables in brackets ("[grid]"), which markup takes for tags
+app = typer.Typer(name="hil", no_args_is_help=True, add_completion=False, rich_markup_mode=None,
                   pretty_exceptions_show_locals=False,
                   help="FES hardware-in-the-loop testbed with the DAS3 shoulder/arm model as plant.")
 

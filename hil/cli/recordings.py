@@ -29,14 +29,15 @@ def export(
     run_file: Annotated[Path, typer.Argument(help="Recording (.hilrec).")],
     csv_out: Annotated[Path, typer.Option("--csv", help="Output CSV: one row per tick.")],
 ) -> None:
-    """Export a recording to CSV: tick, time, the 11 DOFs (rad), gh_stability, status (bits: 1 watchdog,
-    2 GH unstable, 4 overrun, 8 ROM alarm, 16 GH zeroed, 32 stopping, 64 ROM zeroed), u_<muscle> per muscle
-    element, and per stimulation channel its applied pulse width (us), amplitude (mA), frequency (Hz). A
-    controller plug-in's recorded state goes to <CSV stem>.controller<i>.csv (tick and its state() keys)."""
+    """Export a recording to CSV, each column named with its unit: tick, t_s, q_<dof>_rad for the 11 DOFs,
+    gh_stability, status (bits: 1 watchdog, 2 GH unstable, 4 overrun, 8 ROM alarm, 16 GH zeroed, 32 stopping,
+    64 ROM zeroed), u_<muscle> (excitation 0..1) per muscle element, and per stimulation channel its applied
+    <channel>_pw_us, _amp_ma, _freq_hz. A controller plug-in's recorded state goes to
+    <CSV stem>.controller<i>.csv (tick and its state() keys)."""
     with user_errors():
-        from hil.recording import RecordingReader, export_csv, export_driver_streams
+        from hil.recording import export_csv, export_driver_streams, read_run_recording
 
-        reader = RecordingReader(run_file)
+        reader = read_run_recording(str(run_file))
         check_output_path(csv_out, "--csv")
         h = reader.header
         n = export_csv(reader, str(csv_out), h["muscle_names"], h["dof_names"], h["channel_names"])
@@ -89,6 +90,9 @@ def report(
                                   f"ROM zeroed {doc['rom_zeroed_ticks']}")
     table.add_row("elbow flexion (deg)", "{:.1f} .. {:.1f}".format(*doc["elbow_deg_range"]))
     table.add_row("commands", str(doc["commands"]))
+    for stall in doc["tick_stalls"]:
+        table.add_row("TICK STALL", f"the loop stalled in tick {stall['tick']} for {stall['duration_s']:.1f} s: "
+                                    "stimulation stopped, run ended")
     _add_run_metrics(table, doc["run_metrics"])
     for name, f in doc.get("fatigue", {}).items():
         table.add_row(f"fatigue {name}", f"fitness {f['fitness_end']:.3f} at the end (lowest {f['fitness_min']:.3f}); "

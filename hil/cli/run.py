@@ -43,6 +43,8 @@ def _exit_if_failed(summary: RunResult) -> None:
     """A run that did not finish: its error as the red line, exit 2 for bad input, else 1."""
     if not summary.ok:
         error(summary.error)
+        if summary.stopped_by == "tick_stall":       # a safety stop: systemd must not restart into it
+            raise typer.Exit(ExitCode.SAFETY_STOP)
         raise typer.Exit(ExitCode.BAD_INPUT if summary.config_error else ExitCode.ERROR)
 
 
@@ -79,6 +81,28 @@ def _view_options(port: Optional[int], host: str):
     """``--view``/``--view-host`` as :class:`hil.supervisor.ViewOptions` (None: no view)."""
     from hil.supervisor import ViewOptions
     return None if port is None else ViewOptions(check_port("--view", port), host)
+
+
+def _run_metrics_port(port: Optional[int], metrics_enabled: bool, offline: bool):
+    """``hil run --metrics-port``: exactly that port (0: any free one); None: the config's port if free, else any."""
+    from hil.metrics_port import MetricsPort
+    if port is None:
+        return None
+    if offline or not metrics_enabled:
+        raise BadInputError("--metrics-port: this run exports no metrics (" +
+                            ("--offline)" if offline else "[metrics] enabled = false)"))
+    if not 0 <= port <= 65535:
+        raise BadInputError(f"--metrics-port must be a TCP port, 1..65535, or 0 for any free port, not {port}")
+    return MetricsPort(port, fixed=True, advice="stop that process, or choose another --metrics-port (0: any free "
+                                                "port)")
+
+
+def _serve_metrics_port(cfg, config: Path):
+    """``hil serve`` listens on exactly ``[metrics] port``: Prometheus's static target for the bench."""
+    from hil.metrics_port import MetricsPort
+    return MetricsPort(cfg.metrics.port, fixed=True,
+                       advice=f"stop that process (a second hil serve or hil run?), or set another [metrics] port "
+                              f"in {config} and in the Prometheus config that scrapes this service")
 
 
 def check_config(
@@ -123,6 +147,10 @@ def run(
                                                             "only; needs --duration); records as usual.")] = False,
     view: Annotated[Optional[int], typer.Option(help=VIEW_HELP)] = None,
     view_host: Annotated[str, typer.Option(help=VIEW_HOST_HELP)] = "127.0.0.1",
+    metrics_port: Annotated[Optional[int], typer.Option(
+        help="Serve /metrics on exactly this TCP port (0: any free port); the run fails if it is taken. Without "
+             "it: the config's metrics port if free, else any free port (announced on stderr, in --port-file "
+             "and in the Prometheus target file).")] = None,
 ) -> None:
     """Run a real-time experiment: the loop runs in its own process, this one shows progress.
 
@@ -140,6 +168,7 @@ def run(
         if offline and view is not None:
             raise BadInputError("--view shows a real-time run; replay an offline run's recording with hil view")
         view_options = _view_options(view, view_host)
+        port_choice = _run_metrics_port(metrics_port, cfg.metrics.enabled, offline)
         if record is None and cfg.recording.enabled:
             stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
             record = Path(cfg.recording.directory) / f"run-{stamp}.hilrec"
@@ -158,6 +187,7 @@ def run(
                         TextColumn("{task.fields[info]}"), console=err, disable=not err.is_terminal,
                         auto_refresh=False)
     task = progress.add_task("warming up", total=total, info="")
+    compiling = progress.add_task("compiling numba kernels", total=None, visible=False, info="")
     next_draw = [0.0]
 
     def on_poll(status) -> None:
@@ -166,13 +196,20 @@ def run(
             return
         next_draw[0] = now + 0.1
         if status.state >= service.STATE_RUNNING:
+            progress.update(compiling, visible=False)
             progress.update(task, description="running", completed=status.ticks,
                             info=f"elbow {status.elbow_deg:.1f} deg  GH {status.gh_stability:+.2f}")
+        elif status.kernels_total:
+            done, of = int(status.kernels_compiled), int(status.kernels_total)
+            progress.update(compiling, visible=True, total=of, completed=done,
+                            info=f"{done}/{of} (the first run after an install or an update)")
         progress.refresh()
 
     with progress:
         summary = supervise(str(config), duration, record, on_poll=on_poll, port_file=port_file, plant_type=plant,
-                            view=view_options)
+                            view=view_options, metrics_port=port_choice)
+    if json_out and summary.stalls:      # a stalled run's summary says how long it stalled
+        print_json(summary.to_dict())
     _exit_if_failed(summary)
     if json_out:
         print_json(summary.to_dict())
@@ -190,9 +227,11 @@ def _run_offline(cfg, config: Path, duration: float, record: Optional[Path], jso
     """``hil run --offline``: :func:`hil.offline.run_offline` with the recording; prints the throughput."""
     from hil import service
     from hil.offline import run_offline
+    from hil.warmup_progress import reporting_compilation
 
     n_ticks = service.ticks_for(duration, cfg.loop.period_s)
-    result = run_offline(cfg, n_ticks, record_path=None if record is None else str(record))
+    with reporting_compilation(cfg.plant.type, bar_on_terminal=False):
+        result = run_offline(cfg, n_ticks, record_path=None if record is None else str(record))
     simulated = result.ticks * cfg.loop.period_s
     doc = {"offline": True, "ticks": result.ticks, "simulated_s": simulated, "wall_s": round(result.wall_s, 6),
            "realtime_factor": simulated / result.wall_s if result.wall_s > 0 else None,
@@ -270,7 +309,8 @@ def serve(
             _check_recording_path(record)
         _clear_port_file(port_file)
         view_options = _view_options(view, view_host)
-    summary = supervise(str(config), None, record, notify=True, port_file=port_file, view=view_options)
+    summary = supervise(str(config), None, record, notify=True, port_file=port_file, view=view_options,
+                        metrics_port=_serve_metrics_port(cfg, config))
     _exit_if_failed(summary)
     err_console().print(f"hil serve: stopped by {summary.stopped_by} after {summary.ticks} ticks"
                         + (f"; recording {summary.recording}" if summary.recording else ""))

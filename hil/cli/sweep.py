@@ -7,7 +7,17 @@ from typing import Annotated, Optional
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from hil.cli.common import BadInputError, err_console, key_value_table, out_console, print_json, user_errors
+from hil.cli.common import (
+    BadInputError,
+    ExitCode,
+    err_console,
+    error,
+    key_value_table,
+    out_console,
+    print_json,
+    user_errors,
+    warn,
+)
 
 
 def sweep(
@@ -42,18 +52,37 @@ def sweep(
 
         with progress:
             summary = run_sweep(spec, str(out), workers, scheduler, on_row)
-        if report:
+        if report and summary["ok"]:                  # none ok: nothing to plot, the failure is reported
             from hil.sweep_report import sweep_report
             summary["report"] = sweep_report(spec, str(out))
     if json_out:
         print_json(summary)
-        return
+    else:
+        _print_summary(sweep_file, summary)
+    _fail_or_warn(summary, str(sweep_file))
+
+
+def _fail_or_warn(summary: dict, sweep_file: str) -> None:
+    """No run succeeded: one error line, exit 2 (the input's fault) or 1; some failed: one warning line."""
+    from hil.sweep import failure
+
+    reason = failure(summary, sweep_file)
+    if reason is not None:
+        error(reason)
+        raise typer.Exit(ExitCode.BAD_INPUT if summary["input_errors"] else ExitCode.ERROR)
+    if summary["errors"]:
+        warn(f"{summary['errors']} of {summary['ok'] + summary['errors']} runs failed (reasons: column \"error\")")
+
+
+def _print_summary(sweep_file: Path, summary: dict) -> None:
+    """The summary table: runs, how they ended, wall time, where the results (and the report) are."""
     table = key_value_table(f"hil sweep {sweep_file}")
     table.add_row("runs", f"{summary['runs']} ({summary['run_now']} run now, {summary['skipped']} already done)")
+    table.add_row("outcome", f"{summary['ok']} ok, {summary['errors']} error(s)")
     table.add_row("wall time", f"{summary['wall_s']:.1f} s on {summary['workers'] or 'this process'}"
                                f"{' worker(s) of ' + summary['scheduler'] if summary['scheduler'] else ''}")
     table.add_row("results", f"{summary['results_csv']} (and {summary['results_jsonl']})")
-    if report:
+    if "report" in summary:
         _report_rows(table, summary["report"])
     out_console().print(table)
 

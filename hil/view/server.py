@@ -3,17 +3,24 @@ chunks (replay).
 
 Standard library only (``http.server``): the page needs one-way pushes of small JSON samples at 40 Hz,
 which server-sent events give over plain HTTP (the browser's ``EventSource`` reconnects by itself), and a
-replay's controls run in the page, which fetches chunks with ordinary GETs. Each connection has a thread;
-at most ``MAX_STREAMS`` live streams at once, and a client that stops reading is dropped after
-``CLIENT_TIMEOUT_S``. The live server is a helper process of the supervisor (``hil-view``): it lowers its
-own priority, stays off the loop's CPU, and stops when its parent does.
+replay's controls run in the page, which fetches chunks with ordinary GETs. Each connection has a thread,
+at most ``MAX_CONNECTIONS`` at once (a newcomer takes the place of the oldest one still sending its request,
+else gets 503 and is closed without a thread), of which at most ``MAX_STREAMS`` live streams; a client that
+sends nothing or stops reading is dropped after ``CLIENT_TIMEOUT_S`` (a stream's send buffer is kept small,
+so a blocked write comes soon after the client stops reading). A failed request is counted, never printed
+as a traceback. The live server is a helper process of the supervisor (``hil-view``): it lowers its own
+priority, stays off the loop's CPU, and stops when its parent does.
 """
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
+import socket
+import sys
 import threading
+import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
@@ -21,7 +28,19 @@ from importlib import resources
 from sim.errors import UserInputError
 
 MAX_STREAMS = 8
+MAX_CONNECTIONS = 32
+"""Connections served at once (each has a thread), streams included."""
 CLIENT_TIMEOUT_S = 10.0
+"""A client that sends nothing or takes nothing for this long is dropped (socket timeout)."""
+STREAM_SEND_BUFFER_BYTES = 32 * 1024
+"""A stream's kernel send buffer (fixed, not autotuned): a client that stops reading blocks the stream's
+writes after a second or so of samples, so its timeout starts then and not after megabytes."""
+ERROR_LOG_INTERVAL_S = 10.0
+"""At most one line on stderr per this interval about requests that failed on the server's side."""
+CHUNK_QUERY = re.compile(r"i=([0-9]{1,9})")
+"""The only query ``/api/chunk`` takes: a chunk number of ASCII digits."""
+BUSY_RESPONSE = (b"HTTP/1.0 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: 18\r\n"
+                 b"Connection: close\r\nRetry-After: 1\r\n\r\ntoo many clients\r\n")
 STATIC_FILES = {"/": ("index.html", "text/html; charset=utf-8"), "/view.js": ("view.js", "text/javascript"),
                 "/view.css": ("view.css", "text/css")}
 
@@ -37,12 +56,16 @@ def static_bytes(name: str) -> bytes:
 
 class _Handler(BaseHTTPRequestHandler):
     server_version = "hil-view"
-    timeout = CLIENT_TIMEOUT_S
+
+    def setup(self) -> None:
+        self.timeout = self.server.client_timeout_s
+        super().setup()
 
     def log_message(self, format, *args):
         pass
 
     def do_GET(self) -> None:
+        self.server.request_read(self.connection)
         path, _, query = self.path.partition("?")
         source = self.server.source
         if path in STATIC_FILES:
@@ -66,8 +89,11 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def _chunk(self, source, query: str) -> None:
-        value = query[2:] if query.startswith("i=") else ""
-        body = source.chunk(int(value)) if value.isdigit() else None
+        match = CHUNK_QUERY.fullmatch(query)
+        if match is None:
+            self.send_error(400, "expected ?i=<chunk number>")
+            return
+        body = source.chunk(int(match[1]))
         if body is None:
             self.send_error(404, "no such chunk")
         else:
@@ -80,6 +106,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         source.watch(+1)
         try:
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, STREAM_SEND_BUFFER_BYTES)
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Cache-Control", "no-store")
@@ -103,13 +130,96 @@ class ViewServer(ThreadingHTTPServer):
     request_queue_size = 64
 
     def __init__(self, host: str, port: int, source=None) -> None:
-        import socket
         self.address_family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
         super().__init__((host, port), _Handler)
         self.source = source
         self.files = {name: static_bytes(name) for name, _ in STATIC_FILES.values()}
+        self.client_timeout_s = CLIENT_TIMEOUT_S
+        self.connections = threading.BoundedSemaphore(MAX_CONNECTIONS)
         self.streams = threading.BoundedSemaphore(MAX_STREAMS)
         self.stopping = threading.Event()
+        self.counts_lock = threading.Lock()
+        self.open_connections = 0   # connections with a thread
+        self.reading: dict = {}     # of those, the ones still sending their request, oldest first
+        self.evicted = 0            # of those, cut to make room for a newcomer
+        self.refused = 0            # connections answered 503 for want of a slot
+        self.client_errors = 0      # requests ended by the client (reset, closed early, timed out)
+        self.server_errors = 0      # requests that failed on this side
+        self.next_error_log = 0.0
+
+    def process_request(self, request, client_address) -> None:
+        """A thread for the connection in one of MAX_CONNECTIONS slots; when none is free, the slot of the
+        oldest connection still sending its request (a slow or idle client), else 503 and close."""
+        if not self.connections.acquire(blocking=False):
+            if not (self._evict_oldest_reading() and self.connections.acquire(timeout=1.0)):
+                self._refuse(request)
+                return
+        with self.counts_lock:
+            self.reading[request] = None
+            self.open_connections += 1
+        try:
+            super().process_request(request, client_address)
+        except RuntimeError:        # no thread could be started
+            self._forget(request)
+            self._refuse(request)
+
+    def process_request_thread(self, request, client_address) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._forget(request)
+
+    def request_read(self, request) -> None:
+        """The connection's request has arrived: it is no longer evicted for a newcomer."""
+        with self.counts_lock:
+            self.reading.pop(request, None)
+
+    def _forget(self, request) -> None:
+        with self.counts_lock:
+            self.reading.pop(request, None)
+            self.open_connections -= 1
+        self.connections.release()
+
+    def _evict_oldest_reading(self) -> bool:
+        """Cut the oldest connection still sending its request; its thread ends and frees its slot."""
+        with self.counts_lock:
+            oldest = next(iter(self.reading), None)
+            if oldest is None:
+                return False
+            del self.reading[oldest]
+            self.evicted += 1
+        with contextlib.suppress(OSError):
+            oldest.shutdown(socket.SHUT_RDWR)
+        return True
+
+    def _refuse(self, request) -> None:
+        with self.counts_lock:
+            self.refused += 1
+        with contextlib.suppress(OSError):
+            request.setblocking(False)
+        with contextlib.suppress(OSError):
+            request.recv(65536)             # what the client has sent already, so closing does not reset
+        with contextlib.suppress(OSError):
+            request.send(BUSY_RESPONSE)
+        self.shutdown_request(request)
+
+    def handle_error(self, request, client_address) -> None:
+        """Count the failure; a client's doing (reset, early close, timeout) is not printed, a failure of
+        this side is one line on stderr at most every ERROR_LOG_INTERVAL_S, never a traceback."""
+        exc = sys.exc_info()[1]
+        now = time.monotonic()
+        with self.counts_lock:
+            if isinstance(exc, OSError):
+                self.client_errors += 1
+                return
+            self.server_errors += 1
+            if now < self.next_error_log:
+                return
+            self.next_error_log = now + ERROR_LOG_INTERVAL_S
+            count = self.server_errors
+        text = f"{type(exc).__name__}: {exc}"[:200]
+        print(f"hil-view: a request failed: {text} ({count} so far; the next such line comes "
+              f"{ERROR_LOG_INTERVAL_S:g} s later at the earliest)", file=sys.stderr, flush=True)
 
     def stop(self) -> None:
         self.stopping.set()

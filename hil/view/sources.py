@@ -122,9 +122,9 @@ class ReplaySource:
 
     def __init__(self, path: str) -> None:
         from hil.config import service_config_from_dict
-        from hil.recording import RecordingError, RecordingReader
+        from hil.recording import RecordingError, read_run_recording
 
-        reader = RecordingReader(path)
+        reader = read_run_recording(path)
         h = reader.header
         ticks = reader.read("ticks")
         if not len(ticks):
