@@ -56,6 +56,10 @@ without end is counted but no longer logged after these."""
 MAX_DETAIL_CHARS = 300
 """A logged exception message is cut to this length (a plug-in's message may be of any size)."""
 
+PLUGIN_FAULTS = (Exception, SystemExit)
+"""What a plug-in's code may raise into the loop and is counted as its fault: a ``sys.exit()`` in ``step`` is a
+plug-in bug like any other, never the end of the run."""
+
 
 class LoopbackDriver(Driver):
     """Runs a :class:`drivers.controller.Controller` in the loop's process (deterministic, no transport)."""
@@ -95,7 +99,7 @@ class LoopbackDriver(Driver):
             return
         try:
             commands = self.controller.step(tick, tick * self.settings.period_s, self.last_frame)
-        except Exception as exc:        # the plug-in's own bug: counted, the loop goes on
+        except PLUGIN_FAULTS as exc:    # the plug-in's own bug: counted, the loop goes on
             self._fault(sink, now_ns, "controller_error", "", exc)
             commands = None
         if self.state_names:
@@ -151,7 +155,7 @@ class LoopbackDriver(Driver):
             return None
         try:
             return list(islice(items, self.max_commands + 1))
-        except Exception as exc:        # raised by the plug-in's code while iterating
+        except PLUGIN_FAULTS as exc:    # raised by the plug-in's code while iterating
             self._fault(sink, now_ns, "controller_error", f"iterating step's {what}", exc)
             return None
 

@@ -107,6 +107,7 @@ def test_malformed_returns_are_rejected_and_the_good_commands_still_apply(tmp_pa
 
 
 FAILING_AFTER_100 = """
+    import sys
     from drivers.controller import ChannelCommand, Controller
     class Loud(ChannelCommand):
         @property
@@ -118,6 +119,9 @@ FAILING_AFTER_100 = """
     def commands():
         yield ChannelCommand(4, 300.0, 50.0, 40.0)
         raise RuntimeError("generator boom")
+    def leaving():
+        yield ChannelCommand(4, 300.0, 50.0, 40.0)
+        sys.exit(3)
     class Plugin(Controller):
         def step(self, tick, time_s, frame):
             if tick < 100:
@@ -133,6 +137,8 @@ FAILING_AFTER_100 = """
     ("(Loud(4, 300.0, 50.0, 40.0),)", "reading a command: RuntimeError: field boom"),
     ("[ChannelCommand(4, 300.0, 50.0, 40.0)] if (_ for _ in ()).throw(Unprintable()) else []",
      "an exception whose message cannot be read"),
+    ("sys.exit(3)", "SystemExit: 3"),
+    ("leaving()", "iterating step's generator: SystemExit: 3"),
 ])
 def test_a_return_that_raises_while_read_is_counted_and_the_watchdog_decides(tmp_path, caplog, failure, logged):
     cfg = _plugin_config(tmp_path, FAILING_AFTER_100.replace("FAILURE", failure))
