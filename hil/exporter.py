@@ -86,26 +86,23 @@ def _exporter_handler_class():
 
 def _exporter_server_class():
     """wsgiref's server made of daemon threads, with a longer backlog and at most
-    ``EXPORTER_MAX_CONNECTIONS`` connections at once.
-
-    A connection beyond the cap takes the slot of the oldest connection still waiting for its request
-    (shut down at once), so clients that open connections and never finish a request cannot keep out
-    a scrape; when every slot is busy with a request, the new connection is closed at once."""
-    import socket
+    ``EXPORTER_MAX_CONNECTIONS`` connections at once (:class:`hil.connection_slots.ConnectionSlots`: a
+    connection beyond the cap takes the slot of the oldest one still waiting for its request, so clients
+    that never finish a request cannot keep out a scrape; when every slot is busy with a request, the new
+    connection is closed at once)."""
     import socketserver
     import sys
-    import threading
     from wsgiref.simple_server import WSGIServer
 
-    class _ExporterServer(socketserver.ThreadingMixIn, WSGIServer):
+    from hil.connection_slots import ConnectionSlots
+
+    class _ExporterServer(ConnectionSlots, socketserver.ThreadingMixIn, WSGIServer):
         daemon_threads = True
         request_queue_size = EXPORTER_BACKLOG
 
         def __init__(self, listener, handler):
             self.address_family = listener.family
-            self._slots = threading.BoundedSemaphore(EXPORTER_MAX_CONNECTIONS)
-            self._lock = threading.Lock()
-            self._reading: dict = {}          # connections without a request yet, oldest first
+            self.init_slots(EXPORTER_MAX_CONNECTIONS)
             super().__init__(listener.getsockname(), handler, bind_and_activate=False)
             self.socket.close()
             self.socket = listener
@@ -117,46 +114,6 @@ def _exporter_server_class():
             self.server_address = self.socket.getsockname()
             self.server_name, self.server_port = self.server_address[:2]
             self.setup_environ()
-
-        def process_request(self, request, client_address):
-            if not (self._slots.acquire(blocking=False) or self._evict_oldest_reading()):
-                self.shutdown_request(request)
-                return
-            with self._lock:
-                self._reading[request] = None
-            try:
-                super().process_request(request, client_address)
-            except BaseException:
-                self._release(request)
-                raise
-
-        def process_request_thread(self, request, client_address):
-            try:
-                super().process_request_thread(request, client_address)
-            finally:
-                self._release(request)
-
-        def request_read(self, request) -> bool:
-            """The request of ``request`` has been read; False if it was evicted meanwhile."""
-            with self._lock:
-                return self._reading.pop(request, False) is None
-
-        def _evict_oldest_reading(self) -> bool:
-            with self._lock:
-                victim = next(iter(self._reading), None)
-                if victim is None:
-                    return False
-                del self._reading[victim]
-            try:
-                victim.shutdown(socket.SHUT_RDWR)   # wakes its thread, which then frees the slot
-            except OSError:
-                pass
-            return self._slots.acquire(timeout=1.0)
-
-        def _release(self, request) -> None:
-            with self._lock:
-                self._reading.pop(request, None)
-            self._slots.release()
 
         def handle_error(self, request, client_address):
             if not isinstance(sys.exc_info()[1], OSError):   # timeouts and resets are the client's doing

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 
+from hil.connection_slots import ConnectionSlots
 from sim.errors import UserInputError
 
 MAX_STREAMS = 8
@@ -122,7 +123,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.server.streams.release()
 
 
-class ViewServer(ThreadingHTTPServer):
+class ViewServer(ConnectionSlots, ThreadingHTTPServer):
     """The page's server; ``source`` (:mod:`hil.view.sources`) may be set after it listens: requests wait
     in the listen backlog until :meth:`serve_forever` runs."""
 
@@ -135,65 +136,17 @@ class ViewServer(ThreadingHTTPServer):
         self.source = source
         self.files = {name: static_bytes(name) for name, _ in STATIC_FILES.values()}
         self.client_timeout_s = CLIENT_TIMEOUT_S
-        self.connections = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self.init_slots(MAX_CONNECTIONS)
         self.streams = threading.BoundedSemaphore(MAX_STREAMS)
         self.stopping = threading.Event()
-        self.counts_lock = threading.Lock()
-        self.open_connections = 0   # connections with a thread
-        self.reading: dict = {}     # of those, the ones still sending their request, oldest first
-        self.evicted = 0            # of those, cut to make room for a newcomer
         self.refused = 0            # connections answered 503 for want of a slot
         self.client_errors = 0      # requests ended by the client (reset, closed early, timed out)
         self.server_errors = 0      # requests that failed on this side
         self.next_error_log = 0.0
 
-    def process_request(self, request, client_address) -> None:
-        """A thread for the connection in one of MAX_CONNECTIONS slots; when none is free, the slot of the
-        oldest connection still sending its request (a slow or idle client), else 503 and close."""
-        if not self.connections.acquire(blocking=False):
-            if not (self._evict_oldest_reading() and self.connections.acquire(timeout=1.0)):
-                self._refuse(request)
-                return
-        with self.counts_lock:
-            self.reading[request] = None
-            self.open_connections += 1
-        try:
-            super().process_request(request, client_address)
-        except RuntimeError:        # no thread could be started
-            self._forget(request)
-            self._refuse(request)
-
-    def process_request_thread(self, request, client_address) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self._forget(request)
-
-    def request_read(self, request) -> None:
-        """The connection's request has arrived: it is no longer evicted for a newcomer."""
-        with self.counts_lock:
-            self.reading.pop(request, None)
-
-    def _forget(self, request) -> None:
-        with self.counts_lock:
-            self.reading.pop(request, None)
-            self.open_connections -= 1
-        self.connections.release()
-
-    def _evict_oldest_reading(self) -> bool:
-        """Cut the oldest connection still sending its request; its thread ends and frees its slot."""
-        with self.counts_lock:
-            oldest = next(iter(self.reading), None)
-            if oldest is None:
-                return False
-            del self.reading[oldest]
-            self.evicted += 1
-        with contextlib.suppress(OSError):
-            oldest.shutdown(socket.SHUT_RDWR)
-        return True
-
-    def _refuse(self, request) -> None:
-        with self.counts_lock:
+    def refuse(self, request) -> None:
+        """No slot: 503 and close, without a thread."""
+        with self.slots_lock:
             self.refused += 1
         with contextlib.suppress(OSError):
             request.setblocking(False)
@@ -208,7 +161,7 @@ class ViewServer(ThreadingHTTPServer):
         this side is one line on stderr at most every ERROR_LOG_INTERVAL_S, never a traceback."""
         exc = sys.exc_info()[1]
         now = time.monotonic()
-        with self.counts_lock:
+        with self.slots_lock:
             if isinstance(exc, OSError):
                 self.client_errors += 1
                 return
