@@ -19,6 +19,7 @@ from hil.loop import LoopConfig
 from hil.safety import GH_ACTIONS, SafetyConfig
 from hil.sensor import SensorModelConfig
 from sim.config import ConfigError, ModelConfig, model_config_from_table, not_utf8, unknown_name
+from sim.input_file import InputFileError, read_input_file
 
 SCHEMES = ("activation", "paper")
 TABLES = ("loop", "plant", "model", "stimulation", "safety", "sensor", "metrics", "recording", "driver",
@@ -77,7 +78,6 @@ class ServiceConfig:
 
 
 def _read_toml(path: str) -> dict:
-    from sim.input_file import InputFileError, read_input_file
     try:
         return tomllib.loads(read_input_file(path).decode("utf-8"))
     except InputFileError as exc:

@@ -1,5 +1,4 @@
-"""File formats of the command line: state files and the simulation output CSV. Every input file is read with
-:func:`sim.input_file.read_input_file` (re-exported here)."""
+"""File formats of the command line: state files and the simulation output CSV."""
 from __future__ import annotations
 
 import codecs
@@ -14,10 +13,10 @@ import numpy as np
 
 from sim.config import not_utf8
 from sim.errors import UserInputError
-from sim.input_file import MAX_TEXT_FILE_BYTES, InputFileError, read_input_file
+from sim.input_file import InputFileError, read_input_file
 
-__all__ = ["InputFileError", "read_input_file", "MAX_TEXT_FILE_BYTES", "StateFileError", "load_state_file",
-           "write_state_json", "output_columns", "OutputRecorder"]
+__all__ = ["StateFileError", "load_state_file", "write_state_json", "output_columns", "OutputRecorder"]
+
 
 class StateFileError(UserInputError, ValueError):
     """A state file (``--initial``) that cannot be used; the message names the file and the reason."""

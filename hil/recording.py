@@ -37,6 +37,7 @@ import numpy as np
 from isal.isal_zlib import crc32
 
 from sim.errors import UserInputError
+from sim.input_file import InputFileError, read_input_file
 
 MAGIC = b"FESHILREC1\n"
 BLOCK_MAGIC = b"BLK1"
@@ -73,7 +74,6 @@ def encode_header(raw: bytes) -> bytes:
 def _read_file(path: str) -> bytes:
     """The recording's bytes: a regular file (a device or FIFO is refused unread) of at most half this
     computer's memory (its streams are copied out of it)."""
-    from sim.input_file import InputFileError, read_input_file
     cap = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
     try:
         return read_input_file(path, cap)

@@ -27,6 +27,7 @@ import numpy as np
 
 from hil.sweep_spec import SweepSpec, Variant, apply_overrides, variants
 from sim.errors import UserInputError
+from sim.input_file import InputFileError, read_input_file
 
 RETRIES = 2
 METRIC_COLUMNS = ("status", "error", "ticks", "simulated_s", "wall_s", "stopped_by", "rms_error_deg",
@@ -164,7 +165,6 @@ def preflight(todo: list[RunTask]) -> tuple[list[RunTask], list[dict]]:
     size, error rows of the others): checked here, before any worker starts, each file read once."""
     from hil.config import service_config_from_dict
     from sim.config import ConfigError
-    from sim.input_file import InputFileError, read_input_file
     file_errors: dict[str, str | None] = {}
 
     def check(task: RunTask) -> None:

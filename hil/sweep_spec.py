@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from sim.config import ConfigError
+from sim.input_file import InputFileError, read_input_file
 
 MAX_RUNS = 100_000
 
@@ -78,7 +79,6 @@ def _distribution(path, key, value):
 
 def load_sweep(path: str) -> SweepSpec:
     """The validated sweep file (the base config itself is validated per variant when it runs)."""
-    from sim.input_file import InputFileError, read_input_file
     try:
         doc = tomllib.loads(read_input_file(path).decode("utf-8"))
     except InputFileError as exc:

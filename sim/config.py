@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from os import PathLike
 
 from sim.errors import UserInputError
+from sim.input_file import InputFileError, read_input_file
 
 __all__ = ["ConfigError", "ModelConfig", "load_model_config", "model_config_from_table",
            "not_utf8", "unknown_name"]
@@ -152,7 +153,6 @@ def load_model_config(path: str | PathLike) -> ModelConfig:
         ConfigError: the file cannot be read, is not UTF-8 or not TOML, or has an unknown table or key, a value of
             the wrong type, a non-finite value or a value out of range.
     """
-    from sim.input_file import InputFileError, read_input_file
     try:
         doc = tomllib.loads(read_input_file(path).decode("utf-8"))
     except InputFileError as exc:

@@ -30,6 +30,7 @@ import numpy as np
 
 from sim.config import not_utf8
 from sim.errors import UserInputError
+from sim.input_file import MAX_TABLE_FILE_BYTES, InputFileError, read_input_file
 
 __all__ = ["ExcitationFileError", "ExcitationSchedule", "load_excitation_csv", "write_ramp_csv",
            "TIME_TOLERANCE_S"]
@@ -116,7 +117,6 @@ def _closest(name: str, valid: Sequence[str]) -> str:
 def _open_text(path: str | PathLike) -> io.StringIO:
     """The file's text (UTF-8, an optional BOM dropped) for csv.reader; not UTF-8, not a regular file or too
     large: ExcitationFileError."""
-    from sim.input_file import MAX_TABLE_FILE_BYTES, InputFileError, read_input_file
     try:
         data = read_input_file(path, MAX_TABLE_FILE_BYTES).removeprefix(codecs.BOM_UTF8)
     except InputFileError as exc:

@@ -22,6 +22,7 @@ from scipy.optimize import least_squares
 
 from sim._mtg_step import MtgArrays, bias_and_mass, generalized_forces, kinematics, new_mtg_work
 from sim.errors import UserInputError
+from sim.input_file import InputFileError, read_input_file
 from sim.model import HUMERUS_FRAME, LOAD_NAMES, SCAPULA_FRAME, Das3Model
 from sim.mtg_curves import ActiveTorqueAngle, FitParameters, MtgCurves, PassiveTorqueAngle, TorqueVelocity
 
@@ -149,7 +150,6 @@ def load_mtg_parameters(path: str | Path | None = None) -> MtgParameters:
         where = f"sim/data/{DEFAULT_FILE}"
     else:
         where = str(path)
-        from sim.input_file import InputFileError, read_input_file
         try:
             text = read_input_file(path).decode("utf-8")
         except InputFileError as exc:

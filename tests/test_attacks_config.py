@@ -226,7 +226,7 @@ def test_a_fifo_as_the_config_or_an_include_is_one_line(tmp_path, fifo):
 
 
 def test_an_oversized_config_is_refused_unread(tmp_path):
-    from hil.files import MAX_TEXT_FILE_BYTES
+    from sim.input_file import MAX_TEXT_FILE_BYTES
     big = tmp_path / "big.toml"
     with open(big, "wb") as fh:
         fh.truncate(MAX_TEXT_FILE_BYTES + 1)          # sparse: no disk, and never read
@@ -271,7 +271,7 @@ def test_a_device_or_fifo_as_the_initial_state_is_one_line(config_over, fifo, in
 
 
 def test_an_oversized_initial_state_is_refused_unread(config_over, tmp_path):
-    from hil.files import MAX_TEXT_FILE_BYTES
+    from sim.input_file import MAX_TEXT_FILE_BYTES
     big = tmp_path / "state.json"
     with open(big, "wb") as fh:
         fh.truncate(MAX_TEXT_FILE_BYTES + 1)

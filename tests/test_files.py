@@ -106,7 +106,7 @@ def test_output_recorder_places_each_output_and_saves_exactly(tmp_path):
 # -- the bounded read of every input file ---------------------------------------------------------------
 
 def test_read_input_file_reads_a_regular_file_up_to_the_cap(tmp_path):
-    from hil.files import read_input_file
+    from sim.input_file import read_input_file
     p = tmp_path / "f.txt"
     p.write_bytes(b"x" * 100)
     assert read_input_file(p, 100) == b"x" * 100 and read_input_file(p, None) == b"x" * 100
@@ -117,7 +117,7 @@ def test_read_input_file_refuses_what_it_cannot_bound_before_reading(tmp_path, k
     """A FIFO without a writer would block a plain open forever; /dev/zero would fill the memory."""
     import os
 
-    from hil.files import InputFileError, read_input_file
+    from sim.input_file import InputFileError, read_input_file
     path = {"directory": tmp_path, "device": "/dev/zero"}.get(kind, tmp_path / "f")
     if kind == "fifo":
         os.mkfifo(path)
