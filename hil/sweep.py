@@ -198,25 +198,27 @@ def _append(out_dir: str, row: dict) -> None:
         os.fsync(f.fileno())
 
 
-def _rows(out_dir: str) -> list[dict]:
-    """The rows of ``results.jsonl`` (a torn line, from an interrupted sweep, is left out)."""
-    rows, path = [], os.path.join(out_dir, "results.jsonl")
-    if not os.path.exists(path):
-        return rows
+def json_lines(path: str):
+    """The JSON objects of a JSON-lines file (a torn line, from an interrupted sweep, or a foreign one is skipped)."""
     with open(path, encoding="utf-8") as f:
         for line in f:
             try:
-                row = json.loads(line)
+                doc = json.loads(line)
             except json.JSONDecodeError:
                 continue
-            if isinstance(row, dict):
-                rows.append(row)
-    return rows
+            if isinstance(doc, dict):
+                yield doc
 
 
-def write_csv(out_dir: str, keys: list[str]) -> str:
-    """``results.csv`` from ``results.jsonl``: id, the swept keys, the metric columns, the charge columns."""
-    rows = _rows(out_dir)
+def _rows(out_dir: str) -> list[dict]:
+    """The rows of ``results.jsonl`` (none before the first run has ended)."""
+    path = os.path.join(out_dir, "results.jsonl")
+    return list(json_lines(path)) if os.path.exists(path) else []
+
+
+def write_csv(out_dir: str, keys: list[str], rows: list[dict]) -> str:
+    """``results.csv`` from the rows of ``results.jsonl``: id, the swept keys, the metric columns, the charge
+    columns."""
     charge = sorted({k for r in rows for k in r if k.startswith("charge_")})
     columns = ["id", *keys, *METRIC_COLUMNS, *charge]
     path = os.path.join(out_dir, "results.csv")
@@ -291,16 +293,17 @@ def run_sweep(spec: SweepSpec, out_dir: str, workers: int = 2, scheduler: str | 
         else:
             info = _dask(todo, on_row, workers, scheduler)
     wall = time.perf_counter() - t0
+    rows = _rows(out_dir)
     return {"runs": len(runs), "run_now": total, "skipped": len(runs) - total, "wall_s": wall,
-            "results_csv": write_csv(out_dir, spec.keys), "results_jsonl": os.path.join(out_dir, "results.jsonl"),
-            **info, **outcome(out_dir)}
+            "results_csv": write_csv(out_dir, spec.keys, rows),
+            "results_jsonl": os.path.join(out_dir, "results.jsonl"), **info, **outcome(rows)}
 
 
-def outcome(out_dir: str) -> dict:
+def outcome(rows: list[dict]) -> dict:
     """How the sweep's runs ended (all rows of ``results.jsonl``, earlier ones too): ``ok`` and ``errors`` counts,
     the ``first_error`` and whether every error is the input's (``input_errors``)."""
     ok, errors, first, inputs = 0, 0, None, True
-    for row in _rows(out_dir):
+    for row in rows:
         if row.get("status") == "ok":
             ok += 1
         elif row.get("status") == "error":

@@ -27,6 +27,7 @@ from itertools import combinations
 import numpy as np
 
 from hil.report import pyplot_agg, save_png
+from hil.sweep import json_lines
 from hil.sweep_spec import SweepSpec, variants
 from sim.errors import UserInputError
 
@@ -83,18 +84,6 @@ def _with_total_charge(row: dict) -> dict:
     return {**row, "total_charge_uc": float(sum(charges)) if charges else None}
 
 
-def _json_lines(path: str):
-    """The JSON objects of a JSON-lines file (a torn or foreign line is skipped)."""
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            try:
-                doc = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(doc, dict):
-                yield doc
-
-
 def read_rows(spec: SweepSpec, out_dir: str) -> tuple[list[dict], int]:
     """The rows of ``spec``'s runs in ``out_dir/results.jsonl`` (the first per id; rows of other sweeps skipped),
     each with ``total_charge_uc``, and the number of runs of the sweep."""
@@ -103,7 +92,7 @@ def read_rows(spec: SweepSpec, out_dir: str) -> tuple[list[dict], int]:
         raise SweepReportError(f"{path} not found: no results to report (run the sweep into {out_dir} first)")
     ids = {v.id for v in variants(spec)}
     rows = {}
-    for row in _json_lines(path):
+    for row in json_lines(path):
         if row.get("id") in ids:
             rows.setdefault(row["id"], _with_total_charge(row))
     return list(rows.values()), len(ids)
