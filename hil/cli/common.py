@@ -103,10 +103,11 @@ def check_duration(value: float) -> float:
     return value
 
 
-def check_port(option: str, value: int) -> int:
-    """A TCP port to listen on: 1..65535."""
-    if not 1 <= value <= 65535:
-        raise BadInputError(f"{option} must be a TCP port, 1..65535, not {value!r}")
+def check_port(option: str, value: int, any_free: bool = False) -> int:
+    """A TCP port to listen on: 1..65535, or 0 (any free port) where ``any_free``."""
+    if not (0 if any_free else 1) <= value <= 65535:
+        raise BadInputError(f"{option} must be a TCP port, 1..65535{', or 0 for any free port' if any_free else ''}, "
+                            f"not {value!r}")
     return value
 
 

@@ -91,9 +91,7 @@ def _run_metrics_port(port: Optional[int], metrics_enabled: bool, offline: bool)
     if offline or not metrics_enabled:
         raise BadInputError("--metrics-port: this run exports no metrics (" +
                             ("--offline)" if offline else "[metrics] enabled = false)"))
-    if not 0 <= port <= 65535:
-        raise BadInputError(f"--metrics-port must be a TCP port, 1..65535, or 0 for any free port, not {port}")
-    return MetricsPort(port, fixed=True, advice="stop that process, or choose another --metrics-port (0: any free "
+    return MetricsPort(check_port("--metrics-port", port, any_free=True), fixed=True, advice="stop that process, or choose another --metrics-port (0: any free "
                                                 "port)")
 
 
