@@ -291,6 +291,17 @@ def tail(path: Path, n: int = 2000) -> str:
     return path.read_text(errors="replace")[-n:] if path.exists() else ""
 
 
+def unrecorded_run_config(config_over, metrics_port: int, targets):
+    """The elbow-hold config with metrics on ``metrics_port``, target files in ``targets``, no recording."""
+    return config_over("elbow-hold.toml", f"""
+        [metrics]
+        port = {metrics_port}
+        targets_directory = "{targets}"
+        [recording]
+        enabled = false
+        """)
+
+
 def test_live_prometheus_scrapes_a_real_run_and_evaluates_the_rules(prometheus_bin, tmp_path, config_over, held_port):
     """Prometheus (0.5 s scrapes and rule evaluations, the shipped job, its file_sd pointed at the test's
     target directory, and the shipped rules) scrapes an 8 s elbow-hold run whose configured metrics port is
@@ -298,13 +309,7 @@ def test_live_prometheus_scrapes_a_real_run_and_evaluates_the_rules(prometheus_b
     queries, recording rules have values, every rule evaluates without error."""
     prom_port = free_port()
     targets = tmp_path / "targets"
-    run_config = config_over("elbow-hold.toml", f"""
-        [metrics]
-        port = {held_port}
-        targets_directory = "{targets}"
-        [recording]
-        enabled = false
-        """)
+    run_config = unrecorded_run_config(config_over, held_port, targets)
     prom_config = yaml.safe_load(SCRAPE_CONFIG.read_text())
     prom_config["global"].update(scrape_interval="500ms", scrape_timeout="500ms", evaluation_interval="500ms")
     prom_config["rule_files"] = [str(RULES)]
@@ -434,13 +439,7 @@ def test_run_takes_a_free_port_when_the_configured_one_is_taken(tmp_path, config
     names it (and the holder) on stderr, in --port-file and in its own file_sd target file, keeps it when its
     exporter is killed and restarted, and removes the target file at the end."""
     targets = tmp_path / "targets"
-    cfg = config_over("elbow-hold.toml", f"""
-        [metrics]
-        port = {held_port}
-        targets_directory = "{targets}"
-        [recording]
-        enabled = false
-        """)
+    cfg = unrecorded_run_config(config_over, held_port, targets)
     run = subprocess.Popen([sys.executable, "-m", "hil", "run", "--config", str(cfg), "--duration", "10",
                             "--port-file", str(tmp_path / "ports.json")],
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -476,13 +475,7 @@ def test_run_with_metrics_port_takes_exactly_that_port(tmp_path, config_over, he
 def test_serve_on_a_taken_port_names_the_holder_and_exits_2(tmp_path, config_over, held_port):
     """`hil serve` keeps its configured port (Prometheus scrapes it there): if it is taken, one line says
     which process holds it and what to do, exit 2, before anything else starts."""
-    cfg = config_over("elbow-hold.toml", f"""
-        [metrics]
-        port = {held_port}
-        targets_directory = "{tmp_path / 'targets'}"
-        [recording]
-        enabled = false
-        """)
+    cfg = unrecorded_run_config(config_over, held_port, tmp_path / "targets")
     out = subprocess.run([sys.executable, "-m", "hil", "serve", "--config", str(cfg)],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 2, out.stderr
