@@ -2,4 +2,4 @@
 frame, status bits and command log (``contract``), the shared-memory ring and helper processes, the
 loopback controllers, CAN, the emulated RehaStim2 (ScienceMode2) and the sensor stream."""
 
-import sim  # noqa: F401  (first: the numba cache location, sim._numba_cache)
+import sim  # noqa: F401  (first: the numba cache location, sim.jit.cache)

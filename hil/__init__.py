@@ -2,6 +2,6 @@
 its supervisor and the ``hil`` command line. Layers: ``sim`` (the plant) <- ``drivers`` (transports and
 the loop/driver contract) <- ``hil``."""
 
-import sim  # noqa: F401  (first: the numba cache location, sim._numba_cache)
+import sim  # noqa: F401  (first: the numba cache location, sim.jit.cache)
 
 __version__ = "0.1.0"

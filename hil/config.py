@@ -14,11 +14,11 @@ import tomllib
 from dataclasses import dataclass, field
 from os import PathLike
 
-from drivers.config_table import ConfigTable
-from hil.loop import LoopConfig
-from hil.safety import GH_ACTIONS, SafetyConfig
-from hil.sensor import SensorModelConfig
-from sim.config import ConfigError, ModelConfig, model_config_from_table, not_utf8, unknown_name
+from drivers.core.config_table import ConfigTable
+from hil.rt.loop import LoopConfig
+from hil.rt.sensor import SensorModelConfig
+from hil.safety.rules import GH_ACTIONS, SafetyConfig
+from sim.das3.config import ConfigError, ModelConfig, model_config_from_table, not_utf8, unknown_name
 from sim.input_file import InputFileError, read_input_file
 
 SCHEMES = ("activation", "paper")
@@ -50,7 +50,7 @@ RECORDING_FAILURE_ACTIONS = ("stop", "continue")
 class PlantConfig:
     initial: str = "equilibrium"
     scheme: str = "activation"
-    type: str = "das3"                 # "das3" (the full model) or "mtg" (the reduced MTG arm, sim.mtg_plant)
+    type: str = "das3"                 # "das3" (the full model) or "mtg" (the reduced MTG arm, sim.mtg.plant)
     mtg_parameters: str = "default"    # MTG parameter file ("default": sim/data/mtg_default.json)
 
 
@@ -65,7 +65,7 @@ class ServiceConfig:
     loop: LoopConfig
     plant: PlantConfig
     model: ModelConfig
-    stimulation: dict                          # the [stimulation] table, parsed by hil.stimulation
+    stimulation: dict                          # the [stimulation] table, parsed by hil.rt.stimulation
     safety: SafetyConfig
     sensor: SensorModelConfig
     metrics: MetricsConfig
@@ -304,7 +304,7 @@ def service_config_from_dict(merged: dict, path: str) -> ServiceConfig:
     for i, d in enumerate(drivers):
         if not isinstance(d.get("type"), str):
             raise ConfigError("missing 'type' (e.g. \"loopback\")", file=path, key=f"driver[{i}].type")
-        from drivers.base import driver_names
+        from drivers.core.interface import driver_names
         if d["type"] not in driver_names():
             raise ConfigError(f"unknown driver type {d['type']!r}; available: {', '.join(driver_names())}",
                               file=path, key=f"driver[{i}].type")

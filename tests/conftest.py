@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from sim.config import ModelConfig
-from sim.model import load_model
+from sim.das3.config import ModelConfig
+from sim.das3.model import load_model
 
 
 @pytest.fixture(scope="session")
@@ -95,7 +95,7 @@ class SensorFrames:
 
         import serial
 
-        from drivers.sensor_stream import SensorStreamReader
+        from drivers.stimulators.sensor_stream import SensorStreamReader
         self.serial, self.proc = serial.Serial(port, timeout=0.1), proc
         self.reader, self.frames = SensorStreamReader(), []
         self.thread = threading.Thread(target=self._read, daemon=True)
@@ -117,9 +117,9 @@ class SensorFrames:
 def loopback_driver(controller, period_s: float, muscle_names=(), channel_names=(), group_names=(), rate_hz=None,
                     params=None):
     """A LoopbackDriver running ``controller`` (reset here with ``params``) every tick, or at ``rate_hz``."""
-    from drivers.controller import ControllerSettings
-    from drivers.loopback import LoopbackDriver
-    from sim.model import DOF_NAMES
+    from drivers.controllers.loopback import LoopbackDriver
+    from drivers.controllers.plugin import ControllerSettings
+    from sim.das3.model import DOF_NAMES
     rate = 1.0 / period_s if rate_hz is None else rate_hz
     settings = ControllerSettings(period_s=period_s, rate_hz=rate,
                                   call_period_s=max(1, round(1.0 / (rate * period_s))) * period_s,
@@ -159,7 +159,7 @@ def descendants(pid: int) -> dict[int, str]:
 def lsl_config(tmp_path_factory):
     """A liblsl config that keeps LSL on 127.0.0.1, named in LSLAPICFG (this process and its children)."""
     pytest.importorskip("pylsl")
-    from drivers.lsl import LOCALHOST_API_CONFIG
+    from drivers.lsl.driver import LOCALHOST_API_CONFIG
     path = tmp_path_factory.mktemp("lsl") / "lsl_api.cfg"
     path.write_text(LOCALHOST_API_CONFIG)
     before = os.environ.get("LSLAPICFG")

@@ -20,10 +20,17 @@ import pytest
 import serial
 from conftest import CONFIGS, descendants, free_port
 
-from drivers.can_local import host_local_group
-from drivers.contract import KIND_CHANNEL, KIND_DRIVER_LOST, KIND_REJECTS
-from drivers.sciencemode2_codec import CMD_INIT, CMD_INIT_CLM, CMD_START_CLM, CMD_WATCHDOG, FrameParser, encode_frame
-from hil.recording import RecordingReader
+from drivers.can.local_bus import host_local_group
+from drivers.core.contract import KIND_CHANNEL, KIND_DRIVER_LOST, KIND_REJECTS
+from drivers.stimulators.rehastim2.codec import (
+    CMD_INIT,
+    CMD_INIT_CLM,
+    CMD_START_CLM,
+    CMD_WATCHDOG,
+    FrameParser,
+    encode_frame,
+)
+from hil.recording.hilrec import RecordingReader
 
 ROOT = Path(__file__).resolve().parents[1]
 DBC = ROOT / "configs" / "fes-hil.dbc"
@@ -270,7 +277,7 @@ def test_read_only_recording_directory_fails_at_once(tmp_path, config_over):
         assert len(red_lines(out.stderr)) == 1 and f"--record {ro / 'run.hilrec'}: cannot write in" in out.stderr
         assert elapsed < 15, "the check comes before the warm-up"
         # behind the command line's check, the recorder's own start-up says so at once too
-        from hil.supervisor import supervise
+        from hil.service.supervisor import supervise
         result = supervise(str(cfg), 2.0, ro / "run.hilrec")
         assert not result.ok and result.config_error and "cannot write recording" in result.error, result.error
     finally:
@@ -510,13 +517,13 @@ def test_exporter_that_cannot_be_restarted_is_reported_and_exits_5(monkeypatch, 
     `hil run` turns into exit status 5."""
     import typer
 
-    from hil import exporter as exporter_module
     from hil.cli.run import _run_exit
     from hil.config import load_service_config
-    from hil.exporter import MetricsError
-    from hil.metrics_port import MetricsPort
-    from hil.run_result import RunResult
-    from hil.supervisor import MetricsHost
+    from hil.service.run_result import RunResult
+    from hil.service.supervisor import MetricsHost
+    from hil.telemetry import exporter as exporter_module
+    from hil.telemetry.exporter import MetricsError
+    from hil.telemetry.metrics_port import MetricsPort
     cfg = load_service_config(str(CONFIGS / "elbow-hold.toml"))
     host = MetricsHost(cfg, MetricsPort(0))
     try:
@@ -544,7 +551,7 @@ def test_exporter_that_cannot_be_restarted_is_reported_and_exits_5(monkeypatch, 
 # --- 11. a plug-in whose return raises while it is read (issue 34) ---------------------------------------
 
 BROKEN_PLUGIN = """
-from drivers.controller import ChannelCommand, Controller
+from drivers.controllers.plugin import ChannelCommand, Controller
 class Loud(ChannelCommand):
     @property
     def amplitude_ma(self):
@@ -590,10 +597,10 @@ def test_plugin_faults_inside_its_return_are_counted_and_the_watchdog_decides(tm
 # --- the same rules at the engine, without processes --------------------------------------------------
 
 def _engine(model, timeout_s=0.02, log_capacity=4096):
-    from hil.engine import TickEngine
-    from hil.safety import SafetyConfig
-    from hil.sensor import SensorModel, SensorModelConfig
-    from sim.plant import Plant
+    from hil.rt.engine import TickEngine
+    from hil.rt.sensor import SensorModel, SensorModelConfig
+    from hil.safety.rules import SafetyConfig
+    from sim.das3.plant import Plant
     return TickEngine(Plant(model, step_s=0.004), None, SafetyConfig(watchdog_timeout_s=timeout_s),
                       SensorModel(SensorModelConfig()), 0.004, 1, ("bad_frame",), log_capacity=log_capacity)
 
@@ -632,7 +639,7 @@ def test_engine_lost_driver_zeroes_only_what_that_driver_latched(model):
 
 
 def test_commands_beyond_the_log_are_counted_and_replay_warns(model):
-    from hil.replay import completeness
+    from hil.recording.replay import completeness
     engine = _engine(model, log_capacity=3)
     engine.begin(0)
     for m in range(5):
@@ -648,8 +655,8 @@ def test_commands_beyond_the_log_are_counted_and_replay_warns(model):
 
 
 def test_log_is_sized_for_the_drivers_worst_case(model):
-    from drivers.link import MAX_RECORDS_PER_FETCH, LinkDriver
-    from hil.service import muscle_groups
+    from drivers.ipc.link import MAX_RECORDS_PER_FETCH, LinkDriver
+    from hil.service.build import muscle_groups
     groups = muscle_groups(model.muscle_names)
     largest = max(len(g) for g in groups.values())
 

@@ -145,7 +145,7 @@ def test_run_duration_beyond_a_month_is_one_red_line(config_over):
 
 
 def test_ticks_for_rejects_a_duration_beyond_a_month():
-    from hil.service import ticks_for
+    from hil.service.build import ticks_for
     assert ticks_for(MAX_RUN_DURATION_S, 0.001) == 2_592_000_000
     for duration in (1e308, MAX_RUN_DURATION_S * 1.001):
         with pytest.raises(ValueError, match="30 days"):
@@ -156,7 +156,7 @@ def test_ticks_for_rejects_a_duration_beyond_a_month():
 
 @pytest.mark.parametrize("value", ["1e300", "61"])
 def test_huge_can_counter_reset_is_a_config_error(config_over, value):
-    group = f"ff11::fe5:{random.randint(1, 0xFFFF):x}"      # host-local (drivers.can_local)
+    group = f"ff11::fe5:{random.randint(1, 0xFFFF):x}"      # host-local (drivers.can.local_bus)
     cfg = config_over("can.toml", f"""
         [metrics]
         enabled = false

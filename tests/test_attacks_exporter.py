@@ -10,8 +10,8 @@ import urllib.request
 import pytest
 from conftest import free_port
 
-from hil.exporter import EXPORTER_IDLE_TIMEOUT_S, EXPORTER_MAX_CONNECTIONS, start_exporter
-from hil.metrics import MetricsBlock, MetricsSchema, default_schema
+from hil.telemetry.exporter import EXPORTER_IDLE_TIMEOUT_S, EXPORTER_MAX_CONNECTIONS, start_exporter
+from hil.telemetry.metrics import MetricsBlock, MetricsSchema, default_schema
 
 HALF_REQUEST = b"GET /metrics HTTP/1.1\r\nHost: x\r\n"      # no blank line: the request never ends
 SIGTERM_BIT = 1 << (signal.SIGTERM - 1)

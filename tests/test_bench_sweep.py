@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from hil.bench.sweep import default_spec
 from hil.cli import app
-from hil.sweep_spec import variants
+from hil.sweep.spec import variants
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = ROOT / "configs" / "elbow-hold.toml"

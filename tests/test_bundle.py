@@ -1,4 +1,4 @@
-"""The bundle's items read without reference counting (sim._bundle.borrowed_items): the same arrays as
+"""The bundle's items read without reference counting (sim.jit.bundle.borrowed_items): the same arrays as
 ``bundle.items``, written through, call after call. A wrong payload layout would read garbage or crash, so
 the kernel runs in a child process."""
 from __future__ import annotations
@@ -12,10 +12,10 @@ ROOT = Path(__file__).resolve().parents[1]
 CHILD = """
 import json
 import numpy as np
-from sim._bundle import borrowed_items, new_bundle
+from sim.jit.bundle import borrowed_items, new_bundle
 from numba import njit
 
-@njit(_nrt=False)   # as sim._jit.kernel, uncached (the source is a string)
+@njit(_nrt=False)   # as sim.jit.kernel.kernel, uncached (the source is a string)
 def scale_into(bundle, v):
     (x, pair), k = borrowed_items(bundle)
     for i in range(x.shape[0]):

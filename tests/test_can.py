@@ -16,13 +16,13 @@ import cantools
 import numpy as np
 import pytest
 
-from drivers.base import DriverInitializationError
-from drivers.can import CanDriver, CanEndpoint
-from drivers.can_dbc import generate_dbc
-from drivers.can_feedback import FeedbackSet
-from drivers.can_local import HostLocalUdpMulticastBus, host_local_group, is_host_local_group
-from drivers.contract import frame_dtype
-from drivers.link import (
+from drivers.can.dbc import generate_dbc
+from drivers.can.driver import CanDriver, CanEndpoint
+from drivers.can.feedback import FeedbackSet
+from drivers.can.local_bus import HostLocalUdpMulticastBus, host_local_group, is_host_local_group
+from drivers.core.contract import frame_dtype
+from drivers.core.interface import DriverInitializationError
+from drivers.ipc.link import (
     AUX_REJECTS_TOTAL,
     INBOUND_AUX_WORDS,
     KIND_CHANNEL,
@@ -33,9 +33,9 @@ from drivers.link import (
     LinkEndpoint,
     reject_counts,
 )
-from drivers.shm_ring import ShmRing
-from hil.service import muscle_groups
-from sim.model import load_model
+from drivers.ipc.shm_ring import ShmRing
+from hil.service.build import muscle_groups
+from sim.das3.model import load_model
 
 ROOT = Path(__file__).resolve().parents[1]
 DBC = ROOT / "configs" / "fes-hil.dbc"
@@ -473,7 +473,7 @@ def test_hil_run_with_a_controller_in_another_process(tmp_path, config_over, fd)
     assert peer["elbow_last_deg"] > peer["elbow_first_deg"] + 30          # biceps stimulation flexes the elbow
     assert 1 <= peer["echoes"] <= peer["commands_sent"]                  # frames echo the applied commands
     assert summary["watchdog_trips"] >= 1                                 # the controller left before the end
-    from hil.recording import RecordingReader
+    from hil.recording.hilrec import RecordingReader
     commands = RecordingReader(str(rec)).read("commands")
     assert np.count_nonzero((commands["status"] == 0) & (commands["index"] == 3)) == peer["commands_sent"]
 
@@ -532,8 +532,8 @@ def test_link_over_socketcan_vcan(db):
 ])
 def test_can_config_errors_name_the_key(config_over, extra, key, words):
     from hil.config import load_service_config
-    from hil.service import build_engine
-    from sim.config import ConfigError
+    from hil.service.build import build_engine
+    from sim.das3.config import ConfigError
     cfg = config_over("can.toml", f"""
         [[driver]]
         type = "can"
@@ -557,8 +557,8 @@ def test_drivers_built_before_a_failing_one_are_shut_down(config_over):
     import multiprocessing
 
     from hil.config import load_service_config
-    from hil.service import build_engine
-    from sim.config import ConfigError
+    from hil.service.build import build_engine
+    from sim.das3.config import ConfigError
     group = host_local_group(random.randint(1, 0xFFFF))
     cfg = config_over("can.toml", f"""
         [[driver]]

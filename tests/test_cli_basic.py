@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from hil import __version__
 from hil.cli import app
-from hil.files import output_columns
+from hil.recording.files import output_columns
 
 runner = CliRunner()
 REPO = Path(__file__).resolve().parents[1]
@@ -47,7 +47,7 @@ def test_simulate_rejects_bad_numbers_before_loading_anything(tmp_path, option, 
 
 
 def test_model_info_table():
-    pytest.importorskip("sim.model")
+    pytest.importorskip("sim.das3.model")
     result = invoke("model", "info")
     assert result.exit_code == 0, result.output
     for word in ("SCy", "PSy", "deg", "trapscap1", "deltscap1", "67 cross GH"):
@@ -55,7 +55,7 @@ def test_model_info_table():
 
 
 def test_model_info_json():
-    pytest.importorskip("sim.model")
+    pytest.importorskip("sim.das3.model")
     result = invoke("model", "info", "--json")
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
@@ -72,7 +72,7 @@ def test_model_info_json():
 
 
 def test_simulate_unknown_muscle_exits_2_naming_it(tmp_path):
-    pytest.importorskip("sim.plant")
+    pytest.importorskip("sim.das3.plant")
     csv_path = tmp_path / "bad.csv"
     csv_path.write_text("time,trapscap1,deltscapX\n0,0.1,0.2\n")
     result = invoke("simulate", "--excitations", csv_path, "--duration", "0.008", "--step", "0.004",
@@ -84,14 +84,14 @@ def test_simulate_unknown_muscle_exits_2_naming_it(tmp_path):
 
 
 def test_simulate_missing_excitation_file_exits_2(tmp_path):
-    pytest.importorskip("sim.plant")
+    pytest.importorskip("sim.das3.plant")
     result = invoke("simulate", "--excitations", tmp_path / "none.csv", "--duration", "0.008",
                     "--step", "0.004", "--out", tmp_path / "out.csv")
     assert result.exit_code == 2 and "none.csv" in result.output
 
 
 def test_simulate_bad_model_config_exits_2(tmp_path):
-    pytest.importorskip("sim.plant")
+    pytest.importorskip("sim.das3.plant")
     config = tmp_path / "model.toml"
     config.write_text("[model]\njoint_k1 = -1\n")
     result = invoke("simulate", "--excitations", REPO / "examples" / "ramp.csv", "--duration", "0.008",
@@ -101,7 +101,7 @@ def test_simulate_bad_model_config_exits_2(tmp_path):
 
 @pytest.mark.slow
 def test_simulate_writes_one_row_per_step(tmp_path):
-    pytest.importorskip("sim.plant")
+    pytest.importorskip("sim.das3.plant")
     out = tmp_path / "run.csv"
     result = invoke("simulate", "--excitations", REPO / "examples" / "ramp.csv", "--duration", "0.012",
                     "--step", "0.004", "--out", out)

@@ -1,4 +1,4 @@
-"""What a run shows while numba compiles its kernels (sim.compile_progress, hil.warmup_progress), with small
+"""What a run shows while numba compiles its kernels (sim.jit.progress, hil.service.warmup_progress), with small
 stand-in kernels compiled afresh in this process (never cached), so the real tick's cold compile of minutes
 is not needed."""
 from __future__ import annotations
@@ -7,7 +7,7 @@ import io
 
 from numba import njit
 
-from sim.compile_progress import CompileProgress, StageLines, reachable_kernels
+from sim.jit.progress import CompileProgress, StageLines, reachable_kernels
 
 
 @njit
@@ -55,8 +55,8 @@ class _Status:
 
 
 def test_the_kernels_an_entry_reaches_are_found_from_its_source():
-    from hil.tick_kernel import compute_tick, compute_tick_mtg
-    from hil.warmup_progress import tick_kernels
+    from hil.rt.tick_kernel import compute_tick, compute_tick_mtg
+    from hil.service.warmup_progress import tick_kernels
 
     assert reachable_kernels(_top) == {_top, _middle, _leaf}
     das3, mtg = tick_kernels("das3"), tick_kernels("mtg")
@@ -84,7 +84,7 @@ def test_each_kernel_compiled_is_counted_once_and_staged_lines_name_it():
 
 
 def test_a_run_counts_into_its_status_and_writes_lines_only_when_not_a_terminal(monkeypatch):
-    import hil.warmup_progress as warmup
+    import hil.service.warmup_progress as warmup
 
     monkeypatch.setattr(warmup, "tick_kernels", lambda plant_type: reachable_kernels(_second_top))
     status, log = _Status(), io.StringIO()

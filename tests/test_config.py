@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from sim.config import ConfigError, ModelConfig, load_model_config
+from sim.das3.config import ConfigError, ModelConfig, load_model_config
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -1,4 +1,4 @@
-"""Controller plug-ins (drivers.controller, drivers.loopback): the example plug-in in the loop, the built-ins as
+"""Controller plug-ins (drivers.controllers.plugin, drivers.controllers.loopback): the example plug-in in the loop, the built-ins as
 entry points, and plug-ins that raise, return garbage or fail to load, which never stop the loop."""
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from drivers.builtin_controllers import ElbowHoldController, PlaybackController
-from drivers.contract import KIND_CHANNEL, STATUS_WATCHDOG
-from drivers.controller import ControllerLoadError, controller_class
+from drivers.controllers.builtin import ElbowHoldController, PlaybackController
+from drivers.controllers.plugin import ControllerLoadError, controller_class
+from drivers.core.contract import KIND_CHANNEL, STATUS_WATCHDOG
 from hil.config import load_service_config
-from hil.offline import run_offline
+from hil.rt.offline import run_offline
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
@@ -55,16 +55,16 @@ def test_the_example_plugin_holds_the_elbow():
 def test_builtins_are_entry_points_and_module_paths():
     assert controller_class("elbow_hold") is ElbowHoldController
     assert controller_class("playback") is PlaybackController
-    assert controller_class("drivers.builtin_controllers:ElbowHoldController") is ElbowHoldController
+    assert controller_class("drivers.controllers.builtin:ElbowHoldController") is ElbowHoldController
     from importlib.metadata import entry_points
     assert {"playback", "elbow_hold"} <= {ep.name for ep in entry_points(group="fes_hil.controllers")}
-    with pytest.raises(ControllerLoadError, match="not a drivers.controller.Controller"):
-        controller_class("drivers.contract:frame_dtype")
+    with pytest.raises(ControllerLoadError, match="not a drivers.controllers.plugin.Controller"):
+        controller_class("drivers.core.contract:frame_dtype")
 
 
 def test_a_plugin_that_raises_is_counted_logged_once_and_the_watchdog_zeroes(tmp_path, caplog):
     cfg = _plugin_config(tmp_path, """
-        from drivers.controller import ChannelCommand, Controller
+        from drivers.controllers.plugin import ChannelCommand, Controller
         class Plugin(Controller):
             def step(self, tick, time_s, frame):
                 if tick >= 100:
@@ -72,7 +72,7 @@ def test_a_plugin_that_raises_is_counted_logged_once_and_the_watchdog_zeroes(tmp
                 return [ChannelCommand(4, 300.0, 50.0, 40.0)]
         """)
     keep = Keep()
-    with caplog.at_level(logging.ERROR, logger="drivers.loopback"):
+    with caplog.at_level(logging.ERROR, logger="drivers.controllers.loopback"):
         result = run_offline(load_service_config(cfg), 250, [keep])
     assert result.ticks == 250                                       # the loop went on
     calls_failed = len(range(100, 250, 5))                           # 50 Hz at 4 ms: every 5th tick
@@ -90,7 +90,7 @@ def test_a_plugin_that_raises_is_counted_logged_once_and_the_watchdog_zeroes(tmp
 ])
 def test_malformed_returns_are_rejected_and_the_good_commands_still_apply(tmp_path, returned):
     cfg = _plugin_config(tmp_path, f"""
-        from drivers.controller import ChannelCommand, Controller
+        from drivers.controllers.plugin import ChannelCommand, Controller
         class Plugin(Controller):
             max_commands = 2
             def step(self, tick, time_s, frame):
@@ -108,7 +108,7 @@ def test_malformed_returns_are_rejected_and_the_good_commands_still_apply(tmp_pa
 
 FAILING_AFTER_100 = """
     import sys
-    from drivers.controller import ChannelCommand, Controller
+    from drivers.controllers.plugin import ChannelCommand, Controller
     class Loud(ChannelCommand):
         @property
         def amplitude_ma(self):
@@ -143,7 +143,7 @@ FAILING_AFTER_100 = """
 def test_a_return_that_raises_while_read_is_counted_and_the_watchdog_decides(tmp_path, caplog, failure, logged):
     cfg = _plugin_config(tmp_path, FAILING_AFTER_100.replace("FAILURE", failure))
     keep = Keep()
-    with caplog.at_level(logging.ERROR, logger="drivers.loopback"):
+    with caplog.at_level(logging.ERROR, logger="drivers.controllers.loopback"):
         result = run_offline(load_service_config(cfg), 250, [keep])
     assert result.ticks == 250                                       # the loop went on
     assert keep.engine.counters.by_reason("rejected") == {(0, "controller_error"): len(range(100, 250, 5))}
@@ -156,14 +156,14 @@ def test_a_return_that_raises_while_read_is_counted_and_the_watchdog_decides(tmp
 
 def test_a_plugin_raising_new_exception_types_without_end_is_counted_but_logged_a_bounded_number_of_times(
         tmp_path, caplog):
-    from drivers.loopback import MAX_DETAIL_CHARS, MAX_FAULT_KINDS
+    from drivers.controllers.loopback import MAX_DETAIL_CHARS, MAX_FAULT_KINDS
     cfg = _plugin_config(tmp_path, """
-        from drivers.controller import Controller
+        from drivers.controllers.plugin import Controller
         class Plugin(Controller):
             def step(self, tick, time_s, frame):
                 raise type(f"Fault{tick}", (Exception,), {})("x" * 10**6)
         """)
-    with caplog.at_level(logging.ERROR, logger="drivers.loopback"):
+    with caplog.at_level(logging.ERROR, logger="drivers.controllers.loopback"):
         result = run_offline(load_service_config(cfg), 400, [Keep()])
     assert result.ticks == 400
     logged = [r.message for r in caplog.records if "controller_error" in r.message]
@@ -172,7 +172,7 @@ def test_a_plugin_raising_new_exception_types_without_end_is_counted_but_logged_
 
 def test_max_commands_is_read_once_so_changing_it_mid_run_changes_nothing(tmp_path):
     cfg = _plugin_config(tmp_path, """
-        from drivers.controller import ChannelCommand, Controller
+        from drivers.controllers.plugin import ChannelCommand, Controller
         class Plugin(Controller):
             max_commands = 2
             def step(self, tick, time_s, frame):
@@ -190,7 +190,7 @@ def test_max_commands_is_read_once_so_changing_it_mid_run_changes_nothing(tmp_pa
 def test_an_endless_generator_is_read_no_further_than_max_commands_plus_one(tmp_path):
     cfg = _plugin_config(tmp_path, """
         import itertools
-        from drivers.controller import ChannelCommand, Controller
+        from drivers.controllers.plugin import ChannelCommand, Controller
         class Plugin(Controller):
             max_commands = 2
             pulled = 0
@@ -210,23 +210,23 @@ def test_an_endless_generator_is_read_no_further_than_max_commands_plus_one(tmp_
 
 @pytest.mark.parametrize("controller, source, words", [
     ("nowhere.py:Plugin", "", "not found"),
-    ("plugin.py:Missing", "from drivers.controller import Controller\n", "Missing"),
-    ("plugin.py:Plugin", "class Plugin:\n    pass\n", "not a drivers.controller.Controller"),
-    ("plugin.py:Plugin", "from drivers.controller import Controller\nclass Plugin(Controller):\n"
+    ("plugin.py:Missing", "from drivers.controllers.plugin import Controller\n", "Missing"),
+    ("plugin.py:Plugin", "class Plugin:\n    pass\n", "not a drivers.controllers.plugin.Controller"),
+    ("plugin.py:Plugin", "from drivers.controllers.plugin import Controller\nclass Plugin(Controller):\n"
                          "    def step(self, tick, time_s, frame): return []\n"
                          "    def reset(self, settings): raise ValueError('gain must be > 0')\n", "gain must be > 0"),
     ("no_such_module:Plugin", "", "No module named"),
     ("telepathy", "", "unknown controller"),
-    ("plugin.py:Plugin", "from drivers.controller import Controller\nclass Plugin(Controller):\n"
+    ("plugin.py:Plugin", "from drivers.controllers.plugin import Controller\nclass Plugin(Controller):\n"
                          "    max_commands = 10**10\n"
                          "    def step(self, tick, time_s, frame): return []\n", "max_commands = 10000000000 is outside"),
-    ("plugin.py:Plugin", "from drivers.controller import Controller\nclass Plugin(Controller):\n"
+    ("plugin.py:Plugin", "from drivers.controllers.plugin import Controller\nclass Plugin(Controller):\n"
                          "    max_commands = '64'\n"
                          "    def step(self, tick, time_s, frame): return []\n", "max_commands must be an integer"),
-    ("plugin.py:Plugin", "from drivers.controller import Controller\nclass Plugin(Controller):\n"
+    ("plugin.py:Plugin", "from drivers.controllers.plugin import Controller\nclass Plugin(Controller):\n"
                          "    def step(self, tick, time_s, frame): return []\n"
                          "    def state(self): return [1.0]\n", "state() must return a dict"),
-    ("plugin.py:Plugin", "from drivers.controller import Controller\nclass Plugin(Controller):\n"
+    ("plugin.py:Plugin", "from drivers.controllers.plugin import Controller\nclass Plugin(Controller):\n"
                          "    def step(self, tick, time_s, frame): return []\n"
                          "    def state(self): return {'gain k': 1.0}\n", "keys must be identifiers"),
 ])
@@ -243,7 +243,7 @@ def test_plugins_that_cannot_load_are_config_errors_naming_the_key(tmp_path, con
 
 STATEFUL = """
     import math
-    from drivers.controller import ChannelCommand, Controller
+    from drivers.controllers.plugin import ChannelCommand, Controller
     class Plugin(Controller):
         def reset(self, settings):
             self.calls, self.seen = 0, math.nan
@@ -259,7 +259,7 @@ STATEFUL = """
 
 
 def test_a_plugins_state_is_recorded_after_every_call_and_exported(tmp_path):
-    from hil.recording import RecordingReader
+    from hil.recording.hilrec import RecordingReader
     cfg = _plugin_config(tmp_path, STATEFUL)
     keep, rec = Keep(), tmp_path / "run.hilrec"
     result = run_offline(load_service_config(cfg), 60, [keep], str(rec))

@@ -16,8 +16,8 @@ ROOT = Path(__file__).resolve().parents[1]
 TRAJECTORY = """
 import sys
 import numpy as np
-from sim.model import load_model
-from sim.plant import Plant
+from sim.das3.model import load_model
+from sim.das3.plant import Plant
 
 model = load_model()
 plant = Plant(model, 0.004)

@@ -1,4 +1,4 @@
-"""Passive holding moments of the DAS3 arm (sim/das3_passive.py): the moments are checked by playing the solved
+"""Passive holding moments of the DAS3 arm (sim/fitting/das3_passive.py): the moments are checked by playing the solved
 rest state in the plant, not by the optimiser's numbers."""
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import math
 import numpy as np
 import pytest
 
-from sim import das3_passive as dp
-from sim import static_opt as so
-from sim.model import N_LOADS, N_MUS
+from sim.analysis import static_opt as so
+from sim.das3.model import N_LOADS, N_MUS
+from sim.fitting import das3_passive as dp
 
 DEG = math.pi / 180
 HOLD_S, STEP_S = 0.2, 0.001
@@ -24,7 +24,7 @@ def arm_horizontal(model):
 
 def _drift(model, hold: dp.Holding, moments) -> float:
     """Largest joint-angle change (rad) after HOLD_S in the plant from the rest state, u = 0, these moments."""
-    from sim.plant import Plant
+    from sim.das3.plant import Plant
 
     loads = np.zeros(N_LOADS)
     loads[:so.N_MOMENTS] = moments

@@ -37,8 +37,8 @@ def test_a_muscle_whose_dofs_are_not_one_range_is_refused():
     """The kernels index a muscle's DOFs as its first + k; the shipped data satisfy it, other data must too."""
     import copy
 
-    from sim._polynomials import MonomialTable
-    from sim.model import _muscle_constants, _read_model_data
+    from sim.das3.kernels.polynomials import MonomialTable
+    from sim.das3.model import _muscle_constants, _read_model_data
 
     muscles = copy.deepcopy(_read_model_data()[0]["muscles"])
     _muscle_constants(copy.deepcopy(muscles), MonomialTable())        # the shipped DOFs are accepted

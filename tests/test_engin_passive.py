@@ -1,4 +1,4 @@
-"""Engin's directional passive shoulder moments (sim/engin.py, model option shoulder_passive = "das3+engin")
+"""Engin's directional passive shoulder moments (sim/das3/engin.py, model option shoulder_passive = "das3+engin")
 against the thesis "Human Joint Modelling" (its equations and tables written out again here, not taken
 from the module), finite differences of the plant residual, an arm released beyond the sinus, the config
 key, ``hil model info``, the figure command and a recording's header."""
@@ -12,17 +12,17 @@ import numpy as np
 import pytest
 from test_model_fidelity import assert_columns_close, away_from_kinks, central_difference, random_state
 
-from sim import engin as en
-from sim.config import ConfigError, ModelConfig, load_model_config
-from sim.dynamics import jacobians, residual
-from sim.equilibrium import contraction_states
-from sim.model import N_LOADS, N_MUS, N_STATES, load_model
-from sim.plant import Plant
+from sim.das3 import engin as en
+from sim.das3.config import ConfigError, ModelConfig, load_model_config
+from sim.das3.dynamics import jacobians, residual
+from sim.das3.equilibrium import contraction_states
+from sim.das3.model import N_LOADS, N_MUS, N_STATES, load_model
+from sim.das3.plant import Plant
 
 REPO = Path(__file__).resolve().parents[1]
 ENGIN = ModelConfig(shoulder_passive="das3+engin")
 
-# ---- the thesis, written out independently of sim/engin.py -------------------------------------------
+# ---- the thesis, written out independently of sim/das3/engin.py -------------------------------------------
 # Listing App. G (= Table D.1 and Table E.1 subject-based sample means).
 CF = (1.49936, -0.09257, -0.24640, -0.29356, 0.18743, 0.58589, 0.45557, 0.00899, -0.42918, -0.47066)
 C = (-21.49310, -2.03660, 2.21320, 19.60600, 5.15610, 15.78320, -1.36790, -4.13520, 0.21110, -0.60590)
@@ -340,7 +340,7 @@ def _hil(*args):
 def test_option_is_recorded_and_replayed_as_that_variant(tmp_path):
     """The [model] table with the option travels in the recording's header and the replay rebuilds the
     variant; the same run without it differs (the option acts at the published rest posture)."""
-    from hil.recording import RecordingReader
+    from hil.recording.hilrec import RecordingReader
 
     frames = {}
     for name, extra in (("engin", '[model]\nshoulder_passive = "das3+engin"\n'), ("das3", "")):
@@ -362,7 +362,7 @@ def test_option_is_recorded_and_replayed_as_that_variant(tmp_path):
 def test_the_variant_starts_from_its_own_passive_equilibrium(model, engin_model):
     """With Engin's moments the published rest turns the humerus; the variant's initial state is its own
     equilibrium (the arm does not move when released unexcited), 18 deg less internally rotated."""
-    from sim.plant import Plant
+    from sim.das3.plant import Plant
 
     x0 = np.array(engin_model.equilibrium_state)
     plant = Plant(engin_model, step_s=0.004, initial_state=x0)

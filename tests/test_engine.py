@@ -5,9 +5,10 @@ import numpy as np
 import pytest
 from conftest import loopback_driver
 
-from drivers.base import Driver, driver_class
-from drivers.builtin_controllers import PlaybackController
-from drivers.contract import (
+from drivers.controllers.builtin import PlaybackController
+from drivers.controllers.loopback import LoopbackDriver
+from drivers.controllers.plugin import Controller, ExcitationCommand
+from drivers.core.contract import (
     KIND_CHANNEL,
     KIND_EXCITATION,
     STATUS_GH_UNSTABLE,
@@ -18,14 +19,13 @@ from drivers.contract import (
     STATUS_STOPPING,
     STATUS_WATCHDOG,
 )
-from drivers.controller import Controller, ExcitationCommand
-from drivers.loopback import LoopbackDriver
-from hil.engine import TickEngine
-from hil.loop import LoopConfig, RealtimeLoop, deadlines_missed
-from hil.safety import GHMonitor, RangeOfMotion, SafetyConfig, Watchdog
-from hil.sensor import SensorModel, SensorModelConfig
-from hil.tick import TickBody
-from sim.plant import Plant
+from drivers.core.interface import Driver, driver_class
+from hil.rt.engine import TickEngine
+from hil.rt.loop import LoopConfig, RealtimeLoop, deadlines_missed
+from hil.rt.sensor import SensorModel, SensorModelConfig
+from hil.rt.tick import TickBody
+from hil.safety.rules import GHMonitor, RangeOfMotion, SafetyConfig, Watchdog
+from sim.das3.plant import Plant
 
 H = 0.004
 REASONS = ("unknown_channel", "unknown_muscle", "non_finite", "bad_frame")
@@ -191,7 +191,7 @@ def test_channel_mode_rejects_excitations_once_per_command(model):
     import tomllib
     from pathlib import Path
 
-    from hil.stimulation import StimulationModel, load_stimulation_config
+    from hil.rt.stimulation import StimulationModel, load_stimulation_config
     path = Path(__file__).resolve().parents[1] / "configs/stimulation-default.toml"
     table = tomllib.loads(path.read_text())["stimulation"]
     stim = StimulationModel(load_stimulation_config(table, model.muscle_names), model.muscle_names)
@@ -358,7 +358,7 @@ def test_elbow_hold_closed_loop_through_the_stimulation_model():
     from pathlib import Path
 
     from hil.config import load_service_config
-    from hil.service import build_engine
+    from hil.service.build import build_engine
 
     cfg = load_service_config(Path(__file__).resolve().parents[1] / "configs/elbow-hold.toml")
     model, engine, drivers = build_engine(cfg)
@@ -381,7 +381,7 @@ def test_elbow_hold_closed_loop_through_the_stimulation_model():
 
 
 def test_clamped_commands_are_applied_counted_apart_and_logged_as_requested(model):
-    from hil.stimulation import StimulationModel, load_stimulation_config
+    from hil.rt.stimulation import StimulationModel, load_stimulation_config
     table = {"mode": "channels", "channel": [
         {"name": "rej", "muscles": {"bicl": 1.0}, "max_amplitude_ma": 50, "limit_policy": "reject"},
         {"name": "clamp", "muscles": {"bicl": 1.0}, "max_amplitude_ma": 50, "limit_policy": "clamp"}]}
@@ -400,7 +400,7 @@ def test_command_log_entries_are_what_numpy_writes_and_refuses(model):
     """The engine packs log entries itself: bit for bit what a numpy item assignment stores, and what the
     packer cannot store goes to numpy, which converts it (a float index, None as NaN) or refuses it (an
     index beyond int16, which a loopback driver then counts as a malformed command), as before."""
-    from drivers.contract import COMMAND_DTYPE, KIND_HEARTBEAT
+    from drivers.core.contract import COMMAND_DTYPE, KIND_HEARTBEAT
     engine = make_engine(model)
     engine.begin(7)
     entries = [(0, 123, KIND_CHANNEL, 0, 3, 300.0, -0.0, math.nan, 2),
@@ -421,7 +421,7 @@ def test_the_tick_record_is_what_the_engine_applied_and_sent(model, config_over)
     compiled tick writes them in place); its other fields are the body's, timed as a tick on its deadline until
     a real-time caller sets them. A delayed sensor's frame (sent from its history) is copied in."""
     from hil.config import load_service_config
-    from hil.service import build_engine
+    from hil.service.build import build_engine
     for delay_ms in (0, 12):
         cfg = config_over("elbow-hold-fatigue.toml", f"[sensor]\ndelay_ms = {delay_ms}\n")
         _, engine, drivers = build_engine(load_service_config(cfg))

@@ -1,12 +1,12 @@
-"""Static equilibria of the DAS3 model (sim.equilibrium.solve_equilibrium)."""
+"""Static equilibria of the DAS3 model (sim.das3.equilibrium.solve_equilibrium)."""
 import math
 
 import numpy as np
 import pytest
 
-from sim.dynamics import residual
-from sim.equilibrium import EquilibriumResult, solve_equilibrium
-from sim.model import N_DOF, N_MUS, N_STATES
+from sim.das3.dynamics import residual
+from sim.das3.equilibrium import EquilibriumResult, solve_equilibrium
+from sim.das3.model import N_DOF, N_MUS, N_STATES
 
 IQ, IQD, IS, IA = 0, N_DOF, 2 * N_DOF, 2 * N_DOF + N_MUS
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sim.excitations import ExcitationFileError, ExcitationSchedule, load_excitation_csv, write_ramp_csv
+from sim.das3.excitations import ExcitationFileError, ExcitationSchedule, load_excitation_csv, write_ramp_csv
 
 NAMES = ("trapscap1", "deltscap1", "bicl", "infra1")
 REPO = Path(__file__).resolve().parents[1]

@@ -1,4 +1,4 @@
-"""Stimulation fatigue (hil/fatigue.py): Ding et al. 2003's force-fatigue model in the tick."""
+"""Stimulation fatigue (hil/rt/fatigue.py): Ding et al. 2003's force-fatigue model in the tick."""
 from __future__ import annotations
 
 import math
@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 from conftest import free_port
 
-from hil.fatigue import DING2003, channel_fitness, fatigue_tick, rested_state
-from hil.stimulation import StimulationModel, load_stimulation_config
-from sim.config import ConfigError
+from hil.rt.fatigue import DING2003, channel_fitness, fatigue_tick, rested_state
+from hil.rt.stimulation import StimulationModel, load_stimulation_config
+from sim.das3.config import ConfigError
 
 # Ding et al. 2003 as tabulated in Bioelectron Med 2023;9:3 Table 2, in ms, N and N/ms as printed there
-# (alpha_Km per ms per N: 1.9e-8), written out here independently of hil.fatigue.
+# (alpha_Km per ms per N: 1.9e-8), written out here independently of hil.rt.fatigue.
 A_REST, KM_REST, TAU1_REST, TAU2, TAU_C = 3.009, 0.103, 50.957, 100.0, 20.0
 ALPHA_A, ALPHA_KM, ALPHA_TAU1, TAU_FAT = -4.0e-7, 1.9e-8, 2.1e-5, 127000.0
 
@@ -97,10 +97,10 @@ def test_fatigue_grows_with_frequency_and_intensity():
 
 
 def _fatigue_engine(model, fatigue="ding2003", period_s=0.004):
-    from hil.engine import TickEngine
-    from hil.safety import SafetyConfig
-    from hil.sensor import SensorModel, SensorModelConfig
-    from sim.plant import Plant
+    from hil.rt.engine import TickEngine
+    from hil.rt.sensor import SensorModel, SensorModelConfig
+    from hil.safety.rules import SafetyConfig
+    from sim.das3.plant import Plant
 
     table = {"fatigue": fatigue, "channel": [{"name": "biceps", "muscles": {"bicl": 1.0, "bicb": 1.0}}]}
     stim = StimulationModel(load_stimulation_config(table, model.muscle_names), model.muscle_names)
@@ -140,7 +140,7 @@ def test_fatigue_config_errors_name_the_key(model, table, key):
 def _elbow_hold(cfg_path, seconds):
     """(time, biceps amplitude mA, biceps fitness, elbow flexion deg) per tick of an offline run."""
     from hil.config import load_service_config
-    from hil.offline import run_offline
+    from hil.rt.offline import run_offline
 
     cfg = load_service_config(cfg_path)
     rows = []
@@ -178,7 +178,7 @@ def test_fatigue_is_recorded_replayed_bit_identical_and_exported(tmp_path, confi
 
     from prometheus_client.parser import text_string_to_metric_families
 
-    from hil.recording import RecordingReader
+    from hil.recording.hilrec import RecordingReader
 
     port = free_port()
     cfg = config_over("elbow-hold-fatigue.toml", f'[metrics]\nenabled = true\nport = {port}\n')

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from hil.files import OutputRecorder, StateFileError, load_state_file, output_columns, write_state_json
+from hil.recording.files import OutputRecorder, StateFileError, load_state_file, output_columns, write_state_json
 
 DOFS = ("SCy", "SCz", "SCx", "ACy", "ACz", "ACx", "GHy", "GHz", "GHyy", "ELx", "PSy")
 

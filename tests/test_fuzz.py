@@ -1,11 +1,11 @@
 """Seeded fuzz tests of the parsers that face external controllers: the ScienceMode2 frame parser and
-RehaStim2 emulator (drivers/sciencemode2.py), CAN frame validation (drivers/can.py) and the sensor stream
-reader (drivers/sensor_stream.py).
+RehaStim2 emulator (drivers/stimulators/rehastim2/device.py), CAN frame validation (drivers/can/driver.py) and the sensor stream
+reader (drivers/stimulators/sensor_stream.py).
 
 Every test draws from a fixed seed, so a failure reproduces; none depends on timing. Noise is random
 bytes and mutations of valid traffic (bit flips, truncation, insertion, duplication), fed in chunks cut at
 random read boundaries. The invariants: nothing raises, buffers stay bounded, every frame is accepted
-or rejected with a reason of drivers.contract.REJECT_REASONS (counters add up), an intact frame is decoded
+or rejected with a reason of drivers.core.contract.REJECT_REASONS (counters add up), an intact frame is decoded
 as soon as its last byte arrives whatever came before it, and clean traffic works after the noise.
 """
 from __future__ import annotations
@@ -18,10 +18,10 @@ import cantools
 import numpy as np
 import pytest
 
-from drivers.can import CanEndpoint
-from drivers.can_dbc import FRAME_ID_EXCITATION, FRAME_ID_GROUP, FRAME_ID_HEARTBEAT, FRAME_ID_STIM
-from drivers.contract import REJECT_REASONS, frame_dtype
-from drivers.link import (
+from drivers.can.dbc import FRAME_ID_EXCITATION, FRAME_ID_GROUP, FRAME_ID_HEARTBEAT, FRAME_ID_STIM
+from drivers.can.driver import CanEndpoint
+from drivers.core.contract import REJECT_REASONS, frame_dtype
+from drivers.ipc.link import (
     AUX_FRAMES_IN,
     AUX_REJECTS_TOTAL,
     INBOUND_AUX_WORDS,
@@ -30,8 +30,8 @@ from drivers.link import (
     Inbound,
     reject_counts,
 )
-from drivers.sciencemode2 import COUNTER_KEYS, Activity, Connected, Rehastim2Emulator, Rejected, StimulationChanged
-from drivers.sciencemode2_codec import (
+from drivers.ipc.shm_ring import ShmRing
+from drivers.stimulators.rehastim2.codec import (
     CMD_GET_MODE,
     CMD_INIT_ACK,
     CMD_INIT_CLM,
@@ -46,9 +46,16 @@ from drivers.sciencemode2_codec import (
     FrameParser,
     encode_frame,
 )
-from drivers.sensor_stream import SYNC, SensorStreamReader, encode_packet
-from drivers.shm_ring import ShmRing
-from sim.model import load_model
+from drivers.stimulators.rehastim2.device import (
+    COUNTER_KEYS,
+    Activity,
+    Connected,
+    Rehastim2Emulator,
+    Rejected,
+    StimulationChanged,
+)
+from drivers.stimulators.sensor_stream import SYNC, SensorStreamReader, encode_packet
+from sim.das3.model import load_model
 
 ROOT = Path(__file__).resolve().parents[1]
 DBC = ROOT / "configs" / "fes-hil.dbc"
@@ -331,7 +338,7 @@ def db():
 
 
 class Log:
-    """Stands in for drivers.link.Inbound: records what the endpoint hands over."""
+    """Stands in for drivers.ipc.link.Inbound: records what the endpoint hands over."""
 
     def __init__(self) -> None:
         self.calls: list[tuple] = []
@@ -611,7 +618,7 @@ def test_recording_header_fuzz_is_read_or_refused_with_a_recording_error(tmp_pat
     import json
     import struct
 
-    from hil.recording import MAGIC, RecordingError, encode_header, read_run_recording
+    from hil.recording.hilrec import MAGIC, RecordingError, encode_header, read_run_recording
     rng = random.Random(SEED)
     data = FIXTURE_RECORDING.read_bytes()
     (n,) = struct.unpack_from("<I", data, len(MAGIC))

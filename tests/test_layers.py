@@ -43,15 +43,15 @@ def test_layers_import_one_way_and_no_private_names():
 def test_the_walk_sees_an_upward_import(tmp_path, monkeypatch):
     """The checker itself: an upward import and a private name in a scratch tree are both reported."""
     (tmp_path / "sim").mkdir()
-    (tmp_path / "sim" / "bad.py").write_text("from hil.loop import RealtimeLoop\nfrom sim.model import _private\n")
+    (tmp_path / "sim" / "bad.py").write_text("from hil.rt.loop import RealtimeLoop\nfrom sim.das3.model import _private\n")
     monkeypatch.setattr(__import__(__name__), "ROOT", tmp_path)
     found = violations("sim")
     assert len(found) == 2 and "higher layer" in found[0] and "_private" in found[1]
 
 
 PLUGIN = '''
-from drivers.base import Driver
-from drivers.config_table import ConfigTable
+from drivers.core.interface import Driver
+from drivers.core.config_table import ConfigTable
 
 
 class Heartbeats(Driver):

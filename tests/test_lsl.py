@@ -20,10 +20,11 @@ import numpy as np
 import pytest
 from conftest import wait_for_port_file
 
-from drivers.contract import STATUS_GH_UNSTABLE, STATUS_WATCHDOG, frame_dtype
-from drivers.link import AUX_CONNECTED, INBOUND_AUX_WORDS, LINK_RECORD, Inbound, reject_counts
-from drivers.lsl_inlet import RESOLVE_INTERVAL_S, CommandInlet
-from drivers.lsl_streams import (
+from drivers.core.contract import STATUS_GH_UNSTABLE, STATUS_WATCHDOG, frame_dtype
+from drivers.ipc.link import AUX_CONNECTED, INBOUND_AUX_WORDS, LINK_RECORD, Inbound, reject_counts
+from drivers.ipc.shm_ring import ShmRing
+from drivers.lsl.inlet import RESOLVE_INTERVAL_S, CommandInlet
+from drivers.lsl.streams import (
     ARM_STREAM,
     EVENTS_STREAM,
     STIM_STREAM,
@@ -33,8 +34,7 @@ from drivers.lsl_streams import (
     stim_channels,
     stim_values,
 )
-from drivers.shm_ring import ShmRing
-from sim.model import DOF_NAMES
+from sim.das3.model import DOF_NAMES
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -120,8 +120,8 @@ def test_stream_layouts_and_status_markers():
 ])
 def test_config_errors_name_the_key(config_over, driver, key, words):
     from hil.config import load_service_config
-    from hil.service import build_tick_engine, parse_drivers
-    from sim.config import ConfigError
+    from hil.service.build import build_tick_engine, parse_drivers
+    from sim.das3.config import ConfigError
     cfg = load_service_config(config_over("lsl.toml", f"[[driver]]\ntype = \"lsl\"\n{driver}\n"))
     model, engine = build_tick_engine(cfg)
     with pytest.raises(ConfigError) as err:
@@ -130,10 +130,10 @@ def test_config_errors_name_the_key(config_over, driver, key, words):
 
 
 def test_config_needs_channels_and_builds_the_inlet_predicate(config_over):
-    from drivers.base import driver_names
+    from drivers.core.interface import driver_names
     from hil.config import load_service_config
-    from hil.service import build_tick_engine, parse_drivers
-    from sim.config import ConfigError
+    from hil.service.build import build_tick_engine, parse_drivers
+    from sim.das3.config import ConfigError
     assert "lsl" in driver_names()
     cfg = load_service_config(config_over("loopback.toml", "[[driver]]\ntype = \"lsl\"\n"))
     with pytest.raises(ConfigError, match='mode = "channels"'):
@@ -150,7 +150,7 @@ def test_config_needs_channels_and_builds_the_inlet_predicate(config_over):
 
 # -- the inlet, in this process ---------------------------------------------------------------------
 def test_inlet_refuses_a_wrong_layout_validates_samples_and_resolves_a_returning_stream(pylsl, capfd):
-    from drivers.lsl_inlet import AUX_SUPERSEDED, CommandInlet
+    from drivers.lsl.inlet import AUX_SUPERSEDED, CommandInlet
 
     kind = f"FESCommandTest{uuid.uuid4().hex[:8]}"
     ring = ShmRing.create(LINK_RECORD, 4096, INBOUND_AUX_WORDS)
@@ -198,7 +198,7 @@ def test_inlet_refuses_a_wrong_layout_validates_samples_and_resolves_a_returning
 
 
 def test_two_streams_of_the_same_name_and_type_are_refused_on_the_events_stream_until_one_is_chosen(pylsl, capfd):
-    from drivers.lsl import LslEndpoint, tick_record
+    from drivers.lsl.driver import LslEndpoint, tick_record
 
     kind = f"FESCommandTest{uuid.uuid4().hex[:8]}"
     a = pylsl.StreamOutlet(pylsl.StreamInfo("decoder", kind, 6, 0, "float32", f"{kind}-a"))
@@ -248,7 +248,7 @@ def test_two_streams_of_the_same_name_and_type_are_refused_on_the_events_stream_
 
 # -- the outlets, in this process -------------------------------------------------------------------
 def test_outlets_carry_meta_data_tick_timestamps_every_nth_and_markers(pylsl):
-    from drivers.lsl import LslEndpoint, tick_record
+    from drivers.lsl.driver import LslEndpoint, tick_record
 
     ep = LslEndpoint(list(DOF_NAMES), ["biceps", "triceps"], 0.001, f"type='None{uuid.uuid4().hex}'", arm_every=2)
     ep.open()
@@ -298,8 +298,8 @@ class Sink:
 
 
 def test_driver_applies_the_newest_sample_and_marks_a_failed_tick(pylsl):
-    from drivers.lsl import LslDriver
-    from hil.tick import tick_dtype
+    from drivers.lsl.driver import LslDriver
+    from hil.rt.tick import tick_dtype
 
     name = f"decoder-{uuid.uuid4().hex[:8]}"
     args = dict(dof_names=list(DOF_NAMES), channel_names=["biceps", "triceps"], period_s=0.01,
@@ -397,8 +397,8 @@ def test_hil_run_with_an_lsl_controller_records_and_replays_bit_identically(pyls
     assert names.index("watchdog_clear") < names.index("controller_lost") < names.index("watchdog_trip")
     assert names[-1] == "run_stop" and summary["watchdog_trips"] == 1
     assert summary["commands_rejected"] == {"0:non_finite": 1, "0:out_of_range": 1}
-    from drivers.contract import KIND_CHANNEL
-    from hil.recording import RecordingReader
+    from drivers.core.contract import KIND_CHANNEL
+    from hil.recording.hilrec import RecordingReader
     reader = RecordingReader(str(rec))
     ticks, commands = reader.read("ticks"), reader.read("commands")
     accepted = commands[commands["status"] == 0]

@@ -7,8 +7,8 @@ import pytest
 from conftest import free_port
 from prometheus_client.parser import text_string_to_metric_families
 
-from hil.exporter import start_exporter
-from hil.metrics import MetricsBlock, MetricsError, MetricSpec, MetricsSchema, default_schema
+from hil.telemetry.exporter import start_exporter
+from hil.telemetry.metrics import MetricsBlock, MetricsError, MetricSpec, MetricsSchema, default_schema
 
 
 def scrape(port):

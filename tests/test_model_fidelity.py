@@ -13,10 +13,10 @@ from importlib import resources
 import numpy as np
 import pytest
 
-from sim.dynamics import jacobians, residual
-from sim.equilibrium import solve_equilibrium
-from sim.model import N_DOF, N_LOADS, N_MUS, N_STATES
-from sim.plant import Plant
+from sim.das3.dynamics import jacobians, residual
+from sim.das3.equilibrium import solve_equilibrium
+from sim.das3.model import N_DOF, N_LOADS, N_MUS, N_STATES
+from sim.das3.plant import Plant
 
 G = 9.80665
 IQ, IQD, IS, IA = 0, N_DOF, 2 * N_DOF, 2 * N_DOF + N_MUS

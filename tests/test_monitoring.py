@@ -1,6 +1,6 @@
 """The monitoring stack of monitoring/ against the real things: promtool checks and unit-tests the rules and
 the scrape config, every PromQL expression of the dashboard and the rules names only series the service
-exports (hil.metrics) or the recording rules define, and a real Prometheus server scrapes a real `hil run`
+exports (hil.telemetry.metrics) or the recording rules define, and a real Prometheus server scrapes a real `hil run`
 and evaluates the rules. Debian's prometheus package provides the binaries (tests/system-deps.sh)."""
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ import yaml  # PyYAML, a dependency of dask/distributed
 from conftest import free_port, metrics_port, wait_for_port_file
 
 from hil.config import MetricsConfig
-from hil.metrics import default_schema
+from hil.telemetry.metrics import default_schema
 
 ROOT = Path(__file__).resolve().parents[1]
 PROMETHEUS_DIR = ROOT / "monitoring" / "prometheus"
@@ -156,12 +156,12 @@ def dashboard_queries(dashboard: dict) -> list[tuple[str, str, str]]:
 def unknown_names(where: str, expr: str, legend: str, series: set[str], labels: set[str]) -> list[str]:
     names, used_labels = promql_names(expr)
     used_labels |= set(re.findall(r"\{\{\s*(\w+)\s*\}\}", legend))
-    return ([f"{where}: series {n!r} is neither exported by hil.metrics nor a recording rule" for n in names - series]
+    return ([f"{where}: series {n!r} is neither exported by hil.telemetry.metrics nor a recording rule" for n in names - series]
             + [f"{where}: label {n!r} is not exported" for n in used_labels - labels])
 
 
 def test_dashboard_and_rules_use_only_exported_series_and_recording_rules():
-    """A renamed metric or label (in hil.metrics or the rules) breaks this test."""
+    """A renamed metric or label (in hil.telemetry.metrics or the rules) breaks this test."""
     exported, labels = exported_series()
     records = recording_rule_names()
     dashboard = json.loads(DASHBOARD.read_text())
@@ -220,10 +220,10 @@ def test_every_alert_tells_the_operator_what_it_means():
 def test_a_safety_stop_is_exported(config_over, gh_action, stops):
     """hil_safety_stops_total is 1 after a GH 'stop' ended the run (the loop syncs its metrics once more
     after its last tick, as here), 0 after a run that was not stopped."""
-    from drivers.contract import REJECT_REASONS
+    from drivers.core.contract import REJECT_REASONS
     from hil.config import load_service_config
-    from hil.metrics import LoopMetrics, MetricsBlock, MetricsSchema
-    from hil.offline import run_offline
+    from hil.rt.offline import run_offline
+    from hil.telemetry.metrics import LoopMetrics, MetricsBlock, MetricsSchema
 
     cfg = load_service_config(config_over("elbow-hold.toml", f"""
         [safety]
@@ -487,7 +487,7 @@ def test_serve_on_a_taken_port_names_the_holder_and_exits_2(tmp_path, config_ove
 
 
 def test_target_files_are_one_per_run_and_those_of_dead_runs_are_removed(tmp_path):
-    from hil.metrics_port import TargetFile
+    from hil.telemetry.metrics_port import TargetFile
 
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()

@@ -1,4 +1,4 @@
-"""MTG characteristic curves (sim/mtg_curves.py) against Millard et al. (2019), Eqs. (3)-(6) and Appendix A,
+"""MTG characteristic curves (sim/mtg/curves.py) against Millard et al. (2019), Eqs. (3)-(6) and Appendix A,
 a Bernstein sum written out here, hand-computed control points and finite differences."""
 import dataclasses
 import math
@@ -8,7 +8,7 @@ import pytest
 from numpy.polynomial import Polynomial
 from scipy.optimize import brentq
 
-from sim import mtg_curves as mc
+from sim.mtg import curves as mc
 
 # Table A.2: tau_o (N m), theta_o^A, theta_w^A (deg), omega_max (deg/s), tV(omega_max^E), tV(omega_max^C/2),
 # theta_0^PE, theta_1^PE (deg)

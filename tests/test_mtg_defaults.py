@@ -1,4 +1,4 @@
-"""The reduced arm's default parameters (sim/mtg_defaults.py, sim/data/mtg_default.json): derived from the DAS3
+"""The reduced arm's default parameters (sim/mtg/defaults.py, sim/data/mtg_default.json): derived from the DAS3
 data they cite, reproducible, and the reduced arm that results rests where the DAS3 arm rests."""
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from importlib import resources
 import numpy as np
 import pytest
 
-from sim.mtg_defaults import MTG_SOURCES, derive_defaults, passive_moments, read_source_csv
-from sim.mtg_model import COORDINATES, DEFAULT_FILE, load_mtg_model
+from sim.mtg.defaults import MTG_SOURCES, derive_defaults, passive_moments, read_source_csv
+from sim.mtg.model import COORDINATES, DEFAULT_FILE, load_mtg_model
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +65,7 @@ def test_passive_torque_follows_the_das3_passive_moments(model, arm, coordinate)
 def _without_passive(arm):
     import dataclasses
 
-    from sim.mtg_model import MtgModel, MtgParameters
+    from sim.mtg.model import MtgModel, MtgParameters
     specs = tuple(dataclasses.replace(s, fit=dataclasses.replace(s.fit, lambda_p=1.0)) for s in arm.params.mtgs)
     return MtgModel(arm.das3, MtgParameters(specs))
 

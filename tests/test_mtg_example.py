@@ -35,9 +35,9 @@ def test_worked_example_fits_a_weakened_arm_to_a_das3_motion(tmp_path):
     assert elevator["fitted"]["s_tau"] > 1.0 and elevator["active_constraints"]["eq10"] >= 1
     assert all(r["feasible_after"] for r in rows.values())
 
-    from sim.model import load_model
-    from sim.mtg_model import MtgModel, load_mtg_parameters
-    from sim.mtg_plant import MtgPlant
+    from sim.das3.model import load_model
+    from sim.mtg.model import MtgModel, load_mtg_parameters
+    from sim.mtg.plant import MtgPlant
     fitted = load_mtg_parameters(tmp_path / "fit" / "mtg_fitted.json")
     plant = MtgPlant(MtgModel(load_model(), fitted), 0.004)
     plant.step(np.zeros(plant.model.n_muscles))

@@ -1,4 +1,4 @@
-"""The fitting program of Millard et al. (2019), Eqs. (7)-(12) and the Sect. 2.3 check (sim/mtg_fit.py), on the
+"""The fitting program of Millard et al. (2019), Eqs. (7)-(12) and the Sect. 2.3 check (sim/fitting/mtg_fit.py), on the
 elbow MTG pair of Table A.2."""
 import dataclasses
 import math
@@ -6,8 +6,8 @@ import math
 import numpy as np
 import pytest
 
-from sim import mtg_curves as mc
-from sim import mtg_fit as mf
+from sim.fitting import mtg_fit as mf
+from sim.mtg import curves as mc
 
 r = math.radians
 

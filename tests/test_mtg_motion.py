@@ -1,4 +1,4 @@
-"""Fitting the reduced arm to a recorded motion (sim.mtg_motion, `hil fit mtg`): inverse dynamics against the
+"""Fitting the reduced arm to a recorded motion (sim.fitting.mtg_motion, `hil fit mtg`): inverse dynamics against the
 plant's own torques, a weakened arm made feasible again, bad motion files."""
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 from test_mtg_plant import TEST_MTGS
 
-from sim.config import ModelConfig
-from sim.model import load_model
-from sim.mtg_fit import check_feasibility
-from sim.mtg_model import FORMAT, MtgModel, load_mtg_parameters, parse_mtg_parameters
-from sim.mtg_motion import ANGLE_COLUMNS, MotionError, fit_arm, load_motion, weakened
-from sim.mtg_plant import MtgPlant
+from sim.das3.config import ModelConfig
+from sim.das3.model import load_model
+from sim.fitting.mtg_fit import check_feasibility
+from sim.fitting.mtg_motion import ANGLE_COLUMNS, MotionError, fit_arm, load_motion, weakened
+from sim.mtg.model import FORMAT, MtgModel, load_mtg_parameters, parse_mtg_parameters
+from sim.mtg.plant import MtgPlant
 
 ROOT = Path(__file__).resolve().parents[1]
 STEP = 0.001
@@ -46,7 +46,7 @@ def _record(model, directory: Path, co_contraction: float, hand_force_y: float =
         v_before = plant.x[5:10].copy()
         plant.step(u)
         ct = plant.workspace.coord_torque     # T, dT/dq, dT/dqd at the step's start; the step applies them
-        v = plant.x[5:10]                     # linearised to its end (sim._mtg_step):
+        v = plant.x[5:10]                     # linearised to its end (sim.mtg.kernels):
         torques.append(ct[:, 0] + ct[:, 1] * STEP * v + ct[:, 2] * (v - v_before))
         rows.append([t, *plant.outputs.th_angles, plant.outputs.q[9], plant.outputs.q[10], hand_force_y])
     path = directory / "motion.csv"

@@ -1,4 +1,4 @@
-"""The reduced MTG arm (sim.mtg_plant, sim._mtg_step): mass matrix, gravity and velocity terms against energy,
+"""The reduced MTG arm (sim.mtg.plant, sim.mtg.kernels): mass matrix, gravity and velocity terms against energy,
 the stiff partial derivatives against finite differences, stability at 1-10 ms, bad input."""
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ import math
 import numpy as np
 import pytest
 
-from sim._mtg_step import bias_and_mass, generalized_forces, kinematics, mtg_torques, new_mtg_work
-from sim.config import ModelConfig
-from sim.model import N_LOADS, load_model
-from sim.mtg_model import FORMAT, MtgModel, MtgParameterError, load_mtg_parameters, parse_mtg_parameters
-from sim.mtg_plant import MtgPlant
-from sim.plant import InvalidInputError, PlantDivergedError
+from sim.das3.config import ModelConfig
+from sim.das3.model import N_LOADS, load_model
+from sim.das3.plant import InvalidInputError, PlantDivergedError
+from sim.mtg.kernels import bias_and_mass, generalized_forces, kinematics, mtg_torques, new_mtg_work
+from sim.mtg.model import FORMAT, MtgModel, MtgParameterError, load_mtg_parameters, parse_mtg_parameters
+from sim.mtg.plant import MtgPlant
 
 DEG = math.pi / 180.0
 

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 from conftest import SensorFrames, wait_for_port_file
 
-from drivers.can_local import host_local_group
-from drivers.contract import STATUS_GH_UNSTABLE
+from drivers.can.local_bus import host_local_group
+from drivers.core.contract import STATUS_GH_UNSTABLE
 from hil.config import load_service_config
-from hil.offline import run_offline
+from hil.rt.offline import run_offline
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"

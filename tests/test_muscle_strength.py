@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 from conftest import write_sweep
 
-from hil.sweep import run_sweep
-from hil.sweep_spec import load_sweep
-from sim.config import ModelConfig
-from sim.dynamics import residual
-from sim.model import MUS_FMAX, N_MUS, load_model
-from sim.muscle_groups import group_members
+from hil.sweep.runner import run_sweep
+from hil.sweep.spec import load_sweep
+from sim.das3.config import ModelConfig
+from sim.das3.dynamics import residual
+from sim.das3.model import MUS_FMAX, N_MUS, load_model
+from sim.das3.muscle_groups import group_members
 
 
 @pytest.fixture(scope="module")

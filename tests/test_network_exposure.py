@@ -182,7 +182,7 @@ class StockListener:
 def scenario_can(work: Path) -> dict:
     """`hil run` on configs/can.toml with examples/can_controller.py, both out of the box; the other host
     sends commands meanwhile."""
-    from drivers.can_local import DEFAULT_PORT, HOST_LOCAL_GROUP
+    from drivers.can.local_bus import DEFAULT_PORT, HOST_LOCAL_GROUP
     other = set_up_lan()
     cfg = work / "can-here.toml"
     cfg.write_text(f'include = ["{ROOT / "configs" / "can.toml"}"]\n[metrics]\nenabled = false\n')
@@ -257,7 +257,7 @@ def other_host_queries_lsl() -> list[str]:
 
 def scenario_lsl_discovery(work: Path) -> dict:
     """An outlet under the localhost-only liblsl config while the other host looks for streams."""
-    from drivers.lsl import LOCALHOST_API_CONFIG
+    from drivers.lsl.driver import LOCALHOST_API_CONFIG
     other = set_up_lan()
     try:
         (work / "lsl_api.cfg").write_text(LOCALHOST_API_CONFIG)

@@ -1,4 +1,4 @@
-"""The numba cache follows the source of every kernel module (sim._numba_cache): after a change of a callee in
+"""The numba cache follows the source of every kernel module (sim.jit.cache): after a change of a callee in
 another file, a cached caller runs the new callee, not the machine code compiled with the old one."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from sim._numba_cache import kernel_sources, source_key
+from sim.jit.cache import kernel_sources, source_key
 
 ROOT = Path(__file__).resolve().parents[1]
 

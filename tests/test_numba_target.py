@@ -1,4 +1,4 @@
-"""The kernels' compile target (sim._numba_target): the host CPU with 256-bit vectors preferred where it has
+"""The kernels' compile target (sim.jit.target): the host CPU with 256-bit vectors preferred where it has
 512-bit ones, unless the user chose the target."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from sim._numba_target import PREFERENCE, target_features
+from sim.jit.target import PREFERENCE, target_features
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBE = """

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 from numpy.lib.recfunctions import repack_fields
 
-from drivers.contract import STATUS_OVERRUN
-from hil.recording import RecordingReader
+from drivers.core.contract import STATUS_OVERRUN
+from hil.recording.hilrec import RecordingReader
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMING = ("deadline_ns", "start_ns", "lateness_ns", "compute_ns", "tick_ns", "skipped_deadlines")
@@ -62,7 +62,7 @@ def test_an_offline_recording_holds_every_record_and_command_the_listeners_saw(t
     commands into a buffer that grows (the playback schedule sends a command per excited muscle element,
     more than a block's ticks): the file holds exactly what the run's listeners saw, in order."""
     from hil.config import load_service_config
-    from hil.offline import BATCH_TICKS, run_offline
+    from hil.rt.offline import BATCH_TICKS, run_offline
     seen_ticks, seen_commands = [], []
 
     class Collect:

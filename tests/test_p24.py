@@ -35,12 +35,12 @@ from science_mode_4 import (
     StimStatus,
 )
 
-from drivers import serial_port
-from drivers.contract import KIND_CHANNEL, KIND_HEARTBEAT
-from drivers.link import INBOUND_AUX_WORDS, LINK_RECORD, Inbound, reject_counts
-from drivers.p24_stim import P24Endpoint
-from drivers.sciencemode4_codec import FrameParser, encode_frame
-from drivers.shm_ring import ShmRing
+from drivers.core.contract import KIND_CHANNEL, KIND_HEARTBEAT
+from drivers.ipc.link import INBOUND_AUX_WORDS, LINK_RECORD, Inbound, reject_counts
+from drivers.ipc.shm_ring import ShmRing
+from drivers.stimulators import serial_port
+from drivers.stimulators.p24.codec import FrameParser, encode_frame
+from drivers.stimulators.p24.driver import P24Endpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -388,8 +388,8 @@ def test_a_tty_path_instead_of_a_pty(tmp_path):
 
 def test_config_errors_name_the_key(config_over):
     from hil.config import load_service_config
-    from hil.service import build_engine
-    from sim.config import ConfigError
+    from hil.service.build import build_engine
+    from sim.das3.config import ConfigError
     for extra, key in [('channel_map = [1, 2]', "channel_map"), ('min_frequency_hz = 0', "min_frequency_hz"),
                        ('min_frequency_hz = [10, 10]', "min_frequency_hz"), ('device_id = "short"', "device_id"),
                        ('electrode_fault_channels = [9]', "electrode_fault_channels"),
@@ -402,8 +402,8 @@ def test_config_errors_name_the_key(config_over):
             """)
         with pytest.raises(ConfigError, match=key):
             build_engine(load_service_config(cfg))
-    from drivers.p24_stim import P24Driver
-    from hil.service import build_tick_engine, driver_context
+    from drivers.stimulators.p24.driver import P24Driver
+    from hil.service.build import build_tick_engine, driver_context
     service = load_service_config(config_over("p24.toml", """
         [[driver]]
         type = "sciencemode4"
@@ -450,7 +450,7 @@ def test_unmodified_clients_drive_the_arm_survive_a_kill_and_the_run_replays(tmp
     assert not summary["commands_rejected"], summary["commands_rejected"]
     assert summary["drivers"]["0:sciencemode4"]["keepalive_lapses"] == 1
     assert "keep-alive lapsed" in err
-    from hil.recording import RecordingReader
+    from hil.recording.hilrec import RecordingReader
     reader = RecordingReader(str(rec))
     cmds, ticks = reader.read("commands"), reader.read("ticks")
     biceps = cmds[(cmds["kind"] == KIND_CHANNEL) & (cmds["index"] == 3)]
@@ -548,8 +548,8 @@ def test_pulse_shape_and_slow_train_attacks_are_clamped_or_rejected_and_counted(
     assert summary["commands_rejected"] == {"0:amplitude_limit": 3, "0:pulse_width_limit": 1}
     assert summary["commands_clamped"].keys() == {"0:frequency_limit"}   # the first counts at 10 Hz; the others
     assert 9 <= summary["commands_clamped"]["0:frequency_limit"] <= 18   # unless the client's timing was early
-    from hil.recording import RecordingReader
-    from hil.run_metrics import delivered_charge_uc
+    from hil.recording.hilrec import RecordingReader
+    from hil.reports.run_metrics import delivered_charge_uc
     applied = RecordingReader(str(rec)).read("ticks")["applied"]
     assert applied[:, 1, 1].max() == 0                                   # triceps: nothing got through
     biceps = applied[:, 0]

@@ -1,4 +1,4 @@
-"""The fixed-step DAS3 plant (sim.plant.Plant): stepping, input validation, divergence handling, loads,
+"""The fixed-step DAS3 plant (sim.das3.plant.Plant): stepping, input validation, divergence handling, loads,
 determinism, warm-up, allocation-free steps and output views."""
 import math
 import tracemalloc
@@ -8,9 +8,9 @@ import pytest
 from numba import njit, types
 from numba.core.runtime import _nrt_python, rtsys
 
-from sim._step import bundle_step
-from sim.model import N_DOF, N_MUS, N_STATES
-from sim.plant import InvalidInputError, Plant, PlantDivergedError
+from sim.das3.kernels.step import bundle_step
+from sim.das3.model import N_DOF, N_MUS, N_STATES
+from sim.das3.plant import InvalidInputError, Plant, PlantDivergedError
 
 H = 0.004
 ELX = 9  # elbow flexion
@@ -444,7 +444,7 @@ def test_outputs_are_views_of_the_state(plant):
 
 def test_plant_kernels_are_compiled_without_the_nrt():
     """Every kernel of the step is compiled without numba's reference-counting runtime: it cannot allocate
-    (a compile error) and pays no atomic reference counts per call (sim/_jit.py). Only the entry points
+    (a compile error) and pays no atomic reference counts per call (sim/jit/kernel.py). Only the entry points
     that Python calls with the plant's StructRef bundle keep it."""
     import importlib
 
@@ -452,7 +452,7 @@ def test_plant_kernels_are_compiled_without_the_nrt():
 
     entry_points = {"bundle_prime", "bundle_step"}
     kernels = {}
-    for name in ("sim._dual", "sim._multibody", "sim._muscles", "sim._outputs", "sim._step", "sim.phases"):
+    for name in ("sim.das3.kernels.dual", "sim.das3.kernels.multibody", "sim.das3.kernels.muscles", "sim.das3.kernels.outputs", "sim.das3.kernels.step", "sim.das3.phases"):
         module = importlib.import_module(name)
         kernels.update({f"{name}.{k}": v for k, v in vars(module).items()
                         if isinstance(v, CPUDispatcher) and v.__module__ == name})
@@ -465,7 +465,7 @@ def test_plant_kernels_are_compiled_without_the_nrt():
 def test_phase_timing_leaves_the_plant_unchanged(model):
     """hil bench plant times each phase on the benchmarked plant: the plant must step on exactly as an
     untimed twin does."""
-    from sim.phases import PHASES, phase_medians_us
+    from sim.das3.phases import PHASES, phase_medians_us
 
     timed, twin = Plant(model, step_s=0.004), Plant(model, step_s=0.004)
     u = np.full(N_MUS, 0.2)

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from drivers.shm_ring import ShmRing
-from hil.recording import RecordingError, RecordingReader, RecordingWriter
+from drivers.ipc.shm_ring import ShmRing
+from hil.recording.hilrec import RecordingError, RecordingReader, RecordingWriter
 
 REPO = Path(__file__).resolve().parents[1]
 DT = np.dtype([("a", "<i8"), ("b", "<f8", (2, 3)), ("c", [("x", "<f4"), ("y", "u1", (2,))])])
@@ -284,7 +284,7 @@ def rewritten(tmp_path, change, name="bad.hilrec") -> Path:
     valid CRC and its blocks unchanged."""
     import struct
 
-    from hil.recording import MAGIC, encode_header
+    from hil.recording.hilrec import MAGIC, encode_header
     data = FIXTURE.read_bytes()
     (n,) = struct.unpack_from("<I", data, len(MAGIC))
     new = change(json.loads(data[len(MAGIC) + 4: len(MAGIC) + 4 + n]))
@@ -328,14 +328,14 @@ BAD_HEADERS = {
 
 @pytest.mark.parametrize("case", list(BAD_HEADERS))
 def test_a_header_with_a_valid_crc_but_bad_content_is_refused_before_use(tmp_path, case):
-    from hil.recording import read_run_recording
+    from hil.recording.hilrec import read_run_recording
     change, words = BAD_HEADERS[case]
     with pytest.raises(RecordingError, match=words.replace("(", r"\(")):
         read_run_recording(str(rewritten(tmp_path, change)))
 
 
 def test_the_shipped_recordings_pass_the_header_check():
-    from hil.recording import read_run_recording
+    from hil.recording.hilrec import read_run_recording
     for path in sorted((REPO / "tests" / "data").glob("*.hilrec")):
         assert len(read_run_recording(str(path)).read("ticks")) == 50
 
@@ -343,7 +343,7 @@ def test_the_shipped_recordings_pass_the_header_check():
 def test_a_header_longer_than_the_bound_is_refused_before_it_is_read(tmp_path):
     import struct
 
-    from hil.recording import MAGIC, MAX_HEADER_BYTES
+    from hil.recording.hilrec import MAGIC, MAX_HEADER_BYTES
     path = tmp_path / "long.hilrec"
     path.write_bytes(MAGIC + struct.pack("<I", MAX_HEADER_BYTES + 1) + b"{}")
     with pytest.raises(RecordingError, match="header of"):

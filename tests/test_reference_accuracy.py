@@ -9,10 +9,10 @@ import math
 import numpy as np
 import pytest
 
-from sim.model import N_DOF, N_MUS
-from sim.muscle_groups import group_members
-from sim.plant import Plant, PlantDivergedError
-from sim.reference import simulate_reference
+from sim.das3.model import N_DOF, N_MUS
+from sim.das3.muscle_groups import group_members
+from sim.das3.plant import Plant, PlantDivergedError
+from sim.das3.reference import simulate_reference
 
 H = 0.003
 T_RAMP = 0.5

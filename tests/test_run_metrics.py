@@ -1,4 +1,4 @@
-"""A run's controller metrics (hil.run_metrics), by hand on synthetic tick records, and in `hil report`."""
+"""A run's controller metrics (hil.reports.run_metrics), by hand on synthetic tick records, and in `hil report`."""
 from __future__ import annotations
 
 import math
@@ -6,9 +6,9 @@ import math
 import numpy as np
 import pytest
 
-from drivers.contract import STATUS_GH_UNSTABLE, frame_dtype
-from hil.run_metrics import delivered_charge_uc, run_metrics, tracking
-from hil.tick import tick_dtype
+from drivers.core.contract import STATUS_GH_UNSTABLE, frame_dtype
+from hil.reports.run_metrics import delivered_charge_uc, run_metrics, tracking
+from hil.rt.tick import tick_dtype
 
 T = 0.01
 

@@ -1,4 +1,4 @@
-"""ScienceMode2 codec and RehaStim2 emulator (drivers/sciencemode2.py) against the protocol as pysciencemode uses it.
+"""ScienceMode2 codec and RehaStim2 emulator (drivers/stimulators/rehastim2/device.py) against the protocol as pysciencemode uses it.
 
 PC-side frames come from pysciencemode 1.1.5 itself (``packet_construction`` and the ``Rehastim2`` packet
 builders, called on an instance that never opens a port); device replies are checked with its reply
@@ -11,8 +11,7 @@ import pytest
 from pysciencemode import Channel, Rehastim2, RehastimGeneric
 from pysciencemode.acks import get_mode_ack, init_stimulation_ack, start_stimulation_ack, stop_stimulation_ack
 
-from drivers.sciencemode2 import Activity, ChannelSetting, Connected, Rehastim2Emulator, Rejected, StimulationChanged
-from drivers.sciencemode2_codec import (
+from drivers.stimulators.rehastim2.codec import (
     CMD_GET_MODE,
     CMD_GET_MODE_ACK,
     CMD_INIT,
@@ -38,6 +37,14 @@ from drivers.sciencemode2_codec import (
     encode_frame,
     signed8,
     stuff,
+)
+from drivers.stimulators.rehastim2.device import (
+    Activity,
+    ChannelSetting,
+    Connected,
+    Rehastim2Emulator,
+    Rejected,
+    StimulationChanged,
 )
 
 packet_construction = psm_utils.packet_construction

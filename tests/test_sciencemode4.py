@@ -30,8 +30,7 @@ from science_mode_4 import (  # a test dependency (pyproject [test]): never skip
     StimStatus,
 )
 
-from drivers.sciencemode4 import ChannelCommand, KeepAlive, Notice, P24Emulator, Rejected, Settings
-from drivers.sciencemode4_codec import (
+from drivers.stimulators.p24.codec import (
     CMD_GENERAL_ERROR,
     CMD_GET_STIM_STATUS,
     CMD_UNKNOWN_COMMAND,
@@ -43,7 +42,8 @@ from drivers.sciencemode4_codec import (
     encode_frame,
     stuff,
 )
-from drivers.sciencemode4_pulse import Pulse, decode_points, encode_point
+from drivers.stimulators.p24.device import ChannelCommand, KeepAlive, Notice, P24Emulator, Rejected, Settings
+from drivers.stimulators.p24.pulse import Pulse, decode_points, encode_point
 
 SPEC = {  # spec "Example frames"
     "stim_status": "f0 81 55 81 59 81 4e 81 0c 04 3e 0f",

@@ -1,11 +1,11 @@
-"""The sensor measurement model (hil.sensor.SensorModel): noise, quantisation, delay; plant values untouched."""
+"""The sensor measurement model (hil.rt.sensor.SensorModel): noise, quantisation, delay; plant values untouched."""
 import math
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
-from hil.sensor import SensorModel, SensorModelConfig
+from hil.rt.sensor import SensorModel, SensorModelConfig
 
 
 def outputs(k: float) -> SimpleNamespace:

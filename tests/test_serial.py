@@ -15,10 +15,10 @@ import pytest
 import serial
 from conftest import SensorFrames, wait_for_port_file
 
-from drivers.contract import frame_dtype
-from drivers.sciencemode2_codec import CMD_INIT, CMD_START_CLM_ACK, FrameParser, encode_frame
-from drivers.sensor_stream import SensorStreamReader, crc16, encode_packet, read_frames
-from drivers.serial_stim import ScienceModeEndpoint
+from drivers.core.contract import frame_dtype
+from drivers.stimulators.rehastim2.codec import CMD_INIT, CMD_START_CLM_ACK, FrameParser, encode_frame
+from drivers.stimulators.rehastim2.driver import ScienceModeEndpoint
+from drivers.stimulators.sensor_stream import SensorStreamReader, crc16, encode_packet, read_frames
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -44,8 +44,8 @@ def test_sensor_stream_round_trip_resync_and_errors():
 
 def test_endpoint_on_a_pty_answers_and_streams(tmp_path):
     """The link-side endpoint in this process: Init on the pty, a raw ScienceMode2 session, sensor packets."""
-    from drivers.link import INBOUND_AUX_WORDS, KIND_CHANNEL, LINK_RECORD, Inbound
-    from drivers.shm_ring import ShmRing
+    from drivers.ipc.link import INBOUND_AUX_WORDS, KIND_CHANNEL, LINK_RECORD, Inbound
+    from drivers.ipc.shm_ring import ShmRing
     ring = ShmRing.create(LINK_RECORD, 1024, INBOUND_AUX_WORDS)
     ep = ScienceModeEndpoint("pty", "pty", channel_map=[0, 1, 2, 3, -1, -1, -1, -1], client_timeout_s=0.5)
     ports = ep.open()
@@ -136,8 +136,8 @@ def test_unmodified_pysciencemode_client_flexes_the_elbow(tmp_path, config_over)
     assert not summary["commands_rejected"], summary["commands_rejected"]
     # every update of the channel list (channel 4 only) is one recorded command for that channel: the
     # five ramp updates and the one after the pause
-    from drivers.contract import KIND_CHANNEL
-    from hil.recording import RecordingReader
+    from drivers.core.contract import KIND_CHANNEL
+    from hil.recording.hilrec import RecordingReader
     cmds = RecordingReader(str(rec)).read("commands")
     stimulated = cmds[(cmds["kind"] == KIND_CHANNEL) & (cmds["values"][:, 1] > 0)]
     assert stimulated["values"][:, 1].tolist() == [12, 24, 36, 48, 60, 60]
@@ -148,7 +148,7 @@ def test_unmodified_pysciencemode_client_flexes_the_elbow(tmp_path, config_over)
     elbow = np.degrees([float(f["elbow_flexion"]) for _, f in frames])
     assert elbow.max() > elbow[0] + 30
     assert max(e for e, _ in frames) >= 0                       # COUNTER of the applied commands echoed
-    from hil.recording import RecordingReader
+    from hil.recording.hilrec import RecordingReader
     r = RecordingReader(str(rec))
     ticks_rec = r.read("ticks")
     assert np.array_equal(ticks_rec["frame"][ticks[0]:ticks[-1] + 1].tobytes(),
@@ -160,8 +160,8 @@ def test_unmodified_pysciencemode_client_flexes_the_elbow(tmp_path, config_over)
 
 def test_config_errors_name_the_key(config_over):
     from hil.config import load_service_config
-    from hil.service import build_engine
-    from sim.config import ConfigError
+    from hil.service.build import build_engine
+    from sim.das3.config import ConfigError
     for extra, key in [('channel_map = [1, 2]', "channel_map"), ('client_timeout_ms = 500', "client_timeout_ms"),
                        ('client_timeout_ms = inf', "client_timeout_ms"),
                        ('colour = "red"', "colour"), ('sensor_every = 0', "sensor_every")]:

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from hil.config import load_service_config
-from sim.config import ConfigError
+from sim.das3.config import ConfigError
 
 
 def write(tmp_path, text, name="svc.toml"):
@@ -65,7 +65,7 @@ def test_relative_file_names_in_an_included_file_are_relative_to_that_file(confi
     """configs/loopback.toml and can.toml included from elsewhere still find their CSV and DBC."""
     from conftest import CONFIGS
 
-    from hil.service import build_engine
+    from hil.service.build import build_engine
     cfg = load_service_config(config_over("loopback.toml"))
     assert cfg.drivers[0]["file"] == str(CONFIGS / "../examples/elbow_flexion.csv")
     build_engine(cfg)                                    # the playback CSV is found and loaded
@@ -107,7 +107,7 @@ ELBOW = 'controller = "elbow_hold"\nflexor_channel = 4\nextensor_channel = 5\n'
 ])
 def test_loopback_controller_errors_name_the_key(tmp_path, driver, key, words):
     """A typo in a controller table is an error, never a silently used default."""
-    from hil.service import build_engine
+    from hil.service.build import build_engine
     (tmp_path / "sched.csv").write_text("time,ch1_amp_ma\n0,10\n")
     (tmp_path / "modes.csv").write_text("time,ch4_amp_ma,ch4_mode\n0,10,0\n1,20,1.5\n")
     root = Path(__file__).resolve().parents[1]
@@ -121,7 +121,7 @@ def test_loopback_controller_errors_name_the_key(tmp_path, driver, key, words):
 
 
 def test_loopback_controller_config_is_applied(config_over):
-    from hil.service import build_engine
+    from hil.service.build import build_engine
     _, _, drivers = build_engine(load_service_config(config_over("elbow-hold.toml")))
     ctl = drivers[0].controller
     assert (ctl.flexor, ctl.extensor) == (4, 5) and ctl.target == pytest.approx(math.radians(90))

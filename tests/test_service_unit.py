@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import free_port
 
-from hil.recording import RecordingReader
+from hil.recording.hilrec import RecordingReader
 
 REPO = Path(__file__).resolve().parents[1]
 

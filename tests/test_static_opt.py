@@ -1,6 +1,6 @@
 """Static optimisation with the GH constraint, maximum moments and feed-forward schedules (issue 15).
 
-Every solution is re-checked here with the plant's own residual (sim.dynamics.residual), not with the
+Every solution is re-checked here with the plant's own residual (sim.das3.dynamics.residual), not with the
 optimiser's numbers."""
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import math
 import numpy as np
 import pytest
 
-from sim import static_opt as so
-from sim.dynamics import residual
-from sim.model import LOAD_NAMES, N_STATES, load_model
+from sim.analysis import static_opt as so
+from sim.das3.dynamics import residual
+from sim.das3.model import LOAD_NAMES, N_STATES, load_model
 
 DEG = math.pi / 180
 
@@ -52,8 +52,8 @@ def test_solution_satisfies_plant_residual_and_constraints(model, solution_b):
 
 
 def _thoracohumeral_angles(model, x):
-    from sim._outputs import compute_outputs
-    from sim._step import evaluate, new_plant_work
+    from sim.das3.kernels.outputs import compute_outputs
+    from sim.das3.kernels.step import evaluate, new_plant_work
 
     W = new_plant_work(model.arrays)
     evaluate(model.arrays, x, np.zeros(N_STATES), x[so.IA:], np.zeros(len(LOAD_NAMES)), W)
@@ -132,7 +132,7 @@ def test_impossible_load_is_reported_not_returned(model):
 
 def test_held_static_solution_stays_put_and_recovers(model, solution_b):
     """Excitation = activation in the plant at the solution: no drift; a 0.5 deg push decays."""
-    from sim.plant import Plant
+    from sim.das3.plant import Plant
 
     u = np.clip(solution_b.activation, 0.0, 1.0)
     for push in (0.0, 0.5 * DEG):
@@ -160,7 +160,7 @@ def test_task_postures_raise_the_arm_in_their_planes(model):
     """Plane of elevation 0 raises the arm sideways (+X), 90 deg forwards (-Z): shoulder flexion is
     sagittal, abduction scapular (between the two), the elbow tasks abducted in the coronal plane.
     Measured on the straight arm's hand path from 10 deg elevation to the task's posture."""
-    from sim.max_moment import TASKS, task_posture
+    from sim.analysis.max_moment import TASKS, task_posture
 
     def hand_travel(task_name, angle_deg):
         posture = so.Posture(**{**task_posture(TASKS[task_name], angle_deg * DEG).__dict__, "elbow_flexion": 0.0})
@@ -177,7 +177,7 @@ def test_task_postures_raise_the_arm_in_their_planes(model):
 
 
 def test_max_moment_is_balanced_by_the_external_moment(model):
-    from sim.max_moment import TASKS, solve_max_moment
+    from sim.analysis.max_moment import TASKS, solve_max_moment
 
     task = TASKS["shoulder-flexion"]
     point = solve_max_moment(model, task, 40 * DEG)
@@ -196,7 +196,7 @@ def test_max_moment_is_balanced_by_the_external_moment(model):
 def test_max_moment_sweep_keeps_the_best_warm_start_from_either_neighbour(model):
     """Adduction at 10 deg: a cold start stays on a weaker branch; warm from the solution at 20 deg the
     optimiser finds a stronger one. The sweep must return the stronger, checked."""
-    from sim.max_moment import TASKS, solve_max_moment, sweep
+    from sim.analysis.max_moment import TASKS, solve_max_moment, sweep
 
     task = TASKS["adduction"]
     cold = solve_max_moment(model, task, 10 * DEG)
@@ -208,8 +208,8 @@ def test_max_moment_sweep_keeps_the_best_warm_start_from_either_neighbour(model)
 
 
 def test_feedforward_excitation_reaches_the_next_activation(model):
-    from sim.feedforward import excitation_between, minimum_jerk
-    from sim.model import MUS_C1, MUS_C2
+    from sim.analysis.feedforward import excitation_between, minimum_jerk
+    from sim.das3.model import MUS_C1, MUS_C2
 
     rng = np.random.default_rng(3)
     a0, a1 = rng.uniform(0, 0.6, so.N_MUS), rng.uniform(0, 0.6, so.N_MUS)
@@ -229,8 +229,8 @@ def test_feedforward_flexion_played_open_loop_reaches_and_holds_the_target(model
     as the loopback playback does (each row held for its knot), ends within 3 deg of its 70 deg target
     with the GH force inside the glenoid throughout. (Above about 77 deg the minimum-effort postures
     are not open-loop stable: the README's feed-forward results.)"""
-    from sim.feedforward import elevation_schedule
-    from sim.plant import Plant
+    from sim.analysis.feedforward import elevation_schedule
+    from sim.das3.plant import Plant
 
     knot, step = 0.04, 0.004
     base = so.Posture(90 * DEG, 0.0, -30 * DEG, float(model.equilibrium_state[9]), float(model.equilibrium_state[10]))
@@ -251,7 +251,7 @@ def test_feedforward_flexion_played_open_loop_reaches_and_holds_the_target(model
 def default_map(model):
     import tomllib
 
-    from hil.stimulation import StimulationModel, load_stimulation_config
+    from hil.rt.stimulation import StimulationModel, load_stimulation_config
 
     with open("configs/stimulation-default.toml", "rb") as fh:
         table = tomllib.load(fh)["stimulation"]
@@ -261,8 +261,8 @@ def default_map(model):
 def test_channel_levels_found_for_a_posture_the_channels_can_hold(model, default_map):
     """The posture the arm rests at under the biceps channel alone at level 0.3: the least stimulation
     that holds it is that level (the other channels at 0 up to a trace)."""
-    from sim.channel_opt import solve_channels
-    from sim.equilibrium import solve_equilibrium
+    from sim.analysis.channel_opt import solve_channels
+    from sim.das3.equilibrium import solve_equilibrium
 
     levels = np.zeros(default_map.shape[0])
     levels[3] = 0.3
@@ -277,7 +277,7 @@ def test_channel_levels_found_for_a_posture_the_channels_can_hold(model, default
 
 def test_infeasible_channel_problem_says_so(model, default_map):
     """Elbow channels only: the arm cannot be raised to 90 deg."""
-    from sim.channel_opt import solve_channels
+    from sim.analysis.channel_opt import solve_channels
 
     elbow_only = default_map.copy()
     elbow_only[[0, 1, 2, 5, 6, 7]] = 0.0
@@ -331,7 +331,7 @@ def test_humerus_placement_stays_in_the_fitted_range_near_the_singular_axis(mode
 def test_paths_the_girdle_chooses_stay_valid(model, solution_b):
     """Free girdle: no muscle path that depends on the chosen angles is shorter than its tendon slack
     plus the shortest valid fibre (DAS3's path fits go negative at girdle corners: rhomboid5 binds)."""
-    from sim.model import MUS_LCEOPT, MUS_SEESLACK
+    from sim.das3.model import MUS_LCEOPT, MUS_SEESLACK
 
     W = so.new_plant_work(model.arrays)
     residual(model, solution_b.x, np.zeros(N_STATES), solution_b.x[so.IA:], np.zeros(len(LOAD_NAMES)), work=W)
@@ -347,8 +347,8 @@ def test_a_posture_may_leave_a_path_it_fixes_slack(model):
     """Forearm pronated to PSy = 15 deg: supinator1's path (which only PSy sets) is shorter than its
     tendon slack plus the shortest valid fibre, a slack muscle the plant allows; the maximum pronation
     moment there is solved and passes every check."""
-    from sim.max_moment import TASKS, solve_max_moment
-    from sim.model import MUS_LCEOPT, MUS_SEESLACK
+    from sim.analysis.max_moment import TASKS, solve_max_moment
+    from sim.das3.model import MUS_LCEOPT, MUS_SEESLACK
 
     point = solve_max_moment(model, TASKS["pronation"], 15 * DEG)
     i = model.muscle_names.index("supinator1")

@@ -5,8 +5,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hil.stimulation import StimulationModel, load_stimulation_config
-from sim.config import ConfigError
+from hil.rt.stimulation import StimulationModel, load_stimulation_config
+from sim.das3.config import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -18,7 +18,7 @@ def default_model(model):
 
 def one_channel(model, **kw) -> StimulationModel:
     """A single channel driving the first muscle element with gain 1 (the production kernel)."""
-    from hil.stimulation import ChannelConfig, StimulationConfig
+    from hil.rt.stimulation import ChannelConfig, StimulationConfig
     channel = ChannelConfig(name="test", gains={model.muscle_names[0]: 1.0}, **kw)
     return StimulationModel(StimulationConfig(channels=(channel,)), model.muscle_names)
 
@@ -109,11 +109,11 @@ def test_config_errors_name_the_key(model, table, key, words):
 
 def _emd_engine(model, emd_ms, period_s=0.004):
     """A tick engine with one biceps channel whose electromechanical delay is ``emd_ms``."""
-    from hil.engine import TickEngine
-    from hil.safety import SafetyConfig
-    from hil.sensor import SensorModel, SensorModelConfig
-    from hil.stimulation import ChannelConfig, StimulationConfig
-    from sim.plant import Plant
+    from hil.rt.engine import TickEngine
+    from hil.rt.sensor import SensorModel, SensorModelConfig
+    from hil.rt.stimulation import ChannelConfig, StimulationConfig
+    from hil.safety.rules import SafetyConfig
+    from sim.das3.plant import Plant
 
     channel = ChannelConfig(name="biceps", gains={"bicl": 1.0, "bicb": 1.0}, emd_s=emd_ms * 1e-3)
     stim = StimulationModel(StimulationConfig(channels=(channel,)), model.muscle_names)

@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 import typer.main
 
-from drivers.contract import COMMAND_DTYPE
+from drivers.core.contract import COMMAND_DTYPE
 from hil.cli import app
 from hil.config import service_config_from_dict
-from hil.loop import tick_dtype
-from hil.recording import RecordingReader
-from hil.replay import replay_recording
-from hil.service import build_engine
+from hil.recording.hilrec import RecordingReader
+from hil.recording.replay import replay_recording
+from hil.rt.loop import tick_dtype
+from hil.service.build import build_engine
 
 DATA = Path(__file__).resolve().parent / "data"
 FIXTURE = DATA / "elbow-hold-v0.1.hilrec"      # hil run --config configs/elbow-hold.toml --duration 0.2 (v0.1)
@@ -78,9 +78,9 @@ def test_offline_run_gives_the_frames_of_a_real_time_run(tmp_path, config_over):
 
     import numpy as np
 
-    from drivers.contract import STATUS_OVERRUN
+    from drivers.core.contract import STATUS_OVERRUN
     from hil.config import load_service_config
-    from hil.offline import run_offline
+    from hil.rt.offline import run_offline
 
     root = Path(__file__).resolve().parents[1]
     cfg = config_over("elbow-hold.toml", """
@@ -111,7 +111,7 @@ def test_replay_and_check_config_of_a_socketcan_run_open_no_interface(tmp_path, 
     import subprocess
     import sys
 
-    from hil.recording import RecordingWriter
+    from hil.recording.hilrec import RecordingWriter
 
     reader = RecordingReader(FIXTURE_V04)
     header = copy.deepcopy(reader.header)

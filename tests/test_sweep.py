@@ -1,4 +1,4 @@
-"""`hil sweep` (hil.sweep_spec, hil.sweep): variants of a base config run offline on a real local Dask cluster,
+"""`hil sweep` (hil.sweep.spec, hil.sweep.runner): variants of a base config run offline on a real local Dask cluster,
 one results row per run, restart skips finished runs, bad variants are rows not failures."""
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from conftest import write_sweep
 
-from hil.sweep_spec import load_sweep, variants
-from sim.config import ConfigError
+from hil.sweep.spec import load_sweep, variants
+from sim.das3.config import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,4 +1,4 @@
-"""The Dask side of ``hil sweep`` (hil.sweep_worker, hil.sweep._collect) on a real local cluster: a worker is
+"""The Dask side of ``hil sweep`` (hil.sweep.worker, hil.sweep.runner._collect) on a real local cluster: a worker is
 warmed once, when it joins (also one that joins after the sweep registered the warm-up), before it runs a task,
 with the first of the sweep's tasks whose config is valid; a result is released as soon as its row is taken.
 Nothing here is timed."""
@@ -11,9 +11,9 @@ import pytest
 from conftest import write_sweep
 from distributed import Client, get_worker
 
-from hil.sweep import _collect, tasks
-from hil.sweep_spec import load_sweep, variants
-from hil.sweep_worker import local_cluster, warm_up, warm_ups
+from hil.sweep.runner import _collect, tasks
+from hil.sweep.spec import load_sweep, variants
+from hil.sweep.worker import local_cluster, warm_up, warm_ups
 
 RELEASE_DEADLINE_S = 30.0
 

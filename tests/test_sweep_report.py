@@ -1,4 +1,4 @@
-"""`hil sweep --report` (hil.sweep_report): the plots and summary of a real sweep's results; heat-map cells are
+"""`hil sweep --report` (hil.sweep.report): the plots and summary of a real sweep's results; heat-map cells are
 the means of the results rows, error rows are counted and left out, a never-settled run is not a settling
 time of 0, and a directory without results is a one-line error."""
 from __future__ import annotations
@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 from conftest import write_sweep
 
-from hil.sweep import run_sweep
-from hil.sweep_report import SweepReportError, sweep_report
-from hil.sweep_spec import load_sweep
+from hil.sweep.report import SweepReportError, sweep_report
+from hil.sweep.runner import run_sweep
+from hil.sweep.spec import load_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 KP, KI = "driver.0.kp_ma_per_rad", "driver.0.ki_ma_per_rad_s"

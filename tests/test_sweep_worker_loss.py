@@ -18,8 +18,8 @@ import pytest
 from conftest import write_sweep
 from distributed import Client, LocalCluster, get_task_stream
 
-from hil.sweep import run_sweep, run_task, tasks
-from hil.sweep_spec import load_sweep, variants
+from hil.sweep.runner import run_sweep, run_task, tasks
+from hil.sweep.spec import load_sweep, variants
 
 DEADLINE_S = 420.0
 

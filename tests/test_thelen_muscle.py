@@ -1,12 +1,12 @@
-"""Thelen 2003 muscle curves and contraction residual (sim/_thelen.py) against the document's equations
+"""Thelen 2003 muscle curves and contraction residual (sim/das3/kernels/thelen.py) against the document's equations
 (C. T. John, "Complete Description of the Thelen2003Muscle Model") and finite differences."""
 import math
 
 import numpy as np
 import pytest
 
-from sim import _thelen as th
-from sim.model import MUS_FMAX, MUS_LCEOPT, MUS_PENN_B, MUS_SEESLACK, load_model
+from sim.das3.kernels import thelen as th
+from sim.das3.model import MUS_FMAX, MUS_LCEOPT, MUS_PENN_B, MUS_SEESLACK, load_model
 
 
 def _doc_inverse_fv(f):
@@ -124,8 +124,8 @@ def test_contraction_residual_is_the_documents_force_balance():
 def test_published_equilibrium_fibres_are_resolved_for_the_variant(model, thelen_model):
     """The published equilibrium's s belong to the DAS3 muscle; the variant re-solves every fibre at
     rest (g = 0, sdot = 0) at the same joint angles and activations."""
-    from sim.dynamics import residual
-    from sim.model import N_DOF, N_MUS, N_STATES
+    from sim.das3.dynamics import residual
+    from sim.das3.model import N_DOF, N_MUS, N_STATES
 
     x = thelen_model.equilibrium_state
     f = residual(thelen_model, x, np.zeros(N_STATES), x[2 * N_DOF + N_MUS:], np.zeros(10))
@@ -136,8 +136,8 @@ def test_published_equilibrium_fibres_are_resolved_for_the_variant(model, thelen
 
 
 def test_thelen_activation_rises_with_tau_act_and_falls_with_tau_deact(thelen_model):
-    from sim._muscles import activation_rates
-    from sim.model import N_MUS
+    from sim.das3.kernels.muscles import activation_rates
+    from sim.das3.model import N_MUS
 
     A = thelen_model.arrays
     a = np.full(N_MUS, 0.4)
@@ -150,7 +150,7 @@ def test_thelen_activation_rises_with_tau_act_and_falls_with_tau_deact(thelen_mo
 
 def test_rest_state_from_force_inverts_the_contraction(thelen_model):
     """s and a recovered from the tendon force of a muscle at rest (sdot = 0)."""
-    from sim._muscles import rest_state_from_force
+    from sim.das3.kernels.muscles import rest_state_from_force
 
     A = thelen_model.arrays
     rng = np.random.default_rng(3)
@@ -169,7 +169,7 @@ def test_rest_state_from_force_inverts_the_contraction(thelen_model):
 
 
 def test_activation_step_response_has_thelens_time_constants(thelen_model):
-    from sim.muscle_curves import activation_step_response
+    from sim.das3.muscle_curves import activation_step_response
 
     i = thelen_model.muscle_index("bicl")
     t, a = activation_step_response(thelen_model, i, 0.0, 0.1, 0.3, h=1e-4)

@@ -1,4 +1,4 @@
-"""The compiled tick (hil.tick_kernel.compute_tick) against the same tick composed from its documented
+"""The compiled tick (hil.rt.tick_kernel.compute_tick) against the same tick composed from its documented
 pieces in Python: stimulation map, zero-order hold over the plant's sub-steps, the noise-free frame."""
 import tomllib
 from pathlib import Path
@@ -7,14 +7,14 @@ import numpy as np
 import pytest
 from conftest import loopback_driver
 
-from drivers.controller import ChannelCommand, Controller
-from hil.engine import TickEngine
-from hil.safety import SafetyConfig
-from hil.sensor import SensorModel, SensorModelConfig
-from hil.stimulation import StimulationModel, load_stimulation_config
-from hil.tick import TickBody
-from hil.tick_kernel import compute_tick
-from sim.plant import Plant, PlantDivergedError
+from drivers.controllers.plugin import ChannelCommand, Controller
+from hil.rt.engine import TickEngine
+from hil.rt.sensor import SensorModel, SensorModelConfig
+from hil.rt.stimulation import StimulationModel, load_stimulation_config
+from hil.rt.tick import TickBody
+from hil.rt.tick_kernel import compute_tick
+from hil.safety.rules import SafetyConfig
+from sim.das3.plant import Plant, PlantDivergedError
 
 REPO = Path(__file__).resolve().parents[1]
 H, SUBSTEPS = 0.002, 2

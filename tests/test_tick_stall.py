@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 from conftest import descendants, free_port
 
-from drivers.contract import KIND_CHANNEL, KIND_TICK_STALL
-from hil.recording import RecordingReader
+from drivers.core.contract import KIND_CHANNEL, KIND_TICK_STALL
+from hil.recording.hilrec import RecordingReader
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
@@ -29,7 +29,7 @@ STALL_AT_TICK = 250           # 1 s of a 4 ms loop
 
 PLUGIN = """
     import time
-    from drivers.controller import ChannelCommand, Controller
+    from drivers.controllers.plugin import ChannelCommand, Controller
     class Plugin(Controller):
         stalled = False
         def step(self, tick, time_s, frame):
@@ -202,11 +202,11 @@ class FakeProcess:
 
 
 def test_stall_watch_counts_the_stall_and_kills_after_the_grace(monkeypatch):
-    from drivers.contract import REJECT_REASONS
-    from hil import service
-    from hil.metrics import MetricsBlock, MetricsSchema, default_schema
-    from hil.run_result import RunResult
-    from hil.supervisor import StallWatch
+    from drivers.core.contract import REJECT_REASONS
+    from hil.service import build as service
+    from hil.service.run_result import RunResult
+    from hil.service.supervisor import StallWatch
+    from hil.telemetry.metrics import MetricsBlock, MetricsSchema, default_schema
 
     clock = [100.0]
     monkeypatch.setattr(time, "monotonic", lambda: clock[0])
@@ -243,8 +243,8 @@ def test_a_tick_that_outlasts_the_stall_timeout_ends_the_loop(model):
     """The loop's own backstop, for a stall that ends before the supervisor acts: no tick after it."""
     from test_engine import ConstantExcitation, FakeClock, H, SlowDriver, biceps, make_engine
 
-    from hil.loop import LoopConfig, RealtimeLoop
-    from hil.tick import TickBody
+    from hil.rt.loop import LoopConfig, RealtimeLoop
+    from hil.rt.tick import TickBody
     fake = FakeClock()
     fake.work_ns[3] = int(0.6e9)
     engine = make_engine(model)
@@ -309,7 +309,7 @@ def test_the_lsl_link_zeroes_the_stimulation_stream_when_the_loop_stalls(tmp_pat
     import pylsl
     from pylsl.util import LostError
 
-    from drivers.lsl_streams import EVENTS_STREAM, STIM_STREAM
+    from drivers.lsl.streams import EVENTS_STREAM, STIM_STREAM
     cfg = plugin_config(tmp_path, "while True: pass", 500, more_drivers=f"""
         [[driver]]
         type = "lsl"

@@ -37,8 +37,8 @@ needs_chromium = pytest.mark.skipif(not os.path.exists(CHROMIUM),
 
 def test_landmarks_are_the_models_own_kinematics(model):
     """The drawn hand is the plant's hand position (the multibody kernel's), at rest and at other postures."""
-    from sim.kinematics import LANDMARKS, landmarks
-    from sim.plant import Plant
+    from sim.das3.kinematics import LANDMARKS, landmarks
+    from sim.das3.plant import Plant
 
     lo, hi = model.dof_ranges[:, 0], model.dof_ranges[:, 1]
     rng = np.random.default_rng(3)
@@ -57,13 +57,13 @@ class _Engine:
     """What the writer reads of the tick engine: its channel count and its counters."""
 
     def __init__(self, n_channels: int) -> None:
-        from hil.counters import RunCounters
+        from hil.telemetry.counters import RunCounters
         self.n_channels, self.counters = n_channels, RunCounters.private()
 
 
 def _tick_record(n_channels: int) -> np.ndarray:
-    from drivers.contract import frame_dtype
-    from hil.tick import tick_dtype
+    from drivers.core.contract import frame_dtype
+    from hil.rt.tick import tick_dtype
     return np.zeros(1, tick_dtype(n_channels, 138, frame_dtype()))
 
 
@@ -438,15 +438,15 @@ SHOWN = """() => ({tick: hilView.drawn.tick, t: hilView.drawn.t, gh: hilView.dra
 
 
 def _recorded(rec: Path) -> np.ndarray:
-    from hil.recording import RecordingReader
+    from hil.recording.hilrec import RecordingReader
     return RecordingReader(rec).read("ticks")
 
 
 def _check_shown_against_recording(shown: dict, ticks: np.ndarray, model) -> None:
     """The sample drawn is the recording's at its tick: the arm's points (from q), GH angles and stability."""
-    from drivers.contract import STATUS_GH_UNSTABLE
-    from hil.report import glenoid_angles
-    from sim.kinematics import landmarks
+    from drivers.core.contract import STATUS_GH_UNSTABLE
+    from hil.reports.run_report import glenoid_angles
+    from sim.das3.kinematics import landmarks
 
     row = ticks[ticks["tick"] == shown["tick"]]["frame"]
     assert len(row) == 1 and shown["tickText"] == str(shown["tick"])

@@ -1,4 +1,4 @@
-"""An example controller plug-in (drivers.controller): PD control of the elbow with a flexor and an extensor
+"""An example controller plug-in (drivers.controllers.plugin): PD control of the elbow with a flexor and an extensor
 stimulation channel and a slew-rate limit on the amplitude, as FES controllers use to avoid jerks.
 
 Load it from a service config (configs/elbow-pd-plugin.toml)::
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 
-from drivers.controller import ChannelCommand, Controller
+from drivers.controllers.plugin import ChannelCommand, Controller
 
 
 class PdElbow(Controller):

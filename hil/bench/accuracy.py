@@ -22,7 +22,7 @@ def _n_steps(step_s: float, duration_s: float) -> int:
 
 def plant_angles(model, step_s: float, duration_s: float, scheme: str) -> np.ndarray:
     """Joint angles (rad) of the fixed-step plant at every step of the ramp, the initial state included."""
-    from sim.plant import Plant
+    from sim.das3.plant import Plant
 
     ramp = _ramp(model, duration_s)
     n = _n_steps(step_s, duration_s)
@@ -37,7 +37,7 @@ def plant_angles(model, step_s: float, duration_s: float, scheme: str) -> np.nda
 
 def reference_angles(model, step_s: float, duration_s: float, rtol: float) -> tuple[np.ndarray, dict]:
     """Joint angles (rad) of the Radau reference at the plant's step times, and the solver's statistics."""
-    from sim.reference import simulate_reference
+    from sim.das3.reference import simulate_reference
 
     t_eval = np.arange(_n_steps(step_s, duration_s) + 1) * step_s
     _, x_ref, info = simulate_reference(model, model.equilibrium_state, _ramp(model, duration_s), t_eval,

@@ -23,12 +23,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from drivers.can_local import host_local_group
+from drivers.can.local_bus import host_local_group
 from hil.bench.lsl_peer import lsl_driver_table, lsl_peer, lsl_peer_name
 from hil.bench.p24_peer import p24_peer
 from hil.bench.peers import baseline_responder, can_peer, serial_peer
 from hil.bench.platform import cpu_model, steal_delta_ms, steal_s, udp_receive_buffer_errors, unbound_workqueue_cpus
-from hil.run_result import RunResult
+from hil.service.run_result import RunResult
 
 ROOT = Path(__file__).resolve().parents[2]
 DBC = ROOT / "configs" / "fes-hil.dbc"
@@ -110,7 +110,7 @@ def _start_baseline(ctx, transport: str, rate_hz: float, duration_s: float, feed
                     port_file: Path, results):
     """The :func:`~hil.bench.peers.baseline_responder` process in place of the service."""
     if transport == "can":
-        from sim.model import load_model
+        from sim.das3.model import load_model
         args = dict(interface="udp_multicast", channel=group, dbc_path=str(DBC),
                     muscle_names=list(load_model().muscle_names), feedback=tuple(feedback_set(feedback, rate_hz)))
     else:
@@ -161,7 +161,7 @@ def run_link_bench(transport: str, rate_hz: float, duration_s: float, feedback: 
                    baseline: bool = False) -> dict:
     """One measurement: service at ``rate_hz`` with the transport, the peer for ``duration_s``; with
     ``baseline`` the :func:`~hil.bench.peers.baseline_responder` instead of the service."""
-    from hil.supervisor import ServiceRun
+    from hil.service.supervisor import ServiceRun
 
     work = Path(tempfile.mkdtemp(prefix="hil-bench-link-"))
     group = host_local_group(random.randint(1, 0xFFFF))

@@ -1,6 +1,6 @@
 """``hil bench loop``: a loopback run at a given period while this process scrapes its metrics endpoint.
 
-The run is a real service run (:class:`hil.supervisor.ServiceRun`: exporter here, loop in its own
+The run is a real service run (:class:`hil.service.supervisor.ServiceRun`: exporter here, loop in its own
 real-time process) on a config written from :data:`LOOP_CONFIG`; scraping is what a Prometheus server
 does to the exporter during an experiment, so its cost shows in the loop's lateness if it leaks there.
 """
@@ -66,8 +66,8 @@ def _scraped_run(cfg_path: Path, duration_s: float, scrape_interval_s: float, cp
     """Run the service to its end, scraping ``/metrics`` every ``scrape_interval_s`` while it runs (and serving
     the live view on ``view_port`` when given): (run summary, scrapes, failed scrapes, steal on ``cpu``
     before, after)."""
-    from hil import service
-    from hil.supervisor import ServiceRun, ViewOptions
+    from hil.service import build as service
+    from hil.service.supervisor import ServiceRun, ViewOptions
 
     run = ServiceRun(str(cfg_path), duration_s, view=None if view_port is None else ViewOptions(view_port))
     steal_before = steal_s(cpu)

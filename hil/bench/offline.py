@@ -28,9 +28,9 @@ def offline_bench(config: Path, duration_s: float, runs: int, record: bool = Tru
     factor and wall time, their median and best, and the steal on ``cpu`` over all runs."""
     import numba
 
-    from hil import service
     from hil.config import load_service_config
-    from hil.offline import run_offline
+    from hil.rt.offline import run_offline
+    from hil.service import build as service
 
     if cpu is not None:
         os.sched_setaffinity(0, {cpu})

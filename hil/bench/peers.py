@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 
-from drivers.link_process import link_scheduling
+from drivers.ipc.link_process import link_scheduling
 
 STIM_CHANNEL = 4          # biceps in the default map
 AMPLITUDES_MA = [10.0 + (k % 20) for k in range(256)]
@@ -145,7 +145,7 @@ def serial_peer(stim_port: str, sensor_port: str, duration_s: float, out) -> Non
     _controller_scheduling()
     import serial
 
-    from drivers.sciencemode2_codec import (
+    from drivers.stimulators.rehastim2.codec import (
         AMBIGUOUS_COUNTERS,
         CMD_INIT,
         CMD_INIT_ACK,
@@ -154,7 +154,7 @@ def serial_peer(stim_port: str, sensor_port: str, duration_s: float, out) -> Non
         FrameParser,
         encode_frame,
     )
-    from drivers.sensor_stream import SensorStreamReader
+    from drivers.stimulators.sensor_stream import SensorStreamReader
     stim = serial.Serial(stim_port, timeout=0)
     sensors = serial.Serial(sensor_port, timeout=0)
     parser, reader, rt = FrameParser(), SensorStreamReader(), RoundTrips()
@@ -214,18 +214,18 @@ def baseline_responder(transport: str, endpoint_args: dict, rate_hz: float, dura
     it receives commands as the link does. Missing: the loop process, its compute time, the shared-memory
     hop and the wake-up of the link. A run of :func:`hil.bench.link.run_link_bench` minus this one is what the HIL
     adds."""
-    from drivers.contract import frame_dtype
-    from drivers.link import INBOUND_AUX_WORDS, INBOUND_CAPACITY, LINK_RECORD, Inbound, feedback_dtype
-    from drivers.shm_ring import ShmRing
-    from hil.service import write_port_file
+    from drivers.core.contract import frame_dtype
+    from drivers.ipc.link import INBOUND_AUX_WORDS, INBOUND_CAPACITY, LINK_RECORD, Inbound, feedback_dtype
+    from drivers.ipc.shm_ring import ShmRing
+    from hil.service.build import write_port_file
     n = os.cpu_count() or 1
     link_scheduling(LINK_PRIORITY, n - 1 if n > 1 else None)
     if transport == "can":
-        from drivers.can import CanEndpoint as endpoint_cls
+        from drivers.can.driver import CanEndpoint as endpoint_cls
     elif transport.startswith("p24"):
-        from drivers.p24_stim import P24Endpoint as endpoint_cls
+        from drivers.stimulators.p24.driver import P24Endpoint as endpoint_cls
     else:
-        from drivers.serial_stim import ScienceModeEndpoint as endpoint_cls
+        from drivers.stimulators.rehastim2.driver import ScienceModeEndpoint as endpoint_cls
     ring = ShmRing.create(LINK_RECORD, INBOUND_CAPACITY, INBOUND_AUX_WORDS)
     endpoint = None
     try:

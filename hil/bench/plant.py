@@ -36,14 +36,14 @@ def plant_bench(step_sizes, steps: int, excitation: float, scheme: str, cpu: int
                 model_config=None) -> dict:
     """Time ``steps`` steps per step size after the numba warm-up, pinned to ``cpu`` (None: not pinned): the
     machine and library versions, then ``results``, one dict per step size (median, p99 and max step time
-    in µs, real-time factor, the per-phase medians of :func:`sim.phases.phase_medians_us` and the
+    in µs, real-time factor, the per-phase medians of :func:`sim.das3.phases.phase_medians_us` and the
     hypervisor's steal on ``cpu`` while timing)."""
     import numba
 
-    from sim.config import ModelConfig
-    from sim.model import load_model
-    from sim.phases import phase_medians_us
-    from sim.plant import Plant
+    from sim.das3.config import ModelConfig
+    from sim.das3.model import load_model
+    from sim.das3.phases import phase_medians_us
+    from sim.das3.plant import Plant
 
     if cpu is not None:
         os.sched_setaffinity(0, {cpu})

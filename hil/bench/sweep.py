@@ -1,7 +1,7 @@
 """``hil bench sweep``: how close ``hil sweep`` on N workers comes to N times one process.
 
-The sweep (a file, or :func:`default_spec`) runs through :func:`hil.sweep.run_sweep` on Dask into a temporary
-directory: a local cluster started here, its workers warmed (:class:`hil.sweep_worker.WarmUp`) before the sweep
+The sweep (a file, or :func:`default_spec`) runs through :func:`hil.sweep.runner.run_sweep` on Dask into a temporary
+directory: a local cluster started here, its workers warmed (:class:`hil.sweep.worker.WarmUp`) before the sweep
 and that start-up timed apart, or an existing one (``scheduler``), which the sweep warms within its wall time.
 The sweep's wall time runs from the call to the last result. Three single-run totals, each divided by the worker
 threads, give the ideal wall time and so the efficiency (ideal / measured; the ratio is its inverse):
@@ -31,10 +31,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hil.bench.platform import cpu_model, steal_delta_ms, steal_s
-from hil.sweep_spec import SweepSpec, variants
+from hil.sweep.spec import SweepSpec, variants
 
 if TYPE_CHECKING:
-    from hil.sweep import RunTask
+    from hil.sweep.runner import RunTask
 
 DEFAULT_RUNS = 64
 DEFAULT_DURATION_S = 5.0
@@ -103,7 +103,7 @@ def _ratios(total_s: float, slots: int, wall_s: float) -> dict:
 def serial_reference(spec: SweepSpec, n: int, work_dir: str) -> dict:
     """``n`` variants spread over the sweep, whole runs back to back in this process: the first apart (it
     imports and compiles), ``per_run_s`` the mean of the others (the first alone if ``n`` is 1)."""
-    from hil.sweep import run_task, tasks
+    from hil.sweep.runner import run_task, tasks
 
     runs = variants(spec)
     n = min(n, len(runs))
@@ -124,7 +124,7 @@ def serial_reference(spec: SweepSpec, n: int, work_dir: str) -> dict:
 
 def task_times(records: list[dict], slots: int, wall_s: float, warm_ups: dict, start: float) -> dict | None:
     """From the Dask task stream of the sweep's tasks: the summed compute time (with its efficiency) and per
-    worker its task count, its warm-up (``warm_ups``, by address, :func:`hil.sweep_worker.warm_ups`): how long and
+    worker its task count, its warm-up (``warm_ups``, by address, :func:`hil.sweep.worker.warm_ups`): how long and
     whether it ended within the sweep (after ``start``, by ``time.time()``), None if unknown; the first task's
     time and the median of the later ones."""
     by_worker: dict[str, list] = {}
@@ -155,11 +155,11 @@ def _rows(out_dir: str) -> list[dict]:
 
 def _connect(workers: int | None, scheduler: str | None, warm_tasks: list[RunTask]) -> tuple:
     """(local cluster or None, client, its start-up in s or None, the warm-up's part of it in s or None): a local
-    cluster is started and its workers warmed (:func:`hil.sweep_worker.warm_up`) here, before the measured
+    cluster is started and its workers warmed (:func:`hil.sweep.worker.warm_up`) here, before the measured
     sweep; an existing cluster is warmed by the sweep itself, within its wall time."""
     from distributed import Client
 
-    from hil.sweep_worker import local_cluster, warm_up
+    from hil.sweep.worker import local_cluster, warm_up
 
     if scheduler is not None:
         return None, Client(scheduler), None, None
@@ -179,13 +179,13 @@ def _connect(workers: int | None, scheduler: str | None, warm_tasks: list[RunTas
 
 
 def _measured_sweep(client, spec: SweepSpec, out_dir: str, progress, warm_up_name: str) -> dict:
-    """:func:`hil.sweep.run_sweep` on ``client``'s cluster: its wall time to the last result, rows, task stream,
+    """:func:`hil.sweep.runner.run_sweep` on ``client``'s cluster: its wall time to the last result, rows, task stream,
     steal and CPU use in that time, its ``start`` (``time.time()``) and then each worker's warm-up under the
-    plugin ``warm_up_name`` (:func:`hil.sweep_worker.warm_ups`)."""
+    plugin ``warm_up_name`` (:func:`hil.sweep.worker.warm_ups`)."""
     from distributed import get_task_stream
 
-    from hil.sweep import run_sweep
-    from hil.sweep_worker import warm_ups
+    from hil.sweep.runner import run_sweep
+    from hil.sweep.worker import warm_ups
 
     end = {}
 
@@ -217,8 +217,8 @@ def sweep_bench(spec: SweepSpec, workers: int | None = None, scheduler: str | No
     import distributed
     import numba
 
-    from hil.sweep import tasks
-    from hil.sweep_worker import WARM_UP_CANDIDATES, WarmUp
+    from hil.sweep.runner import tasks
+    from hil.sweep.worker import WARM_UP_CANDIDATES, WarmUp
 
     runs = variants(spec)
     n_runs = len(runs)

@@ -1,5 +1,5 @@
 """``hil analyze``: static optimisation with the GH constraint, stimulation-channel optimisation and maximum
-isometric moments (numerics in :mod:`sim.static_opt`, :mod:`sim.max_moment`, :mod:`hil.channel_opt`)."""
+isometric moments (numerics in :mod:`sim.analysis.static_opt`, :mod:`sim.analysis.max_moment`, :mod:`hil.channel_opt`)."""
 from __future__ import annotations
 
 import csv
@@ -20,8 +20,8 @@ PLANE_HELP = "Plane of elevation, deg (0 = coronal/abduction, 45 = scapular plan
 
 
 def parse_loads(items: list[str]) -> np.ndarray:
-    """``NAME=VALUE`` items (sim.model.LOAD_NAMES; N, N m, m) -> the 10 loads."""
-    from sim.model import LOAD_NAMES
+    """``NAME=VALUE`` items (sim.das3.model.LOAD_NAMES; N, N m, m) -> the 10 loads."""
+    from sim.das3.model import LOAD_NAMES
 
     loads = np.zeros(len(LOAD_NAMES))
     for item in items:
@@ -71,7 +71,7 @@ def read_trajectory(path: Path, defaults: dict) -> list[dict]:
 
 
 def _posture(values: dict):
-    from sim.static_opt import Posture
+    from sim.analysis.static_opt import Posture
 
     return Posture(math.radians(values["plane_deg"]), math.radians(values["elevation_deg"]),
                    math.radians(values["axial_rotation_deg"]), math.radians(values["elbow_deg"]),
@@ -107,9 +107,9 @@ def static_opt(
 ) -> None:
     """Muscle activations that hold a posture at minimum criterion with the GH joint stable; exits 1
     when no solution passes the checks (residual, constraints, bounds) re-evaluated with the plant."""
-    from hil import analysis_output as ao
-    from sim.model import load_model
-    from sim.static_opt import CRITERIA, SolverSettings, StaticOptError, solve_static
+    from hil.reports import analysis_output as ao
+    from sim.analysis.static_opt import CRITERIA, SolverSettings, StaticOptError, solve_static
+    from sim.das3.model import load_model
 
     with user_errors():
         if criterion not in CRITERIA:
@@ -162,10 +162,10 @@ def max_moment(
 ) -> None:
     """Maximum isometric moment of a task over its angle range (Chadwick 2014 §II-F, Figs. 4-8): CSV and
     figure; exits 1 if any angle has no solution that passes the checks."""
-    from hil import analysis_output as ao
-    from sim.max_moment import TASKS, sweep
-    from sim.model import load_model
-    from sim.static_opt import StaticOptError
+    from hil.reports import analysis_output as ao
+    from sim.analysis.max_moment import TASKS, sweep
+    from sim.analysis.static_opt import StaticOptError
+    from sim.das3.model import load_model
 
     with user_errors():
         if task not in TASKS:
@@ -215,10 +215,10 @@ def feedforward(
     """A feed-forward excitation schedule for an elevation movement from static optimisation at every
     knot (minimum-jerk posture path; excitations that reproduce the activations through the activation
     dynamics); exits 1 if a knot has no checked solution."""
-    from hil import analysis_output as ao
-    from sim.feedforward import elevation_schedule
-    from sim.model import load_model
-    from sim.static_opt import CRITERIA, Posture, StaticOptError
+    from hil.reports import analysis_output as ao
+    from sim.analysis.feedforward import elevation_schedule
+    from sim.analysis.static_opt import CRITERIA, Posture, StaticOptError
+    from sim.das3.model import load_model
 
     with user_errors():
         if criterion not in CRITERIA:
@@ -269,10 +269,10 @@ def channels(
     import json
 
     from hil.config import load_service_config
-    from hil.stimulation import StimulationModel, amplitude_for_level, load_stimulation_config
-    from sim.channel_opt import solve_channels
-    from sim.model import load_model
-    from sim.static_opt import Posture
+    from hil.rt.stimulation import StimulationModel, amplitude_for_level, load_stimulation_config
+    from sim.analysis.channel_opt import solve_channels
+    from sim.analysis.static_opt import Posture
+    from sim.das3.model import load_model
 
     with user_errors():
         for name, value in (("--pulse-width-us", pulse_width_us), ("--frequency-hz", frequency_hz)):

@@ -388,8 +388,8 @@ def bench_accuracy(
     with user_errors():
         h = positive("--step", step)
         T = check_duration(duration)
-        from sim.config import ModelConfig
-        from sim.model import load_model
+        from sim.das3.config import ModelConfig
+        from sim.das3.model import load_model
 
         model = load_model(ModelConfig())
         q_plant = plant_angles(model, h, T, scheme)
@@ -430,7 +430,7 @@ def bench_sweep(
     """Run a sweep on Dask and compare its wall time with the single-run total over the workers: the scaling
     efficiency (goal: wall within 1.3x of the ideal), the serial reference, each worker's warm-up, the steal."""
     from hil.bench.sweep import DEFAULT_RUNS, default_spec, sweep_bench, with_duration
-    from hil.sweep_spec import load_sweep
+    from hil.sweep.spec import load_sweep
 
     with user_errors():
         if workers is not None and workers < 1:

@@ -18,9 +18,9 @@ app = typer.Typer(no_args_is_help=True, help="The CAN message set (DBC).")
 def can_dbc(out: Annotated[Optional[Path], typer.Option(help="Write the DBC here (default: stdout).")] = None,
             channels: Annotated[int, typer.Option(help="Number of stimulation channels.")] = 8) -> None:
     """Generate the testbed's DBC from the model's DOF, muscle element and group names."""
-    from drivers.can_dbc import generate_dbc
-    from hil.service import muscle_groups
-    from sim.model import load_model
+    from drivers.can.dbc import generate_dbc
+    from hil.service.build import muscle_groups
+    from sim.das3.model import load_model
 
     model = load_model()
     text = generate_dbc(model.dof_names, model.muscle_names, list(muscle_groups(model.muscle_names)), channels)
@@ -36,7 +36,7 @@ def can_table(dbc: Annotated[Path, typer.Option(help="DBC file (default: the pro
     """Print the message table of a DBC file as Markdown (the README's table)."""
     import cantools
 
-    from drivers.can_dbc import message_table
+    from drivers.can.dbc import message_table
     with user_errors():
         if not dbc.is_file():
             raise BadInputError(f"--dbc {dbc} not found")

@@ -18,7 +18,7 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from sim.config import ModelConfig, load_model_config
+from sim.das3.config import ModelConfig, load_model_config
 from sim.errors import UserInputError
 
 SCHEME_HELP = ("Integration scheme: 'activation' (default; eq. 8 with implicit activation and fibre "
@@ -61,7 +61,7 @@ def warn(message: str) -> None:
 
 def exit_code(exc: BaseException) -> ExitCode | None:
     """Exit code for an error caused by the input or the plant, None for anything else (a bug)."""
-    plant = sys.modules.get("sim.plant")     # a PlantDivergedError exists only once sim.plant is imported
+    plant = sys.modules.get("sim.das3.plant")     # a PlantDivergedError exists only once sim.das3.plant is imported
     if plant is not None and isinstance(exc, plant.PlantDivergedError):
         return ExitCode.DIVERGED
     return ExitCode.BAD_INPUT if isinstance(exc, (UserInputError, OSError)) else None

@@ -47,10 +47,10 @@ def fit_mtg(
     fact on the nonlinear model; exits 1 if any MTG stays infeasible."""
     with user_errors():
         check_output_path(out, "--out")
-        from hil.mtg_figure import plot_envelopes
-        from sim.model import load_model
-        from sim.mtg_model import MtgModel, load_mtg_parameters, parameters_json
-        from sim.mtg_motion import fit_arm, joint_fit_summary, load_motion, weakened
+        from hil.reports.mtg_figure import plot_envelopes
+        from sim.das3.model import load_model
+        from sim.fitting.mtg_motion import fit_arm, joint_fit_summary, load_motion, weakened
+        from sim.mtg.model import MtgModel, load_mtg_parameters, parameters_json
 
         das3 = load_model(load_model_options(model_config))
         try:

@@ -20,8 +20,8 @@ from hil.cli.common import (
     print_json,
     user_errors,
 )
-from hil.files import write_state_json
-from sim.config import ModelConfig
+from hil.recording.files import write_state_json
+from sim.das3.config import ModelConfig
 
 app = typer.Typer(no_args_is_help=True, help="Inspect the DAS3 model.")
 
@@ -44,7 +44,7 @@ def model_info(
     """The model options in effect (muscle model, passive shoulder moments, hand weight, glenoid rim, joint
     stiffness), the DOFs with their ranges and the muscle elements with the DOFs they cross."""
     with user_errors():
-        from sim.model import load_model
+        from sim.das3.model import load_model
 
         model = load_model(load_model_options(model_config))
     options = model_options(model.config)
@@ -109,8 +109,8 @@ def model_equilibrium(
     with user_errors():
         if out is not None:
             check_output_path(out, "--out")
-        from sim.equilibrium import solve_equilibrium
-        from sim.model import load_model
+        from sim.das3.equilibrium import solve_equilibrium
+        from sim.das3.model import load_model
 
         model = load_model(load_model_options(model_config))
         q_published = np.asarray(model.equilibrium_state[: model.n_dof])
@@ -171,9 +171,9 @@ def model_muscle_curves(
 ) -> None:
     """One element's isometric force-length (a = 0 and 1), force-velocity and activation step response
     under each muscle model (das3, thelen2003), from the plant's own kernels."""
-    from hil.muscle_figure import muscle_curves, write_muscle_curves
-    from sim.config import MUSCLE_MODEL_NAMES
-    from sim.model import load_model
+    from hil.reports.muscle_figure import muscle_curves, write_muscle_curves
+    from sim.das3.config import MUSCLE_MODEL_NAMES
+    from sim.das3.model import load_model
 
     with user_errors():
         models = {name: load_model(ModelConfig(muscle_model=name)) for name in MUSCLE_MODEL_NAMES}
@@ -192,8 +192,8 @@ def model_engin_sinus(
     """Engin's shoulder sinus and passive moment field (option shoulder_passive = "das3+engin"): a
     globographic plot in the torso-fixed axes, the map in Engin's modified joint axes (p, q) with the
     moment's contours and directions, and the torsion table; from the plant's own kernels."""
-    from hil.engin_figure import write_engin_sinus
-    from sim.model import load_model
+    from hil.reports.engin_figure import write_engin_sinus
+    from sim.das3.model import load_model
 
     with user_errors():
         model = load_model(ModelConfig(shoulder_passive="das3+engin"))
@@ -207,12 +207,12 @@ def mtg_defaults(
     out: Annotated[Path, typer.Option(help="Where to write the parameter file (the shipped one is "
                                           "sim/data/mtg_default.json).")],
 ) -> None:
-    """Derive the reduced MTG arm's default parameters from the DAS3 model (sim/mtg_defaults.py: maximum
+    """Derive the reduced MTG arm's default parameters from the DAS3 model (sim/mtg/defaults.py: maximum
     isometric moments, passive holding moments, Millard 2019 Table A.2) and print them per MTG."""
     import json
 
-    from sim.model import load_model
-    from sim.mtg_defaults import derive_defaults
+    from sim.das3.model import load_model
+    from sim.mtg.defaults import derive_defaults
 
     with user_errors():
         check_output_path(out, "--out")

@@ -1,7 +1,7 @@
 """``hil export``, ``hil report``, ``hil replay`` and ``hil view``: what is done with a recording (.hilrec)
 after a run.
 
-A recording that cannot be read is a :class:`hil.recording.RecordingError`, an input error (exit 2).
+A recording that cannot be read is a :class:`hil.recording.hilrec.RecordingError`, an input error (exit 2).
 """
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def export(
     <channel>_pw_us, _amp_ma, _freq_hz. A controller plug-in's recorded state goes to
     <CSV stem>.controller<i>.csv (tick and its state() keys)."""
     with user_errors():
-        from hil.recording import export_csv, export_driver_streams, read_run_recording
+        from hil.recording.hilrec import export_csv, export_driver_streams, read_run_recording
 
         reader = read_run_recording(str(run_file))
         check_output_path(csv_out, "--csv")
@@ -50,7 +50,7 @@ def export(
 
 
 def _add_run_metrics(table: Table, m: dict) -> None:
-    """Rows of the run's controller metrics (hil.run_metrics): tracking, GH margin, delivered charge."""
+    """Rows of the run's controller metrics (hil.reports.run_metrics): tracking, GH margin, delivered charge."""
     tr = m.get("tracking")
     if tr is not None:
         settle = "never (within 2 deg)" if tr["settling_time_s"] is None else f"{tr['settling_time_s']:.3f} s"
@@ -73,7 +73,7 @@ def report(
 ) -> None:
     """PNG plots (joint angles, GH force in the glenoid ellipse, tick lateness, fatigue) and a summary."""
     with user_errors():
-        from hil.report import make_report
+        from hil.reports.run_report import make_report
 
         doc = make_report(str(run_file), str(out or run_file.with_suffix("")))
     if json_out:
@@ -109,7 +109,7 @@ def replay(run_file: Annotated[Path, typer.Argument(help="Recording (.hilrec).")
            json_out: Annotated[bool, typer.Option("--json")] = False) -> None:
     """Re-run the plant offline on the recorded inputs; report bit-identical or the first difference."""
     with user_errors():
-        from hil.replay import replay_recording
+        from hil.recording.replay import replay_recording
 
         result = replay_recording(str(run_file))
     if json_out:

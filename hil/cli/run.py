@@ -24,7 +24,7 @@ from hil.cli.common import (
     print_json,
     user_errors,
 )
-from hil.run_result import RunResult
+from hil.service.run_result import RunResult
 
 
 def _run_exit(summary: RunResult) -> None:
@@ -78,14 +78,14 @@ VIEW_HOST_HELP = "Address the live view listens on (127.0.0.1: this computer onl
 
 
 def _view_options(port: Optional[int], host: str):
-    """``--view``/``--view-host`` as :class:`hil.supervisor.ViewOptions` (None: no view)."""
-    from hil.supervisor import ViewOptions
+    """``--view``/``--view-host`` as :class:`hil.service.supervisor.ViewOptions` (None: no view)."""
+    from hil.service.supervisor import ViewOptions
     return None if port is None else ViewOptions(check_port("--view", port), host)
 
 
 def _run_metrics_port(port: Optional[int], metrics_enabled: bool, offline: bool):
     """``hil run --metrics-port``: exactly that port (0: any free one); None: the config's port if free, else any."""
-    from hil.metrics_port import MetricsPort
+    from hil.telemetry.metrics_port import MetricsPort
     if port is None:
         return None
     if offline or not metrics_enabled:
@@ -97,7 +97,7 @@ def _run_metrics_port(port: Optional[int], metrics_enabled: bool, offline: bool)
 
 def _serve_metrics_port(cfg, config: Path):
     """``hil serve`` listens on exactly ``[metrics] port``: Prometheus's static target for the bench."""
-    from hil.metrics_port import MetricsPort
+    from hil.telemetry.metrics_port import MetricsPort
     return MetricsPort(cfg.metrics.port, fixed=True,
                        advice=f"stop that process (a second hil serve or hil run?), or set another [metrics] port "
                               f"in {config} and in the Prometheus config that scrapes this service")
@@ -111,7 +111,7 @@ def check_config(
     """Validate a service config: every error names the file, the key and the reason."""
     with user_errors():
         from hil.config import load_service_config
-        from hil.service import build_tick_engine, parse_drivers
+        from hil.service.build import build_tick_engine, parse_drivers
 
         cfg = load_service_config(config)
         model, engine = build_tick_engine(cfg)
@@ -153,8 +153,7 @@ def run(
     """Run a real-time experiment: the loop runs in its own process, this one shows progress.
 
     Exit status: 0 done, 1 error, 2 bad config, 4 stopped by a safety 'stop' action."""
-    from hil import service
-
+    from hil.service import build as service
     with user_errors():
         from hil.config import load_service_config, with_plant_type
 
@@ -177,7 +176,7 @@ def run(
         if offline:
             _run_offline(cfg, config, duration, record, json_out, make_report)
             return
-    from hil.supervisor import supervise
+    from hil.service.supervisor import supervise
 
     err = err_console()
     total = None if duration is None else service.ticks_for(duration, cfg.loop.period_s)
@@ -222,10 +221,10 @@ def run(
 
 
 def _run_offline(cfg, config: Path, duration: float, record: Optional[Path], json_out: bool, make_report: bool) -> None:
-    """``hil run --offline``: :func:`hil.offline.run_offline` with the recording; prints the throughput."""
-    from hil import service
-    from hil.offline import run_offline
-    from hil.warmup_progress import reporting_compilation
+    """``hil run --offline``: :func:`hil.rt.offline.run_offline` with the recording; prints the throughput."""
+    from hil.rt.offline import run_offline
+    from hil.service import build as service
+    from hil.service.warmup_progress import reporting_compilation
 
     n_ticks = service.ticks_for(duration, cfg.loop.period_s)
     with reporting_compilation(cfg.plant.type, bar_on_terminal=False):
@@ -294,7 +293,7 @@ def serve(
 ) -> None:
     """Service mode (systemd Type=notify): run until SIGTERM; READY=1 once the loop runs, WATCHDOG=1
     while its ticks advance, STOPPING=1 on SIGTERM; the recording is closed before exiting."""
-    from hil.supervisor import supervise
+    from hil.service.supervisor import supervise
 
     with user_errors():
         from hil.config import load_service_config

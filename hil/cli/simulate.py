@@ -24,8 +24,8 @@ from hil.cli.common import (
     positive,
     user_errors,
 )
-from hil.files import OutputRecorder, load_state_file
-from sim.excitations import load_excitation_csv
+from hil.recording.files import OutputRecorder, load_state_file
+from sim.das3.excitations import load_excitation_csv
 
 PROGRESS_INTERVAL_S = 0.05  # refresh the progress bar at most ~20 times per second
 MAX_SIMULATE_STEPS = 1e7   # hil simulate keeps every step's outputs in memory (about 0.4 kB a step)
@@ -49,8 +49,8 @@ def simulate(
         n_steps = _step_count(duration, step)
         check_output_path(out, "--out")
 
-        from sim.model import load_model
-        from sim.plant import Plant
+        from sim.das3.model import load_model
+        from sim.das3.plant import Plant
 
         model = load_model(load_model_options(model_config))
         schedule = load_excitation_csv(excitations, model.muscle_names)
@@ -90,7 +90,7 @@ def _step_count(duration: float, step: float) -> int:
 def _run_steps(plant, schedule, recorder: OutputRecorder, n_steps: int, step: float):
     """Step the plant under the schedule, recording every step's outputs, with a progress bar on a
     terminal; (the PlantDivergedError that stopped it or None, the time of the last step tried)."""
-    from sim.plant import PlantDivergedError
+    from sim.das3.plant import PlantDivergedError
 
     u = np.zeros(len(plant.model.muscle_names))
     err = err_console()

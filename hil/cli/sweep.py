@@ -36,8 +36,8 @@ def sweep(
 ) -> None:
     """Run every variant of a sweep offline and write one row of controller metrics per run (tracking error,
     settling time, overshoot, GH margin, safety, charge per channel); with --report, plot them."""
-    from hil.sweep import run_sweep
-    from hil.sweep_spec import load_sweep
+    from hil.sweep.runner import run_sweep
+    from hil.sweep.spec import load_sweep
 
     with user_errors():
         if workers < 0:
@@ -53,7 +53,7 @@ def sweep(
         with progress:
             summary = run_sweep(spec, str(out), workers, scheduler, on_row)
         if report and summary["ok"]:                  # none ok: nothing to plot, the failure is reported
-            from hil.sweep_report import sweep_report
+            from hil.sweep.report import sweep_report
             summary["report"] = sweep_report(spec, str(out))
     if json_out:
         print_json(summary)
@@ -64,7 +64,7 @@ def sweep(
 
 def _fail_or_warn(summary: dict, sweep_file: str) -> None:
     """No run succeeded: one error line, exit 2 (the input's fault) or 1; some failed: one warning line."""
-    from hil.sweep import failure
+    from hil.sweep.runner import failure
 
     reason = failure(summary, sweep_file)
     if reason is not None:

@@ -5,7 +5,7 @@ Seqlock: the writer makes ``seq`` odd, writes the fields, makes it even again; a
 copies the block, reads ``seq`` again and keeps the copy only if both reads are equal and even (else it
 retries). One writer only. On x86-64 (total store order) the stores and loads stay in program order, and
 each store is a separate call the C compiler cannot move other stores across, so no fence is needed (the
-same argument as :mod:`drivers.shm_ring`).
+same argument as :mod:`drivers.ipc.shm_ring`).
 
 The writer (:class:`ViewWriter`, a tick listener) reads two fields of the tick record every tick (lateness,
 overrun) and writes the block every ``ceil(VIEW_INTERVAL_S / period)`` ticks with one gather of the tick
@@ -23,8 +23,8 @@ from multiprocessing import shared_memory
 
 import numpy as np
 
-from hil.stimulation import MAX_CHANNELS
-from sim.model import N_DOF
+from hil.rt.stimulation import MAX_CHANNELS
+from sim.das3.model import N_DOF
 
 #: The writer writes at most this often (s): about 100 Hz, more than the page draws.
 VIEW_INTERVAL_S = 0.01
@@ -51,7 +51,7 @@ BLOCK_DTYPE = np.dtype([
     ("q", "<f8", (N_DOF,)),         # rad
     ("th_angles", "<f8", (3,)),     # rad
     ("gh_force", "<f8", (3,)),      # N, scapula frame
-    ("status", "<u4"),              # the frame's status bits (drivers.contract.STATUS_BITS)
+    ("status", "<u4"),              # the frame's status bits (drivers.core.contract.STATUS_BITS)
     ("status_again", "<u4"),        # the same bits again: keeps the gathered bytes one contiguous span
     ("applied", "<f8", (MAX_CHANNELS, 3)),  # pulse width us, amplitude mA, frequency Hz, after safety
 ])
@@ -114,13 +114,13 @@ class ViewBlock:
         return None
 
     def release(self) -> None:
-        from drivers.shm_ring import close_shared_memory
+        from drivers.ipc.shm_ring import close_shared_memory
         del self.record, self.seq                            # no view of the mapping may outlive it
         close_shared_memory(self.shm, self.owner)
 
 
 class ViewWriter:
-    """Tick listener (:class:`hil.tick.TickListener`) that keeps the block current: every tick it notes the
+    """Tick listener (:class:`hil.rt.tick.TickListener`) that keeps the block current: every tick it notes the
     lateness and whether the tick overran; every ``every`` ticks it copies the frame's q, thoracohumeral
     angles, GH force and stability, status bits, each channel's applied pulse, and the safety counters."""
 

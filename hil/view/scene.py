@@ -2,8 +2,8 @@
 block) and a replay (samples picked from the recording).
 
 A sample holds the tick and simulated time, q and the thoracohumeral angles (rad), the arm's points from
-the model's kinematics (:func:`sim.kinematics.landmarks`, m, thorax frame) and the glenoid axis, the GH
-force direction in the glenoid (theta, phi, rad: :func:`hil.report.glenoid_angles`, the angles of the
+the model's kinematics (:func:`sim.das3.kinematics.landmarks`, m, thorax frame) and the glenoid axis, the GH
+force direction in the glenoid (theta, phi, rad: :func:`hil.reports.run_report.glenoid_angles`, the angles of the
 paper's Fig. 3 inset) with the stability value (eq. 9), each channel's applied pulse, the tick's lateness
 and compute time (s), deadline misses, status bits and the safety counters. Radians and SI units all the
 way to the page, which converts to degrees and microseconds for display.
@@ -14,11 +14,11 @@ import json
 
 import numpy as np
 
-from drivers.contract import STATUS_BITS
-from hil.report import glenoid_angles
-from hil.stimulation import default_channel_name
-from sim.kinematics import LANDMARKS, glenoid_axis, landmarks, thorax_ellipsoid
-from sim.model import DOF_NAMES, load_model
+from drivers.core.contract import STATUS_BITS
+from hil.reports.run_report import glenoid_angles
+from hil.rt.stimulation import default_channel_name
+from sim.das3.kinematics import LANDMARKS, glenoid_axis, landmarks, thorax_ellipsoid
+from sim.das3.model import DOF_NAMES, load_model
 
 HISTORY_S = 10.0
 """Seconds of angle and timing traces the page keeps."""

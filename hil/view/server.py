@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 
-from hil.connection_slots import ConnectionSlots
+from hil.telemetry.connection_slots import ConnectionSlots
 from sim.errors import UserInputError
 
 MAX_STREAMS = 8
@@ -237,7 +237,7 @@ def run_view_server(spec: ViewSpec, parent_pid: int, conn) -> None:
     """Process target: listen, say ready, build the scene, serve until SIGTERM or the parent is gone."""
     import time
 
-    from drivers.process import die_with_parent
+    from drivers.ipc.process import die_with_parent
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     stop = threading.Event()
@@ -262,7 +262,7 @@ def run_view_server(spec: ViewSpec, parent_pid: int, conn) -> None:
 
 def start_view_server(spec: ViewSpec, ctx):
     """Start the view process; raises ViewError if it cannot listen, dies or does not answer."""
-    from drivers.process import HelperStartError, start_helper
+    from drivers.ipc.process import HelperStartError, start_helper
     try:
         proc, _, pipe = start_helper(ctx, run_view_server, (spec, os.getpid()), "hil-view",
                                      f"the live view on {spec.host}:{spec.port}", timeout_s=30.0)

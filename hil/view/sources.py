@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 
-from drivers.contract import STATUS_GH_UNSTABLE, STATUS_ROM, STATUS_WATCHDOG
+from drivers.core.contract import STATUS_GH_UNSTABLE, STATUS_ROM, STATUS_WATCHDOG
 from hil.view.block import BLOCK_DTYPE, ViewBlock
 from hil.view.scene import Scene, dumps
 
@@ -122,7 +122,7 @@ class ReplaySource:
 
     def __init__(self, path: str) -> None:
         from hil.config import service_config_from_dict
-        from hil.recording import RecordingError, read_run_recording
+        from hil.recording.hilrec import RecordingError, read_run_recording
 
         reader = read_run_recording(path)
         h = reader.header

@@ -1,0 +1,1 @@
+"""Inter-process plumbing of the drivers: shared-memory rings, link processes, helper-process start-up."""

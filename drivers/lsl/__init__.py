@@ -1,0 +1,1 @@
+"""Lab Streaming Layer transport: the driver, the controller's inlet and the arm's streams."""

@@ -1,0 +1,1 @@
+"""Hasomed RehaStim2 (ScienceMode2) emulation: frame codec, device side, the serial driver."""

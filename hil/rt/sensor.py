@@ -1,0 +1,138 @@
+"""Sensor frames: what the virtual arm reports to a controller every tick.
+
+A frame is one record of :func:`frame_dtype` (SI units, radians; degrees only at the edges). Optional,
+seeded measurement models per config (:class:`SensorModel`): Gaussian noise on angles, velocities and
+forces, quantisation of angles, and a delay of whole ticks. With the same seed and inputs a run's frames
+are reproducible bit for bit.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from drivers.core.contract import frame_dtype
+from sim.das3.model import DOF_NAMES
+from sim.jit.kernel import kernel
+
+ELBOW, PRONATION = DOF_NAMES.index("ELx"), DOF_NAMES.index("PSy")
+CONTACT_MIN_N = 1.0
+"""A scapulothoracic contact point is in contact when its force exceeds this (sum of |components|, N)."""
+
+
+@kernel
+def fill_true_frame(views, tick, time_s, q, qdot, th_angles, hand_position, gh_force, st_force, gh_stability):
+    """The noise-free frame from plant outputs into ``views`` (:attr:`SensorModel.frame_views`), status
+    aside; one compiled call (also made by the compiled tick, :mod:`hil.rt.tick_kernel`)."""
+    vq, vqd, vth, vhand, vgh, vst, vtick, vtime, velbow, vpron, vstab, vcontact = views
+    for i in range(q.shape[0]):
+        vq[i] = q[i]
+        vqd[i] = qdot[i]
+    for i in range(3):
+        vth[i] = th_angles[i]
+        vhand[i] = hand_position[i]
+        vgh[i] = gh_force[i]
+    for n in range(2):
+        for i in range(3):
+            vst[n, i] = st_force[n, i]
+        vcontact[n] = abs(st_force[n, 0]) + abs(st_force[n, 1]) + abs(st_force[n, 2]) > CONTACT_MIN_N
+    vtick[0] = tick
+    vtime[0] = time_s
+    velbow[0] = q[ELBOW]
+    vpron[0] = q[PRONATION]
+    vstab[0] = gh_stability
+
+
+@dataclass(frozen=True)
+class SensorModelConfig:
+    seed: int = 0
+    angle_noise_rad: float = 0.0     # standard deviation
+    velocity_noise_rad_s: float = 0.0
+    force_noise_n: float = 0.0
+    angle_quantum_rad: float = 0.0   # 0 = no quantisation
+    delay_ticks: int = 0
+
+
+class SensorModel:
+    """Fills frames from plant outputs and applies the configured measurement model (no allocation
+    per tick beyond numpy's in-place random draws into preallocated buffers)."""
+
+    def __init__(self, config: SensorModelConfig, dtype: np.dtype | None = None) -> None:
+        self.config = config
+        self.dtype = dtype or frame_dtype()
+        self.rng = np.random.Generator(np.random.PCG64(config.seed))
+        self._history = np.zeros(config.delay_ticks + 1, self.dtype)
+        self._nq = np.zeros(self.dtype["q"].shape[0])
+        self._n3 = np.zeros(3)
+        self._noisy = (config.angle_noise_rad > 0 or config.velocity_noise_rad_s > 0
+                       or config.force_noise_n > 0 or config.angle_quantum_rad > 0)
+        self.ideal = not self._noisy and config.delay_ticks == 0
+        """No measurement model: the frame sent is the true frame as filled."""
+        self.use_frame(np.zeros(1, self.dtype))
+
+    def use_frame(self, frame: np.ndarray) -> None:
+        """Measure into ``frame`` (1 element of this dtype, e.g. the frame field of the tick engine's record,
+        which then needs no copy); before the compiled fill takes :attr:`frame_views`."""
+        if frame.shape != (1,) or frame.dtype != self.dtype:
+            raise ValueError(f"a sensor frame is 1 element of {self.dtype}")
+        self.true_frame = f = frame
+        # field views resolved once, for the compiled fill (fill_true_frame) and the noise model
+        self.frame_views = tuple(f[name][0] for name in ("q", "qdot", "th_angles", "hand_position", "gh_force",
+                                                         "st_contact_force")) + tuple(
+            f[name] for name in ("tick", "time", "elbow_flexion", "forearm_pronation", "gh_stability")) + (
+            f["st_in_contact"][0],)
+        self.status_view = f["status"]            # set by the compiled tick (hil.rt.tick_kernel) or measure
+        self._elbow, self._pronation = f["elbow_flexion"], f["forearm_pronation"]
+
+    def reset(self) -> None:
+        self.rng = np.random.Generator(np.random.PCG64(self.config.seed))
+        self._history[:] = np.zeros(1, self.dtype)
+
+    def measure(self, tick: int, time_s: float, outputs, status: int) -> np.ndarray:
+        """The frame for this tick from plant outputs (a 1-element view valid until the next call)."""
+        fill_true_frame(self.frame_views, tick, time_s, outputs.q, outputs.qdot, outputs.th_angles,
+                        outputs.hand_position, outputs.gh_force, outputs.st_contact_force, outputs.gh_stability)
+        self.status_view[0] = status
+        return self.complete(tick)
+
+    def complete(self, tick: int) -> np.ndarray:
+        """The measurement model (noise, quantisation, delay) on the frame :func:`fill_true_frame` filled for
+        ``tick``, its status set (by the compiled tick, or :meth:`measure`). Returns the frame to send (a
+        1-element view)."""
+        if self._noisy:
+            self._apply_noise()
+        if self.config.delay_ticks == 0:
+            return self.true_frame
+        # a delayed sensor: the frame sent at tick k is the one measured at tick k - delay (the first
+        # frame until then); its tick and time fields say when it was measured
+        n = self._history.shape[0]
+        self._history[tick % n] = self.true_frame[0]
+        src = max(tick - self.config.delay_ticks, 0) % n
+        return self._history[src:src + 1]
+
+    def _apply_noise(self) -> None:
+        """Gaussian noise (standard deviations from the config) on q, the thoracohumeral angles (measured
+        on their own, e.g. by IMUs), q-dot and the GH force; then angles quantised to ``angle_quantum``.
+        In place on preallocated buffers (no allocation in the tick)."""
+        c = self.config
+        q, qdot, th, _, gh_force = self.frame_views[:5]
+        nq, n3 = self._nq, self._n3
+        if c.angle_noise_rad > 0:
+            self._add_noise(q, nq, c.angle_noise_rad)
+            self._add_noise(th, n3, c.angle_noise_rad)
+        if c.velocity_noise_rad_s > 0:
+            self._add_noise(qdot, nq, c.velocity_noise_rad_s)
+        if c.force_noise_n > 0:
+            self._add_noise(gh_force, n3, c.force_noise_n)
+        if c.angle_quantum_rad > 0:
+            for angles in (q, th):
+                np.divide(angles, c.angle_quantum_rad, out=angles)
+                np.round(angles, out=angles)
+                np.multiply(angles, c.angle_quantum_rad, out=angles)
+        self._elbow[0] = q[ELBOW]
+        self._pronation[0] = q[PRONATION]
+
+    def _add_noise(self, values: np.ndarray, scratch: np.ndarray, std: float) -> None:
+        self.rng.standard_normal(out=scratch)
+        np.multiply(scratch, std, out=scratch)
+        np.add(values, scratch, out=values)

@@ -1,0 +1,345 @@
+"""Stimulation -> neural excitation: what a surface stimulator channel does to the muscles under it.
+
+For channel c with pulse width PW, amplitude I, frequency f and pulse mode m (ScienceMode: 0 single,
+1 doublet, 2 triplet), and muscle element k:
+
+    Q_c   = PW_c I_c                                             charge per pulse (C)
+    x_c   = (Q_c - Q_th) / (Q_sat - Q_th)
+    r_c   = 0 (x <= 0);  3 x^2 - 2 x^3 (0 < x < 1);  1 (x >= 1)     recruitment: sigmoidal in charge,
+                                                                  C1-continuous (Crago et al. 1980;
+                                                                  Durfee & MacLean 1989)
+    f_eff = f (1 + g_d m)                                         doublets/triplets act like a higher
+                                                                  rate (catch-like property)
+    phi_c = min(1, (1 - exp(-f_eff/f_c)) / (1 - exp(-f_fuse/f_c)))  force-frequency: saturating at
+                                                                  tetanic fusion f_fuse
+    u_k   = clip(max_c G_ck r_c phi_c, 0, 1)                       gains G_ck in [0, 1] per channel
+
+Default numbers (surface electrodes over arm muscles; see the README): Q_th = 5 uC (about 20 mA at
+250 us), Q_sat = 24 uC (about 80 mA at 300 us), f_c = 12 Hz and f_fuse = 50 Hz (half force near 10 Hz,
+fusion at 40-50 Hz), g_d = 0.5. They are modelling choices to be tuned per subject, not measured data.
+
+Per-channel limits (pulse width, amplitude, frequency range, allowed modes) either reject a command
+or clamp it, per channel policy; reasons are entries of ``drivers.core.contract.REJECT_REASONS``.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+from numba import njit
+
+from drivers.core.config_table import REQUIRED, ConfigTable
+from hil.rt.fatigue import DING2003, FATIGUE_MODELS, STATE_COLUMNS, channel_fitness, fatigue_tick, rested_state
+from sim.das3.config import ConfigError
+from sim.das3.muscle_groups import element_indices, unknown_muscle
+from sim.jit.kernel import kernel
+
+HW_MAX_PULSE_WIDTH_US = 500.0   # RehaStim2 range
+HW_MAX_AMPLITUDE_MA = 130.0
+MAX_CHANNELS = 16
+MAX_EMD_MS = 200.0              # electromechanical delays of surface FES are tens of ms
+
+
+@dataclass(frozen=True)
+class ChannelConfig:
+    name: str
+    gains: dict[str, float]                 # muscle element or group -> gain in [0, 1]
+    max_pulse_width_us: float = 500.0
+    max_amplitude_ma: float = 100.0
+    min_frequency_hz: float = 0.0
+    max_frequency_hz: float = 100.0
+    modes: tuple[int, ...] = (0, 1, 2)
+    limit_policy: str = "reject"            # reject | clamp
+    threshold_charge_c: float = 5e-6
+    saturation_charge_c: float = 24e-6
+    frequency_constant_hz: float = 12.0
+    fusion_frequency_hz: float = 50.0
+    doublet_gain: float = 0.5
+    emd_s: float = 0.0                      # electromechanical delay: stimulation -> excitation, s
+
+
+@dataclass(frozen=True)
+class StimulationConfig:
+    mode: str = "channels"                  # channels | direct
+    channels: tuple[ChannelConfig, ...] = field(default_factory=tuple)
+    fatigue: str = "none"                   # none | ding2003 (hil.rt.fatigue)
+    fatigue_rate_scale: float = 1.0         # multiplies the fatigue coefficients (1: published)
+
+
+def expand_gains(gains: dict[str, float], muscle_names, where: str, file=None) -> np.ndarray:
+    """Gain per muscle element from a mapping of elements or groups (:mod:`sim.das3.muscle_groups`) to gains."""
+    row = np.zeros(len(muscle_names))
+    for key, gain in gains.items():
+        if isinstance(gain, bool) or not isinstance(gain, (int, float)) or not (0.0 <= gain <= 1.0):
+            raise ConfigError(f"gain must be a number in [0, 1], not {gain!r}", file=file, key=f"{where}.{key}")
+        idx = element_indices(key, muscle_names)
+        if idx is None:
+            raise ConfigError(unknown_muscle(key, muscle_names), file=file, key=f"{where}.{key}")
+        row[idx] = np.maximum(row[idx], gain)
+    return row
+
+
+PW_SCALE, AMP_SCALE = 1e-6, 1e-3
+"""s per µs and A per mA: the loop's channel rows are in µs and mA, the map's equations in s and A."""
+
+
+@kernel
+def recruitment(applied, c, pw_scale, amp_scale, q_th, q_sat):
+    """r_c (module docstring) from channel c's row of ``applied`` (pw * pw_scale in s, amp * amp_scale in A)."""
+    x = (applied[c, 0] * pw_scale * applied[c, 1] * amp_scale - q_th[c]) / (q_sat[c] - q_th[c])
+    x = min(1.0, max(0.0, x))
+    return x * x * (3.0 - 2.0 * x)
+
+
+@kernel
+def pulse_rate(applied, c, g_d):
+    """f_eff of channel c: its frequency with doublets and triplets counted as a higher rate."""
+    return max(0.0, applied[c, 2] * (1.0 + g_d[c] * applied[c, 3]))
+
+
+@kernel
+def force_frequency(rate_hz, c, f_c, fuse_norm):
+    """phi_c (module docstring) at pulse rate ``rate_hz``."""
+    return min(1.0, -np.expm1(-rate_hz / f_c[c]) / fuse_norm[c])
+
+
+@kernel
+def channel_level(applied, c, pw_scale, amp_scale, q_th, q_sat, f_c, fuse_norm, g_d):
+    """r_c phi_c of channel c (module docstring) from its row of ``applied`` (pulse width, amplitude,
+    frequency, mode; pw * pw_scale in s, amp * amp_scale in A)."""
+    return (recruitment(applied, c, pw_scale, amp_scale, q_th, q_sat)
+            * force_frequency(pulse_rate(applied, c, g_d), c, f_c, fuse_norm))
+
+
+@kernel
+def raise_to_level(gains, c, level, out):
+    """out_k <- max(out_k, G_ck level) over the muscle elements (the max over channels)."""
+    if level <= 0.0:
+        return
+    for k in range(gains.shape[1]):
+        v = gains[c, k] * level
+        if v > out[k]:
+            out[k] = v
+
+
+@kernel
+def clip_unit(out):
+    for k in range(out.shape[0]):
+        out[k] = min(1.0, max(0.0, out[k]))
+
+
+@njit(cache=True, nogil=True)
+def excitation_kernel(applied, pw_scale, amp_scale, q_th, q_sat, f_c, fuse_norm, g_d, gains, out):
+    """The module docstring's equations for every channel (rows of ``applied``: pulse width, amplitude,
+    frequency, mode; pw * pw_scale in s, amp * amp_scale in A) and muscle element, into ``out``."""
+    out[:] = 0.0
+    for c in range(gains.shape[0]):
+        raise_to_level(gains, c, channel_level(applied, c, pw_scale, amp_scale, q_th, q_sat, f_c, fuse_norm, g_d),
+                       out)
+    clip_unit(out)
+    return out
+
+
+@kernel
+def delayed_excitation(applied, pw_scale, amp_scale, stim, emd, fatigue, out):
+    """:func:`excitation_kernel` with each channel's level delayed by its electromechanical delay and
+    scaled by its fitness. ``emd`` = (ring (n_channels, depth), delay in ticks per channel, cursor (1,)):
+    this tick's level is written at the cursor and the level of ``delay`` ticks ago drives the muscles.
+    ``fatigue`` = (state, parameters, fitness, tick length (1,)) of :mod:`hil.rt.fatigue`, or a state with
+    no rows (no fatigue): the fitness at the start of the tick scales the level, then the state advances
+    under this tick's stimulation. Call once per tick."""
+    q_th, q_sat, f_c, fuse_norm, g_d, gains = stim
+    ring, delay, cursor = emd
+    state, params, fitness, dt = fatigue
+    depth = ring.shape[1]
+    now = cursor[0]
+    out[:] = 0.0
+    for c in range(gains.shape[0]):
+        r = recruitment(applied, c, pw_scale, amp_scale, q_th, q_sat)
+        rate = pulse_rate(applied, c, g_d)
+        ring[c, now] = r * force_frequency(rate, c, f_c, fuse_norm)
+        level = ring[c, (now - delay[c]) % depth]
+        if state.shape[0]:
+            fitness[c] = channel_fitness(state, c, params)
+            level *= fitness[c]
+            fatigue_tick(state, params, c, r, rate, dt[0])
+        raise_to_level(gains, c, level, out)
+    clip_unit(out)
+    cursor[0] = (now + 1) % depth
+
+
+def no_stimulation_params(n_muscles: int) -> tuple:
+    """:attr:`StimulationModel.kernel_params` of a map with no channels (direct excitation mode)."""
+    empty = np.zeros(0)
+    return empty, empty, empty, empty, empty, np.zeros((0, n_muscles))
+
+
+def no_delay_line() -> tuple:
+    """:meth:`StimulationModel.delay_line` of a map with no channels."""
+    return np.zeros((0, 1)), np.zeros(0, np.int64), np.zeros(1, np.int64)
+
+
+def no_fatigue(n_channels: int = 0) -> tuple:
+    """:meth:`StimulationModel.fatigue_state` without fatigue: no state rows, fitness 1."""
+    return np.zeros((0, len(STATE_COLUMNS))), DING2003.kernel_array(), np.ones(n_channels), np.zeros(1)
+
+
+class StimulationModel:
+    """Stimulation -> excitation map of a set of channels (a compiled, allocation-free hot path)."""
+
+    def __init__(self, config: StimulationConfig, muscle_names, file=None) -> None:
+        self.config = config
+        self.channels = config.channels
+        self.n_channels = len(config.channels)
+        n = len(muscle_names)
+        self.gains = np.zeros((self.n_channels, n))
+        for c, ch in enumerate(config.channels):
+            self.gains[c] = expand_gains(ch.gains, muscle_names, f"stimulation.channel[{c}].muscles", file)
+        p = lambda attr: np.array([getattr(ch, attr) for ch in config.channels], float)  # noqa: E731
+        self.q_th, self.q_sat = p("threshold_charge_c"), p("saturation_charge_c")
+        self.f_c, self.f_fuse, self.g_d = p("frequency_constant_hz"), p("fusion_frequency_hz"), p("doublet_gain")
+        self._fuse_norm = -np.expm1(-self.f_fuse / self.f_c)
+        self._si = np.zeros((self.n_channels, 4))
+
+    def excitation(self, pw_s, amp_a, freq_hz, mode, out) -> np.ndarray:
+        """u (138,) into ``out`` from per-channel arrays in SI units (s, A, Hz, mode)."""
+        si = self._si
+        si[:, 0], si[:, 1], si[:, 2], si[:, 3] = pw_s, amp_a, freq_hz, mode
+        return self.excitation_from_applied(si, out, 1.0, 1.0)
+
+    def excitation_from_applied(self, applied, out, pw_scale: float = PW_SCALE, amp_scale: float = AMP_SCALE
+                                ) -> np.ndarray:
+        """u into ``out`` from the loop's (n_channels, 4) array: pulse width µs, amplitude mA, frequency
+        Hz, mode (one compiled kernel: no allocation, no per-channel Python)."""
+        return excitation_kernel(applied, pw_scale, amp_scale, *self.kernel_params, out)
+
+    def fatigue_state(self, period_s: float) -> tuple:
+        """(state, parameters, fitness, tick length) for :func:`delayed_excitation`: every channel rested
+        with the configured fatigue model, or :func:`no_fatigue`."""
+        if self.config.fatigue == "none":
+            return no_fatigue(self.n_channels)
+        return (rested_state(self.n_channels), DING2003.kernel_array(self.config.fatigue_rate_scale),
+                np.ones(self.n_channels), np.array([period_s]))
+
+    def delay_line(self, period_s: float) -> tuple:
+        """(ring, delay ticks per channel, cursor) for :func:`delayed_excitation`: each channel's
+        electromechanical delay rounded to whole loop periods."""
+        delay = np.array([round(ch.emd_s / period_s) for ch in self.channels], np.int64)
+        depth = int(delay.max(initial=0)) + 1
+        return np.zeros((self.n_channels, depth)), delay, np.zeros(1, np.int64)
+
+    @property
+    def kernel_params(self) -> tuple:
+        """(q_th, q_sat, f_c, fusion normaliser, g_d, gains): the map's parameters as
+        :func:`excitation_kernel` takes them after the scales."""
+        return self.q_th, self.q_sat, self.f_c, self._fuse_norm, self.g_d, self.gains
+
+    def check_command(self, channel: int, pw_us: float, amp_ma: float, freq_hz: float, mode: int):
+        """((pw, amp, freq, mode), reason): reason None if within limits; with policy 'reject' an
+        out-of-limit command returns (None, reason), with 'clamp' the clamped values and the reason."""
+        ch = self.channels[channel]
+        if not (math.isfinite(pw_us) and math.isfinite(amp_ma) and math.isfinite(freq_hz) and math.isfinite(mode)):
+            return None, "non_finite"
+        reason = None
+        if mode not in ch.modes:
+            return None, "mode_not_allowed"  # no sensible clamp for a pulse pattern
+        if not 0.0 <= pw_us <= ch.max_pulse_width_us:
+            reason = "pulse_width_limit"
+        elif not 0.0 <= amp_ma <= ch.max_amplitude_ma:
+            reason = "amplitude_limit"
+        elif not ch.min_frequency_hz <= freq_hz <= ch.max_frequency_hz and not (freq_hz == 0.0):
+            reason = "frequency_limit"
+        if reason is None:
+            return (pw_us, amp_ma, freq_hz, mode), None
+        if ch.limit_policy == "reject":
+            return None, reason
+        return (min(max(pw_us, 0.0), ch.max_pulse_width_us), min(max(amp_ma, 0.0), ch.max_amplitude_ma),
+                min(max(freq_hz, ch.min_frequency_hz), ch.max_frequency_hz), mode), reason
+
+
+def default_channel_name(index: int) -> str:
+    """The name of ``[[stimulation.channel]]`` number ``index`` (0-based) that gives none."""
+    return f"ch{index + 1}"
+
+
+def fatigue_channel_names(table) -> list[str]:
+    """The channel names of a ``[stimulation]`` table with a fatigue model (the labels of
+    ``hil_fatigue_fitness``), else none; also read before the table is validated, so defensive."""
+    table = table if isinstance(table, dict) else {}
+    channels = table.get("channel", [])
+    if table.get("fatigue", "none") == "none" or table.get("mode", "channels") != "channels" \
+            or not isinstance(channels, list):
+        return []
+    return [str(ch.get("name", default_channel_name(i))) if isinstance(ch, dict) else default_channel_name(i)
+            for i, ch in enumerate(channels)]
+
+
+def load_stimulation_config(table: dict, muscle_names, file=None) -> StimulationConfig:
+    """Parse the ``[stimulation]`` table (``mode``, ``[[stimulation.channel]]``) with precise errors."""
+    top = ConfigTable(table, "stimulation", file)
+    mode = top.string("mode", "channels", ("channels", "direct"))
+    fatigue = top.string("fatigue", "none", FATIGUE_MODELS)
+    rate_scale = top.number("fatigue_rate_scale", 1.0, 0.0, 100.0)
+    raw = top.get("channel", [])
+    top.done()
+    if not isinstance(raw, list) or len(raw) > MAX_CHANNELS:
+        raise top.error("channel", f"must be an array of at most {MAX_CHANNELS} tables")
+    if mode == "channels" and not raw:
+        raise top.error("channel", "channel mode needs at least one [[stimulation.channel]]")
+    channels, names = [], set()
+    for i, values in enumerate(raw):
+        ch = ConfigTable(values, f"stimulation.channel[{i}]", file)
+        name = ch.string("name", default_channel_name(i))
+        if name in names:
+            raise ch.error("name", f"duplicate channel name {name!r}")
+        names.add(name)
+        muscles = ch.get("muscles", REQUIRED)
+        if not isinstance(muscles, dict) or not muscles:
+            raise ch.error("muscles", "must be a table of muscle element or group -> gain")
+        expand_gains(muscles, muscle_names, f"{ch.name}.muscles", file)  # validates names and gains
+        modes = ch.get("modes", [0, 1, 2])
+        if not isinstance(modes, list) or not modes or not all(m in (0, 1, 2) and not isinstance(m, bool) for m in modes):
+            raise ch.error("modes", "must be a non-empty list of 0 (single), 1 (doublet), 2 (triplet)")
+        policy = ch.string("limit_policy", "reject", ("reject", "clamp"))
+        q_th = ch.number("threshold_charge_uc", 5.0, 0.0, 100.0) * 1e-6
+        q_sat = ch.number("saturation_charge_uc", 24.0, 0.0, 100.0) * 1e-6
+        if not q_th < q_sat:
+            raise ch.error("threshold_charge_uc", "threshold_charge_uc must be below saturation_charge_uc")
+        f_min, f_max = ch.number("min_frequency_hz", 0.0, 0.0, 1000.0), ch.number("max_frequency_hz", 100.0, 0.0, 1000.0)
+        if f_min > f_max:
+            raise ch.error("min_frequency_hz", "min_frequency_hz must not exceed max_frequency_hz")
+        channels.append(ChannelConfig(
+            name=name, gains=dict(muscles),
+            max_pulse_width_us=ch.number("max_pulse_width_us", 500.0, 0.0, HW_MAX_PULSE_WIDTH_US),
+            max_amplitude_ma=ch.number("max_amplitude_ma", 100.0, 0.0, HW_MAX_AMPLITUDE_MA),
+            min_frequency_hz=f_min, max_frequency_hz=f_max, modes=tuple(modes), limit_policy=policy,
+            threshold_charge_c=q_th, saturation_charge_c=q_sat,
+            frequency_constant_hz=ch.number("frequency_constant_hz", 12.0, 0.1, 1000.0),
+            fusion_frequency_hz=ch.number("fusion_frequency_hz", 50.0, 1.0, 1000.0),
+            doublet_gain=ch.number("doublet_gain", 0.5, 0.0, 2.0),
+            emd_s=ch.number("emd_ms", 0.0, 0.0, MAX_EMD_MS) * 1e-3))
+        ch.done()
+    return StimulationConfig(mode=mode, channels=tuple(channels), fatigue=fatigue, fatigue_rate_scale=rate_scale)
+
+
+def amplitude_for_level(channel: ChannelConfig, level: float, pulse_width_s: float, frequency_hz: float,
+                        mode: int = 0) -> float | None:
+    """The amplitude (A) at which ``channel`` drives its muscles at ``level`` = r phi (module
+    docstring) for the given pulse width, frequency and mode: r = level / phi, x from r = 3x^2 - 2x^3,
+    Q = Q_th + x (Q_sat - Q_th), I = Q / PW. None when the level needs r > 1 at that frequency."""
+    f_eff = frequency_hz * (1.0 + channel.doublet_gain * mode)
+    phi = min(1.0, -math.expm1(-f_eff / channel.frequency_constant_hz)
+              / -math.expm1(-channel.fusion_frequency_hz / channel.frequency_constant_hz))
+    if level <= 0.0:
+        return 0.0
+    r = level / phi
+    if r > 1.0 + 1e-12:
+        return None
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if mid * mid * (3.0 - 2.0 * mid) < r else (lo, mid)
+    x = 0.5 * (lo + hi)
+    charge = channel.threshold_charge_c + x * (channel.saturation_charge_c - channel.threshold_charge_c)
+    return charge / pulse_width_s

@@ -1,0 +1,133 @@
+"""The compiled part of a tick: one call from Python per tick (:meth:`hil.rt.engine.TickEngine.step`).
+
+In one numba call: the safety rules that decide before the step (the watchdog, the GH and ROM actions from
+the last frame), the applied stimulation (the latched commands, or zero when safety says so) and its
+excitation (the stimulation map, or the latched direct excitations), the plant's sub-steps under that
+zero-order hold, the noise-free sensor frame, and the rules that classify it (GH monitor, range of motion)
+with its status bits. The rules are those of :mod:`hil.safety.rules`, whose objects hold the state the kernel
+updates in place. Python keeps what raises or has no fixed size: a failed plant step, the optional
+measurement model, the operator's message after a stop.
+
+Everything the call touches is preallocated and fixed for the run, and held in one StructRef
+(:func:`tick_arrays`), so a call unboxes one object and five scalars. After the first call the engine calls
+the compiled overload directly (:func:`direct_call`): numba types a StructRef argument in the interpreter on
+every call through its dispatcher.
+"""
+from __future__ import annotations
+
+from numba import typeof
+
+from hil.rt.sensor import fill_true_frame
+from hil.rt.stimulation import AMP_SCALE, PW_SCALE, delayed_excitation
+from hil.safety.rules import STOP_NONE, rules_after_step, rules_before_step
+from sim.das3.kernels.step import plant_steps
+from sim.jit.bundle import Bundle, borrowed_items, new_bundle
+from sim.jit.kernel import entry, kernel
+from sim.mtg.kernels import mtg_steps
+
+
+def tick_arrays(plant, latched, direct, applied, u, stim_params, emd, fatigue, use_stim: bool, rules: tuple,
+                frame_views, frame_status, n_steps: int) -> Bundle:
+    """Bundle an engine's tick: the plant's kernel arguments (:attr:`sim.das3.plant.Plant.kernel_args`), the
+    latched and applied channel rows and direct excitations, the excitation ``u``, the stimulation map's
+    parameters, its electromechanical delay line and fatigue state, the safety rules' state and parameters
+    (:func:`hil.safety.rules.tick_rules`), the views of plant outputs and of the sensor's frame and its status."""
+    out = plant.outputs
+    outputs = (out.q, out.qdot, out.th_angles, out.hand_position, out.gh_force, out.st_contact_force,
+               out.gh_stability_cell)
+    return new_bundle((plant.kernel_args, n_steps, latched, direct, applied, u, stim_params, emd, fatigue, use_stim,
+                       rules, outputs, frame_views, frame_status))
+
+
+@kernel
+def _excitation(zero, use_stim, latched, direct, applied, u, stim, emd, fatigue):
+    """applied <- latched (or 0 when safety zeroes it); u <- the stimulation map of the applied levels
+    each channel's electromechanical delay ago times its fitness, or the direct excitations (or 0)."""
+    for c in range(latched.shape[0]):
+        for j in range(4):
+            applied[c, j] = 0.0 if zero else latched[c, j]
+    if use_stim:
+        delayed_excitation(applied, PW_SCALE, AMP_SCALE, stim, emd, fatigue, u)
+    else:
+        for k in range(u.shape[0]):
+            u[k] = 0.0 if zero else direct[k]
+
+
+@kernel
+def das3_tick(arrays, stale, tick, time_s, overrun, warm):
+    """One tick's compiled work with the DAS3 plant; returns (plant status, excitations clipped, plant steps
+    done, STOP_* code). The frame is filled and the after-step rules run only when every step succeeded.
+    ``warm``: a warm-up call, with zero stimulation and the safety state left alone."""
+    (plant, n_steps, latched, direct, applied, u, stim, emd, fatigue, use_stim, rules, outputs, frame,
+     frame_status) = borrowed_items(arrays)
+    zero, bits = _before_step(rules, tick, latched, direct, warm)
+    _excitation(zero, use_stim, latched, direct, applied, u, stim, emd, fatigue)
+    bundle, x, xd, u0, loads, h, residual_limit, scheme = plant
+    A, W = borrowed_items(bundle)
+    status, n_clipped, n_done = plant_steps(A, W, x, xd, u0, u, loads, h, residual_limit, scheme, stale, n_steps)
+    stop = _after_step(rules, outputs, frame, frame_status, tick, time_s, n_done == n_steps, bits, overrun, warm)
+    return status, n_clipped, n_done, stop
+
+
+@kernel
+def mtg_tick(arrays, stale, tick, time_s, overrun, warm):
+    """:func:`das3_tick` with the reduced MTG arm (:mod:`sim.mtg.plant`) as the plant."""
+    (plant, n_steps, latched, direct, applied, u, stim, emd, fatigue, use_stim, rules, outputs, frame,
+     frame_status) = borrowed_items(arrays)
+    zero, bits = _before_step(rules, tick, latched, direct, warm)
+    _excitation(zero, use_stim, latched, direct, applied, u, stim, emd, fatigue)
+    bundle, x, u0, loads, h = plant
+    A, W = borrowed_items(bundle)
+    status, n_clipped, n_done = mtg_steps(A, W, x, u0, u, loads, h, n_steps)
+    stop = _after_step(rules, outputs, frame, frame_status, tick, time_s, n_done == n_steps, bits, overrun, warm)
+    return status, n_clipped, n_done, stop
+
+
+@entry
+def compute_tick(arrays, stale, tick, time_s, overrun, warm):
+    """:func:`das3_tick` from Python (the entry only passes the StructRef on, ``sim.jit.bundle``)."""
+    return das3_tick(arrays, stale, tick, time_s, overrun, warm)
+
+
+@entry
+def compute_tick_mtg(arrays, stale, tick, time_s, overrun, warm):
+    """:func:`mtg_tick` from Python."""
+    return mtg_tick(arrays, stale, tick, time_s, overrun, warm)
+
+
+@kernel
+def _before_step(rules, tick, latched, direct, warm):
+    """(stimulation must be zero, status bits so far): the rules before the step; zero for a warm-up."""
+    if warm:
+        return True, 0
+    return rules_before_step(rules, tick, latched, direct)
+
+
+@kernel
+def _after_step(rules, outputs, frame, frame_status, tick, time_s, all_done, bits, overrun, warm):
+    """The true frame and its status when every step succeeded, classified by the rules; the STOP_* code."""
+    if not all_done:
+        return STOP_NONE
+    q, qdot, th, hand, gh_force, st_force, stability = outputs
+    fill_true_frame(frame, tick, time_s, q, qdot, th, hand, gh_force, st_force, stability[0])
+    if warm:
+        return STOP_NONE
+    stop, bits = rules_after_step(rules, q, stability[0], bits, overrun)
+    frame_status[0] = bits
+    return stop
+
+
+def tick_function(plant):
+    """The compiled tick for this plant: :func:`compute_tick_mtg` for the MTG arm, else :func:`compute_tick`."""
+    return compute_tick_mtg if plant.model.kind == "mtg" else compute_tick
+
+
+def direct_call(dispatcher, *args):
+    """The compiled overload of ``dispatcher`` that ``args`` select, called without numba's dispatch: the
+    dispatcher types a StructRef argument in the interpreter on every call, which costs a large part of the
+    tick's Python. The overload must exist (called once before); the arguments of later calls must have the
+    types of ``args``. Falls back to the dispatcher where numba keeps its overloads otherwise."""
+    try:
+        return dispatcher.overloads[tuple(typeof(a) for a in args)].entry_point
+    except (AttributeError, KeyError):
+        return dispatcher

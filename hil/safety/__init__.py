@@ -1,0 +1,1 @@
+"""Safety functions of the loop, as on a patient: controller watchdog, GH stability monitor, ROM alarms."""

@@ -1,0 +1,320 @@
+"""``hil sweep``: every variant of a sweep file (:mod:`hil.sweep.spec`) run offline (:func:`hil.rt.offline.run_offline`)
+as an independent task, in this process or on Dask workers (a local cluster, or an existing one by its
+scheduler address), with one results row per run (:mod:`hil.reports.run_metrics`).
+
+Rows stream into ``DIR/results.jsonl`` as the runs finish (append-only: a sweep restarted into the same
+directory skips every id already there) and ``DIR/results.csv`` is written from it at the end. A task that
+raises is retried (``RETRIES``); Dask also reschedules the task of a worker that dies, up to the scheduler's
+``distributed.scheduler.allowed-failures`` times. A variant whose config is invalid, whose plant diverges, or
+whose task killed its workers that often, is a row with ``status`` "error" and the reason, not a failed sweep;
+an error about a swept key names the sweep file and the key. Each variant's config document and input files
+are checked here before anything runs (an invalid one is its error row at once), and a sweep none of whose
+runs succeeds fails (:func:`failure`).
+On Dask, every worker is warmed once as it joins, not in its first run (:mod:`hil.sweep.worker`), and a result
+is released as soon as its row is taken.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import re
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from hil.sweep.spec import SweepSpec, Variant, apply_overrides, variants
+from sim.errors import UserInputError
+from sim.input_file import InputFileError, read_input_file
+
+RETRIES = 2
+METRIC_COLUMNS = ("status", "error", "ticks", "simulated_s", "wall_s", "stopped_by", "rms_error_deg",
+                  "settling_time_s", "overshoot_deg", "final_error_deg", "gh_unstable_ticks", "gh_min_margin",
+                  "watchdog_ticks", "recording")
+
+
+@dataclass(frozen=True)
+class RunTask:
+    """One run, everything a worker needs (picklable)."""
+
+    variant: Variant
+    base: dict                 # the base config's merged document, one object shared by every task of a sweep
+    config_path: str
+    duration_s: float
+    record_path: str | None
+    band_rad: float
+    sweep_path: str = ""
+
+    @property
+    def raw(self) -> dict:
+        """The run's config document: a copy of the base with the variant's values set (built when needed, so
+        a sweep holds one document, not one per run)."""
+        return apply_overrides(self.base, self.variant.values, self.sweep_path)
+
+
+def blamed_key(exc: BaseException, swept: list[str]) -> str | None:
+    """The swept key an input error is about (its config key, ``driver[0].kp`` read as ``driver.0.kp``, is that
+    key or inside it); None if it is about no swept key."""
+    key = getattr(exc, "key", None)
+    if not isinstance(key, str):
+        return None
+    dotted = re.sub(r"\[(\d+)\]", r".\1", key)
+    return next((k for k in swept if dotted == k or dotted.startswith(k + ".")), None)
+
+
+def error_row(task: RunTask, exc: BaseException) -> dict:
+    """The results row of a run that failed: the reason, blaming the sweep file's key when it is about one."""
+    key = blamed_key(exc, list(task.variant.values))
+    if key is not None:
+        reason = getattr(exc, "reason", str(exc))
+        where = "" if getattr(exc, "file", None) in (None, task.sweep_path) else f" (applied to {exc.file})"
+        text = f"{task.sweep_path}, swept key {key!r}: {reason}{where}"
+    else:
+        text = f"{type(exc).__name__}: {exc}"
+    return {"id": task.variant.id, **task.variant.values, "status": "error", "error": text,
+            "error_key": key or "", "input_error": isinstance(exc, UserInputError)}
+
+
+class TickCollector:
+    """Keeps every tick record of an offline run (allocated at the first tick) and the engine."""
+
+    def __init__(self, n_ticks: int) -> None:
+        self.n_ticks, self.ticks, self.n, self.engine = n_ticks, None, 0, None
+
+    def on_tick(self, record: np.ndarray, engine, actuation_ns: int) -> None:
+        if self.ticks is None:
+            self.ticks, self.engine = np.zeros(self.n_ticks, record.dtype), engine
+        self.ticks[self.n] = record[0]
+        self.n += 1
+
+
+def _degrees(value):
+    return None if value is None else math.degrees(value)
+
+
+def run_task(task: RunTask) -> dict:
+    """Run one variant offline and return its results row (a worker's task)."""
+    from hil.config import service_config_from_dict
+    from hil.reports.run_metrics import config_target, run_metrics
+    from hil.rt.offline import run_offline
+    from hil.service.build import ticks_for
+    from sim.das3.plant import PlantDivergedError
+    from sim.errors import UserInputError
+
+    row = {"id": task.variant.id, **task.variant.values}
+    try:
+        cfg = service_config_from_dict(task.raw, task.config_path)
+        n_ticks = ticks_for(task.duration_s, cfg.loop.period_s)
+        keep = TickCollector(n_ticks)
+        result = run_offline(cfg, n_ticks, [keep], task.record_path)
+    except (UserInputError, PlantDivergedError, ValueError) as exc:
+        return error_row(task, exc)
+    engine = keep.engine
+    names = [c.name for c in engine.stim.channels] if engine.stim is not None else []
+    dof_names = engine.plant.model.dof_names
+    m = run_metrics(keep.ticks[:keep.n], cfg.loop.period_s, names, config_target(cfg, dof_names), task.band_rad)
+    tr = m.get("tracking", {})
+    row.update({"status": "ok", "error": "", "ticks": result.ticks, "simulated_s": result.ticks * cfg.loop.period_s,
+                "wall_s": round(result.wall_s, 6), "stopped_by": result.stopped_by,
+                "rms_error_deg": _degrees(tr.get("rms_error_rad")), "settling_time_s": tr.get("settling_time_s"),
+                "overshoot_deg": _degrees(tr.get("overshoot_rad")), "final_error_deg": _degrees(tr.get("final_error_rad")),
+                "gh_unstable_ticks": m["gh_unstable_ticks"], "gh_min_margin": m["gh_min_margin"],
+                "watchdog_ticks": m["watchdog_ticks"], "recording": task.record_path or ""})
+    row.update({f"charge_{name}_uc": q for name, q in m["charge_uc"].items()})
+    return row
+
+
+def finished_ids(out_dir: str) -> set[str]:
+    """Ids of the runs already in ``results.jsonl`` (a torn last line, from an interrupted sweep, is ignored)."""
+    path = os.path.join(out_dir, "results.jsonl")
+    done = set()
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                try:
+                    done.add(json.loads(line)["id"])
+                except (json.JSONDecodeError, KeyError, TypeError):
+                    continue
+    return done
+
+
+def tasks(spec: SweepSpec, runs: list[Variant], out_dir: str) -> list[RunTask]:
+    """The ``runs`` of ``spec`` not yet in ``out_dir``, with their config documents."""
+    from hil.config import merged_document
+    base = merged_document(spec.base)
+    done = finished_ids(out_dir)
+    runs_dir = os.path.join(out_dir, "runs")
+    return [RunTask(v, base, spec.base, spec.duration_s,
+                    os.path.join(runs_dir, f"{v.id}.hilrec") if spec.keep_recordings else None, spec.settling_band_rad,
+                    spec.path)
+            for v in runs if v.id not in done]
+
+
+def _input_files(cfg) -> dict[str, str]:
+    """The files a run of ``cfg`` reads besides its config, by key: the plant's initial state and MTG parameters."""
+    names = {key: name for key, name, builtin in (("plant.initial", cfg.plant.initial, "equilibrium"),
+                                                   ("plant.mtg_parameters", cfg.plant.mtg_parameters, "default"))
+             if name != builtin}
+    return {key: n if os.path.isabs(n) else os.path.join(cfg.base_dir, n) for key, n in names.items()}
+
+
+def preflight(todo: list[RunTask]) -> tuple[list[RunTask], list[dict]]:
+    """(tasks whose config document is valid and whose input files are readable regular files of a bounded
+    size, error rows of the others): checked here, before any worker starts, each file read once."""
+    from hil.config import service_config_from_dict
+    from sim.das3.config import ConfigError
+    file_errors: dict[str, str | None] = {}
+
+    def check(task: RunTask) -> None:
+        cfg = service_config_from_dict(task.raw, task.config_path)
+        for key, name in _input_files(cfg).items():
+            if name not in file_errors:
+                try:
+                    read_input_file(name)
+                    file_errors[name] = None
+                except InputFileError as exc:
+                    file_errors[name] = str(exc)
+                except OSError as exc:
+                    file_errors[name] = f"{name}: {exc.strerror or exc}"
+            if file_errors[name] is not None:
+                raise ConfigError(file_errors[name], file=task.config_path, key=key)
+
+    valid, rows = [], []
+    for task in todo:
+        try:
+            check(task)
+            valid.append(task)
+        except (UserInputError, OSError, ValueError) as exc:
+            rows.append(error_row(task, exc))
+    return valid, rows
+
+
+def _append(out_dir: str, row: dict) -> None:
+    with open(os.path.join(out_dir, "results.jsonl"), "a", encoding="utf-8") as f:
+        f.write(json.dumps(row, default=float) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def json_lines(path: str):
+    """The JSON objects of a JSON-lines file (a torn line, from an interrupted sweep, or a foreign one is skipped)."""
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            try:
+                doc = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(doc, dict):
+                yield doc
+
+
+def _rows(out_dir: str) -> list[dict]:
+    """The rows of ``results.jsonl`` (none before the first run has ended)."""
+    path = os.path.join(out_dir, "results.jsonl")
+    return list(json_lines(path)) if os.path.exists(path) else []
+
+
+def write_csv(out_dir: str, keys: list[str], rows: list[dict]) -> str:
+    """``results.csv`` from the rows of ``results.jsonl``: id, the swept keys, the metric columns, the charge
+    columns."""
+    charge = sorted({k for r in rows for k in r if k.startswith("charge_")})
+    columns = ["id", *keys, *METRIC_COLUMNS, *charge]
+    path = os.path.join(out_dir, "results.csv")
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, columns, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    return path
+
+
+def _local(todo: list[RunTask], on_row) -> None:
+    for task in todo:
+        on_row(run_task(task))
+
+
+def _dask(todo: list[RunTask], on_row, workers: int, scheduler: str | None) -> dict:
+    from distributed import Client
+
+    from hil.sweep.worker import local_cluster, warm_up
+    cluster = local_cluster(workers) if scheduler is None else None
+    client = Client(scheduler or cluster)
+    try:
+        warm_up(client, todo)
+        info = {"scheduler": client.scheduler.address, "workers": len(client.scheduler_info()["workers"])}
+        _collect(client, todo, on_row)
+        return info
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()
+
+
+def _collect(client, todo: list[RunTask], on_row) -> None:
+    """Every task submitted at once, each row to ``on_row`` as it arrives; a result is released once taken, so a
+    worker lost later holds no finished run the scheduler would recompute."""
+    from distributed import KilledWorker, as_completed
+    by_key = {f"hil-run-{t.variant.id}": t for t in todo}
+    for future in as_completed(client.map(run_task, list(by_key.values()), key=list(by_key), retries=RETRIES,
+                                          pure=False)):
+        try:
+            row = future.result()
+        except KilledWorker as exc:           # its workers died allowed-failures + 1 times: a row, not a crash
+            v = by_key[future.key].variant
+            row = {"id": v.id, **v.values, "status": "error", "error": f"KilledWorker: {exc}"}
+        future.release()
+        on_row(row)
+
+
+def run_sweep(spec: SweepSpec, out_dir: str, workers: int = 2, scheduler: str | None = None, progress=None) -> dict:
+    """Run what is left of ``spec`` into ``out_dir``; ``workers`` 0 runs in this process; ``progress(row, done,
+    total)`` after each run. Returns the counts, the wall time and where the results are."""
+    os.makedirs(out_dir, exist_ok=True)
+    runs = variants(spec)
+    todo, invalid = preflight(tasks(spec, runs, out_dir))
+    if spec.keep_recordings:
+        os.makedirs(os.path.join(out_dir, "runs"), exist_ok=True)
+    total, count = len(todo) + len(invalid), [0]
+
+    def on_row(row):
+        _append(out_dir, row)
+        count[0] += 1
+        if progress is not None:
+            progress(row, count[0], total)
+
+    t0 = time.perf_counter()
+    info = {"scheduler": None, "workers": 0}
+    for row in invalid:
+        on_row(row)
+    if todo:
+        if workers == 0 and scheduler is None:
+            _local(todo, on_row)
+        else:
+            info = _dask(todo, on_row, workers, scheduler)
+    wall = time.perf_counter() - t0
+    rows = _rows(out_dir)
+    return {"runs": len(runs), "run_now": total, "skipped": len(runs) - total, "wall_s": wall,
+            "results_csv": write_csv(out_dir, spec.keys, rows),
+            "results_jsonl": os.path.join(out_dir, "results.jsonl"), **info, **outcome(rows)}
+
+
+def outcome(rows: list[dict]) -> dict:
+    """How the sweep's runs ended (all rows of ``results.jsonl``, earlier ones too): ``ok`` and ``errors`` counts,
+    the ``first_error`` and whether every error is the input's (``input_errors``)."""
+    ok, errors, first, inputs = 0, 0, None, True
+    for row in rows:
+        if row.get("status") == "ok":
+            ok += 1
+        elif row.get("status") == "error":
+            errors += 1
+            first = first or row.get("error")
+            inputs = inputs and row.get("input_error", False)
+    return {"ok": ok, "errors": errors, "first_error": first, "input_errors": errors > 0 and inputs}
+
+
+def failure(summary: dict, sweep_path: str) -> str | None:
+    """Why the sweep failed when none of its runs succeeded (its input's fault if ``input_errors``), else None."""
+    if summary["ok"] or not summary["errors"]:
+        return None
+    return f"{sweep_path}: every run failed ({summary['errors']}); the first: {summary['first_error']}"

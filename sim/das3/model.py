@@ -1,0 +1,343 @@
+"""Immutable DAS3 model parameters (the ``Model`` half of the Model/Data split).
+
+:func:`load_model` reads the published DAS3 release-2 parameter set shipped in ``sim/data`` (see
+``sim/data/README.md`` for provenance) and packs everything the numba kernels need into read-only numpy
+arrays (:class:`ModelArrays`). Equations and constants follow ``das3-model.md`` (the project's plant spec)
+and Chadwick et al. 2014, Appendix A/B.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+from dataclasses import dataclass, replace
+from importlib import resources
+from typing import ClassVar, NamedTuple
+
+import numpy as np
+
+from sim.das3.config import ModelConfig
+from sim.das3.engin import engin_parameters
+from sim.das3.kernels.polynomials import MonomialTable, full_exponents, polynomial_arrays, readonly
+from sim.das3.muscle_groups import element_indices
+
+N_DOF = 11
+N_MUS = 138
+N_STATES = 2 * N_DOF + 2 * N_MUS  # 298
+N_LOADS = 10  # 5 moments, arm support (distance, force), hand force (3)
+N_FRAMES = N_DOF + 1  # frame 0 = thorax (ground), frame j+1 = after DOF j
+
+DOF_NAMES = ("SCy", "SCz", "SCx", "ACy", "ACz", "ACx", "GHy", "GHz", "GHyy", "ELx", "PSy")
+LOAD_NAMES = ("M_th_y", "M_th_z", "M_hum_y", "M_elbow", "M_pronation",
+              "armsupport_distance", "armsupport_force", "hand_force_x", "hand_force_y", "hand_force_z")
+
+# Muscle constants hard-coded in the release (spec "Muscle contraction").
+FL_WIDTH = 0.56          # W, force-length width
+SEE_STRAIN_AT_FMAX = 0.04  # umax
+PEE_REL_FORCE = 1.0      # krel, PEE force / Fmax at elongation W
+HILL_A = 0.25
+ECC_FORCE_MAX = 1.5      # gmax
+LINEAR_STIFFNESS = 10.0  # N/m, the small k1 term of PEE and SEE
+SDOT_DAMPING = 0.001     # F5 = 0.001 * sdot
+
+# Glenoid x axis in the scapula frame (spec "Outputs"): humeral-head centre -> glenoid centre.
+GLENOID_X = (-0.98162, 0.11772, 0.15020)
+
+# Bodies with mass, the frame they are fixed to (index into frames) and their segment names.
+BODY_SEGMENTS = ("clavicler", "scapular", "humerusr", "ulnar", "radiusr", "handr")
+BODY_FRAMES = (3, 6, 9, 10, 11, 11)
+HUMERUS_FRAME = 9
+SCAPULA_FRAME = 6
+CLAVICLE_FRAME = 3
+ULNA_FRAME = 10
+RADIUS_FRAME = 11
+
+
+class ModelArrays(NamedTuple):
+    """Every parameter the kernels read, as contiguous read-only arrays (numba-friendly)."""
+
+    joint_loc: np.ndarray      # (11, 3) joint centre in the parent frame, m
+    joint_axis: np.ndarray     # (11, 3) unit rotation axis in the parent frame
+    body_frame: np.ndarray     # (6,) int
+    body_mass: np.ndarray      # (6,) kg
+    body_com: np.ndarray       # (6, 3) centre of mass in the body's frame, m
+    body_inertia: np.ndarray   # (6, 3, 3) inertia about the COM, body frame, kg m^2
+    body_weight: np.ndarray    # (6,) 1.0 if gravity acts on the body, else 0.0
+    gravity: np.ndarray        # (3,) m/s^2, thorax frame
+    conoid: np.ndarray         # (9,) origin(3, clavicle), insertion(3, scapula), length, stiffness, eps
+    contact_points: np.ndarray  # (2, 3) TS, AI in the scapula frame
+    contact: np.ndarray        # (8,) centre(3), radii(3), stiffness, eps
+    hand_com_radius: np.ndarray  # (3,) hand COM in the radius frame (rc.location + hand COM)
+    joint_lo: np.ndarray       # (11,) rad
+    joint_hi: np.ndarray
+    joint_mid: np.ndarray
+    joint_k: np.ndarray        # (3,) K1 [Nm/rad], K2 [Nm/rad^2], B [Nms/rad]
+    mus: np.ndarray            # (138, 12) per-muscle constants, see MUS_* indices
+    mus_ndof: np.ndarray       # (138,) int, number of DOFs crossed
+    mus_dofs: np.ndarray       # (138, 9) int, DOFs crossed: one contiguous range, mus_dofs[i, 0] + k (padded with -1)
+    mono_parent: np.ndarray    # (NM,) int: monomial m = monomial[mono_parent[m]] * q[mono_dof[m]]
+    mono_dof: np.ndarray       # (NM,) int (entry 0 is the constant 1)
+    len_target: np.ndarray     # (NL,) int: muscle i of each chunk of L_i(q) = sum coef * monomial
+    len_coef: np.ndarray       # (NL, POLY_CHUNK) the chunk's coefficients (the last chunk of a row zero-padded)
+    len_mono: np.ndarray       # (NL, POLY_CHUNK) int: the chunk's monomials
+    grad_target: np.ndarray    # (NG,) int: chunks of dL_i/dq_(local k) go to row 9 i + k
+    grad_coef: np.ndarray
+    grad_mono: np.ndarray
+    hess_muscle: np.ndarray    # (NH,) int: chunks of d2 L_i / dq_a dq_b belong to muscle i ...
+    hess_entry: np.ndarray     # (NH,) int: ... and to entry a * 11 + b (a <= b)
+    hess_coef: np.ndarray
+    hess_mono: np.ndarray
+    gh_muscle: np.ndarray      # (67,) int, muscle index of each GH line-of-action fit
+    loa_group_cols: np.ndarray  # (G+1,) int: column range of each dense group in loa_dense_mono
+    loa_group_rows: np.ndarray  # (G+1,) int: range of rows 3 k + c of each dense group (its fits are adjacent)
+    loa_group_coef: np.ndarray  # (G+1,) int: range of each dense group's block in loa_dense_coef
+    loa_dense_mono: np.ndarray  # (NC,) uint32: monomial of each dense column
+    loa_dense_coef: np.ndarray  # flat column-major (monomial, row) coefficient blocks of the dense groups
+    glenoid: np.ndarray        # (3, 3) rows x_g, y_g, z_g in the scapula frame
+    gh_rim: np.ndarray         # (2,) theta_a, phi_a, rad
+    engin: np.ndarray          # (sim.das3.engin.N_PARAMETERS,) Engin's passive shoulder moments; [0] = 1.0 when on
+
+
+# Column indices of ModelArrays.mus. Activation: da/dt = (u - a)(c1 u + c2) with (MUS_C1, MUS_C2) while
+# u >= a and (MUS_C1_FALL, MUS_C2_FALL) while u < a; MUS_KIND selects the contraction model.
+(MUS_FMAX, MUS_LCEOPT, MUS_SEESLACK, MUS_PEESLACK, MUS_PENN_B, MUS_VMAX, MUS_C1, MUS_C2,
+ MUS_KSEE, MUS_KPEE, MUS_K1PEE, MUS_K1SEE, MUS_C1_FALL, MUS_C2_FALL, MUS_KIND) = range(15)
+N_MUS_COLUMNS = 15
+MUSCLE_DAS3, MUSCLE_THELEN2003 = 0, 1
+THELEN_TAU_ACT, THELEN_TAU_DEACT = 0.010, 0.040   # s (John, "Complete Description ...", activation dynamics)
+
+
+@dataclass(frozen=True)
+class Das3Model:
+    """The DAS3 model: names and ranges for people, :attr:`arrays` for the kernels. Immutable."""
+
+    kind: ClassVar[str] = "das3"                 # the plant it drives (sim.mtg.model.MtgModel: "mtg")
+    has_glenohumeral: ClassVar[bool] = True      # GH force and stability are modelled
+
+    config: ModelConfig
+    arrays: ModelArrays
+    dof_names: tuple[str, ...]
+    dof_ranges: np.ndarray
+    muscle_names: tuple[str, ...]
+    muscle_dof_indices: tuple[tuple[int, ...], ...]
+    crosses_gh: np.ndarray
+    equilibrium_state: np.ndarray
+    data_sha256: str
+
+    n_dof: int = N_DOF
+    n_muscles: int = N_MUS
+    n_states: int = N_STATES
+
+    def muscle_index(self, name: str) -> int:
+        """Index of a muscle element by its model name (e.g. ``trapscap1``)."""
+        try:
+            return self.muscle_names.index(name)
+        except ValueError:
+            raise KeyError(f"unknown muscle element {name!r}") from None
+
+
+def _unit(v) -> np.ndarray:
+    v = np.asarray(v, np.float64)
+    return v / np.linalg.norm(v)
+
+
+def _read_model_data() -> tuple[dict, dict, dict, str]:
+    """The parsed model, equilibrium and line-of-action files, and the sha256 of their bytes."""
+    raw = [resources.files("sim.data").joinpath(n).read_bytes()
+           for n in ("das3_model.json", "das3_equilibrium.json", "gh_lines_of_action.json")]
+    return json.loads(raw[0]), json.loads(raw[1]), json.loads(raw[2]), hashlib.sha256(b"".join(raw)).hexdigest()
+
+
+@functools.cache
+def muscle_element_names() -> tuple[str, ...]:
+    """The 138 muscle element names of the shipped model, in model order (for validating configs)."""
+    return tuple(mu["name"] for mu in _read_model_data()[0]["muscles"])
+
+
+@functools.cache
+def joint_location(name: str) -> np.ndarray:
+    """Centre of a joint of the release's joint table in its parent segment's frame, m (e.g. ``rc``, the
+    radiocarpal joint: the wrist, which no kernel needs)."""
+    joints = {j["name"]: j for j in _read_model_data()[0]["joints"]}
+    return readonly(joints[name]["location"])
+
+
+def _joints(m: dict) -> tuple[tuple[str, ...], np.ndarray, np.ndarray, np.ndarray]:
+    """DOF names (checked against DOF_NAMES) and ranges, and each DOF's joint centre and unit axis."""
+    dof_names = tuple(d["name"] for d in m["dofs"])
+    if dof_names != DOF_NAMES:
+        raise ValueError(f"unexpected DOF order in model data: {dof_names}")
+    ranges = np.array([d["range"] for d in m["dofs"]], np.float64)
+    joints = {j["name"]: j for j in m["joints"]}
+    # (joint name, axis key) for each DOF, in DOF order (spec "Kinematics").
+    dof_axes = [("sc1", "r1_axis"), ("sc2", "r2_axis"), ("sc3", "r3_axis"),
+                ("ac1", "r1_axis"), ("ac2", "r2_axis"), ("ac3", "r3_axis"),
+                ("gh1", "r2_axis"), ("gh2", "r3_axis"), ("gh3", "r2_axis"),
+                ("hu", "r1_axis"), ("ur", "r1_axis")]
+    joint_loc = np.array([joints[j]["location"] for j, _ in dof_axes], np.float64)
+    joint_axis = np.array([_unit(joints[j][ax]) for j, ax in dof_axes])
+    return dof_names, ranges, joint_loc, joint_axis
+
+
+def _bodies(m: dict, config: ModelConfig) -> tuple[list, list, list, list]:
+    """Mass, centre of mass (the hand's in the radius frame), inertia and gravity weight of each body."""
+    joints = {j["name"]: j for j in m["joints"]}
+    segs = {s["name"]: s for s in m["segments"]}
+    body_mass, body_com, body_inertia, body_weight = [], [], [], []
+    for name in BODY_SEGMENTS:
+        s = segs[name]
+        body_mass.append(s["mass"])
+        com = np.array(s["mass_center"], np.float64)
+        if name == "handr":
+            com = com + np.array(joints["rc"]["location"], np.float64)
+        body_com.append(com)
+        body_inertia.append(s["inertia"])
+        body_weight.append(1.0 if (name != "handr" or config.hand_weight) else 0.0)
+    return body_mass, body_com, body_inertia, body_weight
+
+
+def _muscle_constants(muscles: list, table: MonomialTable, muscle_model: str = "das3", fmax_scale=None):
+    """Per-muscle constants (MUS_* columns), DOFs crossed and path-length terms; adds their monomials.
+    ``fmax_scale``: a factor on each element's Fmax (:attr:`ModelConfig.strength`)."""
+    if len(muscles) != N_MUS:
+        raise ValueError(f"expected {N_MUS} muscles, found {len(muscles)}")
+    mus = np.zeros((N_MUS, N_MUS_COLUMNS))
+    mus_ndof = np.zeros(N_MUS, np.int64)
+    mus_dofs = -np.ones((N_MUS, 9), np.int64)
+    terms = []  # per muscle: list of (coef, full exponent tuple)
+    for i, mu in enumerate(muscles):
+        fmax, lceopt, slack = float(mu["fmax"]), float(mu["lceopt"]), float(mu["lslack"])
+        fmax *= 1.0 if fmax_scale is None else fmax_scale[i]
+        c2 = 1.0 / mu["tdeact"]
+        c1 = 1.0 / mu["tact"] - c2
+        mus[i, :MUS_C1_FALL] = (fmax, lceopt, slack, mu["PEEslack"], np.sin(mu["pennopt"]), mu["vmax"], c1, c2,
+                                1.0 / (SEE_STRAIN_AT_FMAX * slack) ** 2,       # kSEE (1/m^2)
+                                PEE_REL_FORCE / FL_WIDTH ** 2,                 # kPEE
+                                LINEAR_STIFFNESS * lceopt / fmax,              # k1 of PEE, normalised
+                                LINEAR_STIFFNESS / fmax)                       # k1 of SEE, 1/m
+        mus[i, MUS_C1_FALL:] = (c1, c2, MUSCLE_DAS3)
+        if muscle_model == "thelen2003":     # da/dt = (u - a)/tau_act or (u - a)/tau_deact
+            mus[i, [MUS_C1, MUS_C2, MUS_C1_FALL, MUS_C2_FALL, MUS_KIND]] = (
+                0.0, 1.0 / THELEN_TAU_ACT, 0.0, 1.0 / THELEN_TAU_DEACT, MUSCLE_THELEN2003)
+        dofs = [int(d) for d in mu["dof_indices"]]
+        first = dofs[0] if dofs else 0
+        if dofs != list(range(first, first + len(dofs))):
+            raise ValueError(f"muscle {mu['name']}: DOFs {dofs} are not one contiguous range of the chain "
+                             "(the kernels index a muscle's DOFs as first + k)")
+        mus_ndof[i] = len(dofs)
+        mus_dofs[i, : len(dofs)] = dofs
+        coefs = mu["lcoefs"]
+        rows = np.asarray(mu["lparams"], np.int64).reshape(len(coefs), len(dofs))
+        terms.append([(float(c), full_exponents(r, dofs, N_DOF)) for c, r in zip(coefs, rows)])
+        for _, e in terms[-1]:
+            table.add(e)
+    return mus, mus_ndof, mus_dofs, terms
+
+
+def _loa_fits(loa: dict, names: tuple[str, ...], crosses: np.ndarray, table: MonomialTable):
+    """Muscle index, DOFs and x, y, z polynomial terms of each GH line-of-action fit, the fits over the same
+    DOFs next to each other (each such group is one dense block, ``sim.das3.kernels.polynomials``); adds their monomials."""
+    first: dict[tuple[int, ...], int] = {}
+    for fit in loa["muscles"]:
+        first.setdefault(tuple(fit["dof_indices"]), len(first))
+    fits = sorted(loa["muscles"], key=lambda f: first[tuple(f["dof_indices"])])
+    gh_muscle, fit_dofs, loa_rows = [], [], []
+    for fit in fits:
+        gh_muscle.append(names.index(fit["name"]))
+        fit_dofs.append(tuple(fit["dof_indices"]))
+        for comp in "xyz":
+            row = [(float(c), full_exponents(r, fit["dof_indices"], N_DOF))
+                   for c, r in zip(fit[comp]["coefs"], fit[comp]["exponents"])]
+            for _, e in row:
+                table.add(e)
+            loa_rows.append(row)
+    if sorted(gh_muscle) != list(np.flatnonzero(crosses)):
+        raise ValueError("GH line-of-action fits do not match the muscles that cross GH")
+    return gh_muscle, fit_dofs, loa_rows
+
+
+def _glenoid_axes() -> list[np.ndarray]:
+    """The glenoid frame's x, y, z axes in the scapula frame (x along GLENOID_X, y in the x-y plane)."""
+    xg = _unit(GLENOID_X)
+    yg = _unit(np.array([0.0, 1.0, 0.0]) - xg[1] * xg)
+    return [xg, yg, np.cross(xg, yg)]
+
+
+def load_model(config: ModelConfig | None = None) -> Das3Model:
+    """The immutable model of a :class:`ModelConfig`, built once per process and configuration (a sweep's
+    runs on one worker share it; its arrays are read-only)."""
+    return _build_model(config or ModelConfig())
+
+
+@functools.lru_cache(maxsize=8)
+def _build_model(config: ModelConfig) -> Das3Model:
+    """Build the model from the shipped data files and ``config``."""
+    m, eq, loa, digest = _read_model_data()
+    dof_names, ranges, joint_loc, joint_axis = _joints(m)
+    body_mass, body_com, body_inertia, body_weight = _bodies(m, config)
+    muscles = m["muscles"]
+    table = MonomialTable()
+    names = tuple(mu["name"] for mu in muscles)
+    mus, mus_ndof, mus_dofs, terms = _muscle_constants(muscles, table, config.muscle_model,
+                                                       fmax_scale(config.strength, names))
+    crosses = np.array([bool(mu["crossesGH"]) for mu in muscles])
+    gh_muscle, loa_dofs, loa_rows = _loa_fits(loa, names, crosses, table)
+    arrays = ModelArrays(
+        joint_loc=readonly(joint_loc), joint_axis=readonly(joint_axis),
+        body_frame=readonly(BODY_FRAMES, np.int64), body_mass=readonly(body_mass), body_com=readonly(body_com),
+        body_inertia=readonly(body_inertia), body_weight=readonly(body_weight), gravity=readonly(m["gravity"]),
+        conoid=readonly([*m["conoid_origin"], *m["conoid_insertion"], m["conoid_length"],
+                    m["conoid_stiffness"], m["conoid_eps"]]),
+        contact_points=readonly([m["TSprojection"], m["AIprojection"]]),
+        contact=readonly([*m["thorax_center"], *m["thorax_radii"], m["scap_thorax_k"], m["scap_thorax_eps"]]),
+        hand_com_radius=readonly(body_com[-1]),
+        joint_lo=readonly(ranges[:, 0]), joint_hi=readonly(ranges[:, 1]), joint_mid=readonly(ranges.mean(axis=1)),
+        joint_k=readonly([config.joint_k1, config.joint_k2, config.joint_damping]),
+        mus=readonly(mus), mus_ndof=readonly(mus_ndof, np.int64), mus_dofs=readonly(mus_dofs, np.int64),
+        gh_muscle=readonly(gh_muscle, np.int64), glenoid=readonly(_glenoid_axes()),
+        gh_rim=readonly([config.gh_rim_theta, config.gh_rim_phi]),
+        engin=engin_parameters(config.shoulder_passive == "das3+engin", joint_loc[9], joint_axis[9]),
+        **polynomial_arrays(muscles, terms, loa_dofs, loa_rows, table, N_DOF),
+    )
+    x_eq = np.asarray(eq["x"], np.float64)
+    if x_eq.shape != (N_STATES,):
+        raise ValueError("equilibrium state must have 298 values")
+    model = Das3Model(
+        config=config, arrays=arrays, dof_names=dof_names, dof_ranges=readonly(ranges),
+        muscle_names=names, muscle_dof_indices=tuple(tuple(mu["dof_indices"]) for mu in muscles),
+        crosses_gh=readonly(crosses, np.bool_), equilibrium_state=readonly(x_eq), data_sha256=digest,
+    )
+    if config.muscle_model != "das3":
+        model = replace(model, equilibrium_state=readonly(_fibres_at_rest(model, x_eq)))
+    if config.shoulder_passive != "das3" or config.strength:
+        model = replace(model, equilibrium_state=readonly(_posture_at_rest(model)))
+    return model
+
+
+def fmax_scale(strength: tuple[tuple[str, float], ...], names: tuple[str, ...]) -> np.ndarray:
+    """The factor on each element's Fmax from (element or group, factor) pairs; 1 where unnamed."""
+    scale = np.ones(len(names))
+    for key, factor in strength:
+        scale[element_indices(key, names)] = factor
+    return scale
+
+
+def _posture_at_rest(model: Das3Model) -> np.ndarray:
+    """The variant's own passive equilibrium from the published one: Engin's moments, or muscles of changed
+    strength, turn the arm at the published rest posture, so a run from it would start by settling."""
+    from sim.das3.equilibrium import solve_equilibrium  # local: sim.das3.equilibrium builds on this module
+
+    return solve_equilibrium(model).x
+
+
+def _fibres_at_rest(model: Das3Model, x: np.ndarray) -> np.ndarray:
+    """x with every muscle's s re-solved (g = 0, sdot = 0) at its joint angles and activation: the
+    published equilibrium's fibre state belongs to the DAS3 muscle."""
+    from sim.das3.equilibrium import contraction_states  # local: sim.das3.equilibrium builds on this module
+    from sim.das3.kernels.step import new_plant_work
+
+    x = np.array(x)
+    x[N_DOF:2 * N_DOF] = 0.0
+    contraction_states(model.arrays, new_plant_work(model.arrays), x, np.zeros(N_STATES), x[2 * N_DOF + N_MUS:],
+                       np.zeros(N_LOADS))
+    return x

@@ -1,0 +1,1 @@
+"""Numba infrastructure: the kernel decorators, where compiled kernels are cached, the CPU target, compile progress."""

@@ -1,0 +1,325 @@
+"""The reduced muscle-torque-generator (MTG) arm's model: its MTG parameter file and the constants the kernels
+(:mod:`sim.mtg.kernels`) read, derived from the DAS3 model (segment inertias, elbow and forearm joints, and the
+frozen clavicle and scapula of the published equilibrium).
+
+Parameter file (JSON, ``sim/data/mtg_default.json`` by default; ``hil fit mtg`` writes fitted ones): one entry
+per MTG with its coordinate, direction (+1: the MTG's torque increases the coordinate) and the columns of
+Millard et al. (2019) Table A.2 (tau_o^M, theta_o^A, theta_w^A, omega_max^M, tV(omega_max^E),
+tV(omega_max^C/2), theta_0^PE, theta_1^PE), beta^PE, the activation time constants and the fitting parameters
+p of Eq. (3). Angles in degrees at this edge, radians inside.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+from scipy.optimize import least_squares
+
+from sim.das3.model import HUMERUS_FRAME, LOAD_NAMES, SCAPULA_FRAME, Das3Model
+from sim.errors import UserInputError
+from sim.input_file import InputFileError, read_input_file
+from sim.mtg.curves import ActiveTorqueAngle, FitParameters, MtgCurves, PassiveTorqueAngle, TorqueVelocity
+from sim.mtg.kernels import MtgArrays, bias_and_mass, generalized_forces, kinematics, new_mtg_work
+
+COORDINATES = ("plane_of_elevation", "elevation", "axial_rotation", "elbow_flexion", "pronation")
+"""The reduced arm's generalized coordinates: thoracohumeral YZY angles, DAS3 ELx and PSy."""
+ELEVATION_STOPS_RAD = (math.radians(10.0), math.radians(150.0))
+"""Range of the elevation, beyond which a stop holds the arm: the range of the DAS3 data the MTG curves come
+from (``sim/data/mtg_source``: maximum and passive moments from 10 to 150 deg); it keeps the YZY coordinates off
+their singularity at 0 deg, where plane and axial rotation are undefined. This project's choice."""
+ELEVATION_STOP_K2 = 50000.0
+"""K2 of the elevation stops, N m/rad^2: ten times the DAS3 joint-range constant (spec "Passive joint moments"),
+so that the strongest default MTG at full activation (the depressor, about 170 N m) presses the arm only about
+3.4 deg past the stop. This project's choice."""
+FORMAT = "fes-hil mtg parameters"
+DEFAULT_FILE = "mtg_default.json"
+FIT_KEYS = ("s_a", "s_v", "delta_p_deg", "lambda_p", "s_tau")
+CURVE_KEYS = ("tau_max_nm", "theta_opt_deg", "theta_width_deg", "omega_max_deg_s", "tv_eccentric",
+              "tv_half_concentric", "theta_pe0_deg", "theta_pe1_deg", "beta", "tact_s", "tdeact_s")
+
+
+class MtgParameterError(UserInputError, ValueError):
+    """An MTG parameter file that cannot be used; the message names the file, the MTG and the key."""
+
+
+@dataclass(frozen=True, eq=False)
+class MtgSpec:
+    """One MTG: name, coordinate index, direction u, its curves and fitting parameters, activation constants."""
+
+    name: str
+    coordinate: int
+    direction: int
+    curves: MtgCurves
+    fit: FitParameters
+    tact: float
+    tdeact: float
+    source: str = ""
+
+
+@dataclass(frozen=True, eq=False)
+class MtgParameters:
+    mtgs: tuple[MtgSpec, ...]
+    description: str = ""
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(m.name for m in self.mtgs)
+
+    def index(self, name: str) -> int:
+        return self.names.index(name)
+
+    @property
+    def canonical_json(self) -> str:
+        """The parameters as sorted, compact JSON: what the model identity (``data_sha256``) hashes."""
+        return json.dumps(parameters_json(self), sort_keys=True, separators=(",", ":"))
+
+
+def _number(entry: dict, key: str, where: str) -> float:
+    value = entry.get(key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise MtgParameterError(f"{where}: key {key!r} must be a finite number, got {value!r}")
+    return float(value)
+
+
+def _spec(entry: dict, where: str) -> MtgSpec:
+    if not isinstance(entry, dict):
+        raise MtgParameterError(f"{where}: each MTG must be a table")
+    name = entry.get("name")
+    if not isinstance(name, str) or not name.isidentifier():
+        raise MtgParameterError(f"{where}: 'name' must be an identifier, got {name!r}")
+    where = f"{where} ({name})"
+    coord = entry.get("coordinate")
+    if coord not in COORDINATES:
+        raise MtgParameterError(f"{where}: 'coordinate' must be one of {', '.join(COORDINATES)}, got {coord!r}")
+    direction = entry.get("direction")
+    if direction not in (1, -1) or isinstance(direction, bool):
+        raise MtgParameterError(f"{where}: 'direction' must be 1 or -1, got {direction!r}")
+    v = {k: _number(entry, k, where) for k in CURVE_KEYS}
+    fit_table = entry.get("fit", {})
+    if not isinstance(fit_table, dict) or set(fit_table) - set(FIT_KEYS):
+        raise MtgParameterError(f"{where}: 'fit' takes only {', '.join(FIT_KEYS)}")
+    defaults = {"s_a": 1.0, "s_v": 1.0, "delta_p_deg": 0.0, "lambda_p": 0.0, "s_tau": 1.0}
+    f = {k: _number({**defaults, **fit_table}, k, f"{where}, fit") for k in FIT_KEYS}
+    try:
+        curves = MtgCurves(v["tau_max_nm"], ActiveTorqueAngle(math.radians(v["theta_opt_deg"]),
+                                                              math.radians(v["theta_width_deg"])),
+                           TorqueVelocity(math.radians(v["omega_max_deg_s"]), v["tv_eccentric"],
+                                          v["tv_half_concentric"]),
+                           PassiveTorqueAngle(math.radians(v["theta_pe0_deg"]), math.radians(v["theta_pe1_deg"])),
+                           v["beta"])
+        fit = FitParameters(f["s_a"], f["s_v"], math.radians(f["delta_p_deg"]), f["lambda_p"], f["s_tau"])
+    except ValueError as exc:
+        raise MtgParameterError(f"{where}: {exc}") from None
+    rises_against = -1 if v["theta_pe1_deg"] > v["theta_pe0_deg"] else 1
+    if rises_against != direction:
+        raise MtgParameterError(f"{where}: the passive curve must rise against the MTG's direction "
+                                "(theta_pe1 < theta_pe0 for direction 1, > for -1)")
+    if not (v["tact_s"] > 0.0 and v["tdeact_s"] > 0.0):
+        raise MtgParameterError(f"{where}: tact_s and tdeact_s must be > 0")
+    return MtgSpec(name, COORDINATES.index(coord), int(direction), curves, fit, v["tact_s"], v["tdeact_s"],
+                   str(entry.get("source", "")))
+
+
+def parse_mtg_parameters(data: dict, where: str = "MTG parameters") -> MtgParameters:
+    """Validated parameters from the file's JSON object; every coordinate needs one MTG each way."""
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise MtgParameterError(f"{where}: not an MTG parameter file (needs \"format\": \"{FORMAT}\")")
+    entries = data.get("mtgs")
+    if not isinstance(entries, list) or not entries:
+        raise MtgParameterError(f"{where}: 'mtgs' must be a non-empty list")
+    specs = tuple(_spec(e, f"{where}, mtgs[{i}]") for i, e in enumerate(entries))
+    names = [s.name for s in specs]
+    if len(set(names)) != len(names):
+        raise MtgParameterError(f"{where}: MTG names must be unique")
+    for c, coord in enumerate(COORDINATES):
+        dirs = sorted(s.direction for s in specs if s.coordinate == c)
+        if dirs != [-1, 1]:
+            raise MtgParameterError(f"{where}: {coord} needs exactly one MTG with direction 1 and one with -1")
+    return MtgParameters(specs, str(data.get("description", "")))
+
+
+def load_mtg_parameters(path: str | Path | None = None) -> MtgParameters:
+    """The parameter file at ``path`` (default: the shipped ``sim/data/mtg_default.json``)."""
+    if path is None:
+        text = resources.files("sim.data").joinpath(DEFAULT_FILE).read_text(encoding="utf-8")
+        where = f"sim/data/{DEFAULT_FILE}"
+    else:
+        where = str(path)
+        try:
+            text = read_input_file(path).decode("utf-8")
+        except InputFileError as exc:
+            raise MtgParameterError(str(exc)) from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise MtgParameterError(f"{where}: cannot read: {exc}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise MtgParameterError(f"{where}: not valid JSON: {exc}") from None
+    return parse_mtg_parameters(data, where)
+
+
+def parameters_json(params: MtgParameters, description: str | None = None) -> dict:
+    """The file's JSON object of a parameter set (the inverse of :func:`parse_mtg_parameters`)."""
+    out = []
+    for s in params.mtgs:
+        c = s.curves
+        out.append({
+            "name": s.name, "coordinate": COORDINATES[s.coordinate], "direction": s.direction,
+            "tau_max_nm": c.tau_max, "theta_opt_deg": math.degrees(c.active.theta_opt),
+            "theta_width_deg": math.degrees(c.active.theta_width),
+            "omega_max_deg_s": math.degrees(c.velocity.omega_max), "tv_eccentric": c.velocity.tv_eccentric,
+            "tv_half_concentric": c.velocity.tv_half_concentric,
+            "theta_pe0_deg": math.degrees(c.passive.theta_zero), "theta_pe1_deg": math.degrees(c.passive.theta_one),
+            "beta": c.beta, "tact_s": s.tact, "tdeact_s": s.tdeact,
+            "fit": {"s_a": s.fit.s_a, "s_v": s.fit.s_v, "delta_p_deg": math.degrees(s.fit.delta_p),
+                    "lambda_p": s.fit.lambda_p, "s_tau": s.fit.s_tau},
+            "source": s.source})
+    return {"format": FORMAT, "description": params.description if description is None else description,
+            "mtgs": out}
+
+
+def _stack_curves(curves: list) -> tuple[np.ndarray, np.ndarray]:
+    xs = np.ascontiguousarray(np.stack([c.xs for c in curves]))
+    ys = np.ascontiguousarray(np.stack([c.ys for c in curves]))
+    return xs, ys
+
+
+def _frozen_girdle(das3: Das3Model):
+    """(girdle angles, GH centre, scapula orientation, thoracohumeral angles, elbow, pronation) of the
+    published equilibrium, from the DAS3 model's own kinematics (spec "Outputs" for the YZY angles)."""
+    from sim.das3.kernels.multibody import multibody_eval, new_multibody_work
+    work = new_multibody_work()
+    x = das3.equilibrium_state
+    q = np.ascontiguousarray(x[:das3.n_dof])
+    multibody_eval(das3.arrays, q, np.zeros(das3.n_dof), np.zeros(das3.n_dof), np.zeros(len(LOAD_NAMES)), work)
+    R = work.R[HUMERUS_FRAME, :, :, 0]
+    th = np.array([math.atan2(R[2, 1], -R[0, 1]), math.acos(min(1.0, max(-1.0, R[1, 1]))),
+                   math.atan2(R[1, 2], R[1, 0])])
+    return (q[:6].copy(), work.P[HUMERUS_FRAME, :, 0].copy(), work.R[SCAPULA_FRAME, :, :, 0].copy(), th,
+            float(q[9]), float(q[10]))
+
+
+def _arrays(das3: Das3Model, params: MtgParameters, girdle) -> MtgArrays:
+    A = das3.arrays
+    girdle_q, gh_centre, scap_R = girdle[:3]
+    frame_to_seg = {HUMERUS_FRAME: 0, HUMERUS_FRAME + 1: 1, HUMERUS_FRAME + 2: 2}
+    bodies = [b for b in range(A.body_mass.shape[0]) if int(A.body_frame[b]) in frame_to_seg]
+    ax, ay = _stack_curves([s.curves.a_curve for s in params.mtgs])
+    vx, vy = _stack_curves([s.curves.v_curve for s in params.mtgs])
+    px, py = _stack_curves([s.curves.p_curve for s in params.mtgs])
+    act = np.array([[1.0 / s.tact - 1.0 / s.tdeact, 1.0 / s.tdeact] * 2 for s in params.mtgs])
+    return MtgArrays(
+        gh_centre=gh_centre, elbow_loc=A.joint_loc[9].copy(), elbow_axis=A.joint_axis[9].copy(),
+        pron_loc=A.joint_loc[10].copy(), pron_axis=A.joint_axis[10].copy(),
+        body_seg=np.array([frame_to_seg[int(A.body_frame[b])] for b in bodies], dtype=np.int64),
+        body_mass=A.body_mass[bodies].copy(), body_com=A.body_com[bodies].copy(),
+        body_inertia=A.body_inertia[bodies].copy(), body_weight=A.body_weight[bodies].copy(),
+        gravity=A.gravity.copy(), hand_com=A.hand_com_radius.copy(),
+        damping=np.full(5, das3.config.joint_damping), scapula_R=scap_R, girdle_q=girdle_q,
+        stop_lo=np.array([-np.inf, ELEVATION_STOPS_RAD[0], -np.inf, *das3.dof_ranges[9:11, 0]]),
+        stop_hi=np.array([np.inf, ELEVATION_STOPS_RAD[1], np.inf, *das3.dof_ranges[9:11, 1]]),
+        stop_k2=np.array([0.0, ELEVATION_STOP_K2, 0.0, das3.config.joint_k2, das3.config.joint_k2]),
+        mtg_coord=np.array([s.coordinate for s in params.mtgs], dtype=np.int64),
+        mtg_dir=np.array([float(s.direction) for s in params.mtgs]),
+        mtg_const=np.array([[s.curves.active.theta_opt, s.curves.velocity.omega_max, s.curves.tau_max,
+                             s.curves.beta] for s in params.mtgs]),
+        mtg_fit=np.array([[s.fit.s_a, s.fit.s_v, s.fit.delta_p, s.fit.lambda_a, s.fit.lambda_v, s.fit.lambda_p,
+                           s.fit.s_tau] for s in params.mtgs]),
+        mtg_act=act, a_xs=ax, a_ys=ay, v_xs=vx, v_ys=vy, p_xs=px, p_ys=py)
+
+
+class MtgModel:
+    """The reduced arm: immutable constants (``arrays``), names and the resting state.
+
+    Shares the DAS3 model's interface where the service reads it: ``muscle_names`` are the MTG names (the
+    stimulation map targets MTGs), ``dof_names`` and ``dof_ranges`` are the DAS3 DOFs the sensor frame reports
+    (clavicle and scapula frozen, GH angles derived from the humerus)."""
+
+    kind = "mtg"
+    has_glenohumeral = False
+
+    def __init__(self, das3: Das3Model, params: MtgParameters) -> None:
+        self.das3 = das3
+        self.params = params
+        self.config = das3.config
+        girdle = _frozen_girdle(das3)
+        self.arrays = _arrays(das3, params, girdle)
+        for a in self.arrays:
+            a.flags.writeable = False
+        self.muscle_names = list(params.names)
+        self.n_muscles = len(self.muscle_names)
+        self.dof_names = das3.dof_names
+        self.dof_ranges = das3.dof_ranges
+        self.coordinate_names = COORDINATES
+        self.n_states = 10 + self.n_muscles
+        self.data_sha256 = hashlib.sha256((das3.data_sha256 + params.canonical_json).encode()).hexdigest()
+        self.das3_posture = np.array([*girdle[3], girdle[4], girdle[5]])
+        self._rest = None
+
+    @property
+    def equilibrium_state(self) -> np.ndarray:
+        """The resting state (computed once, read-only)."""
+        if self._rest is None:
+            self._rest = self._rest_state(self.das3_posture)
+            self._rest.flags.writeable = False
+        return self._rest
+
+    def generalized_forces(self, q, qd=None, a=None, loads=None) -> np.ndarray:
+        """Q(q, qd, a) (5,) without inertia of qdd (offline use: allocates)."""
+        work = new_mtg_work(self.arrays.body_mass.shape[0], self.n_muscles)
+        qd = np.zeros(5) if qd is None else np.asarray(qd, dtype=np.float64)
+        a = np.zeros(self.n_muscles) if a is None else np.asarray(a, dtype=np.float64)
+        loads = np.zeros(len(LOAD_NAMES)) if loads is None else np.asarray(loads, dtype=np.float64)
+        generalized_forces(self.arrays, np.asarray(q, dtype=np.float64), qd, a, loads, work)
+        return work.Q.copy()
+
+    def inverse_dynamics(self, q, qd, qdd, loads=None) -> np.ndarray:
+        """(n, 5) coordinate torques T the MTGs must produce along the samples (rows of q, qd, qdd; ``loads`` one
+        row of ``LOAD_NAMES`` for all or one per sample):
+        M qdd = Q_bias - B qd + stops + k_j . (T_c basis_c) (shoulder) + T (elbow, forearm), solved for T."""
+        q, qd, qdd = (np.atleast_2d(np.asarray(v, dtype=np.float64)) for v in (q, qd, qdd))
+        loads = np.zeros(len(LOAD_NAMES)) if loads is None else np.asarray(loads, dtype=np.float64)
+        loads = np.broadcast_to(loads, (q.shape[0], len(LOAD_NAMES)))
+        work = new_mtg_work(self.arrays.body_mass.shape[0], self.n_muscles)
+        out = np.empty((q.shape[0], 5))
+        for j in range(q.shape[0]):
+            bias_and_mass(self.arrays, q[j], qd[j], np.ascontiguousarray(loads[j]), work)
+            needed = work.M @ qdd[j] - work.Q + self.arrays.damping * qd[j] - self.range_stops(q[j])
+            axes = work.axis[:3].T
+            out[j, :3] = np.linalg.solve(axes.T @ axes, needed[:3])
+            out[j, 3:] = needed[3:]
+        return out
+
+    def range_stops(self, q) -> np.ndarray:
+        """(5,) the range-stop moments K2 (lo - q)^2 [q < lo] - K2 (q - hi)^2 [q > hi] (``sim.mtg.kernels``)."""
+        A = self.arrays
+        with np.errstate(invalid="ignore"):
+            below = np.where(q < A.stop_lo, A.stop_k2 * (A.stop_lo - q) ** 2, 0.0)
+            above = np.where(q > A.stop_hi, A.stop_k2 * (q - A.stop_hi) ** 2, 0.0)
+        return below - above
+
+    def shoulder_axes(self, q) -> np.ndarray:
+        """(3, 3) columns e_y, z', y_h: the axes of the YZY joints, i.e. the basis the shoulder MTG and load
+        moments act in (T_plane e_y + T_elev z' + T_axial y_h)."""
+        work = new_mtg_work(self.arrays.body_mass.shape[0], self.n_muscles)
+        kinematics(self.arrays, np.asarray(q, dtype=np.float64), np.zeros(5), work)
+        return work.axis[:3].T.copy()
+
+    def _rest_state(self, start: np.ndarray) -> np.ndarray:
+        """The posture where gravity and the passive MTG moments balance with all activations zero, found from
+        the DAS3 equilibrium posture (least squares: a coordinate without a restoring moment stays put)."""
+        sol = least_squares(lambda q: self.generalized_forces(q), start, x_scale=0.1, xtol=1e-14, ftol=1e-14,
+                            gtol=1e-14, max_nfev=500)
+        x = np.zeros(self.n_states)
+        x[:5] = sol.x
+        return x
+
+
+def load_mtg_model(das3: Das3Model, parameters: str | Path | None = None) -> MtgModel:
+    """The MTG arm on ``das3``'s segments with the parameter file ``parameters`` (default: the shipped one)."""
+    return MtgModel(das3, load_mtg_parameters(parameters))
