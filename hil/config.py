@@ -3,7 +3,8 @@ recording and drivers. ``hil check-config FILE`` validates a file with precise e
 reason); every run records the validated configuration in its recording header.
 
 Units in the file are labelled in the key names (``period_ms``, ``watchdog_timeout_ms``,
-``rom_margin_deg``, ...) and converted to SI / radians here.
+``rom_margin_deg``, ...) and converted to SI / radians when read. Each table is read by its schema
+(:mod:`sim.config_schema`), declared by the module that owns it; :mod:`hil.config_reference` lists them all.
 """
 from __future__ import annotations
 
@@ -11,13 +12,17 @@ import copy
 import math
 import os
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from os import PathLike
 
 from drivers.core.config_table import ConfigTable
-from hil.rt.loop import LoopConfig
-from hil.rt.sensor import SensorModelConfig
-from hil.safety.rules import GH_ACTIONS, SafetyConfig
+from drivers.core.interface import driver_names
+from hil.rt.loop import LOOP_SCHEMA, LoopConfig
+from hil.rt.plants import file_option_names, option_keys, plant_names, plant_type
+from hil.rt.sensor import SENSOR_SCHEMA, SensorModelConfig
+from hil.safety.table import SafetyConfig
+from hil.safety.table import section as safety_section
+from sim.config_schema import Key, Section, from_ms
 from sim.das3.config import ConfigError, ModelConfig, model_config_from_table, not_utf8, unknown_name
 from sim.input_file import InputFileError, read_input_file
 
@@ -26,36 +31,80 @@ TABLES = ("loop", "plant", "model", "stimulation", "safety", "sensor", "metrics"
           "include")
 
 
+#: ``[recording] on_failure``: what a run does when its recording fails (either way it exits 5)
+RECORDING_FAILURE_ACTIONS = ("stop", "continue")
+
+METRICS_SCHEMA = Section("metrics", "The Prometheus /metrics endpoint of a run.", (
+    Key("enabled", "boolean", True, "serve /metrics"),
+    Key("host", "string", "127.0.0.1", "address /metrics listens on"),
+    Key("port", "integer", 9108, "hil serve: this port or refuse to start; hil run: this port if free, else any; "
+        "0: any", lo=0, hi=65535),
+    Key("linger_after_stop_ms", "number", 3000.0, "/metrics stays up this long after a safety stop (a scrape "
+        "sees it)", lo=0.0, hi=60000.0, field="linger_after_stop_s", to_si=from_ms),
+    Key("targets_directory", "string", "runs/prometheus-targets", "where each run writes its Prometheus "
+        "file_sd target"),
+))
+
+RECORDING_SCHEMA = Section("recording", "The run's recording (header, frames, commands, events).", (
+    Key("enabled", "boolean", True, "record the run"),
+    Key("directory", "string", "runs", "directory of the recordings"),
+    Key("on_failure", "string", "stop", "the recorder died or cannot write: stop the run, or go on unrecorded "
+        "(either way the run exits 5)", choices=RECORDING_FAILURE_ACTIONS),
+))
+
+#: ``[plant]`` keys every plant type reads (``type`` and each type's own keys: :func:`plant_section`).
+PLANT_KEYS = (
+    Key("initial", "string", "equilibrium", "initial state: `equilibrium` or a state file (relative to "
+        "this config file)"),
+    Key("scheme", "string", "activation", "input scheme of the plant", choices=SCHEMES),
+)
+
+
+def plant_section() -> Section:
+    """``[plant]``: the common keys, ``type`` (a registered plant type, :mod:`hil.rt.plants`) and every type's
+    own keys, each of which needs its type."""
+    kinds = "; ".join(f"`{name}`: {plant_type(name).doc}" for name in plant_names())
+    own = tuple(replace(key, doc=f"{key.doc}; needs type = \"{owner}\"") for key, owner in option_keys().values())
+    return Section("plant", "The simulated arm.", (
+        *PLANT_KEYS, Key("type", "string", "das3", f"the plant: {kinds}", choices=plant_names()), *own))
+
+
 @dataclass(frozen=True)
 class MetricsConfig:
-    enabled: bool = True
-    host: str = "127.0.0.1"
-    port: int = 9108        # hil serve: this port or refuse to start; hil run: this port if free, else any; 0: any
-    linger_after_stop_s: float = 3.0     # /metrics stays up this long after a safety stop (a scrape sees it)
-    targets_directory: str = "runs/prometheus-targets"   # where each run writes its Prometheus file_sd target
+    enabled: bool = METRICS_SCHEMA.default("enabled")
+    host: str = METRICS_SCHEMA.default("host")
+    port: int = METRICS_SCHEMA.default("port")
+    linger_after_stop_s: float = METRICS_SCHEMA.default("linger_after_stop_s")
+    targets_directory: str = METRICS_SCHEMA.default("targets_directory")
 
 
 @dataclass(frozen=True)
 class RecordingConfig:
-    enabled: bool = True
-    directory: str = "runs"
-    on_failure: str = "stop"     # the recorder died or cannot write: stop the run, or go on unrecorded
-
-
-#: ``[recording] on_failure``: what a run does when its recording fails (either way it exits 5)
-RECORDING_FAILURE_ACTIONS = ("stop", "continue")
+    enabled: bool = RECORDING_SCHEMA.default("enabled")
+    directory: str = RECORDING_SCHEMA.default("directory")
+    on_failure: str = RECORDING_SCHEMA.default("on_failure")
 
 
 @dataclass(frozen=True)
 class PlantConfig:
-    initial: str = "equilibrium"
-    scheme: str = "activation"
-    type: str = "das3"                 # "das3" (the full model) or "mtg" (the reduced MTG arm, sim.mtg.plant)
-    mtg_parameters: str = "default"    # MTG parameter file ("default": sim/data/mtg_default.json)
+    initial: str = plant_section().default("initial")
+    scheme: str = plant_section().default("scheme")
+    type: str = plant_section().default("type")
+    options: dict = field(default_factory=dict)     # the type's own keys (hil.rt.plants.PlantType.options)
 
 
-#: ``[plant] type``
-PLANT_TYPES = ("das3", "mtg")
+def plant_config_from_table(merged: dict, path: str) -> PlantConfig:
+    """``[plant]``; a key of another plant type than ``type`` set to other than its default is refused."""
+    t = ConfigTable.section(merged, "plant", path)
+    values = t.read(plant_section())
+    t.done()
+    kind = plant_type(values["type"])
+    own = () if kind.options is None else tuple(k.name for k in kind.options.keys)
+    for name, (key, owner) in option_keys().items():
+        if name not in own and values[name] != key.default:
+            raise ConfigError(f"{name} needs type = \"{owner}\"", file=path, key=f"plant.{name}")
+    return PlantConfig(initial=values["initial"], scheme=values["scheme"], type=kind.name,
+                       options={name: values[name] for name in own})
 
 
 @dataclass(frozen=True)
@@ -188,16 +237,18 @@ def _merged_document(path: str, tree: _IncludeTree, including: str | None = None
     return _merge_tables(merged, doc)
 
 
-#: File-name keys: (table, key); a relative name means relative to the file that sets it.
-_PATH_KEYS = (("plant", "initial"), ("plant", "mtg_parameters"), ("driver", "file"), ("driver", "dbc"),
-              ("driver", "controller"))
+def _path_keys() -> tuple[tuple[str, str], ...]:
+    """File-name keys: (table, key), the plant types' file options included; a relative name means relative to
+    the file that sets it."""
+    return (("plant", "initial"), *(("plant", k) for k in file_option_names()), ("driver", "file"), ("driver", "dbc"),
+            ("driver", "controller"))
 
 
 def _anchor_relative_paths(doc: dict, base: str) -> None:
     """Make an included file's relative file names absolute, so they keep meaning "relative to this
     file" wherever it is included from (``plant.initial = "equilibrium"`` and ``plant.mtg_parameters =
     "default"`` are not files)."""
-    for table, key in _PATH_KEYS:
+    for table, key in _path_keys():
         entries = doc.get(table)
         for entry in entries if isinstance(entries, list) else [entries]:
             value = entry.get(key) if isinstance(entry, dict) else None
@@ -220,11 +271,6 @@ MAX_RUN_DURATION_S = 30 * 24 * 3600.0
 #: Longest plant step the service accepts (the Rosenbrock scheme's tested range, README "Accuracy").
 MAX_PLANT_STEP_S = 0.006
 
-MIN_TICK_STALL_TIMEOUT_MS = 250.0
-"""The supervisor looks at the tick count every 50 ms, between other work: a shorter stall timeout would take a
-scheduling hiccup of a healthy loop for a stall."""
-
-
 def min_substeps(period_s: float) -> int:
     """Fewest plant sub-steps per tick that keep the step within MAX_PLANT_STEP_S."""
     return max(1, math.ceil(period_s / MAX_PLANT_STEP_S - 1e-9))
@@ -236,67 +282,30 @@ def service_config_from_dict(merged: dict, path: str) -> ServiceConfig:
         if key not in TABLES:
             raise ConfigError(unknown_name("table", key, TABLES), file=path, key=key)
 
-    t = ConfigTable.section(merged, "loop", path)
-    period = t.number("period_ms", 4.0, 1.0, 10.0) / 1000.0
-    substeps = t.integer("substeps", 1, 1, 20)
-    loop = LoopConfig(period_s=period, substeps=substeps, spin_us=t.number("spin_us", 200.0, 0.0, 5000.0),
-                      sched_fifo=t.boolean("sched_fifo", True), priority=t.integer("priority", 80, 1, 99),
-                      cpu=t.integer("cpu", None, 0, 1023), mlock=t.boolean("mlock", True))
-    t.done()
+    loop = ConfigTable.section(merged, "loop", path).build(LOOP_SCHEMA, LoopConfig)
+    period, substeps = loop.period_s, loop.substeps
     step = period / substeps
     if substeps < min_substeps(period):
         raise ConfigError(f"plant step period/substeps = {step * 1e3:g} ms exceeds {MAX_PLANT_STEP_S * 1e3:g} ms, "
                           "beyond the Rosenbrock scheme's tested range; raise substeps", file=path,
                           key="loop.substeps")
 
-    t = ConfigTable.section(merged, "plant", path)
-    plant = PlantConfig(initial=t.string("initial", "equilibrium"), scheme=t.string("scheme", "activation", SCHEMES),
-                        type=t.string("type", "das3", PLANT_TYPES), mtg_parameters=t.string("mtg_parameters", "default"))
-    t.done()
-    if plant.mtg_parameters != "default" and plant.type != "mtg":
-        raise ConfigError("mtg_parameters needs type = \"mtg\"", file=path, key="plant.mtg_parameters")
+    plant = plant_config_from_table(merged, path)
+    kind = plant_type(plant.type)
     model = model_config_from_table(merged.get("model", {}), file=path, prefix="model.")
-    if plant.type == "mtg" and model.strength:
-        raise ConfigError("scales the DAS3 muscles; the mtg plant's strength is its parameter file "
-                          "(plant.mtg_parameters, e.g. from hil fit mtg)", file=path, key="model.strength")
+    refused = None if kind.check is None else kind.check(plant, model)
+    if refused is not None:
+        raise ConfigError(refused[1], file=path, key=refused[0])
 
-    t = ConfigTable.section(merged, "safety", path)
-    watchdog_ms = t.number("watchdog_timeout_ms", 500.0, 1.0, 60000.0)
-    safety = SafetyConfig(
-        watchdog_timeout_s=watchdog_ms / 1000.0,
-        gh_action=t.string("gh_action", "monitor", GH_ACTIONS),
-        gh_threshold=t.number("gh_threshold", 0.0, -1.0, 10.0),
-        gh_zero_hold_s=t.number("gh_zero_hold_ms", 250.0, 0.0, 10000.0) / 1000.0,
-        rom_margin_rad=math.radians(t.number("rom_margin_deg", 5.0, 0.0, 90.0)),
-        rom_action=t.string("rom_action", "monitor", GH_ACTIONS),
-        rom_zero_hold_s=t.number("rom_zero_hold_ms", 250.0, 0.0, 10000.0) / 1000.0,
-        tick_stall_timeout_s=t.number("tick_stall_timeout_ms", max(watchdog_ms, MIN_TICK_STALL_TIMEOUT_MS * 2),
-                                      MIN_TICK_STALL_TIMEOUT_MS, 60000.0) / 1000.0)
-    t.done()
-    if plant.type == "mtg" and safety.gh_action != "monitor":
-        raise ConfigError("the mtg plant has no glenohumeral model (its GH stability is NaN): gh_action must be "
-                          "\"monitor\"", file=path, key="safety.gh_action")
+    safety = ConfigTable.section(merged, "safety", path).build(safety_section(), SafetyConfig)
+    if not kind.has_glenohumeral and safety.gh_action != "monitor":
+        raise ConfigError(f"the {kind.name} plant has no glenohumeral model (its GH stability is NaN): gh_action "
+                          "must be \"monitor\"", file=path, key="safety.gh_action")
 
-    t = ConfigTable.section(merged, "sensor", path)
-    sensor = SensorModelConfig(
-        seed=t.integer("seed", 0, 0, 2**63 - 1),
-        angle_noise_rad=math.radians(t.number("angle_noise_deg", 0.0, 0.0, 45.0)),
-        velocity_noise_rad_s=math.radians(t.number("velocity_noise_deg_s", 0.0, 0.0, 1000.0)),
-        force_noise_n=t.number("force_noise_n", 0.0, 0.0, 1000.0),
-        angle_quantum_rad=math.radians(t.number("angle_quantum_deg", 0.0, 0.0, 45.0)),
-        delay_ticks=int(round(t.number("delay_ms", 0.0, 0.0, 1000.0) / 1000.0 / period)))
-    t.done()
-
-    t = ConfigTable.section(merged, "metrics", path)
-    metrics = MetricsConfig(enabled=t.boolean("enabled", True), host=t.string("host", "127.0.0.1"),
-                            port=t.integer("port", 9108, 0, 65535),
-                            linger_after_stop_s=t.number("linger_after_stop_ms", 3000.0, 0.0, 60000.0) / 1000.0,
-                            targets_directory=t.string("targets_directory", "runs/prometheus-targets"))
-    t.done()
-    t = ConfigTable.section(merged, "recording", path)
-    recording = RecordingConfig(enabled=t.boolean("enabled", True), directory=t.string("directory", "runs"),
-                                on_failure=t.string("on_failure", "stop", RECORDING_FAILURE_ACTIONS))
-    t.done()
+    sensor = ConfigTable.section(merged, "sensor", path).build(
+        SENSOR_SCHEMA, lambda **values: SensorModelConfig.from_schema(values, period))
+    metrics = ConfigTable.section(merged, "metrics", path).build(METRICS_SCHEMA, MetricsConfig)
+    recording = ConfigTable.section(merged, "recording", path).build(RECORDING_SCHEMA, RecordingConfig)
 
     drivers = merged.get("driver", [])
     if not isinstance(drivers, list) or not all(isinstance(d, dict) for d in drivers):
@@ -304,7 +313,6 @@ def service_config_from_dict(merged: dict, path: str) -> ServiceConfig:
     for i, d in enumerate(drivers):
         if not isinstance(d.get("type"), str):
             raise ConfigError("missing 'type' (e.g. \"loopback\")", file=path, key=f"driver[{i}].type")
-        from drivers.core.interface import driver_names
         if d["type"] not in driver_names():
             raise ConfigError(f"unknown driver type {d['type']!r}; available: {', '.join(driver_names())}",
                               file=path, key=f"driver[{i}].type")

@@ -1,4 +1,10 @@
-"""DAS3 shoulder/arm musculoskeletal model: parameters, plant stepper, equilibrium and file formats."""
+"""The plants and their numerics, one subpackage per concept: ``sim.das3`` (the DAS3 shoulder/arm model, its
+parameters, plant stepper and equilibrium; compiled kernels in ``sim.das3.kernels``), ``sim.mtg`` (the reduced
+muscle-torque-generator arm), ``sim.analysis`` (static optimisation, maximum moments, feed-forward, channel
+optimisation), ``sim.fitting`` (MTG parameters from DAS3 and from recorded motion) and ``sim.jit`` (numba's
+decorators, cache and CPU target); beside them the plant base (``plants``), the stimulation map's rule
+(``stimulation_map``), config schemas, input files and the user-input error. ``sim`` imports neither ``drivers``
+nor ``hil``."""
 
 from sim.jit.cache import configure as _configure_numba_cache
 from sim.jit.target import configure as _configure_numba_target

@@ -1,14 +1,115 @@
-"""Shared fixtures: the DAS3 model for the numerical tests of the plant (``sim``), and configs built
-on the shipped ones for the service tests."""
+"""Shared fixtures (the DAS3 models, configs on the shipped ones, a held port, a localhost LSL config) and the
+suite's organisation: the ``e2e`` marker by folder, the ``realtime`` marker by module or test, one xdist group
+that runs the real-time and host-bus tests one at a time, and numba's cache warmed in one process before parallel
+workers start. Plain helper functions live in ``helpers.py``."""
 import os
 import socket
+import subprocess
+import sys
+import tempfile
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
+from helpers import CONFIGS, hil
 
 from sim.das3.config import ModelConfig
 from sim.das3.model import load_model
+
+TESTS = Path(__file__).resolve().parent
+
+REALTIME = {
+    "test_attacks": None,
+    "test_attacks_exporter": None,
+    "test_bench_link": None,
+    "test_bench_platform": None,
+    "test_monitoring": None,
+    "test_p24": None,
+    "test_service_unit": None,
+    "test_tick_stall": None,
+}
+"""Tests whose outcome depends on a real-time loop keeping its clock or on the timing of watchdogs and restarts:
+module -> its test functions so marked (None: all of them)."""
+
+HOST_BUSES = {
+    "test_can": None,
+    "test_lsl": None,
+    "test_mtg_service": {"test_a_can_controller_process_flexes_the_mtg_elbow"},
+    "test_network_exposure": None,
+}
+"""Tests on a bus every process of the host shares: python-can's udp_multicast (one UDP port for every group, so
+a socket hears the groups other sockets joined) and LSL's stream discovery (module -> test functions, None: all)."""
+
+SERIAL_GROUP = "serial"
+"""The xdist group (``--dist loadgroup``) of the realtime and host-bus tests: one worker runs them in turn."""
+
+WARM_UP_CONFIGS = ("elbow-hold.toml", "elbow-hold-mtg.toml")
+"""Shipped configs whose offline run compiles the plants' kernels before parallel workers start."""
+
+
+def _listed(table: dict, item) -> bool:
+    names = table.get(item.path.stem, ())
+    return names is None or getattr(item, "originalname", item.name) in names
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items) -> None:
+    """Marks before xdist reads the groups: ``e2e`` below ``tests/e2e``, ``realtime`` from REALTIME, and the
+    serial group for REALTIME and HOST_BUSES."""
+    for item in items:
+        if TESTS / "e2e" in item.path.parents:
+            item.add_marker(pytest.mark.e2e)
+        realtime = _listed(REALTIME, item)
+        if realtime:
+            item.add_marker(pytest.mark.realtime)
+        if realtime or _listed(HOST_BUSES, item):
+            item.add_marker(pytest.mark.xdist_group(SERIAL_GROUP))
+
+
+def pytest_configure(config) -> None:
+    """The whole suite (no paths given) runs on the workers of ``-n`` in pyproject.toml; chosen files or tests run
+    in this one process unless ``-n`` is given on the command line."""
+    explicit = any(arg.startswith(("-n", "--numprocesses")) for arg in config.invocation_params.args)
+    if not hasattr(config, "workerinput") and config.args_source != pytest.Config.ArgsSource.TESTPATHS \
+            and not explicit:
+        config.option.numprocesses, config.option.dist = 0, "no"
+
+
+def _parallel_controller(config) -> bool:
+    """This process hands tests to two or more xdist workers."""
+    return (not hasattr(config, "workerinput") and (config.getoption("numprocesses", None) or 0) > 1
+            and config.getoption("dist", "no") != "no" and not config.option.collectonly)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session) -> None:
+    """Before xdist starts its workers, compile the kernels once: numba reads, changes and writes back a kernel's
+    cache index without a lock, so workers compiling one kernel at once could lose or swap its entries."""
+    if _parallel_controller(session.config):
+        warm_numba_cache(session.config.pluginmanager.get_plugin("terminalreporter"))
+
+
+def warm_numba_cache(reporter) -> None:
+    """``hil run --offline`` of each of WARM_UP_CONFIGS for a few ticks; a failure is reported and left to the
+    tests that need the plant."""
+    def say(text: str) -> None:
+        if reporter is not None:
+            reporter.write_line(text)
+        else:
+            print(text, file=sys.stderr)
+    with tempfile.TemporaryDirectory() as work:
+        for name in WARM_UP_CONFIGS:
+            t0 = time.monotonic()
+            try:
+                done = hil("run", "--offline", "--config", CONFIGS / name, "--duration", "0.05",
+                           "--record", Path(work) / f"{name}.hilrec", timeout=1800)
+            except subprocess.TimeoutExpired:
+                state = "warm-up timed out"
+            else:
+                lines = done.stderr.strip().splitlines() or [""]
+                state = "ready" if done.returncode == 0 else f"warm-up failed ({lines[-1]})"
+            say(f"numba kernels of configs/{name}: {state} after {time.monotonic() - t0:.0f} s")
 
 
 @pytest.fixture(scope="session")
@@ -29,9 +130,6 @@ def model_hw():
     return load_model(ModelConfig(hand_weight=True))
 
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
-
-
 @pytest.fixture
 def config_over(tmp_path):
     """``config_over(base, text, name)``: write ``tmp_path/name``, a config that includes the shipped
@@ -43,21 +141,6 @@ def config_over(tmp_path):
     return write
 
 
-def write_sweep(tmp_path: Path, duration_s: float, body: str, base: str = "elbow-hold.toml") -> Path:
-    """``tmp_path/sweep.toml``: a sweep of the shipped ``configs/<base>`` for ``duration_s`` with ``body``
-    (its ``[grid]`` / ``[random]`` tables)."""
-    path = tmp_path / "sweep.toml"
-    path.write_text(f'base = "{CONFIGS / base}"\nduration_s = {duration_s}\n' + textwrap.dedent(body))
-    return path
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on now (for exporters and links in tests)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def held_port():
     """A TCP port on 127.0.0.1 held (listening) by this process while the test runs: a stand-in for a
@@ -66,93 +149,6 @@ def held_port():
         s.bind(("127.0.0.1", 0))
         s.listen()
         yield s.getsockname()[1]
-
-
-def metrics_port(ports: dict) -> int:
-    """The metrics exporter's port in the JSON of `hil run --port-file`."""
-    return int(ports["metrics"]["exporter"].rsplit(":", 1)[1])
-
-
-def wait_for_port_file(path: Path, proc, timeout: float = 120.0) -> dict:
-    """The ports a `hil run --port-file` announced, once the file exists (fails if the run exits first)."""
-    import json
-    import time
-    t_end = time.monotonic() + timeout
-    while not path.exists():
-        if proc.poll() is not None:
-            raise AssertionError(f"hil run exited early: {proc.communicate()[1]}")
-        if time.monotonic() > t_end:
-            raise AssertionError("no port file")
-        time.sleep(0.05)
-    return json.loads(path.read_text())
-
-
-class SensorFrames:
-    """Collects the (echo, frame) packets of a sensor-stream tty in a thread while ``proc`` runs."""
-
-    def __init__(self, port: str, proc) -> None:
-        import threading
-
-        import serial
-
-        from drivers.stimulators.sensor_stream import SensorStreamReader
-        self.serial, self.proc = serial.Serial(port, timeout=0.1), proc
-        self.reader, self.frames = SensorStreamReader(), []
-        self.thread = threading.Thread(target=self._read, daemon=True)
-        self.thread.start()
-
-    def _read(self) -> None:
-        import serial
-        while self.proc.poll() is None:
-            try:
-                self.frames.extend(self.reader.feed(self.serial.read(4096)))
-            except serial.SerialException:      # the service closed the pty at the end of the run
-                break
-
-    def close(self) -> None:
-        self.thread.join(2)
-        self.serial.close()
-
-
-def loopback_driver(controller, period_s: float, muscle_names=(), channel_names=(), group_names=(), rate_hz=None,
-                    params=None):
-    """A LoopbackDriver running ``controller`` (reset here with ``params``) every tick, or at ``rate_hz``."""
-    from drivers.controllers.loopback import LoopbackDriver
-    from drivers.controllers.plugin import ControllerSettings
-    from sim.das3.model import DOF_NAMES
-    rate = 1.0 / period_s if rate_hz is None else rate_hz
-    settings = ControllerSettings(period_s=period_s, rate_hz=rate,
-                                  call_period_s=max(1, round(1.0 / (rate * period_s))) * period_s,
-                                  channel_names=tuple(channel_names), muscle_names=tuple(muscle_names),
-                                  group_names=tuple(group_names), dof_names=DOF_NAMES, params=params or {})
-    controller.reset(settings)
-    return LoopbackDriver(controller, settings)
-
-
-def processes() -> dict[int, tuple[int, str]]:
-    """pid -> (parent pid, name) of every process."""
-    out = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            name = stat[stat.index("(") + 1:stat.rindex(")")]
-            out[int(entry.name)] = (int(stat[stat.rindex(")") + 2:].split()[1]), name)
-    return out
-
-
-def descendants(pid: int) -> dict[int, str]:
-    """pid -> name of every process below ``pid``."""
-    table, found, todo = processes(), {}, [pid]
-    while todo:
-        parent = todo.pop()
-        for child, (ppid, name) in table.items():
-            if ppid == parent and child not in found:
-                found[child] = name
-                todo.append(child)
-    return found
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,6 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -18,7 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import serial
-from conftest import CONFIGS, descendants, free_port
+from helpers import CONFIGS, descendants, free_port, hil, shared_memory_of, start_hil
+from helpers import wait_for_port_file as wait_for_file
 
 from drivers.can.local_bus import host_local_group
 from drivers.core.contract import KIND_CHANNEL, KIND_DRIVER_LOST, KIND_REJECTS
@@ -38,26 +38,6 @@ BICEPS = 3          # channel 4 of the default map, 0-based
 
 
 # --- helpers ---------------------------------------------------------------------------------------
-
-def hil(*args, timeout: float = 300, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "hil", *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT, **kw)
-
-
-def start_hil(*args, **kw) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "hil", *map(str, args)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=ROOT, **kw)
-
-
-def wait_for_file(path: Path, proc: subprocess.Popen, timeout: float = 300.0) -> dict:
-    t_end = time.monotonic() + timeout
-    while not path.exists():
-        if proc.poll() is not None:
-            raise AssertionError(f"hil run exited early: {proc.communicate()[1]}")
-        assert time.monotonic() < t_end, "no port file"
-        time.sleep(0.05)
-    return json.loads(path.read_text())
-
 
 def wait_for_ticks(rec: Path, n: int = 10, timeout: float = 60.0) -> None:
     """Until the recording holds ``n`` ticks: the loop runs (the ports are announced just before it starts)."""
@@ -79,10 +59,6 @@ def wait_for_process(parent: int, name: str, timeout: float = 300.0) -> int:
             return pids[0]
         time.sleep(0.05)
     raise AssertionError(f"no process {name} below {parent}: {descendants(parent)}")
-
-
-def shm_segments() -> set[str]:
-    return {p.name for p in Path("/dev/shm").iterdir() if p.name.startswith("psm_")}
 
 
 def serial_config(config_over, extra: str = "", metrics_port: int | None = None) -> Path:
@@ -290,12 +266,12 @@ def test_read_only_recording_directory_fails_at_once(tmp_path, config_over):
 def test_supervisor_sigkill_stops_every_process_and_leaves_no_shared_memory(tmp_path, config_over):
     cfg = serial_config(config_over, metrics_port=free_port())
     rec, ports_file = tmp_path / "run.hilrec", tmp_path / "ports.json"
-    before = shm_segments()
     proc = start_hil("run", "--config", cfg, "--record", rec, "--port-file", ports_file)   # no --duration
     wait_for_file(ports_file, proc)
     helpers = descendants(proc.pid)
     assert {"hil-rt", "hil-recorder", "hil-link-0", "hil-exporter"} <= set(helpers.values()), helpers
     wait_for_ticks(rec, 100)
+    segments = shared_memory_of([proc.pid, *helpers])     # this run's own: other tests may run a service too
     proc.kill()
     proc.wait(10)
     t_end = time.monotonic() + 10
@@ -304,7 +280,7 @@ def test_supervisor_sigkill_stops_every_process_and_leaves_no_shared_memory(tmp_
         time.sleep(0.1)
         alive = {p: n for p, n in alive.items() if Path(f"/proc/{p}").exists()}
     assert not alive, f"still running after the supervisor was killed: {alive}"
-    assert not (shm_segments() - before), "shared memory left behind"
+    assert segments and not {s for s in segments if (Path("/dev/shm") / s).exists()}, "shared memory left behind"
     assert not ports_file.exists(), "the port file of a dead service was left behind"
     reader = RecordingReader(rec)                       # closed properly: nothing torn, replays
     assert not reader.truncated and len(reader.read("ticks")) > 50
@@ -599,7 +575,7 @@ def test_plugin_faults_inside_its_return_are_counted_and_the_watchdog_decides(tm
 def _engine(model, timeout_s=0.02, log_capacity=4096):
     from hil.rt.engine import TickEngine
     from hil.rt.sensor import SensorModel, SensorModelConfig
-    from hil.safety.rules import SafetyConfig
+    from hil.safety.table import SafetyConfig
     from sim.das3.plant import Plant
     return TickEngine(Plant(model, step_s=0.004), None, SafetyConfig(watchdog_timeout_s=timeout_s),
                       SensorModel(SensorModelConfig()), 0.004, 1, ("bad_frame",), log_capacity=log_capacity)

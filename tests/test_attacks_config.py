@@ -4,7 +4,7 @@ import random
 import tomllib
 
 import pytest
-from conftest import CONFIGS
+from helpers import CONFIGS, assert_one_error_line, hil_process
 from typer.testing import CliRunner
 
 from hil.cli import app
@@ -183,29 +183,6 @@ def test_huge_serial_client_timeout_is_a_config_error(config_over, value):
 # -- 4. no input file hangs a command or exhausts its memory ---------------------------------------
 # Run as a process with a bounded address space and a timeout: a command that builds a huge object
 # fails (MemoryError) instead of filling the machine, and one that hangs fails the test instead of the suite.
-
-def hil_process(*args, cwd=None):
-    """``python -m hil ARGS`` in a process with at most 3 GiB of address space; (exit code, stderr)."""
-    import resource
-    import subprocess
-    import sys
-
-    def bounded():
-        resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
-
-    done = subprocess.run([sys.executable, "-m", "hil", *map(str, args)], capture_output=True, text=True,
-                          timeout=120, preexec_fn=bounded, cwd=cwd)
-    return done.returncode, done.stderr
-
-
-def assert_one_error_line(code, stderr, *words):
-    """Exit 2, one non-empty stderr line, 'Error:' and every word in it, no traceback."""
-    lines = [line for line in stderr.splitlines() if line.strip()]
-    assert code == 2, (code, stderr[-2000:])
-    assert len(lines) == 1 and lines[0].startswith("Error:") and "Traceback" not in stderr, stderr[-2000:]
-    for word in words:
-        assert word in lines[0], lines[0]
-
 
 @pytest.fixture
 def fifo(tmp_path):

@@ -8,7 +8,7 @@ import time
 import urllib.request
 
 import pytest
-from conftest import free_port
+from helpers import free_port
 
 from hil.telemetry.exporter import EXPORTER_IDLE_TIMEOUT_S, EXPORTER_MAX_CONNECTIONS, start_exporter
 from hil.telemetry.metrics import MetricsBlock, MetricsSchema, default_schema

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import write_sweep
+from helpers import write_sweep
 from typer.testing import CliRunner
 
 from hil.bench.sweep import default_spec

@@ -55,7 +55,7 @@ class _Status:
 
 
 def test_the_kernels_an_entry_reaches_are_found_from_its_source():
-    from hil.rt.tick_kernel import compute_tick, compute_tick_mtg
+    from hil.rt.plants import compute_tick, compute_tick_mtg
     from hil.service.warmup_progress import tick_kernels
 
     assert reachable_kernels(_top) == {_top, _middle, _leaf}

@@ -38,9 +38,10 @@ def test_a_muscle_whose_dofs_are_not_one_range_is_refused():
     import copy
 
     from sim.das3.kernels.polynomials import MonomialTable
-    from sim.das3.model import _muscle_constants, _read_model_data
+    from sim.das3.model import _muscle_constants
+    from sim.das3.release import read_model_data
 
-    muscles = copy.deepcopy(_read_model_data()[0]["muscles"])
+    muscles = copy.deepcopy(read_model_data()[0]["muscles"])
     _muscle_constants(copy.deepcopy(muscles), MonomialTable())        # the shipped DOFs are accepted
     bad = next(mu for mu in muscles if len(mu["dof_indices"]) == 3)
     bad["dof_indices"] = [bad["dof_indices"][0], bad["dof_indices"][1], bad["dof_indices"][2] + 1]

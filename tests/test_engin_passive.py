@@ -4,12 +4,11 @@ from the module), finite differences of the plant residual, an arm released beyo
 key, ``hil model info``, the figure command and a recording's header."""
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import hil as _hil
 from test_model_fidelity import assert_columns_close, away_from_kinks, central_difference, random_state
 
 from sim.das3 import engin as en
@@ -331,11 +330,6 @@ def test_cli_engin_sinus_writes_the_boundary_and_the_figure(tmp_path):
 
 
 # ---- (5) recording header and replay -------------------------------------------------------------------
-
-def _hil(*args):
-    return subprocess.run([sys.executable, "-m", "hil", *map(str, args)], capture_output=True, text=True,
-                          timeout=300)
-
 
 def test_option_is_recorded_and_replayed_as_that_variant(tmp_path):
     """The [model] table with the option travels in the recording's header and the replay rebuilds the

@@ -3,7 +3,7 @@ import math
 
 import numpy as np
 import pytest
-from conftest import loopback_driver
+from helpers import loopback_driver
 
 from drivers.controllers.builtin import PlaybackController
 from drivers.controllers.loopback import LoopbackDriver
@@ -24,7 +24,8 @@ from hil.rt.engine import TickEngine
 from hil.rt.loop import LoopConfig, RealtimeLoop, deadlines_missed
 from hil.rt.sensor import SensorModel, SensorModelConfig
 from hil.rt.tick import TickBody
-from hil.safety.rules import GHMonitor, RangeOfMotion, SafetyConfig, Watchdog
+from hil.safety.rules import GHMonitor, RangeOfMotion, Watchdog
+from hil.safety.table import SafetyConfig
 from sim.das3.plant import Plant
 
 H = 0.004

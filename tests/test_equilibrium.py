@@ -3,16 +3,13 @@ import math
 
 import numpy as np
 import pytest
+from helpers import rms
 
 from sim.das3.dynamics import residual
 from sim.das3.equilibrium import EquilibriumResult, solve_equilibrium
 from sim.das3.model import N_DOF, N_MUS, N_STATES
 
 IQ, IQD, IS, IA = 0, N_DOF, 2 * N_DOF, 2 * N_DOF + N_MUS
-
-
-def rms(v) -> float:
-    return float(np.sqrt(np.mean(np.square(v))))
 
 
 def check_is_equilibrium(model, r: EquilibriumResult, u=None, loads=None, tol=1e-10):

@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 import pytest
-from conftest import free_port
+from helpers import free_port
 
 from hil.rt.fatigue import DING2003, channel_fitness, fatigue_tick, rested_state
 from hil.rt.stimulation import StimulationModel, load_stimulation_config
@@ -99,7 +99,7 @@ def test_fatigue_grows_with_frequency_and_intensity():
 def _fatigue_engine(model, fatigue="ding2003", period_s=0.004):
     from hil.rt.engine import TickEngine
     from hil.rt.sensor import SensorModel, SensorModelConfig
-    from hil.safety.rules import SafetyConfig
+    from hil.safety.table import SafetyConfig
     from sim.das3.plant import Plant
 
     table = {"fatigue": fatigue, "channel": [{"name": "biceps", "muscles": {"bicl": 1.0, "bicb": 1.0}}]}

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import wait_for_port_file
+from helpers import wait_for_port_file
 
 from drivers.core.contract import STATUS_GH_UNSTABLE, STATUS_WATCHDOG, frame_dtype
 from drivers.ipc.link import AUX_CONNECTED, INBOUND_AUX_WORDS, LINK_RECORD, Inbound, reject_counts

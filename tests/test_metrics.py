@@ -4,7 +4,7 @@ import socket
 import urllib.request
 
 import pytest
-from conftest import free_port
+from helpers import free_port
 from prometheus_client.parser import text_string_to_metric_families
 
 from hil.telemetry.exporter import start_exporter

@@ -12,6 +12,7 @@ from importlib import resources
 
 import numpy as np
 import pytest
+from helpers import rms
 
 from sim.das3.dynamics import jacobians, residual
 from sim.das3.equilibrium import solve_equilibrium
@@ -20,10 +21,6 @@ from sim.das3.plant import Plant
 
 G = 9.80665
 IQ, IQD, IS, IA = 0, N_DOF, 2 * N_DOF, 2 * N_DOF + N_MUS
-
-
-def rms(v) -> float:
-    return float(np.sqrt(np.mean(np.square(v))))
 
 
 def static_residual(model, x):

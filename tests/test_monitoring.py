@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml  # PyYAML, a dependency of dask/distributed
-from conftest import free_port, metrics_port, wait_for_port_file
+from helpers import free_port, metrics_port, wait_for_port_file
 
 from hil.config import MetricsConfig
 from hil.telemetry.metrics import default_schema

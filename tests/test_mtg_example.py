@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
+from helpers import hil
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _hil(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "hil", *args], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    return hil(*args, timeout=600)
 
 
 def test_worked_example_fits_a_weakened_arm_to_a_das3_motion(tmp_path):

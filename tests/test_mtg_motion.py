@@ -46,7 +46,7 @@ def _record(model, directory: Path, co_contraction: float, hand_force_y: float =
         v_before = plant.x[5:10].copy()
         plant.step(u)
         ct = plant.workspace.coord_torque     # T, dT/dq, dT/dqd at the step's start; the step applies them
-        v = plant.x[5:10]                     # linearised to its end (sim.mtg.kernels):
+        v = plant.x[5:10]                     # linearised to its end (sim.mtg.step):
         torques.append(ct[:, 0] + ct[:, 1] * STEP * v + ct[:, 2] * (v - v_before))
         rows.append([t, *plant.outputs.th_angles, plant.outputs.q[9], plant.outputs.q[10], hand_force_y])
     path = directory / "motion.csv"

@@ -1,4 +1,4 @@
-"""The reduced MTG arm (sim.mtg.plant, sim.mtg.kernels): mass matrix, gravity and velocity terms against energy,
+"""The reduced MTG arm (sim.mtg.plant, sim.mtg.arm, sim.mtg.step): mass matrix, gravity and velocity terms against energy,
 the stiff partial derivatives against finite differences, stability at 1-10 ms, bad input."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from sim.das3.config import ModelConfig
 from sim.das3.model import N_LOADS, load_model
 from sim.das3.plant import InvalidInputError, PlantDivergedError
-from sim.mtg.kernels import bias_and_mass, generalized_forces, kinematics, mtg_torques, new_mtg_work
+from sim.mtg.arm import bias_and_mass, generalized_forces, kinematics, mtg_torques, new_mtg_work
 from sim.mtg.model import FORMAT, MtgModel, MtgParameterError, load_mtg_parameters, parse_mtg_parameters
 from sim.mtg.plant import MtgPlant
 

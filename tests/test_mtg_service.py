@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import SensorFrames, wait_for_port_file
+from helpers import SensorFrames, wait_for_port_file
 
 from drivers.can.local_bus import host_local_group
 from drivers.core.contract import STATUS_GH_UNSTABLE

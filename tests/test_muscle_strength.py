@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import write_sweep
+from helpers import write_sweep
 
 from hil.sweep.runner import run_sweep
 from hil.sweep.spec import load_sweep

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from helpers import hil as _hil
 from numpy.lib.recfunctions import repack_fields
 
 from drivers.core.contract import STATUS_OVERRUN
@@ -16,10 +17,6 @@ from hil.recording.hilrec import RecordingReader
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMING = ("deadline_ns", "start_ns", "lateness_ns", "compute_ns", "tick_ns", "skipped_deadlines")
-
-
-def _hil(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "hil", *args], capture_output=True, text=True, cwd=ROOT, timeout=300)
 
 
 def _deterministic(path: Path) -> tuple[np.ndarray, np.ndarray]:

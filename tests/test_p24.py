@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import serial
-from conftest import SensorFrames, wait_for_port_file
+from helpers import SensorFrames, wait_for_port_file
 from science_mode_4 import (
     ChannelPoint,
     DeviceP24,

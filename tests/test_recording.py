@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import hil
 
 from drivers.ipc.shm_ring import ShmRing
 from hil.recording.hilrec import RecordingError, RecordingReader, RecordingWriter
@@ -102,11 +103,6 @@ def test_ring_order_wraparound_and_overflow():
         assert got.tobytes() == r[3:7].tobytes()
     finally:
         ring.release()
-
-
-def hil(*args, **kw):
-    return subprocess.run([sys.executable, "-m", "hil", *map(str, args)], capture_output=True, text=True,
-                          timeout=300, **kw)
 
 
 def test_run_record_replay_export(tmp_path):
@@ -352,8 +348,7 @@ def test_a_header_longer_than_the_bound_is_refused_before_it_is_read(tmp_path):
 
 def recording_command(command, path, tmp_path):
     """``hil COMMAND PATH`` with the options it needs, bounded as tests/test_attacks_config.hil_process."""
-    from conftest import free_port
-    from test_attacks_config import hil_process
+    from helpers import free_port, hil_process
     extra = {"export": ["--csv", tmp_path / "out.csv"], "report": ["--out", tmp_path / "report"],
              "view": ["--port", free_port()], "replay": []}[command]
     return hil_process(command, path, *extra)
@@ -365,7 +360,7 @@ COMMANDS = ["replay", "export", "report", "view"]
 @pytest.mark.parametrize("command", COMMANDS)
 @pytest.mark.parametrize("kind", ["device", "fifo"])
 def test_a_device_or_fifo_as_the_recording_is_one_line(tmp_path, command, kind):
-    from test_attacks_config import assert_one_error_line
+    from helpers import assert_one_error_line
     path = "/dev/zero"
     if kind == "fifo":
         path = tmp_path / "run.hilrec"
@@ -378,7 +373,7 @@ def test_a_device_or_fifo_as_the_recording_is_one_line(tmp_path, command, kind):
                                            ("period 0", "view"), ("period 0", "report"),
                                            ("object records", "replay")])
 def test_a_bad_header_is_one_line_in_each_command(tmp_path, case, command):
-    from test_attacks_config import assert_one_error_line
+    from helpers import assert_one_error_line
     change, words = BAD_HEADERS[case]
     path = rewritten(tmp_path, change)
     assert_one_error_line(*recording_command(command, path, tmp_path), str(path), words)

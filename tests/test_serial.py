@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import serial
-from conftest import SensorFrames, wait_for_port_file
+from helpers import SensorFrames, wait_for_port_file
 
 from drivers.core.contract import frame_dtype
 from drivers.stimulators.rehastim2.codec import CMD_INIT, CMD_START_CLM_ACK, FrameParser, encode_frame

@@ -63,7 +63,7 @@ def test_errors_name_file_key_and_reason(tmp_path, text, key, words):
 
 def test_relative_file_names_in_an_included_file_are_relative_to_that_file(config_over):
     """configs/loopback.toml and can.toml included from elsewhere still find their CSV and DBC."""
-    from conftest import CONFIGS
+    from helpers import CONFIGS
 
     from hil.service.build import build_engine
     cfg = load_service_config(config_over("loopback.toml"))

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import free_port
+from helpers import free_port
 
 from hil.recording.hilrec import RecordingReader
 

@@ -112,7 +112,7 @@ def _emd_engine(model, emd_ms, period_s=0.004):
     from hil.rt.engine import TickEngine
     from hil.rt.sensor import SensorModel, SensorModelConfig
     from hil.rt.stimulation import ChannelConfig, StimulationConfig
-    from hil.safety.rules import SafetyConfig
+    from hil.safety.table import SafetyConfig
     from sim.das3.plant import Plant
 
     channel = ChannelConfig(name="biceps", gains={"bicl": 1.0, "bicb": 1.0}, emd_s=emd_ms * 1e-3)

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import write_sweep
+from helpers import write_sweep
 
 from hil.sweep.spec import load_sweep, variants
 from sim.das3.config import ConfigError
@@ -92,14 +92,14 @@ def test_sweep_on_a_local_dask_cluster_resumes_and_reports_bad_variants(tmp_path
 ], ids=["random-1e12", "grid-1e9", "grid-1e6"])
 def test_a_sweep_of_too_many_runs_is_refused_from_its_counts(tmp_path, body, key, words):
     """Counted from the sizes before a run or a sample is built (built first, 10^12 samples never end)."""
-    from test_attacks_config import assert_one_error_line, hil_process
+    from helpers import assert_one_error_line, hil_process
     sweep = _sweep_file(tmp_path, body)
     assert_one_error_line(*hil_process("sweep", sweep, "--out", tmp_path / "out", "--workers", "0"),
                           str(sweep), f"key {key!r}", words, "at most 100000")
 
 
 def test_a_device_as_the_initial_state_fails_the_sweep_before_any_worker(tmp_path):
-    from test_attacks_config import assert_one_error_line, hil_process
+    from helpers import assert_one_error_line, hil_process
     base = tmp_path / "base.toml"
     base.write_text(f'include = ["{ROOT / "configs" / "elbow-hold.toml"}"]\n[plant]\ninitial = "/dev/zero"\n')
     sweep = tmp_path / "sweep.toml"
@@ -111,7 +111,7 @@ def test_a_device_as_the_initial_state_fails_the_sweep_before_any_worker(tmp_pat
 def test_a_sweep_whose_every_run_fails_names_the_sweep_file_and_key(tmp_path):
     """A typo in a grid key: each run's error names the sweep file's key, not the base config, and the sweep
     exits 2."""
-    from test_attacks_config import assert_one_error_line, hil_process
+    from helpers import assert_one_error_line, hil_process
     sweep = _sweep_file(tmp_path, '[grid]\n"driver.0.kp_ma_per_rx" = [40, 80]\n')
     code, err = hil_process("sweep", sweep, "--out", tmp_path / "out", "--workers", "0")
     assert_one_error_line(code, err, "every run failed (2)", f"{sweep}, swept key 'driver.0.kp_ma_per_rx'",

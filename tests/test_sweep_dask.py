@@ -8,8 +8,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import write_sweep
 from distributed import Client, get_worker
+from helpers import write_sweep
 
 from hil.sweep.runner import _collect, tasks
 from hil.sweep.spec import load_sweep, variants

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import write_sweep
+from helpers import write_sweep
 
 from hil.sweep.report import SweepReportError, sweep_report
 from hil.sweep.runner import run_sweep

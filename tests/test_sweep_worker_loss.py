@@ -15,8 +15,8 @@ from pathlib import Path
 
 import dask
 import pytest
-from conftest import write_sweep
 from distributed import Client, LocalCluster, get_task_stream
+from helpers import write_sweep
 
 from hil.sweep.runner import run_sweep, run_task, tasks
 from hil.sweep.spec import load_sweep, variants

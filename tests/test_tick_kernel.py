@@ -1,19 +1,19 @@
-"""The compiled tick (hil.rt.tick_kernel.compute_tick) against the same tick composed from its documented
-pieces in Python: stimulation map, zero-order hold over the plant's sub-steps, the noise-free frame."""
+"""The compiled tick of the DAS3 plant type (hil.rt.plants.compute_tick) against the same tick composed from its
+documented pieces in Python: stimulation map, zero-order hold over the plant's sub-steps, the noise-free frame."""
 import tomllib
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import loopback_driver
+from helpers import loopback_driver
 
 from drivers.controllers.plugin import ChannelCommand, Controller
 from hil.rt.engine import TickEngine
+from hil.rt.plants import compute_tick
 from hil.rt.sensor import SensorModel, SensorModelConfig
 from hil.rt.stimulation import StimulationModel, load_stimulation_config
 from hil.rt.tick import TickBody
-from hil.rt.tick_kernel import compute_tick
-from hil.safety.rules import SafetyConfig
+from hil.safety.table import SafetyConfig
 from sim.das3.plant import Plant, PlantDivergedError
 
 REPO = Path(__file__).resolve().parents[1]

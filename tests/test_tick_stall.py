@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import descendants, free_port
+from helpers import descendants, free_port, shared_memory_of
 
 from drivers.core.contract import KIND_CHANNEL, KIND_TICK_STALL
 from hil.recording.hilrec import RecordingReader
@@ -70,18 +70,6 @@ def finish(proc: subprocess.Popen, timeout_s: float = 120.0) -> tuple[str, str]:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()
         raise AssertionError(f"hil run did not end within {timeout_s:g} s") from None
-
-
-def shared_memory_of(pids) -> set[str]:
-    """The /dev/shm segments these processes have mapped."""
-    names = set()
-    for pid in pids:
-        try:
-            maps = Path(f"/proc/{pid}/maps").read_text()
-        except OSError:
-            continue
-        names |= {line.split("/dev/shm/")[1] for line in maps.splitlines() if "/dev/shm/psm_" in line}
-    return names
 
 
 def wait_until(condition, proc: subprocess.Popen | None = None, timeout_s: float = 300.0, what: str = "") -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import free_port
+from helpers import free_port
 
 from hil.view.block import BLOCK_DTYPE, ViewBlock, ViewWriter
 
@@ -372,9 +372,13 @@ def browser():
         b.close()
 
 
+VIEWPORT = {"width": 1280, "height": 800}
+"""A laptop's screen: the arm, the glenoid, the stimulation and the alarms must fit it without scrolling."""
+
+
 def _page(browser):
-    """A page and the list its console errors and uncaught exceptions go to."""
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    """A page at VIEWPORT and the list its console errors and uncaught exceptions go to."""
+    page = browser.new_page(viewport=VIEWPORT)
     errors = []
     page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
     page.on("pageerror", lambda e: errors.append(str(e)))
@@ -437,6 +441,41 @@ SHOWN = """() => ({tick: hilView.drawn.tick, t: hilView.drawn.t, gh: hilView.dra
            tickText: document.getElementById('tick').textContent})"""
 
 
+LAYOUT = """() => {
+  const box = el => { const r = el.getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; };
+  const canvas = id => [document.getElementById(id).width, document.getElementById(id).height];
+  return {boxes: Object.fromEntries(["frontal", "sagittal", "glenoid", "alarms", "stim"].map(
+            id => [id, box(document.getElementById(id))])),
+          rights: [...document.querySelectorAll("main .panel")].map(el => box(el)[2]),
+          scroll: [document.documentElement.scrollWidth, document.documentElement.scrollHeight],
+          extent: hilView.extent, canvas: {frontal: canvas("frontal"), sagittal: canvas("sagittal")},
+          labels: hilView.labels};
+}"""
+
+
+def _overlapping(labels: list[dict]) -> list[tuple[str, str]]:
+    """Pairs of labels on one canvas whose boxes overlap."""
+    return [(a["text"], b["text"]) for i, a in enumerate(labels) for b in labels[i + 1:]
+            if a["x0"] < b["x1"] and b["x0"] < a["x1"] and a["y0"] < b["y1"] and b["y0"] < a["y1"]]
+
+
+def _check_layout(page) -> None:
+    """At VIEWPORT: arm, glenoid, stimulation and alarms inside the first screen, the cards across the full width,
+    the thorax and arm drawn large in their card, and no label on a canvas over another."""
+    shown = page.evaluate(LAYOUT)
+    width, height = VIEWPORT["width"], VIEWPORT["height"]
+    for name, (left, top, right, bottom) in shown["boxes"].items():
+        assert 0 <= left and right <= width and 0 <= top and bottom <= height, (name, shown["boxes"][name])
+    assert shown["scroll"][0] <= width                                     # no sideways scrolling
+    assert max(shown["rights"]) > 0.95 * width                             # no empty right side
+    for plane in ("frontal", "sagittal"):
+        x0, y0, x1, y1 = shown["extent"][plane]                            # px: the thorax and the arm
+        spread = np.array([x1 - x0, y1 - y0]) / np.array(shown["canvas"][plane])
+        assert spread.max() > 0.55, (plane, spread)                        # of the card's width or height
+    for canvas, labels in shown["labels"].items():
+        assert _overlapping(labels) == [], canvas
+
+
 def _recorded(rec: Path) -> np.ndarray:
     from hil.recording.hilrec import RecordingReader
     return RecordingReader(rec).read("ticks")
@@ -481,6 +520,7 @@ def test_live_view_follows_the_run(browser, live_run, model, tmp_path):
     assert np.count_nonzero(np.abs(_png(first_arm) - _png(page.locator("#frontal").screenshot())).sum(-1) > 30) > 200
     assert max(fps) > 0, fps                          # drawing (the frame rate is measured, not asserted)
     page.wait_for_function("window.hilView.drawn.t > 3.0", timeout=20_000)
+    _check_layout(page)
     shot = SCREENSHOT if os.environ.get("FES_HIL_SCREENSHOT") == "1" else tmp_path / "live.png"
     shot.parent.mkdir(exist_ok=True)
     page.screenshot(path=str(shot), full_page=True)
@@ -513,8 +553,14 @@ def test_replay_plays_pauses_seeks_and_changes_speed(browser, live_run, model):
         page.goto(f"http://127.0.0.1:{port}/")
         page.wait_for_function("window.hilView.drawn", timeout=20_000)
         assert page.text_content("#mode") == "replay"
+        assert page.evaluate("hilView.first") == 0 and page.text_content("#play") == "pause"   # drawn, playing
+        page.wait_for_function("window.hilView.drawn.t > 2.0", timeout=20_000)
+        assert min(page.evaluate("hilView.charts['angles-th']")) > 50        # the traces fill without a click
+        _check_layout(page)
+        page.click("#play")                                                  # pause
+        page.eval_on_selector("#seek", "el => { el.value = '0'; el.dispatchEvent(new Event('input')); }")
+        page.wait_for_function("window.hilView.drawn.tick === 0", timeout=10_000)
         start = page.evaluate(SHOWN)
-        assert start["tick"] == 0
         rate = {speed: _play_rate(page, speed) for speed in ("1", "4")}
         assert 0.6 < rate["1"] < 1.3 and 2.5 < rate["4"] / rate["1"] < 6, rate    # s of run per s, ratio
         played = page.evaluate(SHOWN)

@@ -117,13 +117,10 @@ class Controller(ABC):
         return {}
 
 
-def _builtin(name: str):
-    from drivers.controllers import builtin as builtin_controllers
-    return getattr(builtin_controllers, name)
-
-
-BUILTIN = {"playback": "PlaybackController", "elbow_hold": "ElbowHoldController"}
-"""The built-in controllers, also registered as entry points (found here when the package is not installed)."""
+BUILTIN = {"playback": "drivers.controllers.builtin:PlaybackController",
+           "elbow_hold": "drivers.controllers.builtin:ElbowHoldController"}
+"""The built-in controllers by name, as ``module:Class`` like their entry points (found here when the package is
+not installed); loaded by name as any plug-in is, since :mod:`drivers.controllers.builtin` builds on this module."""
 
 
 def _from_file(path: str, class_name: str):
@@ -155,7 +152,8 @@ def controller_class(spec: str, base_dir: str = "."):
             if found:
                 cls = found[0].load()
             elif spec in BUILTIN:
-                cls = _builtin(BUILTIN[spec])
+                module, class_name = BUILTIN[spec].split(":")
+                cls = getattr(importlib.import_module(module), class_name)
             else:
                 known = [*BUILTIN, *sorted({ep.name for ep in entry_points(ENTRY_POINT_GROUP)} - set(BUILTIN))]
                 raise ControllerLoadError(f"unknown controller {spec!r}: give module:Class, file.py:Class or one of "

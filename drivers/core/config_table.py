@@ -7,10 +7,10 @@ import difflib
 import math
 from os import PathLike
 
+from sim.config_schema import REQUIRED, Derived, Key, Section
 from sim.das3.config import ConfigError, unknown_name
 
-#: Default of a :class:`ConfigTable` key that must be given.
-REQUIRED = object()
+__all__ = ["REQUIRED", "ConfigTable"]
 
 
 def _range_text(lo: float, hi: float, lo_exclusive: bool) -> str:
@@ -96,6 +96,41 @@ class ConfigTable:
         if not isinstance(v, dict):
             raise self.error(key, f"must be a table of {what}")
         return v
+
+    def key(self, key: Key, read: dict | None = None, default=None):
+        """The value of a schema key in file units; ``read`` holds the keys read before it (for a derived
+        default); ``default`` replaces a derived default the schema cannot compute (a channel's position)."""
+        if isinstance(key.default, Derived):
+            default = key.default.compute(read or {}) if default is None else default
+        else:
+            default = key.default
+        if key.kind == "number":
+            return self.number(key.name, default, key.lo, key.hi, key.lo_exclusive, key.why)
+        if key.kind == "integer":
+            return self.integer(key.name, default, key.lo, key.hi)
+        if key.kind == "boolean":
+            return self.boolean(key.name, default)
+        if key.kind == "string":
+            return self.string(key.name, default, key.choices)
+        if key.kind == "strings":
+            return self.strings(key.name, default, key.choices)
+        if key.kind == "table":
+            return self.table(key.name, key.why)
+        return self.get(key.name, default)
+
+    def read(self, section: Section) -> dict:
+        """Every key of ``section``, in its order, as {dataclass field: value in SI}; :meth:`done` is left to
+        the caller (a table may hold keys read elsewhere)."""
+        read: dict = {}
+        for key in section.keys:
+            read[key.name] = self.key(key, read)
+        return {key.field: key.si(read[key.name]) for key in section.keys}
+
+    def build(self, section: Section, make):
+        """``make(**fields)`` from every key of ``section``, then :meth:`done`."""
+        made = make(**self.read(section))
+        self.done()
+        return made
 
     def done(self) -> None:
         """Reject keys no getter asked for."""

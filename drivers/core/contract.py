@@ -32,11 +32,6 @@ STATUS_STOPPING = _BIT["stopping"]
 STATUS_ROM_ZEROED = _BIT["rom_zeroed"]
 
 
-def status_bits_text() -> str:
-    """'1 watchdog, 2 gh_unstable, 4 overrun, ...': the status column's bits, for help texts and docs."""
-    return ", ".join(f"{1 << i} {name}" for i, (name, _) in enumerate(STATUS_BITS))
-
-
 def frame_dtype(n_dofs: int = len(DOF_NAMES)) -> np.dtype:
     """The sensor frame record (little-endian, fixed size) of a model with ``n_dofs`` joint angles."""
     return np.dtype([

@@ -10,7 +10,8 @@ therefore starts one **link process** per transport and talks to it through shar
     read, decode, validate             --->  inbound ShmRing (LINK_RECORD)   ---> fetch(): sink calls
     encode, write feedback             <---  outbound ShmRing (echo + frame) <--- publish() + wake byte
 
-  The link process's side (its target, scheduling and I/O loops) is :mod:`drivers.ipc.link_process`: one
+  The link process's side is :mod:`drivers.ipc.link_process` (its target, scheduling and I/O loops) with
+  :mod:`drivers.ipc.link_endpoint` (the records, the inbound writer and the transport's endpoint): one
   thread serves both directions with ``select`` on the wake socket and the transport's descriptor
   (serial ptys/ttys, SocketCAN, udp_multicast), feedback first; a transport without a descriptor gets a
   receiver thread that blocks in it while the main thread sends.
@@ -38,26 +39,37 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import socket
-import threading
-from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 import numpy as np
 
 from drivers.core.contract import KIND_CHANNEL, KIND_EXCITATION, KIND_HEARTBEAT, REJECT_REASONS
 from drivers.core.interface import CommandSink, Driver, DriverInitializationError
+from drivers.ipc.link_endpoint import (
+    AUX_CONNECTED,
+    AUX_FRAMES_IN,
+    AUX_FRAMES_OUT,
+    AUX_REJECT_BASE,
+    AUX_REJECTS_TOTAL,
+    AUX_SEND_ERRORS,
+    INBOUND_AUX_WORDS,
+    INBOUND_CAPACITY,
+    LINK_RECORD,
+    OUTBOUND_CAPACITY,
+    Inbound,
+    LinkEndpoint,
+    feedback_dtype,
+    reject_counts,
+)
+from drivers.ipc.link_process import run_link
 from drivers.ipc.process import HelperStartError, start_helper, stop_process
 from drivers.ipc.shm_ring import ShmRing
 
-#: One command (or rejection) from a transport, as the link hands it to the loop.
-LINK_RECORD = np.dtype([
-    ("receive_ns", "<i8"),    # CLOCK_MONOTONIC when the frame was read (link process)
-    ("seq", "<i4"),           # transport sequence number (CAN counter, ScienceMode COUNTER), -1: none
-    ("kind", "u1"),           # KIND_CHANNEL / KIND_EXCITATION / KIND_HEARTBEAT (rejects are counted in aux)
-    ("pad", "u1"),             # keeps index 2-byte aligned
-    ("index", "<i2"),         # channel (0-based, the loop's channel list) or muscle element
-    ("values", "<f8", (4,)),  # channel: pw us, amp mA, freq Hz, mode; excitation: u
-])
+#: the names of :mod:`drivers.ipc.link_endpoint` a transport needs, here too: a transport imports one module
+__all__ = ["AUX_CONNECTED", "AUX_FRAMES_IN", "AUX_FRAMES_OUT", "AUX_REJECT_BASE", "AUX_REJECTS_TOTAL",
+           "AUX_SEND_ERRORS", "INBOUND_AUX_WORDS", "INBOUND_CAPACITY", "KIND_CHANNEL", "KIND_EXCITATION",
+           "KIND_HEARTBEAT", "LINK_RECORD", "MAX_RECORDS_PER_FETCH", "OUTBOUND_CAPACITY", "Inbound", "LinkDriver",
+           "LinkEndpoint", "LinkSpec", "feedback_dtype", "link_scheduling_keys", "reject_counts"]
 
 #: The same bytes as :data:`LINK_RECORD` with the four values as scalar fields: ``.item(i)`` of a view
 #: with this dtype gives one tuple of Python numbers per record (one numpy call instead of one per field).
@@ -68,117 +80,7 @@ _LINK_RECORD_FLAT = np.dtype({
     + [LINK_RECORD.fields["values"][1] + 8 * k for k in range(4)],
     "itemsize": LINK_RECORD.itemsize})
 
-AUX_CONNECTED, AUX_FRAMES_IN, AUX_FRAMES_OUT, AUX_SEND_ERRORS, AUX_REJECTS_TOTAL = range(5)
-AUX_REJECT_BASE = 8                  # aux[AUX_REJECT_BASE + r]: frames rejected for REJECT_REASONS[r]
-INBOUND_AUX_WORDS = AUX_REJECT_BASE + len(REJECT_REASONS)
-INBOUND_CAPACITY = 8192
-OUTBOUND_CAPACITY = 1024
 MAX_RECORDS_PER_FETCH = 512
-
-
-def feedback_dtype(frame_dtype: np.dtype) -> np.dtype:
-    """What the loop hands the link per tick: the sensor frame and the echoed sequence number."""
-    return np.dtype([("echo_seq", "<i4"), ("frame", frame_dtype)])
-
-
-def reject_counts(ring: ShmRing) -> dict[str, int]:
-    """The link's reject counts by reason (non-zero ones), read from an inbound ring's aux words."""
-    counts = ring.aux[AUX_REJECT_BASE:AUX_REJECT_BASE + len(REJECT_REASONS)]
-    return {REJECT_REASONS[r]: int(counts[r]) for r in np.flatnonzero(counts)}
-
-
-class Inbound:
-    """Link-side writer of :data:`LINK_RECORD` s (single producer: call from one thread only)."""
-
-    def __init__(self, ring: ShmRing) -> None:
-        if ring.aux.shape[0] < INBOUND_AUX_WORDS:
-            raise ValueError(f"an inbound ring needs {INBOUND_AUX_WORDS} aux words (the reject counters)")
-        self.ring = ring
-        self._rec = np.zeros(1, LINK_RECORD)
-        self._reason = {r: i for i, r in enumerate(REJECT_REASONS)}
-
-    def _push(self, receive_ns: int, seq: int, kind: int, index: int,
-              v0: float = 0.0, v1: float = 0.0, v2: float = 0.0, v3: float = 0.0) -> None:
-        r = self._rec[0]
-        r["receive_ns"], r["seq"], r["kind"], r["index"] = receive_ns, seq, kind, index
-        r["values"] = (v0, v1, v2, v3)
-        self.ring.push(self._rec)
-
-    def channel(self, receive_ns: int, seq: int, channel: int, pulse_width_us: float, amplitude_ma: float,
-                frequency_hz: float, mode: int) -> None:
-        self._push(receive_ns, seq, KIND_CHANNEL, channel, pulse_width_us, amplitude_ma, frequency_hz, mode)
-
-    def excitation(self, receive_ns: int, seq: int, muscle: int, value: float) -> None:
-        self._push(receive_ns, seq, KIND_EXCITATION, muscle, value)
-
-    def group_excitation(self, receive_ns: int, seq: int, group: int, value: float) -> None:
-        """One excitation for every element of muscle group ``group`` (index into the driver's
-        ``group_names``), recorded as index -1 - group (``drivers.core.contract.KIND_EXCITATION``)."""
-        self._push(receive_ns, seq, KIND_EXCITATION, -1 - group, value)
-
-    def heartbeat(self, receive_ns: int, seq: int = -1) -> None:
-        self._push(receive_ns, seq, KIND_HEARTBEAT, -1)
-
-    def reject(self, receive_ns: int, reason: str, seq: int = -1) -> None:
-        """A frame the transport could not accept; ``reason`` must be one of REJECT_REASONS. Counted, not
-        pushed: the per-reason counter first, then the total the loop watches."""
-        aux = self.ring.aux
-        aux[AUX_REJECT_BASE + self._reason[reason]] += 1
-        aux[AUX_REJECTS_TOTAL] += 1
-
-    def set_connected(self, connected: bool) -> None:
-        self.ring.aux[AUX_CONNECTED] = 1 if connected else 0
-
-    def count_in(self, n: int = 1) -> None:
-        self.ring.aux[AUX_FRAMES_IN] += n
-
-
-class LinkEndpoint(ABC):
-    """The transport side of a link; built and used inside the link process only.
-
-    Subclasses take plain (picklable) keyword arguments in ``__init__`` and must not open anything
-    there: :meth:`open` does, and returns the ports to announce (e.g. ``{"stimulator": "/dev/pts/4"}``).
-    Receiving is split so that one thread can serve both directions: :meth:`receive` handles what
-    arrived (waiting at most ``timeout_s``), :meth:`periodic` does time-driven work (timeouts, resends).
-    """
-
-    #: how often periodic() must run at least, s
-    poll_interval_s = 0.05
-    #: the inbound writer, set by the link loop (None in tests that drive an endpoint directly)
-    inbound: Inbound | None = None
-
-    @abstractmethod
-    def open(self) -> dict[str, str]:
-        """Open the transport; raise with a clear message when it cannot be opened."""
-
-    def fileno(self) -> int | None:
-        """A file descriptor that becomes readable when frames arrive (None: no such descriptor)."""
-        return None
-
-    @abstractmethod
-    def receive(self, inbound: Inbound, timeout_s: float) -> None:
-        """Read, decode, validate and push everything that arrived, waiting at most ``timeout_s``."""
-
-    def periodic(self, inbound: Inbound) -> None:
-        """Time-driven work (connection timeouts, resends)."""
-
-    def feed_stopped(self) -> None:
-        """The loop has stopped feeding this link (a stalled tick): show every stimulation output as zero.
-        Called once per stop, in the link process's main thread. Transports that send no stimulation
-        (ScienceMode, CAN: the loop alone applies it) have nothing to zero."""
-
-    @abstractmethod
-    def send_feedback(self, records: np.ndarray, stats: np.ndarray) -> None:
-        """Send these :func:`feedback_dtype` records; count in ``stats`` (the aux words)."""
-
-    def receive_forever(self, inbound: Inbound, stop: threading.Event) -> None:
-        """Receive until ``stop`` is set (the receiver thread of transports without a descriptor)."""
-        while not stop.is_set():
-            self.receive(inbound, self.poll_interval_s)
-            self.periodic(inbound)
-
-    def close(self) -> None:
-        """Release the transport."""
 
 
 @dataclass(frozen=True)
@@ -215,8 +117,6 @@ class LinkDriver(Driver):
                  out_dtype: np.dtype | None = None) -> None:
         """``out_dtype``: the outbound record (default :func:`feedback_dtype`; a subclass that fills its own
         record sends it with :meth:`_send_out`)."""
-        from drivers.ipc.link_process import run_link  # here, not at the top: link_process imports this module
-
         self._proc = None
         self.group_names = tuple(group_names)   # muscle groups by the index a group record carries
         self._in = ShmRing.create(LINK_RECORD, INBOUND_CAPACITY, INBOUND_AUX_WORDS)

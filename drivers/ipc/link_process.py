@@ -2,8 +2,8 @@
 
 :func:`run_link` is the process target the driver starts. It ignores SIGINT (the supervisor decides),
 asks for the parent-death signal, sets its scheduling (:func:`link_scheduling`: SCHED_FIFO below the loop,
-every CPU but the loop's), attaches the inbound and outbound rings of :mod:`drivers.ipc.link` and opens its
-:class:`drivers.ipc.link.LinkEndpoint`, reporting start-up errors to the driver through the pipe. Then one
+every CPU but the loop's), attaches the inbound and outbound rings of :mod:`drivers.ipc.link_endpoint` and opens
+its :class:`drivers.ipc.link_endpoint.LinkEndpoint`, reporting start-up errors to the driver through the pipe. Then one
 thread serves both directions with ``select`` on the wake socket and the transport's descriptor (serial
 ptys/ttys, SocketCAN, udp_multicast), feedback first; a transport without a descriptor gets a receiver
 thread that blocks in it while the main thread sends. It exits when the outbound ring is closed (driver
@@ -21,7 +21,14 @@ import time
 
 import numpy as np
 
-from drivers.ipc.link import AUX_CONNECTED, INBOUND_AUX_WORDS, INBOUND_CAPACITY, LINK_RECORD, OUTBOUND_CAPACITY, Inbound
+from drivers.ipc.link_endpoint import (
+    AUX_CONNECTED,
+    INBOUND_AUX_WORDS,
+    INBOUND_CAPACITY,
+    LINK_RECORD,
+    OUTBOUND_CAPACITY,
+    Inbound,
+)
 from drivers.ipc.process import die_with_parent
 from drivers.ipc.shm_ring import ShmRing
 
@@ -100,7 +107,7 @@ FEED_STALL_S = 0.25
 
 
 class FeedWatch:
-    """Zeroes what the transport shows (:meth:`drivers.ipc.link.LinkEndpoint.feed_stopped`), once, when the loop
+    """Zeroes what the transport shows (:meth:`drivers.ipc.link_endpoint.LinkEndpoint.feed_stopped`), once, when the loop
     stops feeding the link: a stalled loop cannot do it, and its last stimulation must not stay shown."""
 
     def __init__(self, endpoint) -> None:

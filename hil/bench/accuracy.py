@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from sim.das3.plant import Plant
+from sim.das3.reference import simulate_reference
+
 
 def _ramp(model, duration_s: float):
     """Every muscle's excitation at time t: t / duration, held at 1 after it."""
@@ -22,8 +25,6 @@ def _n_steps(step_s: float, duration_s: float) -> int:
 
 def plant_angles(model, step_s: float, duration_s: float, scheme: str) -> np.ndarray:
     """Joint angles (rad) of the fixed-step plant at every step of the ramp, the initial state included."""
-    from sim.das3.plant import Plant
-
     ramp = _ramp(model, duration_s)
     n = _n_steps(step_s, duration_s)
     plant = Plant(model, step_s=step_s, scheme=scheme)
@@ -37,8 +38,6 @@ def plant_angles(model, step_s: float, duration_s: float, scheme: str) -> np.nda
 
 def reference_angles(model, step_s: float, duration_s: float, rtol: float) -> tuple[np.ndarray, dict]:
     """Joint angles (rad) of the Radau reference at the plant's step times, and the solver's statistics."""
-    from sim.das3.reference import simulate_reference
-
     t_eval = np.arange(_n_steps(step_s, duration_s) + 1) * step_s
     _, x_ref, info = simulate_reference(model, model.equilibrium_state, _ramp(model, duration_s), t_eval,
                                         rtol=rtol, atol=rtol / 10)

@@ -28,7 +28,10 @@ from hil.bench.lsl_peer import lsl_driver_table, lsl_peer, lsl_peer_name
 from hil.bench.p24_peer import p24_peer
 from hil.bench.peers import baseline_responder, can_peer, serial_peer
 from hil.bench.platform import cpu_model, steal_delta_ms, steal_s, udp_receive_buffer_errors, unbound_workqueue_cpus
+from hil.config import min_substeps
 from hil.service.run_result import RunResult
+from hil.service.supervisor import ServiceRun
+from sim.das3.model import load_model
 
 ROOT = Path(__file__).resolve().parents[2]
 DBC = ROOT / "configs" / "fes-hil.dbc"
@@ -85,8 +88,6 @@ def feedback_set(choice: str, rate_hz: float) -> list[str]:
 
 def _write_config(work: Path, transport: str, rate_hz: float, feedback: str, group: str) -> Path:
     """The service config of one measurement: the loop at ``rate_hz`` (on the last CPU) and the transport."""
-    from hil.config import min_substeps
-
     period = 1.0 / rate_hz
     cpu = os.cpu_count() or 1
     text = CONFIG.format(period_ms=period * 1e3, substeps=min_substeps(period),
@@ -110,7 +111,6 @@ def _start_baseline(ctx, transport: str, rate_hz: float, duration_s: float, feed
                     port_file: Path, results):
     """The :func:`~hil.bench.peers.baseline_responder` process in place of the service."""
     if transport == "can":
-        from sim.das3.model import load_model
         args = dict(interface="udp_multicast", channel=group, dbc_path=str(DBC),
                     muscle_names=list(load_model().muscle_names), feedback=tuple(feedback_set(feedback, rate_hz)))
     else:
@@ -161,8 +161,6 @@ def run_link_bench(transport: str, rate_hz: float, duration_s: float, feedback: 
                    baseline: bool = False) -> dict:
     """One measurement: service at ``rate_hz`` with the transport, the peer for ``duration_s``; with
     ``baseline`` the :func:`~hil.bench.peers.baseline_responder` instead of the service."""
-    from hil.service.supervisor import ServiceRun
-
     work = Path(tempfile.mkdtemp(prefix="hil-bench-link-"))
     group = host_local_group(random.randint(1, 0xFFFF))
     cfg = _write_config(work, transport, rate_hz, feedback, group)

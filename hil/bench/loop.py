@@ -12,6 +12,10 @@ import urllib.request
 from pathlib import Path
 
 from hil.bench.platform import cpu_model, free_port, steal_delta_ms, steal_s
+from hil.config import min_substeps
+from hil.service import build as service
+from hil.service.supervisor import ServiceRun
+from hil.view.host import ViewHost, ViewOptions
 
 LOOP_CONFIG = """
 [loop]
@@ -52,8 +56,6 @@ def loop_cpu() -> int:
 
 def write_loop_config(work: Path, period_s: float, spin_us: float, cpu: int, port: int) -> Path:
     """The benchmark's service config and its excitation file in ``work``; returns the config's path."""
-    from hil.config import min_substeps
-
     (work / "excitation.csv").write_text(EXCITATION_CSV)
     cfg_path = work / "bench.toml"
     cfg_path.write_text(LOOP_CONFIG.format(period_ms=period_s * 1e3, substeps=min_substeps(period_s), port=port,
@@ -66,10 +68,7 @@ def _scraped_run(cfg_path: Path, duration_s: float, scrape_interval_s: float, cp
     """Run the service to its end, scraping ``/metrics`` every ``scrape_interval_s`` while it runs (and serving
     the live view on ``view_port`` when given): (run summary, scrapes, failed scrapes, steal on ``cpu``
     before, after)."""
-    from hil.service import build as service
-    from hil.service.supervisor import ServiceRun, ViewOptions
-
-    run = ServiceRun(str(cfg_path), duration_s, view=None if view_port is None else ViewOptions(view_port))
+    run = ServiceRun(str(cfg_path), duration_s, view=None if view_port is None else ViewHost(ViewOptions(view_port)))
     steal_before = steal_s(cpu)
     scrapes = failures = 0
     try:

@@ -23,6 +23,7 @@ import os
 import numpy as np
 
 from drivers.ipc.link_process import link_scheduling
+from drivers.lsl.driver import LOCALHOST_API_CONFIG
 
 BENCH_CHANNEL = 3                 # biceps (index) in configs/stimulation-default.toml
 N_CHANNELS = 8
@@ -44,7 +45,6 @@ def lsl_peer_name(run_id: str) -> str:
 
 def _localhost_config(directory) -> str:
     """A liblsl config file in ``directory`` that keeps LSL on this machine; its path."""
-    from drivers.lsl.driver import LOCALHOST_API_CONFIG
     path = os.path.join(directory, "lsl_api.cfg")
     with open(path, "w") as fh:
         fh.write(LOCALHOST_API_CONFIG)

@@ -10,11 +10,14 @@ import numpy as np
 
 from hil.bench.plant import time_steps
 from hil.bench.platform import cpu_model, steal_delta_ms, steal_s
+from sim.das3.model import load_model
+from sim.mtg.model import load_mtg_model
+from sim.mtg.plant import MtgPlant
+from sim.mtg.step import mtg_steps
 
 
 def _in_kernel_us(plant, u: np.ndarray, steps: int, repeats: int = 5) -> float:
     """Median over ``repeats`` of the mean step time of ``steps`` steps in one compiled call, µs."""
-    from sim.mtg.kernels import mtg_steps
     bundle, x, u_applied, loads, h = plant.kernel_args
     A, W = plant.model.arrays, plant.workspace
     times = []
@@ -33,10 +36,6 @@ def mtg_bench(step_sizes, steps: int, excitation: float, cpu: int | None = None,
     """Per step size: median, p99, max of single steps through :meth:`MtgPlant.step` and the mean step inside
     one compiled call, µs, the real-time factor and the steal on ``cpu`` while timing."""
     import numba
-
-    from sim.das3.model import load_model
-    from sim.mtg.model import load_mtg_model
-    from sim.mtg.plant import MtgPlant
 
     if cpu is not None:
         os.sched_setaffinity(0, {cpu})

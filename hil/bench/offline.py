@@ -15,6 +15,9 @@ from pathlib import Path
 import numpy as np
 
 from hil.bench.platform import cpu_model, steal_delta_ms, steal_s
+from hil.config import load_service_config
+from hil.rt.offline import run_offline
+from hil.service import build as service
 from sim.errors import UserInputError
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "elbow-hold.toml"
@@ -27,10 +30,6 @@ def offline_bench(config: Path, duration_s: float, runs: int, record: bool = Tru
     which is not timed), pinned to ``cpu`` (None: not pinned). Returns the machine, each run's real-time
     factor and wall time, their median and best, and the steal on ``cpu`` over all runs."""
     import numba
-
-    from hil.config import load_service_config
-    from hil.rt.offline import run_offline
-    from hil.service import build as service
 
     if cpu is not None:
         os.sched_setaffinity(0, {cpu})

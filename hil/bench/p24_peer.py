@@ -13,6 +13,20 @@ import os
 import select
 import time
 
+from drivers.ipc.link_process import link_scheduling
+from drivers.stimulators.p24.codec import (
+    CMD_LL_CHANNEL_CONFIG,
+    CMD_LL_INIT,
+    CMD_LL_STOP,
+    CMD_ML_GET_CURRENT_DATA,
+    CMD_ML_INIT,
+    CMD_ML_STOP,
+    CMD_ML_UPDATE,
+    FrameParser,
+    encode_frame,
+)
+from drivers.stimulators.p24.pulse import encode_point
+from drivers.stimulators.sensor_stream import SensorStreamReader
 from hil.bench.peers import AMPLITUDES_MA, STIM_CHANNEL, RoundTrips
 
 PULSE_RATE_HZ = 40.0
@@ -21,16 +35,12 @@ PERIOD_MS = 25
 
 
 def _update(number: int, current_ma: float) -> bytes:
-    from drivers.stimulators.p24.codec import CMD_ML_UPDATE, encode_frame
-    from drivers.stimulators.p24.pulse import encode_point
     points = encode_point(200, current_ma) + encode_point(200, -current_ma)
     data = bytes((1 << (STIM_CHANNEL - 1), 1 << 4)) + (PERIOD_MS * 2 << 1).to_bytes(2, "big") + points
     return encode_frame(number, CMD_ML_UPDATE, data)
 
 
 def _pulse(number: int, current_ma: float) -> bytes:
-    from drivers.stimulators.p24.codec import CMD_LL_CHANNEL_CONFIG, encode_frame
-    from drivers.stimulators.p24.pulse import encode_point
     n = STIM_CHANNEL - 1
     head = 0x80 | ((n % 4) << 5) | ((n // 4) << 4) | 1         # execute, colour, connector, 2 points
     return encode_frame(number, CMD_LL_CHANNEL_CONFIG, bytes((head,)) + encode_point(200, current_ma)
@@ -49,20 +59,10 @@ def _await_reply(stim, parser, number: int, command: int, timeout_s: float = 10.
 
 def p24_peer(level: str, stim_port: str, sensor_port: str, rate_hz: float, duration_s: float, out) -> None:
     """Closed loop at mid level ("mid": an update per sensor frame) or low level ("low": a pulse per N-th)."""
-    from drivers.ipc.link_process import link_scheduling
     n_cpus = os.cpu_count() or 1
     link_scheduling(60, n_cpus - 1 if n_cpus > 1 else None)     # as the other peers: FIFO 60, off the loop CPU
     import serial
 
-    from drivers.stimulators.p24.codec import (
-        CMD_LL_INIT,
-        CMD_LL_STOP,
-        CMD_ML_INIT,
-        CMD_ML_STOP,
-        FrameParser,
-        encode_frame,
-    )
-    from drivers.stimulators.sensor_stream import SensorStreamReader
     stim, sensors = serial.Serial(stim_port, timeout=0), serial.Serial(sensor_port, timeout=0)
     parser, reader, rt = FrameParser(), SensorStreamReader(), RoundTrips()
     init = CMD_ML_INIT if level == "mid" else CMD_LL_INIT
@@ -83,7 +83,6 @@ def p24_peer(level: str, stim_port: str, sensor_port: str, rate_hz: float, durat
 def _closed_loop(level: str, stim, sensors, readers, every: int, duration_s: float) -> tuple[int, int]:
     """One command in answer to every ``every``-th new sensor frame (and the mid level's keep-alive) for
     ``duration_s``; returns the next packet number and the replies read."""
-    from drivers.stimulators.p24.codec import CMD_ML_GET_CURRENT_DATA, encode_frame
     parser, reader, rt = readers
     build = _update if level == "mid" else _pulse
     frames = [build(c, AMPLITUDES_MA[c]) for c in range(64)]

@@ -18,7 +18,24 @@ import time
 
 import numpy as np
 
+from drivers.can.driver import CanEndpoint
+from drivers.core.contract import frame_dtype
+from drivers.ipc.link import INBOUND_AUX_WORDS, INBOUND_CAPACITY, LINK_RECORD, Inbound, feedback_dtype
 from drivers.ipc.link_process import link_scheduling
+from drivers.ipc.shm_ring import ShmRing
+from drivers.stimulators.p24.driver import P24Endpoint
+from drivers.stimulators.rehastim2.codec import (
+    AMBIGUOUS_COUNTERS,
+    CMD_INIT,
+    CMD_INIT_ACK,
+    CMD_INIT_CLM,
+    CMD_START_CLM,
+    FrameParser,
+    encode_frame,
+)
+from drivers.stimulators.rehastim2.driver import ScienceModeEndpoint
+from drivers.stimulators.sensor_stream import SensorStreamReader
+from hil.service.build import write_port_file
 
 STIM_CHANNEL = 4          # biceps in the default map
 AMPLITUDES_MA = [10.0 + (k % 20) for k in range(256)]
@@ -145,16 +162,6 @@ def serial_peer(stim_port: str, sensor_port: str, duration_s: float, out) -> Non
     _controller_scheduling()
     import serial
 
-    from drivers.stimulators.rehastim2.codec import (
-        AMBIGUOUS_COUNTERS,
-        CMD_INIT,
-        CMD_INIT_ACK,
-        CMD_INIT_CLM,
-        CMD_START_CLM,
-        FrameParser,
-        encode_frame,
-    )
-    from drivers.stimulators.sensor_stream import SensorStreamReader
     stim = serial.Serial(stim_port, timeout=0)
     sensors = serial.Serial(sensor_port, timeout=0)
     parser, reader, rt = FrameParser(), SensorStreamReader(), RoundTrips()
@@ -214,18 +221,14 @@ def baseline_responder(transport: str, endpoint_args: dict, rate_hz: float, dura
     it receives commands as the link does. Missing: the loop process, its compute time, the shared-memory
     hop and the wake-up of the link. A run of :func:`hil.bench.link.run_link_bench` minus this one is what the HIL
     adds."""
-    from drivers.core.contract import frame_dtype
-    from drivers.ipc.link import INBOUND_AUX_WORDS, INBOUND_CAPACITY, LINK_RECORD, Inbound, feedback_dtype
-    from drivers.ipc.shm_ring import ShmRing
-    from hil.service.build import write_port_file
     n = os.cpu_count() or 1
     link_scheduling(LINK_PRIORITY, n - 1 if n > 1 else None)
     if transport == "can":
-        from drivers.can.driver import CanEndpoint as endpoint_cls
+        endpoint_cls = CanEndpoint
     elif transport.startswith("p24"):
-        from drivers.stimulators.p24.driver import P24Endpoint as endpoint_cls
+        endpoint_cls = P24Endpoint
     else:
-        from drivers.stimulators.rehastim2.driver import ScienceModeEndpoint as endpoint_cls
+        endpoint_cls = ScienceModeEndpoint
     ring = ShmRing.create(LINK_RECORD, INBOUND_CAPACITY, INBOUND_AUX_WORDS)
     endpoint = None
     try:

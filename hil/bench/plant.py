@@ -9,6 +9,10 @@ import time
 import numpy as np
 
 from hil.bench.platform import cpu_model, steal_delta_ms, steal_s
+from sim.das3.config import ModelConfig
+from sim.das3.model import load_model
+from sim.das3.phases import phase_medians_us
+from sim.das3.plant import Plant
 
 STEP_SIZES_DEFAULT = (0.004, 0.001)
 """Step sizes timed when none is given, s: the loop's default period and the shortest one."""
@@ -39,11 +43,6 @@ def plant_bench(step_sizes, steps: int, excitation: float, scheme: str, cpu: int
     in µs, real-time factor, the per-phase medians of :func:`sim.das3.phases.phase_medians_us` and the
     hypervisor's steal on ``cpu`` while timing)."""
     import numba
-
-    from sim.das3.config import ModelConfig
-    from sim.das3.model import load_model
-    from sim.das3.phases import phase_medians_us
-    from sim.das3.plant import Plant
 
     if cpu is not None:
         os.sched_setaffinity(0, {cpu})

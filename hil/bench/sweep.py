@@ -31,7 +31,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hil.bench.platform import cpu_model, steal_delta_ms, steal_s
+from hil.sweep.runner import run_sweep, run_task, tasks
 from hil.sweep.spec import SweepSpec, variants
+from hil.sweep.worker import WARM_UP_CANDIDATES, WarmUp, local_cluster, warm_up, warm_ups
 
 if TYPE_CHECKING:
     from hil.sweep.runner import RunTask
@@ -103,8 +105,6 @@ def _ratios(total_s: float, slots: int, wall_s: float) -> dict:
 def serial_reference(spec: SweepSpec, n: int, work_dir: str) -> dict:
     """``n`` variants spread over the sweep, whole runs back to back in this process: the first apart (it
     imports and compiles), ``per_run_s`` the mean of the others (the first alone if ``n`` is 1)."""
-    from hil.sweep.runner import run_task, tasks
-
     runs = variants(spec)
     n = min(n, len(runs))
     chosen = [runs[i * len(runs) // n] for i in range(n)]
@@ -159,8 +159,6 @@ def _connect(workers: int | None, scheduler: str | None, warm_tasks: list[RunTas
     sweep; an existing cluster is warmed by the sweep itself, within its wall time."""
     from distributed import Client
 
-    from hil.sweep.worker import local_cluster, warm_up
-
     if scheduler is not None:
         return None, Client(scheduler), None, None
     workers = workers or os.cpu_count() or 1
@@ -183,9 +181,6 @@ def _measured_sweep(client, spec: SweepSpec, out_dir: str, progress, warm_up_nam
     steal and CPU use in that time, its ``start`` (``time.time()``) and then each worker's warm-up under the
     plugin ``warm_up_name`` (:func:`hil.sweep.worker.warm_ups`)."""
     from distributed import get_task_stream
-
-    from hil.sweep.runner import run_sweep
-    from hil.sweep.worker import warm_ups
 
     end = {}
 
@@ -216,9 +211,6 @@ def sweep_bench(spec: SweepSpec, workers: int | None = None, scheduler: str | No
     import dask
     import distributed
     import numba
-
-    from hil.sweep.runner import tasks
-    from hil.sweep.worker import WARM_UP_CANDIDATES, WarmUp
 
     runs = variants(spec)
     n_runs = len(runs)

@@ -2,8 +2,8 @@
 
 One module per command group (typer's multi-file layout), assembled here into :data:`app`:
 :mod:`.simulate`, :mod:`.run` (check-config, run, serve), :mod:`.recordings` (export, report, replay, view),
-:mod:`.model`, :mod:`.can`, :mod:`.analyze`, :mod:`.fit`, :mod:`.sweep` and :mod:`.bench`; :mod:`.common` holds the consoles, exit codes and option
-checks they share. Only command-line logic lives here; the numerics are in ``sim``, the service in
+:mod:`.model`, :mod:`.can`, :mod:`.analyze`, :mod:`.fit`, :mod:`.sweep` and :mod:`.bench` (its tables in
+:mod:`.bench_tables`); :mod:`.common` holds the consoles, exit codes and option checks they share. Only command-line logic lives here; the numerics are in ``sim``, the service in
 ``hil``, the benchmarks in ``hil.bench``.
 """
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""``hil analyze``: static optimisation with the GH constraint, stimulation-channel optimisation and maximum
-isometric moments (numerics in :mod:`sim.analysis.static_opt`, :mod:`sim.analysis.max_moment`, :mod:`hil.channel_opt`)."""
+"""``hil analyze``: static optimisation with the GH constraint, maximum isometric moments, a feed-forward schedule
+and stimulation-channel optimisation (numerics in :mod:`sim.analysis.static_opt`, :mod:`sim.analysis.max_moment`,
+:mod:`sim.analysis.feedforward`, :mod:`sim.analysis.channel_opt`)."""
 from __future__ import annotations
 
 import csv

@@ -5,7 +5,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
@@ -24,15 +24,18 @@ from hil.cli.common import (
     print_json,
     user_errors,
 )
-from hil.service.run_result import RunResult
+from hil.cli.recordings import report
+
+if TYPE_CHECKING:
+    from hil.service.run_result import RunResult
 
 
 def _run_exit(summary: RunResult) -> None:
     """The end of a finished run: one red line per problem (a lost driver, an incomplete recording), then
-    exit 4 for a GH or ROM ``stop`` action (saying why), 5 for a run with problems, else 0."""
+    exit 4 for a safety rule's ``stop`` (saying why), 5 for a run with problems, else 0."""
     for problem in summary.problems:
         error(problem)
-    if summary.stopped_by in ("gh_unstable", "range_of_motion"):
+    if summary.safety_stop:
         error(f"safety stop ({summary.stopped_by}) at tick {summary.ticks - 1}: {summary.stop_detail}")
         raise typer.Exit(ExitCode.SAFETY_STOP)
     if summary.problems:
@@ -43,7 +46,7 @@ def _exit_if_failed(summary: RunResult) -> None:
     """A run that did not finish: its error as the red line, exit 2 for bad input, else 1."""
     if not summary.ok:
         error(summary.error)
-        if summary.stopped_by == "tick_stall":       # a safety stop: systemd must not restart into it
+        if summary.safety_stop:       # a tick stall: systemd must not restart into it
             raise typer.Exit(ExitCode.SAFETY_STOP)
         raise typer.Exit(ExitCode.BAD_INPUT if summary.config_error else ExitCode.ERROR)
 
@@ -77,10 +80,18 @@ VIEW_HELP = ("Serve the live view on this TCP port: a web page with the arm draw
 VIEW_HOST_HELP = "Address the live view listens on (127.0.0.1: this computer only)."
 
 
+def _default_recording(cfg) -> Path:
+    """``<recording.directory>/run-<UTC time>.hilrec``, the recording of a run not given ``--record``; the
+    directory is created."""
+    record = Path(cfg.recording.directory) / time.strftime("run-%Y%m%dT%H%M%SZ.hilrec", time.gmtime())
+    record.parent.mkdir(parents=True, exist_ok=True)
+    return record
+
+
 def _view_options(port: Optional[int], host: str):
-    """``--view``/``--view-host`` as :class:`hil.service.supervisor.ViewOptions` (None: no view)."""
-    from hil.service.supervisor import ViewOptions
-    return None if port is None else ViewOptions(check_port("--view", port), host)
+    """``--view``/``--view-host`` as the run's live view (:class:`hil.view.host.ViewHost`; None: no view)."""
+    from hil.view.host import ViewHost, ViewOptions
+    return None if port is None else ViewHost(ViewOptions(check_port("--view", port), host))
 
 
 def _run_metrics_port(port: Optional[int], metrics_enabled: bool, offline: bool):
@@ -167,9 +178,7 @@ def run(
         view_options = _view_options(view, view_host)
         port_choice = _run_metrics_port(metrics_port, cfg.metrics.enabled, offline)
         if record is None and cfg.recording.enabled:
-            stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-            record = Path(cfg.recording.directory) / f"run-{stamp}.hilrec"
-            record.parent.mkdir(parents=True, exist_ok=True)
+            record = _default_recording(cfg)
         if record is not None:
             _check_recording_path(record)
         _clear_port_file(port_file)
@@ -215,7 +224,6 @@ def run(
         for w in summary.realtime["warnings"]:
             err.print(Text(f"warning: {w}", style="yellow"))
     if make_report and summary.recording:
-        from hil.cli.recordings import report
         report(Path(summary.recording), out=None, json_out=False)
     _run_exit(summary)
 
@@ -223,6 +231,7 @@ def run(
 def _run_offline(cfg, config: Path, duration: float, record: Optional[Path], json_out: bool, make_report: bool) -> None:
     """``hil run --offline``: :func:`hil.rt.offline.run_offline` with the recording; prints the throughput."""
     from hil.rt.offline import run_offline
+    from hil.safety.table import safety_stop_reasons
     from hil.service import build as service
     from hil.service.warmup_progress import reporting_compilation
 
@@ -245,14 +254,14 @@ def _run_offline(cfg, config: Path, duration: float, record: Optional[Path], jso
         table.add_row("recording", str(record) if record else "off")
         out_console().print(table)
     if make_report and record is not None:
-        from hil.cli.recordings import report
         report(record, out=None, json_out=False)
-    if result.stopped_by in ("gh_unstable", "range_of_motion"):
+    if result.stopped_by in safety_stop_reasons():
         error(f"safety stop ({result.stopped_by}) at tick {result.ticks - 1}: {result.stop_detail}")
         raise typer.Exit(ExitCode.SAFETY_STOP)
 
 
 def _print_run_summary(config: Path, period_s: float, summary: RunResult) -> None:
+    from hil.safety.table import counted_rules
     table = key_value_table(f"hil run {config}")
     lat = summary.lateness_us
     table.add_row("ticks", f"{summary.ticks} x {period_s * 1e3:g} ms (stopped by "
@@ -268,8 +277,7 @@ def _print_run_summary(config: Path, period_s: float, summary: RunResult) -> Non
     rt = summary.realtime
     table.add_row("real-time", f"SCHED_FIFO {'yes' if rt['sched_fifo'] else 'no'}, mlock "
                                f"{'yes' if rt['mlock'] else 'no'}")
-    table.add_row("safety", f"watchdog trips {summary.watchdog_trips}, GH unstable ticks "
-                            f"{summary.gh_unstable_ticks}, ROM alarm ticks {summary.rom_alarm_ticks}")
+    table.add_row("safety", ", ".join(f"{r.count_label} {getattr(summary, r.count_field)}" for r in counted_rules()))
     table.add_row("commands", f"{summary.commands_received} accepted, rejected "
                               f"{summary.commands_rejected or 'none'}, clamped "
                               f"{summary.commands_clamped or 'none'}")
@@ -301,8 +309,7 @@ def serve(
         cfg = load_service_config(config)
         record = None
         if cfg.recording.enabled:
-            record = Path(cfg.recording.directory) / time.strftime("run-%Y%m%dT%H%M%SZ.hilrec", time.gmtime())
-            record.parent.mkdir(parents=True, exist_ok=True)
+            record = _default_recording(cfg)
             _check_recording_path(record)
         _clear_port_file(port_file)
         view_options = _view_options(view, view_host)

@@ -36,6 +36,9 @@ from dataclasses import dataclass
 import numpy as np
 from isal.isal_zlib import crc32
 
+from drivers.core.contract import COMMAND_DTYPE, KIND_TICK_STALL
+from drivers.ipc.process import die_with_parent
+from drivers.ipc.shm_ring import ShmRing
 from sim.errors import UserInputError
 from sim.input_file import InputFileError, read_input_file
 
@@ -325,9 +328,6 @@ def run_recorder(spec: RecorderSpec, parent_pid: int, stall_cell, conn) -> None:
     file is created, ``("error", message)`` if it cannot be. A write that fails later (disk full, I/O
     error) is reported as ``("failed", message)`` and ends the recorder with exit code 1; the producer
     counts what was not written from the rings' AUX_WRITTEN words."""
-    from drivers.ipc.process import die_with_parent
-    from drivers.ipc.shm_ring import ShmRing
-
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     stop = {"now": False}
@@ -358,7 +358,6 @@ def run_recorder(spec: RecorderSpec, parent_pid: int, stall_cell, conn) -> None:
 
 def write_stall_record(writer: RecordingWriter, tick: int, stall_s: float) -> None:
     """The command record that ends a stalled run's file: ``tick``, the tick in which the loop stalled."""
-    from drivers.core.contract import COMMAND_DTYPE, KIND_TICK_STALL
     rec = np.zeros(1, COMMAND_DTYPE)
     rec["tick"], rec["receive_ns"], rec["kind"], rec["index"] = tick, time.monotonic_ns(), KIND_TICK_STALL, -1
     rec["values"][0, 0] = stall_s

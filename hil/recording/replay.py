@@ -11,6 +11,7 @@ from drivers.core.interface import CommandSink, Driver
 from hil.config import service_config_from_dict
 from hil.recording.hilrec import RecordingError, read_run_recording
 from hil.rt.tick import TickBody
+from hil.service.build import build_tick_engine
 
 
 class ReplayDriver(Driver):
@@ -79,8 +80,6 @@ class FrameComparison:
 
 
 def replay_recording(path: str) -> dict:
-    from hil.service.build import build_tick_engine
-
     reader = read_run_recording(path)
     header = reader.header
     cfg = service_config_from_dict(header["config"], header["config_path"])

@@ -70,9 +70,19 @@ def _rim(ax, model) -> None:
     ax.set_aspect("equal")
 
 
+def _legend_below(gx) -> None:
+    """The glenoid's legend above its axes, where it cannot cover the GH force marker or the rim."""
+    gx.legend(fontsize=8, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=2, frameon=False)
+
+
 def plot_solution(path: Path, sol: StaticSolution, model, top: int = 20) -> None:
-    """The most active muscles (activation and force / Fmax) and the GH force in the glenoid."""
+    """``static_opt.png``: solution_figure written to ``path``."""
     plt = pyplot_agg()
+    save_png(plt, solution_figure(plt, sol, model, top), path)
+
+
+def solution_figure(plt, sol: StaticSolution, model, top: int = 20):
+    """The most active muscles (activation and force / Fmax) and the GH force in the glenoid."""
     fig, (ax, gx) = plt.subplots(1, 2, figsize=(12, 5), gridspec_kw={"width_ratios": [2, 1]})
     order = np.argsort(-sol.activation)[:top]
     y = np.arange(len(order))
@@ -87,8 +97,8 @@ def plot_solution(path: Path, sol: StaticSolution, model, top: int = 20) -> None
     _rim(gx, model)
     gx.plot(math.degrees(sol.gh_angles[1]), math.degrees(sol.gh_angles[0]), "ro",
             label=f"GH force (stability {sol.gh_stability:+.2f})")
-    gx.legend(fontsize=8)
-    save_png(plt, fig, path)
+    _legend_below(gx)
+    return fig
 
 
 TRAJECTORY_COLUMNS = ("plane_deg", "elevation_deg", "axial_rotation_deg", "criterion", "cost", "gh_stability",
@@ -139,7 +149,7 @@ def plot_trajectory(path: Path, sols: list, model, n_groups: int = 8) -> None:
     gh = np.array([s.gh_force for s in sols])
     theta, phi = glenoid_angles(gh, model.arrays.glenoid)
     gx.plot(np.degrees(phi), np.degrees(theta), "r.-", label="GH force")
-    gx.legend(fontsize=8)
+    _legend_below(gx)
     save_png(plt, fig, path)
 
 

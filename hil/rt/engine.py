@@ -24,12 +24,14 @@ from drivers.core.contract import (
     KIND_HEARTBEAT,
     KIND_REJECTS,
 )
+from hil.rt.plants import plant_type
 from hil.rt.sensor import ELBOW, SensorModel
 from hil.rt.stimulation import no_delay_line, no_fatigue, no_stimulation_params
-from hil.rt.tick_kernel import direct_call, tick_arrays, tick_function
-from hil.safety.rules import STOP_GH, GHMonitor, RangeOfMotion, SafetyConfig, Watchdog, tick_rules
+from hil.rt.tick_kernel import direct_call, tick_arrays
+from hil.safety.functions import SafetyFunctions
+from hil.safety.table import SafetyConfig
 from hil.telemetry.counters import RunCounters
-from sim.das3.plant import Plant
+from sim.plants import FixedStepPlant
 
 #: Command-log entries per tick when the builder does not size the log from its drivers.
 DEFAULT_LOG_CAPACITY = 4096
@@ -71,7 +73,7 @@ class TickEngine:
     (``record``, :func:`tick_dtype`), where the compiled tick writes them: the record needs no copy of
     them (:class:`hil.rt.tick.TickBody` fills its other fields)."""
 
-    def __init__(self, plant: Plant, stimulation, safety: SafetyConfig, sensor: SensorModel,
+    def __init__(self, plant: FixedStepPlant, stimulation, safety: SafetyConfig, sensor: SensorModel,
                  period_s: float, substeps: int, reject_reasons: tuple[str, ...],
                  group_index: dict[str, np.ndarray] | None = None,
                  log_capacity: int = DEFAULT_LOG_CAPACITY, counters: RunCounters | None = None) -> None:
@@ -99,16 +101,9 @@ class TickEngine:
         self.direct_by = np.full(n_mus, -1, np.int64)
         # the run's counters (stored once: the metrics block, or a private one) and the safety functions
         self.counters = counters if counters is not None else RunCounters.private()
-        c = self.counters
-        self.watchdog = Watchdog(safety.watchdog_timeout_s, period_s, trips=c.watchdog_trips)
-        self.gh = GHMonitor(safety.gh_action, safety.gh_threshold,
-                            hold_ticks=int(round(safety.gh_zero_hold_s / period_s)), alarm_ticks=c.gh_unstable_ticks)
-        self.rom = RangeOfMotion(plant.model.dof_ranges, safety.rom_margin_rad, safety.rom_action,
-                                 hold_ticks=int(round(safety.rom_zero_hold_s / period_s)), alarm_ticks=c.rom_alarm_ticks)
-        self.gh_modelled = plant.model.has_glenohumeral   # the MTG arm has no GH model
-        if self.gh_modelled:
-            self.gh.prime(plant.outputs.gh_stability)
-        self.rom.prime(plant.outputs.q)
+        self.safety = SafetyFunctions(safety, plant, period_s, self.counters)   # every rule of hil.safety.table
+        self.watchdog = self.safety.watchdog     # fed by every accepted command
+        self._extension_rules = bool(self.safety.extensions)
         # per-tick command log (recorded; sized by the builder for its drivers' worst case) and counters
         self.log = np.zeros(max(1, log_capacity), COMMAND_DTYPE)
         self.n_log = 0
@@ -117,11 +112,11 @@ class TickEngine:
         self.tick = 0
         self.overrun = False
         self.stop_detail = ""      # why a safety action ended the run
-        self._compute_tick = self._compiled_tick = tick_function(plant)
+        self._compute_tick = self._compiled_tick = plant_type(plant.model.kind).tick   # hil.rt.plants
         self._running = TickResult(frame=sensor.true_frame, stop=False, stop_reason="")   # reused by most ticks
         self._tick_arrays = tick_arrays(plant, self.latched, self.direct, self.applied, self.u, stim_params,
                                         self.emd, self.fatigue, stimulation is not None,
-                                        tick_rules(self.watchdog, self.gh, self.rom, self.gh_modelled),
+                                        self.safety.tick_rules,
                                         sensor.frame_views, sensor.status_view, substeps)
 
     def _own_record(self, n_muscles: int, fatigue: tuple) -> None:
@@ -278,7 +273,7 @@ class TickEngine:
 
     def warmup(self) -> None:
         """Compile (or load from numba's cache) and run the tick's kernel without changing any state: a
-        tick with zero stimulation, after which the plant (:meth:`sim.das3.plant.Plant.warmup`) and the engine's
+        tick with zero stimulation, after which the plant (:meth:`sim.plants.FixedStepPlant.warmup`) and the engine's
         applied channels and excitations are restored. Later ticks call the compiled overload directly."""
         live = (self.applied, self.u, self.emd[0], self.emd[2], self.fatigue[0], self.fatigue[2])
         saved = [a.copy() for a in live]
@@ -302,18 +297,25 @@ class TickEngine:
         plant_status, n_clipped, n_done, stop = self._compute_tick(
             self._tick_arrays, plant.begin_steps(), tick, (tick + 1) * self.period_s, self.overrun, False)
         plant.finish_steps(plant_status, n_clipped, n_done, self.u)
+        if self._extension_rules:
+            by_extension = self.safety.after_step(self.sensor.status_view)
+            stop = stop or by_extension
         frame = self.sensor.true_frame if self.sensor.ideal else self.sensor.complete(tick)
         if stop:
-            return self._stopping(frame, stop == STOP_GH)
+            return self._stopping(frame, stop)
         if frame is not self._running.frame:     # a delayed sensor's frame
             return TickResult(frame=frame, stop=False, stop_reason="")
         return self._running
 
-    def _stopping(self, frame: np.ndarray, by_gh: bool) -> TickResult:
-        """The result of a tick whose safety action ends the run, and what the operator is told (once)."""
-        out = self.plant.outputs
-        if by_gh:
-            self.stop_detail = self.gh.describe(out.gh_stability)
-            return TickResult(frame=frame, stop=True, stop_reason="gh_unstable")
-        self.stop_detail = self.rom.describe(out.q, self.plant.model.dof_names)
-        return TickResult(frame=frame, stop=True, stop_reason="range_of_motion")
+    def _stopping(self, frame: np.ndarray, code: int) -> TickResult:
+        """The result of a tick whose safety action (STOP_* ``code``) ends the run, and what the operator is
+        told (once)."""
+        reason, self.stop_detail = self.safety.stopped_by(code)
+        return TickResult(frame=frame, stop=True, stop_reason=reason)
+
+    def __getattr__(self, name: str):
+        """A safety rule's state by its name in :mod:`hil.safety.table` (e.g. ``engine.gh``)."""
+        safety = self.__dict__.get("safety")
+        if safety is None or name not in safety.states:
+            raise AttributeError(name)
+        return safety.states[name]

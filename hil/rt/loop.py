@@ -28,21 +28,35 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hil.rt.tick import TickBody, tick_dtype
+from hil.safety.table import StopReason
 from hil.service.run_result import percentiles_us
+from sim.config_schema import Key, Section, from_ms
 
 NS = 1_000_000_000
 
 
+LOOP_SCHEMA = Section("loop", "The fixed-period real-time loop.", (
+    Key("period_ms", "number", 4.0, "tick period T", lo=1.0, hi=10.0, field="period_s", to_si=from_ms),
+    Key("substeps", "integer", 1, "plant steps per tick (period / substeps <= 6 ms)", lo=1, hi=20),
+    Key("spin_us", "number", 200.0, "the loop sleeps until this long before a deadline and spins the rest",
+        lo=0.0, hi=5000.0),
+    Key("sched_fifo", "boolean", True, "ask for SCHED_FIFO (a refusal is a warning)"),
+    Key("priority", "integer", 80, "SCHED_FIFO priority", lo=1, hi=99),
+    Key("cpu", "integer", None, "pin the loop to this CPU (none: leave the affinity alone)", lo=0, hi=1023),
+    Key("mlock", "boolean", True, "lock the process's memory (mlockall; a refusal is a warning)"),
+))
+
+
 @dataclass(frozen=True)
 class LoopConfig:
-    period_s: float = 0.004
-    substeps: int = 1
-    spin_us: float = 200.0
-    sched_fifo: bool = True
-    priority: int = 80
-    cpu: int | None = None         # pin the loop to this CPU (None: leave affinity alone)
-    mlock: bool = True
-    switch_interval_s: float = 2e-4
+    period_s: float = LOOP_SCHEMA.default("period_s")
+    substeps: int = LOOP_SCHEMA.default("substeps")
+    spin_us: float = LOOP_SCHEMA.default("spin_us")
+    sched_fifo: bool = LOOP_SCHEMA.default("sched_fifo")
+    priority: int = LOOP_SCHEMA.default("priority")
+    cpu: int | None = LOOP_SCHEMA.default("cpu")
+    mlock: bool = LOOP_SCHEMA.default("mlock")
+    switch_interval_s: float = 2e-4    # sys.setswitchinterval during the run (not a config key)
 
 
 @dataclass
@@ -130,8 +144,7 @@ class RunSummary:
     max_lateness_s: float = 0.0
     commands_unrecorded: int = 0   # command-log entries that reached neither the log nor the recording ring
     stall_s: float = 0.0           # the tick that outlasted the stall timeout took this long (0: none did)
-    stopped_by: str = ""       # 'duration', 'signal', 'gh_unstable', 'range_of_motion', 'recording_failed',
-    #                            'parent_died', 'tick_stall'
+    stopped_by: str = ""       # a hil.safety.table.StopReason, or an extension rule's stop reason
     realtime: RealtimeStatus | None = None
     timing_s: np.ndarray | None = None   # (ticks, len(TIMING_COLUMNS)), s
 
@@ -168,7 +181,7 @@ class RealtimeLoop:
     def record(self) -> np.ndarray:
         return self.body.record
 
-    def request_stop(self, reason: str = "signal") -> None:
+    def request_stop(self, reason: str = StopReason.SIGNAL) -> None:
         """Ask the loop to end after the current tick (signal handlers and health checks call this);
         the first reason given is the run's ``stopped_by``."""
         if not self._stop:
@@ -201,7 +214,7 @@ class RealtimeLoop:
             sys.setswitchinterval(old_switch)
             restore_scheduling()
         if not summary.stopped_by:
-            summary.stopped_by = self._stop_reason if self._stop else "duration"
+            summary.stopped_by = self._stop_reason if self._stop else StopReason.DURATION
         summary.timing_s = timing_log[:summary.ticks] if timing_log.shape[0] else None
         return summary
 
@@ -220,7 +233,7 @@ class RealtimeLoop:
             result = body.step(tick, start, overrun)
             end = clock()
             if end - start > self.stall_ns:
-                self.request_stop("tick_stall")
+                self.request_stop(StopReason.TICK_STALL)
                 summary.stall_s = (end - start) / NS
             slot += 1
             missed = deadlines_missed(end, t0 + slot * period_ns, period_ns)

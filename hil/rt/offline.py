@@ -13,8 +13,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from drivers.core.contract import COMMAND_DTYPE
 from hil.config import ServiceConfig
+from hil.recording.hilrec import RecordingWriter
 from hil.rt.tick import HeldBytes, TickBody, TickListener, driver_streams
+from hil.safety.table import StopReason
+from hil.service.build import build_engine, recording_header
 from sim.das3.config import ConfigError
 
 BATCH_TICKS = 1024
@@ -24,7 +28,7 @@ BATCH_TICKS = 1024
 @dataclass
 class OfflineResult:
     ticks: int
-    stopped_by: str        # 'duration', 'gh_unstable', 'range_of_motion'
+    stopped_by: str        # StopReason.DURATION or a safety rule's stop reason (hil.safety.table)
     stop_detail: str
     wall_s: float = 0.0    # the ticks' wall-clock time (after the warm-up)
     final_elbow_deg: float = float("nan")
@@ -71,8 +75,6 @@ class OfflineRecorder:
     replays and exports as any other; no tick is ever dropped, the run simply waits for the disk."""
 
     def __init__(self, path: str, header: dict, tick_dtype: np.dtype, driver_streams: dict | None = None) -> None:
-        from drivers.core.contract import COMMAND_DTYPE
-        from hil.recording.hilrec import RecordingWriter
         streams = driver_streams or {}
         self.writer = RecordingWriter(path, header, {"ticks": tick_dtype, "commands": COMMAND_DTYPE,
                                                      **{n: dt for n, (_, dt) in streams.items()}})
@@ -109,8 +111,6 @@ def run_offline(cfg: ServiceConfig, n_ticks: int, listeners: list[TickListener] 
     """Run ``n_ticks`` ticks of ``cfg`` without a clock; listeners get every tick record, and ``record_path``
     (a new file) the recording. Tick k starts at the virtual time k T (its ``deadline_ns`` and ``start_ns``,
     with no lateness)."""
-    from hil.service.build import build_engine
-
     external = [f"driver[{i}] ({d['type']})" for i, d in enumerate(cfg.drivers) if d["type"] != "loopback"]
     if external:
         raise ConfigError(f"an offline run takes in-process (loopback) controllers only, not {', '.join(external)}",
@@ -120,7 +120,6 @@ def run_offline(cfg: ServiceConfig, n_ticks: int, listeners: list[TickListener] 
     body = TickBody(engine, drivers, listeners)
     recorder = None
     if record_path is not None:
-        from hil.service.build import recording_header
         recorder = OfflineRecorder(record_path, {**recording_header(cfg, model, engine), "offline": True},
                                    body.record.dtype, driver_streams(drivers))
         body.listeners.insert(0, recorder)
@@ -142,5 +141,5 @@ def run_offline(cfg: ServiceConfig, n_ticks: int, listeners: list[TickListener] 
             recorder.close()
     stopped = result is not None and result.stop
     return OfflineResult(ticks=tick + 1 if result is not None else 0,
-                         stopped_by=result.stop_reason if stopped else "duration", stop_detail=engine.stop_detail,
+                         stopped_by=result.stop_reason if stopped else StopReason.DURATION, stop_detail=engine.stop_detail,
                          wall_s=wall, final_elbow_deg=math.degrees(engine.elbow_flexion_rad))

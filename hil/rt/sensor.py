@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from drivers.core.contract import frame_dtype
+from sim.config_schema import Key, Section, from_deg, from_ms
 from sim.das3.model import DOF_NAMES
 from sim.jit.kernel import kernel
 
@@ -43,14 +44,35 @@ def fill_true_frame(views, tick, time_s, q, qdot, th_angles, hand_position, gh_f
     vstab[0] = gh_stability
 
 
+SENSOR_SCHEMA = Section("sensor", "The seeded measurement model of the frames a controller receives.", (
+    Key("seed", "integer", 0, "seed of the noise generator", lo=0, hi=2**63 - 1),
+    Key("angle_noise_deg", "number", 0.0, "standard deviation of the Gaussian noise on angles", lo=0.0, hi=45.0,
+        field="angle_noise_rad", to_si=from_deg),
+    Key("velocity_noise_deg_s", "number", 0.0, "standard deviation of the Gaussian noise on angular velocities",
+        lo=0.0, hi=1000.0, field="velocity_noise_rad_s", to_si=from_deg),
+    Key("force_noise_n", "number", 0.0, "standard deviation of the Gaussian noise on forces", lo=0.0, hi=1000.0),
+    Key("angle_quantum_deg", "number", 0.0, "angles are rounded to multiples of this (0: not quantised)",
+        lo=0.0, hi=45.0, field="angle_quantum_rad", to_si=from_deg),
+    Key("delay_ms", "number", 0.0, "frames are delayed by this, rounded to whole ticks", lo=0.0, hi=1000.0,
+        field="delay_s", to_si=from_ms),
+))
+
+
 @dataclass(frozen=True)
 class SensorModelConfig:
-    seed: int = 0
-    angle_noise_rad: float = 0.0     # standard deviation
-    velocity_noise_rad_s: float = 0.0
-    force_noise_n: float = 0.0
-    angle_quantum_rad: float = 0.0   # 0 = no quantisation
-    delay_ticks: int = 0
+    seed: int = SENSOR_SCHEMA.default("seed")
+    angle_noise_rad: float = SENSOR_SCHEMA.default("angle_noise_rad")
+    velocity_noise_rad_s: float = SENSOR_SCHEMA.default("velocity_noise_rad_s")
+    force_noise_n: float = SENSOR_SCHEMA.default("force_noise_n")
+    angle_quantum_rad: float = SENSOR_SCHEMA.default("angle_quantum_rad")
+    delay_ticks: int = 0     # round(delay_ms / period): the schema's delay_ms default is 0
+
+    @classmethod
+    def from_schema(cls, values: dict, period_s: float) -> "SensorModelConfig":
+        """The config from ``ConfigTable.read(SENSOR_SCHEMA)``: delay_ticks = round(delay_s / period)."""
+        fields = dict(values)
+        delay_s = fields.pop("delay_s")
+        return cls(**fields, delay_ticks=int(round(delay_s / period_s)))
 
 
 class SensorModel:

@@ -13,6 +13,7 @@ For channel c with pulse width PW, amplitude I, frequency f and pulse mode m (Sc
     phi_c = min(1, (1 - exp(-f_eff/f_c)) / (1 - exp(-f_fuse/f_c)))  force-frequency: saturating at
                                                                   tetanic fusion f_fuse
     u_k   = clip(max_c G_ck r_c phi_c, 0, 1)                       gains G_ck in [0, 1] per channel
+                                                                  (:mod:`sim.stimulation_map`)
 
 Default numbers (surface electrodes over arm muscles; see the README): Q_th = 5 uC (about 20 mA at
 250 us), Q_sat = 24 uC (about 80 mA at 300 us), f_c = 12 Hz and f_fuse = 50 Hz (half force near 10 Hz,
@@ -31,9 +32,11 @@ from numba import njit
 
 from drivers.core.config_table import REQUIRED, ConfigTable
 from hil.rt.fatigue import DING2003, FATIGUE_MODELS, STATE_COLUMNS, channel_fitness, fatigue_tick, rested_state
+from sim.config_schema import Derived, Key, Section, from_micro, from_milli
 from sim.das3.config import ConfigError
 from sim.das3.muscle_groups import element_indices, unknown_muscle
 from sim.jit.kernel import kernel
+from sim.stimulation_map import clip_unit, raise_to_level
 
 HW_MAX_PULSE_WIDTH_US = 500.0   # RehaStim2 range
 HW_MAX_AMPLITUDE_MA = 130.0
@@ -41,30 +44,70 @@ MAX_CHANNELS = 16
 MAX_EMD_MS = 200.0              # electromechanical delays of surface FES are tens of ms
 
 
+def default_channel_name(index: int) -> str:
+    """The name of ``[[stimulation.channel]]`` number ``index`` (0-based) that gives none."""
+    return f"ch{index + 1}"
+
+
+STIMULATION_SCHEMA = Section("stimulation", "How commands become muscle excitations.", (
+    Key("mode", "string", "channels", "`channels`: commands drive stimulation channels (the rule below); "
+        "`direct`: commands set muscle excitations", choices=("channels", "direct")),
+    Key("fatigue", "string", "none", "fatigue model of the stimulated muscles (hil.rt.fatigue)", choices=FATIGUE_MODELS),
+    Key("fatigue_rate_scale", "number", 1.0, "multiplies the fatigue coefficients (1: published)", lo=0.0, hi=100.0),
+    Key("channel", "value", [], f"the channels, `[[stimulation.channel]]` (at most {MAX_CHANNELS}; channel mode "
+        "needs one)", field="channels"),
+))
+
+CHANNEL_SCHEMA = Section("stimulation.channel", "One stimulation channel, `[[stimulation.channel]]`.", (
+    Key("name", "string", Derived("`\"ch<n>\"` (n: its position from 1)", lambda read: None), "channel name, unique"),
+    Key("muscles", "value", REQUIRED, "muscle element or group -> gain in [0, 1], e.g. {bicl = 1.0}",
+        field="gains", to_si=dict),
+    Key("modes", "value", [0, 1, 2], "pulse modes accepted: 0 single, 1 doublet, 2 triplet", to_si=tuple),
+    Key("limit_policy", "string", "reject", "a command beyond a limit is rejected, or clamped to it",
+        choices=("reject", "clamp")),
+    Key("threshold_charge_uc", "number", 5.0, "charge per pulse where recruitment starts", lo=0.0, hi=100.0,
+        field="threshold_charge_c", to_si=from_micro),
+    Key("saturation_charge_uc", "number", 24.0, "charge per pulse of full recruitment (above the threshold)",
+        lo=0.0, hi=100.0, field="saturation_charge_c", to_si=from_micro),
+    Key("min_frequency_hz", "number", 0.0, "lowest pulse frequency accepted", lo=0.0, hi=1000.0),
+    Key("max_frequency_hz", "number", 100.0, "highest pulse frequency accepted (>= min_frequency_hz)",
+        lo=0.0, hi=1000.0),
+    Key("max_pulse_width_us", "number", 500.0, "longest pulse width accepted", lo=0.0, hi=HW_MAX_PULSE_WIDTH_US),
+    Key("max_amplitude_ma", "number", 100.0, "largest current accepted", lo=0.0, hi=HW_MAX_AMPLITUDE_MA),
+    Key("frequency_constant_hz", "number", 12.0, "frequency constant f_c of the force-frequency relation",
+        lo=0.1, hi=1000.0),
+    Key("fusion_frequency_hz", "number", 50.0, "fusion frequency of the force-frequency relation", lo=1.0,
+        hi=1000.0),
+    Key("doublet_gain", "number", 0.5, "extra rate of a doublet pulse", lo=0.0, hi=2.0),
+    Key("emd_ms", "number", 0.0, "electromechanical delay: stimulation -> excitation", lo=0.0, hi=MAX_EMD_MS,
+        field="emd_s", to_si=from_milli),
+), array=True)
+
+
 @dataclass(frozen=True)
 class ChannelConfig:
     name: str
     gains: dict[str, float]                 # muscle element or group -> gain in [0, 1]
-    max_pulse_width_us: float = 500.0
-    max_amplitude_ma: float = 100.0
-    min_frequency_hz: float = 0.0
-    max_frequency_hz: float = 100.0
-    modes: tuple[int, ...] = (0, 1, 2)
-    limit_policy: str = "reject"            # reject | clamp
-    threshold_charge_c: float = 5e-6
-    saturation_charge_c: float = 24e-6
-    frequency_constant_hz: float = 12.0
-    fusion_frequency_hz: float = 50.0
-    doublet_gain: float = 0.5
-    emd_s: float = 0.0                      # electromechanical delay: stimulation -> excitation, s
+    max_pulse_width_us: float = CHANNEL_SCHEMA.default("max_pulse_width_us")
+    max_amplitude_ma: float = CHANNEL_SCHEMA.default("max_amplitude_ma")
+    min_frequency_hz: float = CHANNEL_SCHEMA.default("min_frequency_hz")
+    max_frequency_hz: float = CHANNEL_SCHEMA.default("max_frequency_hz")
+    modes: tuple[int, ...] = CHANNEL_SCHEMA.default("modes")
+    limit_policy: str = CHANNEL_SCHEMA.default("limit_policy")
+    threshold_charge_c: float = CHANNEL_SCHEMA.default("threshold_charge_c")
+    saturation_charge_c: float = CHANNEL_SCHEMA.default("saturation_charge_c")
+    frequency_constant_hz: float = CHANNEL_SCHEMA.default("frequency_constant_hz")
+    fusion_frequency_hz: float = CHANNEL_SCHEMA.default("fusion_frequency_hz")
+    doublet_gain: float = CHANNEL_SCHEMA.default("doublet_gain")
+    emd_s: float = CHANNEL_SCHEMA.default("emd_s")
 
 
 @dataclass(frozen=True)
 class StimulationConfig:
-    mode: str = "channels"                  # channels | direct
+    mode: str = STIMULATION_SCHEMA.default("mode")
     channels: tuple[ChannelConfig, ...] = field(default_factory=tuple)
-    fatigue: str = "none"                   # none | ding2003 (hil.rt.fatigue)
-    fatigue_rate_scale: float = 1.0         # multiplies the fatigue coefficients (1: published)
+    fatigue: str = STIMULATION_SCHEMA.default("fatigue")
+    fatigue_rate_scale: float = STIMULATION_SCHEMA.default("fatigue_rate_scale")
 
 
 def expand_gains(gains: dict[str, float], muscle_names, where: str, file=None) -> np.ndarray:
@@ -110,23 +153,6 @@ def channel_level(applied, c, pw_scale, amp_scale, q_th, q_sat, f_c, fuse_norm, 
     frequency, mode; pw * pw_scale in s, amp * amp_scale in A)."""
     return (recruitment(applied, c, pw_scale, amp_scale, q_th, q_sat)
             * force_frequency(pulse_rate(applied, c, g_d), c, f_c, fuse_norm))
-
-
-@kernel
-def raise_to_level(gains, c, level, out):
-    """out_k <- max(out_k, G_ck level) over the muscle elements (the max over channels)."""
-    if level <= 0.0:
-        return
-    for k in range(gains.shape[1]):
-        v = gains[c, k] * level
-        if v > out[k]:
-            out[k] = v
-
-
-@kernel
-def clip_unit(out):
-    for k in range(out.shape[0]):
-        out[k] = min(1.0, max(0.0, out[k]))
 
 
 @njit(cache=True, nogil=True)
@@ -258,11 +284,6 @@ class StimulationModel:
                 min(max(freq_hz, ch.min_frequency_hz), ch.max_frequency_hz), mode), reason
 
 
-def default_channel_name(index: int) -> str:
-    """The name of ``[[stimulation.channel]]`` number ``index`` (0-based) that gives none."""
-    return f"ch{index + 1}"
-
-
 def fatigue_channel_names(table) -> list[str]:
     """The channel names of a ``[stimulation]`` table with a fatigue model (the labels of
     ``hil_fatigue_fitness``), else none; also read before the table is validated, so defensive."""
@@ -278,49 +299,50 @@ def fatigue_channel_names(table) -> list[str]:
 def load_stimulation_config(table: dict, muscle_names, file=None) -> StimulationConfig:
     """Parse the ``[stimulation]`` table (``mode``, ``[[stimulation.channel]]``) with precise errors."""
     top = ConfigTable(table, "stimulation", file)
-    mode = top.string("mode", "channels", ("channels", "direct"))
-    fatigue = top.string("fatigue", "none", FATIGUE_MODELS)
-    rate_scale = top.number("fatigue_rate_scale", 1.0, 0.0, 100.0)
-    raw = top.get("channel", [])
+    values = top.read(STIMULATION_SCHEMA)
     top.done()
+    raw = values.pop("channels")
     if not isinstance(raw, list) or len(raw) > MAX_CHANNELS:
         raise top.error("channel", f"must be an array of at most {MAX_CHANNELS} tables")
-    if mode == "channels" and not raw:
+    if values["mode"] == "channels" and not raw:
         raise top.error("channel", "channel mode needs at least one [[stimulation.channel]]")
-    channels, names = [], set()
-    for i, values in enumerate(raw):
-        ch = ConfigTable(values, f"stimulation.channel[{i}]", file)
-        name = ch.string("name", default_channel_name(i))
-        if name in names:
-            raise ch.error("name", f"duplicate channel name {name!r}")
-        names.add(name)
-        muscles = ch.get("muscles", REQUIRED)
+    names: set[str] = set()
+    channels = tuple(_channel_config(ConfigTable(v, f"stimulation.channel[{i}]", file), i, names, muscle_names)
+                     for i, v in enumerate(raw))
+    return StimulationConfig(channels=channels, **values)
+
+
+def _channel_config(ch: ConfigTable, index: int, names: set[str], muscle_names) -> ChannelConfig:
+    """One ``[[stimulation.channel]]``: its keys in schema order, each checked against the ones before it."""
+    read: dict = {}
+    for key in CHANNEL_SCHEMA.keys:
+        read[key.name] = ch.key(key, read, default_channel_name(index) if key.name == "name" else None)
+        reason = _channel_key_problem(key.name, read, names, muscle_names, ch)
+        if reason is not None:
+            raise ch.error(*reason)
+    ch.done()
+    names.add(read["name"])
+    return ChannelConfig(**{key.field: key.si(read[key.name]) for key in CHANNEL_SCHEMA.keys})
+
+
+def _channel_key_problem(name: str, read: dict, names: set[str], muscle_names, ch: ConfigTable):
+    """(key, reason) when the channel key just read is inconsistent (with the keys before it), else None."""
+    if name == "name" and read["name"] in names:
+        return "name", f"duplicate channel name {read['name']!r}"
+    if name == "muscles":
+        muscles = read["muscles"]
         if not isinstance(muscles, dict) or not muscles:
-            raise ch.error("muscles", "must be a table of muscle element or group -> gain")
-        expand_gains(muscles, muscle_names, f"{ch.name}.muscles", file)  # validates names and gains
-        modes = ch.get("modes", [0, 1, 2])
-        if not isinstance(modes, list) or not modes or not all(m in (0, 1, 2) and not isinstance(m, bool) for m in modes):
-            raise ch.error("modes", "must be a non-empty list of 0 (single), 1 (doublet), 2 (triplet)")
-        policy = ch.string("limit_policy", "reject", ("reject", "clamp"))
-        q_th = ch.number("threshold_charge_uc", 5.0, 0.0, 100.0) * 1e-6
-        q_sat = ch.number("saturation_charge_uc", 24.0, 0.0, 100.0) * 1e-6
-        if not q_th < q_sat:
-            raise ch.error("threshold_charge_uc", "threshold_charge_uc must be below saturation_charge_uc")
-        f_min, f_max = ch.number("min_frequency_hz", 0.0, 0.0, 1000.0), ch.number("max_frequency_hz", 100.0, 0.0, 1000.0)
-        if f_min > f_max:
-            raise ch.error("min_frequency_hz", "min_frequency_hz must not exceed max_frequency_hz")
-        channels.append(ChannelConfig(
-            name=name, gains=dict(muscles),
-            max_pulse_width_us=ch.number("max_pulse_width_us", 500.0, 0.0, HW_MAX_PULSE_WIDTH_US),
-            max_amplitude_ma=ch.number("max_amplitude_ma", 100.0, 0.0, HW_MAX_AMPLITUDE_MA),
-            min_frequency_hz=f_min, max_frequency_hz=f_max, modes=tuple(modes), limit_policy=policy,
-            threshold_charge_c=q_th, saturation_charge_c=q_sat,
-            frequency_constant_hz=ch.number("frequency_constant_hz", 12.0, 0.1, 1000.0),
-            fusion_frequency_hz=ch.number("fusion_frequency_hz", 50.0, 1.0, 1000.0),
-            doublet_gain=ch.number("doublet_gain", 0.5, 0.0, 2.0),
-            emd_s=ch.number("emd_ms", 0.0, 0.0, MAX_EMD_MS) * 1e-3))
-        ch.done()
-    return StimulationConfig(mode=mode, channels=tuple(channels), fatigue=fatigue, fatigue_rate_scale=rate_scale)
+            return "muscles", "must be a table of muscle element or group -> gain"
+        expand_gains(muscles, muscle_names, f"{ch.name}.muscles", ch.file)  # validates names and gains
+    modes = read.get("modes")
+    if name == "modes" and (not isinstance(modes, list) or not modes
+                            or not all(m in (0, 1, 2) and not isinstance(m, bool) for m in modes)):
+        return "modes", "must be a non-empty list of 0 (single), 1 (doublet), 2 (triplet)"
+    if name == "saturation_charge_uc" and not from_micro(read["threshold_charge_uc"]) < from_micro(read[name]):
+        return "threshold_charge_uc", "threshold_charge_uc must be below saturation_charge_uc"
+    if name == "max_frequency_hz" and read["min_frequency_hz"] > read[name]:
+        return "min_frequency_hz", "min_frequency_hz must not exceed max_frequency_hz"
+    return None
 
 
 def amplitude_for_level(channel: ChannelConfig, level: float, pulse_width_s: float, frequency_hz: float,

@@ -8,6 +8,9 @@ with its status bits. The rules are those of :mod:`hil.safety.rules`, whose obje
 updates in place. Python keeps what raises or has no fixed size: a failed plant step, the optional
 measurement model, the operator's message after a stop.
 
+A plant type's compiled tick (:mod:`hil.rt.plants`) is :func:`tick_inputs`, its plant's step kernel over the
+sub-steps, then :func:`tick_outputs`, inside one numba entry.
+
 Everything the call touches is preallocated and fixed for the run, and held in one StructRef
 (:func:`tick_arrays`), so a call unboxes one object and five scalars. After the first call the engine calls
 the compiled overload directly (:func:`direct_call`): numba types a StructRef argument in the interpreter on
@@ -20,15 +23,13 @@ from numba import typeof
 from hil.rt.sensor import fill_true_frame
 from hil.rt.stimulation import AMP_SCALE, PW_SCALE, delayed_excitation
 from hil.safety.rules import STOP_NONE, rules_after_step, rules_before_step
-from sim.das3.kernels.step import plant_steps
 from sim.jit.bundle import Bundle, borrowed_items, new_bundle
-from sim.jit.kernel import entry, kernel
-from sim.mtg.kernels import mtg_steps
+from sim.jit.kernel import kernel
 
 
 def tick_arrays(plant, latched, direct, applied, u, stim_params, emd, fatigue, use_stim: bool, rules: tuple,
                 frame_views, frame_status, n_steps: int) -> Bundle:
-    """Bundle an engine's tick: the plant's kernel arguments (:attr:`sim.das3.plant.Plant.kernel_args`), the
+    """Bundle an engine's tick: the plant's kernel arguments (its ``kernel_args``, :mod:`sim.plants`), the
     latched and applied channel rows and direct excitations, the excitation ``u``, the stimulation map's
     parameters, its electromechanical delay line and fatigue state, the safety rules' state and parameters
     (:func:`hil.safety.rules.tick_rules`), the views of plant outputs and of the sensor's frame and its status."""
@@ -54,45 +55,24 @@ def _excitation(zero, use_stim, latched, direct, applied, u, stim, emd, fatigue)
 
 
 @kernel
-def das3_tick(arrays, stale, tick, time_s, overrun, warm):
-    """One tick's compiled work with the DAS3 plant; returns (plant status, excitations clipped, plant steps
-    done, STOP_* code). The frame is filled and the after-step rules run only when every step succeeded.
-    ``warm``: a warm-up call, with zero stimulation and the safety state left alone."""
+def tick_inputs(arrays, tick, warm):
+    """The tick up to the plant: the rules before the step, the applied stimulation and the excitation ``u``;
+    returns (the plant's kernel arguments, sub-steps, u, status bits so far). ``warm``: a warm-up call, with
+    zero stimulation and the safety state left alone."""
     (plant, n_steps, latched, direct, applied, u, stim, emd, fatigue, use_stim, rules, outputs, frame,
      frame_status) = borrowed_items(arrays)
     zero, bits = _before_step(rules, tick, latched, direct, warm)
     _excitation(zero, use_stim, latched, direct, applied, u, stim, emd, fatigue)
-    bundle, x, xd, u0, loads, h, residual_limit, scheme = plant
-    A, W = borrowed_items(bundle)
-    status, n_clipped, n_done = plant_steps(A, W, x, xd, u0, u, loads, h, residual_limit, scheme, stale, n_steps)
-    stop = _after_step(rules, outputs, frame, frame_status, tick, time_s, n_done == n_steps, bits, overrun, warm)
-    return status, n_clipped, n_done, stop
+    return plant, n_steps, u, bits
 
 
 @kernel
-def mtg_tick(arrays, stale, tick, time_s, overrun, warm):
-    """:func:`das3_tick` with the reduced MTG arm (:mod:`sim.mtg.plant`) as the plant."""
+def tick_outputs(arrays, tick, time_s, all_done, bits, overrun, warm):
+    """The tick after the plant: when every sub-step succeeded (``all_done``), the true frame and its status,
+    classified by the rules after the step; returns the STOP_* code."""
     (plant, n_steps, latched, direct, applied, u, stim, emd, fatigue, use_stim, rules, outputs, frame,
      frame_status) = borrowed_items(arrays)
-    zero, bits = _before_step(rules, tick, latched, direct, warm)
-    _excitation(zero, use_stim, latched, direct, applied, u, stim, emd, fatigue)
-    bundle, x, u0, loads, h = plant
-    A, W = borrowed_items(bundle)
-    status, n_clipped, n_done = mtg_steps(A, W, x, u0, u, loads, h, n_steps)
-    stop = _after_step(rules, outputs, frame, frame_status, tick, time_s, n_done == n_steps, bits, overrun, warm)
-    return status, n_clipped, n_done, stop
-
-
-@entry
-def compute_tick(arrays, stale, tick, time_s, overrun, warm):
-    """:func:`das3_tick` from Python (the entry only passes the StructRef on, ``sim.jit.bundle``)."""
-    return das3_tick(arrays, stale, tick, time_s, overrun, warm)
-
-
-@entry
-def compute_tick_mtg(arrays, stale, tick, time_s, overrun, warm):
-    """:func:`mtg_tick` from Python."""
-    return mtg_tick(arrays, stale, tick, time_s, overrun, warm)
+    return _after_step(rules, outputs, frame, frame_status, tick, time_s, all_done, bits, overrun, warm)
 
 
 @kernel
@@ -115,11 +95,6 @@ def _after_step(rules, outputs, frame, frame_status, tick, time_s, all_done, bit
     stop, bits = rules_after_step(rules, q, stability[0], bits, overrun)
     frame_status[0] = bits
     return stop
-
-
-def tick_function(plant):
-    """The compiled tick for this plant: :func:`compute_tick_mtg` for the MTG arm, else :func:`compute_tick`."""
-    return compute_tick_mtg if plant.model.kind == "mtg" else compute_tick
 
 
 def direct_call(dispatcher, *args):

@@ -12,10 +12,12 @@ of the recorded inputs reproduces them exactly.
   at the first unstable frame, non-zero exit status).
 - Range-of-motion alarm: a joint beyond its range by more than ``rom_margin_rad``, with the same three
   actions (``zero`` holds for ``rom_zero_hold_s`` after the last frame out of range).
+- An extension rule (:class:`FrameAlarm`, entered in :mod:`hil.safety.table`): its compiled test of each frame,
+  with the same three actions; its state is a row of the extension rows the tick kernel reads before a step.
+
+The table of rules (keys, status bits, counters, metrics, stop reasons) is :mod:`hil.safety.table`.
 """
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -31,18 +33,6 @@ from drivers.core.contract import (
 from sim.jit.kernel import kernel
 
 GH_ACTIONS = ("monitor", "zero", "stop")
-
-
-@dataclass(frozen=True)
-class SafetyConfig:
-    watchdog_timeout_s: float = 0.5
-    gh_action: str = "monitor"
-    gh_threshold: float = 0.0          # stability value above which the joint counts as unstable
-    gh_zero_hold_s: float = 0.25       # action 'zero': stimulation stays zero this long after the last unstable frame
-    rom_margin_rad: float = 0.0873     # 5 deg beyond the model's DOF range
-    rom_action: str = "monitor"        # monitor | zero | stop
-    rom_zero_hold_s: float = 0.25      # action 'zero': stimulation stays zero this long after the last alarm frame
-    tick_stall_timeout_s: float = 0.5  # no tick for this long: the supervisor zeroes, records and ends the run
 
 
 class _LocalCount:
@@ -139,16 +129,13 @@ class Watchdog:
         """The last update was the transition to tripped."""
         return bool(self.cells[WD_JUST_TRIPPED])
 
-    @property
-    def last_valid_tick(self) -> int:
-        return int(self.cells[WD_LAST_VALID])
-
     def feed(self, tick: int) -> None:
         self._cell_views[WD_LAST_VALID] = tick
 
     def update(self, tick: int) -> bool:
         """True while stimulation must be zero. Counts a trip on each transition to tripped."""
         return watchdog_update(self.cells, self.timeout_ticks, tick, self.counter.a, self.counter.i)
+
 
 
 class _AlarmAction:
@@ -221,6 +208,24 @@ class GHMonitor(_AlarmAction):
         return f"GH stability {gh_stability:+.3f} above the threshold {self.threshold:+.3f}"
 
 
+class FrameAlarm(_AlarmAction):
+    """An extension rule's alarm: ``test(params, q, qdot, gh_stability)`` (a compiled kernel) on each frame,
+    classified after the compiled tick (:meth:`hil.safety.functions.SafetyFunctions.after_step`)."""
+
+    def __init__(self, name: str, test, params: np.ndarray, action: str = "monitor", hold_ticks: int = 0,
+                 alarm_ticks=None) -> None:
+        super().__init__(name, action, hold_ticks, alarm_ticks)
+        self.test, self.params = test, np.ascontiguousarray(params, np.float64)
+
+    def prime(self, q: np.ndarray, qdot: np.ndarray, gh_stability: float) -> None:
+        """The frame before the first tick (not counted)."""
+        self._prime(self.test(self.params, q, qdot, gh_stability))
+
+    def observe(self, q: np.ndarray, qdot: np.ndarray, gh_stability: float) -> bool:
+        """Classify a new frame; True: end the run (action ``stop``)."""
+        return self._classify(self.test(self.params, q, qdot, gh_stability))
+
+
 class RangeOfMotion(_AlarmAction):
     """Alarm when a joint leaves its range by more than a margin; same actions as the GH monitor."""
 
@@ -237,11 +242,7 @@ class RangeOfMotion(_AlarmAction):
 
     def observe(self, q: np.ndarray) -> bool:
         """Classify a new frame; True: end the run (action ``stop``)."""
-        return self.classify(outside_range(q, self.lo, self.hi))
-
-    def classify(self, outside: bool) -> bool:
-        """Classify a new frame whose posture is ``outside`` the range (:func:`outside_range`)."""
-        return self._classify(outside)
+        return self._classify(outside_range(q, self.lo, self.hi))
 
     def describe(self, q: np.ndarray, dof_names) -> str:
         """Which joints are out of range and by how much, in degrees (after a stop; not for the tick)."""
@@ -256,19 +257,32 @@ STOP_NONE, STOP_GH, STOP_ROM = range(3)
 """What ended a run in a tick: nothing, the GH monitor, the range-of-motion alarm (action ``stop``)."""
 
 
-def tick_rules(watchdog: Watchdog, gh: GHMonitor, rom: RangeOfMotion, gh_modelled: bool) -> tuple:
+def tick_rules(watchdog: Watchdog, gh: GHMonitor, rom: RangeOfMotion, gh_modelled: bool, extensions: tuple) -> tuple:
     """The safety functions' state cells, parameters and counters as the tick kernel takes them (the same
-    memory: what the kernel changes, the objects read)."""
+    memory: what the kernel changes, the objects read); ``extensions``: the extension rules' rows
+    (:func:`extension_rows`)."""
     return ((watchdog.cells, watchdog.timeout_ticks, watchdog.counter.a, watchdog.counter.i),
             (gh.cells, gh.action_code, gh.hold_ticks, gh.counter.a, gh.counter.i, gh.threshold, gh_modelled),
-            (rom.cells, rom.action_code, rom.hold_ticks, rom.counter.a, rom.counter.i, rom.lo, rom.hi))
+            (rom.cells, rom.action_code, rom.hold_ticks, rom.counter.a, rom.counter.i, rom.lo, rom.hi),
+            extensions)
+
+
+def extension_rows(alarms, zeroed_bits) -> tuple:
+    """(cells (n, 2), action codes (n,), zeroed status bits (n,)) of the extension rules' alarms: each alarm's
+    ``cells`` becomes its row, so the tick kernel reads before a step what the alarm classified after one."""
+    cells = np.zeros((len(alarms), 2), np.int64)
+    for row, alarm in enumerate(alarms):
+        cells[row] = alarm.cells
+        alarm.cells = cells[row]
+    return (cells, np.array([a.action_code for a in alarms], np.int64), np.array(zeroed_bits, np.int64))
 
 
 @kernel
 def rules_before_step(rules, tick, latched, direct):
     """(stimulation must be zero this tick, its status bits): the watchdog's update, whose trip forgets what
-    was latched (only a new command stimulates again), and the GH and ROM actions from the last frame."""
-    (wd_cells, timeout_ticks, wd_counts, wd_at), gh, rom = rules
+    was latched (only a new command stimulates again), and the GH, ROM and extension actions from the last
+    frame."""
+    (wd_cells, timeout_ticks, wd_counts, wd_at), gh, rom, (ext_cells, ext_actions, ext_bits) = rules
     watchdog = watchdog_update(wd_cells, timeout_ticks, tick, wd_counts, wd_at)
     if wd_cells[WD_JUST_TRIPPED]:
         for c in range(latched.shape[0]):
@@ -284,14 +298,19 @@ def rules_before_step(rules, tick, latched, direct):
         bits |= STATUS_GH_ZEROED
     if zero_rom:
         bits |= STATUS_ROM_ZEROED
-    return watchdog or zero_gh or zero_rom, bits
+    zero_ext = False
+    for r in range(ext_cells.shape[0]):
+        if alarm_zero_now(ext_cells[r], ext_actions[r]):
+            zero_ext = True
+            bits |= ext_bits[r]
+    return watchdog or zero_gh or zero_rom or zero_ext, bits
 
 
 @kernel
 def rules_after_step(rules, q, gh_stability, bits, overrun):
     """(STOP_* code, status bits) of a new frame: the GH monitor (when the plant has a GH joint) and the
     range-of-motion alarm classify it; the status adds their alarms, the overrun and the stop."""
-    _, gh, rom = rules
+    _, gh, rom, _ = rules
     gh_cells, gh_action, gh_hold, gh_counts, gh_at, threshold, gh_modelled = gh
     rom_cells, rom_action, rom_hold, rom_counts, rom_at, lo, hi = rom
     stop_gh = False

@@ -22,16 +22,17 @@ import numpy as np
 
 from drivers.core.contract import REJECT_REASONS
 from drivers.core.interface import DriverContext, DriverInitializationError, driver_class
-from hil.config import ServiceConfig
+from hil import __version__
+from hil.config import MAX_RUN_DURATION_S, ServiceConfig
 from hil.recording.files import load_state_file
 from hil.rt.engine import TickEngine
 from hil.rt.loop import tick_timing_us
+from hil.rt.plants import config_file, plant_type
 from hil.rt.sensor import SensorModel
+from hil.rt.stimulation import StimulationModel, load_stimulation_config
 from hil.service.run_result import RunResult
 from hil.telemetry.counters import RunCounters
-from sim.das3.model import load_model
 from sim.das3.muscle_groups import group_members
-from sim.das3.plant import Plant
 
 
 def muscle_groups(muscle_names) -> dict[str, np.ndarray]:
@@ -48,34 +49,23 @@ def build_engine(cfg: ServiceConfig, counters=None):
     return model, engine, drivers
 
 
-def _config_file(cfg: ServiceConfig, name: str) -> str:
-    return name if os.path.isabs(name) else os.path.join(cfg.base_dir, name)
-
-
 def build_plant(cfg: ServiceConfig):
-    """(model, plant) of ``[plant] type``: the DAS3 plant, or the reduced MTG arm on the DAS3 segments."""
-    das3 = load_model(cfg.model)
-    step = cfg.loop.period_s / cfg.loop.substeps
-    if cfg.plant.type == "mtg":
-        from sim.mtg.model import load_mtg_model
-        from sim.mtg.plant import MtgPlant
-        params = cfg.plant.mtg_parameters
-        model = load_mtg_model(das3, None if params == "default" else _config_file(cfg, params))
-        return model, MtgPlant(model, step_s=step, initial_state=_initial_state(cfg, model))
-    return das3, Plant(das3, step_s=step, initial_state=_initial_state(cfg, das3), scheme=cfg.plant.scheme)
+    """(model, plant) of ``[plant] type`` (:mod:`hil.rt.plants`), with the step period / substeps."""
+    kind = plant_type(cfg.plant.type)
+    model = kind.load_model(cfg)
+    return model, kind.make_plant(model, cfg, cfg.loop.period_s / cfg.loop.substeps, _initial_state(cfg, model))
 
 
 def _initial_state(cfg: ServiceConfig, model):
     """``[plant] initial``: None for the model's own resting state, else the state file's values."""
     if cfg.plant.initial == "equilibrium":
         return None
-    return load_state_file(_config_file(cfg, cfg.plant.initial), model.n_states)
+    return load_state_file(config_file(cfg, cfg.plant.initial), model.n_states)
 
 
 def build_tick_engine(cfg: ServiceConfig, counters=None):
     """(model, engine) for a config: plant, stimulation model, safety and sensor model; opens nothing."""
     model, plant = build_plant(cfg)
-    from hil.rt.stimulation import StimulationModel, load_stimulation_config
     stim_cfg = load_stimulation_config(cfg.stimulation, model.muscle_names, file=cfg.path)
     stimulation = None if stim_cfg.mode == "direct" else StimulationModel(stim_cfg, model.muscle_names, cfg.path)
     engine = TickEngine(plant, stimulation, cfg.safety, SensorModel(cfg.sensor), cfg.loop.period_s,
@@ -123,7 +113,6 @@ def open_drivers(cfg: ServiceConfig, model, engine) -> list:
 def ticks_for(duration_s: float | None, period_s: float) -> int | None:
     """Ticks of a run of ``duration_s`` (None: until stopped); at most MAX_RUN_DURATION_S, so the count
     stays an ordinary integer."""
-    from hil.config import MAX_RUN_DURATION_S
     if duration_s is None:
         return None
     if not (math.isfinite(duration_s) and 0 < duration_s <= MAX_RUN_DURATION_S):
@@ -180,7 +169,6 @@ def recording_header(cfg: ServiceConfig, model, engine) -> dict:
     """Everything a replay or an analysis needs besides the records."""
     import datetime
 
-    from hil import __version__
     return {
         "software": f"fes-hil {__version__}", "config_path": cfg.path, "config": cfg.raw,
         "model_data_sha256": model.data_sha256,
@@ -239,8 +227,7 @@ def run_summary(run, summary, driver_stats: dict, lost_drivers: list[str], unwri
         **tick_timing_us(summary.timing_s),
         realtime={"sched_fifo": summary.realtime.sched_fifo, "mlock": summary.realtime.mlock,
                   "affinity": summary.realtime.affinity, "warnings": summary.realtime.warnings},
-        watchdog_trips=engine.watchdog.trips, gh_unstable_ticks=engine.gh.unstable_ticks,
-        rom_alarm_ticks=engine.rom.alarm_ticks, clipped_excitations=engine.plant.clipped_total,
+        safety_counts=engine.safety.counts(), clipped_excitations=engine.plant.clipped_total,
         commands_received=sum(engine.received.values()),
         commands_rejected={f"{d}:{r}": n for (d, r), n in engine.rejected.items()},
         commands_clamped={f"{d}:{r}": n for (d, r), n in engine.clamped.items()},

@@ -21,6 +21,8 @@ import signal
 import time
 from dataclasses import dataclass
 
+from drivers.ipc.process import name_process
+
 POLL_S = 0.1
 GIVE_UP_S = 30.0
 ORPHAN_STALL_S = 1.0
@@ -42,8 +44,6 @@ class OrphanWatchSpec:
 
 def run_orphan_watch(spec: OrphanWatchSpec) -> None:
     """Process target (see the module docstring)."""
-    from drivers.ipc.process import name_process
-
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     name_process("hil-orphanwatch")
     try:

@@ -26,14 +26,21 @@ import time
 import traceback
 from dataclasses import dataclass
 
-from drivers.core.contract import REJECT_REASONS
+from drivers.core.contract import COMMAND_DTYPE, REJECT_REASONS
 from drivers.ipc.link import LinkDriver
 from drivers.ipc.process import die_with_parent, poll_report, start_helper, stop_process
+from drivers.ipc.shm_ring import ShmRing
+from hil.config import load_service_config, with_plant_type
+from hil.recording.hilrec import AUX_WRITTEN, RecorderSpec, dtype_descr, run_recorder
+from hil.rt.loop import RealtimeLoop
 from hil.rt.stimulation import fatigue_channel_names
+from hil.rt.tick import RecordingListener, TickBody, driver_streams
+from hil.safety.table import StopReason
 from hil.service import build as service
 from hil.service.run_result import RunResult
+from hil.service.warmup_progress import reporting_compilation
 from hil.telemetry.counters import RunCounters
-from hil.telemetry.metrics import MetricsBlock, MetricsSchema, default_schema
+from hil.telemetry.metrics import LoopMetrics, MetricsBlock, MetricsSchema, default_schema
 
 
 @dataclass(frozen=True)
@@ -46,7 +53,8 @@ class RtSpec:
     metrics_shm: str | None = None      # the supervisor's metrics block (None: metrics off)
     parent_pid: int | None = None       # None: the process that calls rt_main's parent
     plant_type: str | None = None       # ``hil run --plant``: overrides [plant] type
-    view_shm: str | None = None         # the supervisor's live-view status block (None: view off)
+    listeners: tuple = ()               # picklable factories of extra tick listeners, called with the config
+                                        # (the live view's writer): each has close(orphaned)
     metrics_address: str | None = None  # host:port of the exporter, announced in the port file
 
 
@@ -57,10 +65,6 @@ class Recording:
                  driver_streams: dict | None = None, status_values=None) -> None:
         """``status_values``: the run's status block (:class:`hil.service.build.RunStatus`), whose stall field the
         recorder reads at its end."""
-        from drivers.core.contract import COMMAND_DTYPE
-        from drivers.ipc.shm_ring import ShmRing
-        from hil.recording.hilrec import RecorderSpec, dtype_descr, run_recorder
-
         self.path, self.on_failure = path, on_failure
         self.rings = {"ticks": ShmRing.create(tick_dtype, 4096), "commands": ShmRing.create(COMMAND_DTYPE, 1 << 16)}
         for name, dtype in (driver_streams or {}).items():      # popped after the ticks: see hil.recording.hilrec
@@ -95,7 +99,6 @@ class Recording:
 
     def unwritten(self) -> dict[str, int]:
         """Records pushed (or dropped when a ring was full) that are not in the file."""
-        from hil.recording.hilrec import AUX_WRITTEN
         if self.failure:
             return {n: r.offered - int(r.aux[AUX_WRITTEN]) for n, r in self.rings.items()}
         return {n: r.dropped for n, r in self.rings.items()}
@@ -133,9 +136,9 @@ class HealthCheck:
         status.elbow_deg = math.degrees(engine.elbow_flexion_rad)
         status.watchdog_trips = engine.watchdog.trips
         if status.stop_request:
-            self.loop.request_stop("tick_stall" if status.stall_s else "signal")
+            self.loop.request_stop(StopReason.TICK_STALL if status.stall_s else StopReason.SIGNAL)
         if run.orphaned():
-            self.loop.request_stop("parent_died")
+            self.loop.request_stop(StopReason.PARENT_DIED)
         for d in run.drivers:
             if not d.check_alive() and d.index not in self.announced:
                 self.announced.add(d.index)
@@ -146,7 +149,7 @@ class HealthCheck:
             service.say(f"recording {rec.path} failed at tick {tick}: {rec.failure}; "
                  + ("stopping the run" if stop else "the run goes on unrecorded (on_failure = continue)"))
             if stop:
-                self.loop.request_stop("recording_failed")
+                self.loop.request_stop(StopReason.RECORDING_FAILED)
         if rec is not None:
             run.publish_unwritten(rec.unwritten())
 
@@ -158,7 +161,7 @@ class RealtimeRun:
         self.spec, self.status = spec, status
         self.parent_pid = spec.parent_pid or os.getppid()
         self.drivers, self.recording, self.metrics, self.block = [], None, None, None
-        self.view = self.view_writer = None  # the live view's status block and its writer (hil.view.block)
+        self.extra_listeners = []            # from the spec's listener factories (the live view's writer)
         self.engine = self.model = self.cfg = self.loop = None
         self.stop_before_start = False      # SIGTERM during warm-up
         self.ports_written = False
@@ -168,7 +171,8 @@ class RealtimeRun:
 
     def request_stop(self, *_) -> None:
         """SIGTERM (from the supervisor, the whole process group, or PR_SET_PDEATHSIG when the supervisor died)."""
-        reason = "parent_died" if self.orphaned() else "tick_stall" if self.status.stall_s else "signal"
+        reason = (StopReason.PARENT_DIED if self.orphaned() else StopReason.TICK_STALL if self.status.stall_s
+                  else StopReason.SIGNAL)
         if self.loop is None:
             self.stop_before_start = True
         else:
@@ -176,12 +180,6 @@ class RealtimeRun:
 
     def build(self) -> None:
         import multiprocessing as mp
-
-        from hil.config import load_service_config, with_plant_type
-        from hil.rt.loop import RealtimeLoop
-        from hil.rt.tick import RecordingListener, TickBody, driver_streams
-        from hil.service.warmup_progress import reporting_compilation
-        from hil.telemetry.metrics import LoopMetrics
 
         self.status.state = service.STATE_WARMING
         self.cfg = cfg = with_plant_type(load_service_config(self.spec.config_path), self.spec.plant_type)
@@ -195,11 +193,9 @@ class RealtimeRun:
             self.metrics = LoopMetrics(self.block, counters.driver_names, cfg.loop.period_s, self.drivers,
                                        fatigue_channel_names(cfg.stimulation))
             body.listeners.append(self.metrics)
-        if self.spec.view_shm:
-            from hil.view.block import ViewBlock, ViewWriter
-            self.view = ViewBlock.attach(self.spec.view_shm)
-            self.view_writer = ViewWriter(self.view, cfg.loop.period_s)
-            body.listeners.append(self.view_writer)
+        for factory in self.spec.listeners:
+            self.extra_listeners.append(factory(cfg))
+            body.listeners.append(self.extra_listeners[-1])
         if self.spec.record_path:
             streams = driver_streams(self.drivers)
             self.recording = Recording(self.spec.record_path, service.recording_header(cfg, self.model, self.engine),
@@ -263,8 +259,9 @@ class RealtimeRun:
         """Stop and release everything (idempotent; also after errors and when orphaned)."""
         for d in self.drivers:
             d.shutdown()
-        if self.view_writer is not None:
-            self.view_writer.close()            # its views into the blocks go before the blocks
+        for listener in self.extra_listeners:
+            listener.close(self.orphaned())     # its views into the blocks go before the blocks
+        self.extra_listeners = []
         if self.recording is not None:
             if not self.recording.finished:
                 self.recording.finish(5.0 if self.orphaned() else 30.0)
@@ -274,10 +271,6 @@ class RealtimeRun:
             self.block.owner = self.block.owner or self.orphaned()   # nobody else is left to unlink it
             self.block.release()
             self.block = None
-        if self.view is not None:
-            self.view.owner = self.orphaned()       # nobody else is left to unlink it
-            self.view.release()
-            self.view = None
         if self.ports_written and self.orphaned():
             with contextlib.suppress(OSError):
                 os.unlink(self.spec.port_file)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from hil.safety import table
 from sim.errors import UserInputError
 
 
@@ -18,8 +19,7 @@ class RunResult:
     config_error: bool = False           # the failure was caused by the user's input (exit 2)
     traceback: str = ""
     ticks: int = 0
-    stopped_by: str = ""                 # duration, signal, gh_unstable, range_of_motion, recording_failed,
-    #                                      parent_died, tick_stall
+    stopped_by: str = ""                 # hil.safety.table.stop_reasons()
     stop_detail: str = ""
     deadline_misses: int = 0
     skipped_deadlines: int = 0
@@ -30,9 +30,7 @@ class RunResult:
     compute_us: dict = field(default_factory=dict)       # the engine's step per tick: p50, p99, p99.9, max
     tick_phases_us: dict = field(default_factory=dict)   # median of each phase of a tick (hil.rt.loop.TIMING_COLUMNS)
     realtime: dict = field(default_factory=dict)         # sched_fifo, mlock, affinity, warnings
-    watchdog_trips: int = 0
-    gh_unstable_ticks: int = 0
-    rom_alarm_ticks: int = 0
+    safety_counts: dict = field(default_factory=dict)    # each counting safety rule's count_field -> count
     clipped_excitations: int = 0
     commands_received: int = 0
     commands_rejected: dict = field(default_factory=dict)   # "driver:reason" -> n
@@ -62,8 +60,28 @@ class RunResult:
             stall = {"stopped_by": self.stopped_by, "stalls": self.stalls} if self.stalls else {}
             return {"ok": False, "error": self.error, "config_error": self.config_error, "traceback": self.traceback,
                     **stall}
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-                if f.name not in ("error", "config_error", "traceback")}
+        doc = {}
+        for f in dataclasses.fields(self):
+            if f.name == "safety_counts":       # one key per rule, where the rules' counts always were
+                doc.update({field_name: self.safety_counts.get(field_name, 0) for field_name in _count_fields()})
+            elif f.name not in ("error", "config_error", "traceback"):
+                doc[f.name] = getattr(self, f.name)
+        return doc
+
+    def __getattr__(self, name: str):
+        """A safety rule's count by its ``count_field`` (e.g. ``watchdog_trips``; 0 when not counted)."""
+        if name.startswith("_") or name not in _count_fields():
+            raise AttributeError(name)
+        return self.__dict__.get("safety_counts", {}).get(name, 0)
+
+    @property
+    def safety_stop(self) -> bool:
+        """A safety rule's ``stop`` ended the run (exit status 4)."""
+        return self.stopped_by in table.safety_stop_reasons()
+
+
+def _count_fields() -> tuple[str, ...]:
+    return tuple(r.count_field for r in table.counted_rules())
 
 
 def percentiles_us(values_s: np.ndarray | None) -> dict:

@@ -17,12 +17,19 @@ import socket
 import time
 import traceback
 
+from drivers.core.contract import REJECT_REASONS
+from drivers.ipc.process import stop_process
+from hil.config import load_service_config, with_plant_type
+from hil.rt.stimulation import fatigue_channel_names
+from hil.safety.production import TICK_STALL
+from hil.safety.table import StopReason
 from hil.service import build as service
-from hil.service.rt_process import RtSpec
+from hil.service.orphan_watch import OrphanWatchSpec, run_orphan_watch
+from hil.service.rt_process import RtSpec, rt_main
 from hil.service.run_result import RunResult
-
-SAFETY_STOP_REASONS = ("gh_unstable", "range_of_motion", "tick_stall")
-"""``stopped_by`` of a run ended by a safety action ``stop``."""
+from hil.telemetry.exporter import start_exporter
+from hil.telemetry.metrics import MetricsBlock, MetricsSchema, default_schema
+from hil.telemetry.metrics_port import MetricsPort, TargetFile, listen, port_holder, scrape_address
 
 
 class Notifier:
@@ -55,10 +62,6 @@ class MetricsHost:
     RETRY_S = (0.0, 1.0, 2.0, 5.0, 10.0, 30.0)
 
     def __init__(self, cfg, port) -> None:
-        from drivers.core.contract import REJECT_REASONS
-        from hil.rt.stimulation import fatigue_channel_names
-        from hil.telemetry.metrics import MetricsBlock, MetricsSchema, default_schema
-
         self.cfg = cfg.metrics
         fatigue_channels = fatigue_channel_names(cfg.stimulation)
         self.block = MetricsBlock.create(MetricsSchema(default_schema(service.driver_names(cfg), list(REJECT_REASONS),
@@ -75,8 +78,6 @@ class MetricsHost:
         self.listener = self.address = self.target = None
 
     def start(self) -> None:
-        from hil.telemetry.exporter import start_exporter
-        from hil.telemetry.metrics_port import listen, scrape_address
         if self.listener is None:     # bound once: every restart of the exporter serves on the same port
             self.listener = listen(self.cfg.host, self.port.port, not self.port.fixed, self.port.advice)
             self.address = scrape_address(self.listener)
@@ -85,7 +86,6 @@ class MetricsHost:
     def announce(self) -> None:
         """Say where /metrics is (one line; why it is not the configured port) and write this run's
         Prometheus target file; a file that cannot be written is one more line, and the run goes on."""
-        from hil.telemetry.metrics_port import TargetFile, port_holder
         taken = self.port.port and not self.address.endswith(f":{self.port.port}")
         self.target = TargetFile(self.cfg.targets_directory, self.address)
         service.say(f"metrics at http://{self.address}/metrics"
@@ -122,7 +122,6 @@ class MetricsHost:
         self.restarts.inc()
 
     def close(self) -> None:
-        from drivers.ipc.process import stop_process
         if self.proc is not None:
             self.proc.terminate()
             stop_process(self.proc, 5.0)
@@ -196,8 +195,9 @@ class StallWatch:
 
     def _count(self) -> None:
         if self.metrics is not None:
-            self.metrics.block.counter("hil_tick_stalls_total").inc()
-            self.metrics.block.gauge("hil_tick_stalled").set(1.0)
+            stalls, stalled = TICK_STALL.series
+            self.metrics.block.counter(stalls.name).inc()
+            self.metrics.block.gauge(stalled.name).set(1.0)
 
     def report(self, summary: RunResult) -> RunResult:
         """A stalled run is a failed run (``ok`` False) whatever the real-time process reported; a tick the
@@ -215,90 +215,32 @@ class StallWatch:
                  else "the loop was stopped when it recovered")
         error = (f"the loop stalled in tick {stall['tick']} for {stall['duration_s']:.1f} s ({self.why}): "
                  f"stimulation stopped, {ended}")
-        return dataclasses.replace(summary, ok=False, error=error, config_error=False, stopped_by="tick_stall",
+        return dataclasses.replace(summary, ok=False, error=error, config_error=False, stopped_by=StopReason.TICK_STALL,
                                    stalls=[{**stall, "timeout_s": self.timeout_s}])
-
-
-@dataclasses.dataclass(frozen=True)
-class ViewOptions:
-    """``--view PORT`` and ``--view-host``: where the live view's page is served."""
-    port: int
-    host: str = "127.0.0.1"
-
-
-class ViewHost:
-    """The live view's status block and its server process (:mod:`hil.view`), owned by the supervisor when
-    ``--view`` is given. The view is not a safety function: a server that dies is restarted (a failed
-    restart is tried again every RETRY_S), and the run goes on either way."""
-
-    RETRY_S = 5.0
-
-    def __init__(self, options: ViewOptions, spec: RtSpec, ctx) -> None:
-        import datetime
-
-        from hil.view.block import ViewBlock
-        from hil.view.server import ViewSpec
-
-        self.block = ViewBlock.create()
-        started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-        self.spec = ViewSpec(self.block.name, options.host, options.port, spec.config_path, spec.plant_type,
-                             spec.record_path, started)
-        self.ctx, self.proc, self._next_try = ctx, None, 0.0
-
-    def start(self) -> None:
-        from hil.view.server import start_view_server, url
-        self.proc = start_view_server(self.spec, self.ctx)
-        service.say(f"live view at {url(self.spec.host, self.spec.port)}")
-
-    def check(self) -> None:
-        """Restart a dead view server (called from the supervisor's poll loop)."""
-        if self.proc is not None and self.proc.is_alive():
-            return
-        now = time.monotonic()
-        if self.proc is not None:
-            service.say(f"the live view died (exit code {self.proc.exitcode}); restarting it")
-            self.proc, self._next_try = None, now
-        if now < self._next_try:
-            return
-        try:
-            self.start()
-        except Exception as exc:
-            self._next_try = now + self.RETRY_S
-            service.say(f"the live view could not be restarted ({exc}); next try in {self.RETRY_S:g} s")
-
-    def close(self) -> None:
-        from drivers.ipc.process import stop_process
-        if self.proc is not None:
-            self.proc.terminate()
-            stop_process(self.proc, 5.0)
-        self.block.release()
 
 
 class ServiceRun:
     """The processes of one run, seen from the supervisor: the metrics exporter and the live view (here)
     and the real-time process (which starts the recorder and the links). ``poll`` between waits keeps the
-    exporter and the view alive."""
+    exporter and the view alive. ``view``: the live view as a companion the command line built
+    (:class:`hil.view.host.ViewHost`): ``start(spec)`` returns a picklable factory of a tick listener the
+    real-time process adds (called with the run's config), ``check()`` restarts it, ``close()`` ends it."""
 
     def __init__(self, config_path: str, duration, record=None, port_file=None, plant_type=None,
-                 view: ViewOptions | None = None, metrics_port=None) -> None:
-        from hil.config import load_service_config, with_plant_type
-        from hil.telemetry.metrics_port import MetricsPort
-
+                 view=None, metrics_port=None) -> None:
         self.ctx = mp.get_context("spawn")
         self.status = service.RunStatus.create(self.ctx)
         self.results = self.ctx.Queue()
         self.cfg = with_plant_type(load_service_config(config_path), plant_type)
         self.spec = RtSpec(str(config_path), duration, None if record is None else str(record),
                            None if port_file is None else str(port_file), None, os.getpid(), plant_type)
-        self.view_options = view
         self.metrics_port = metrics_port or MetricsPort(self.cfg.metrics.port)   # default: hil run's choice
-        self.metrics = self.view = None
+        self.metrics, self.view = None, view
         self.proc = self.orphan_watch = None
 
     def start(self) -> None:
         """Exporter and view first (a busy port fails before any warm-up or recording), then the real-time
         process."""
-        from hil.service.rt_process import rt_main
         if self.cfg.metrics.enabled:
             self.metrics = MetricsHost(self.cfg, self.metrics_port)
             try:
@@ -310,7 +252,7 @@ class ServiceRun:
             self.metrics.announce()
             self.spec = dataclasses.replace(self.spec, metrics_shm=self.metrics.block.shm.name,
                                             metrics_address=self.metrics.address)
-        if self.view_options is not None:
+        if self.view is not None:
             self._start_view()
         self.proc = self.ctx.Process(target=rt_main, name="hil-rt", args=(self.spec, self.status, self.results))
         self.proc.start()
@@ -318,7 +260,6 @@ class ServiceRun:
 
     def _start_orphan_watch(self) -> None:
         """The process that kills a stuck real-time process when this one dies (:mod:`hil.service.orphan_watch`)."""
-        from hil.service.orphan_watch import OrphanWatchSpec, run_orphan_watch
         fields = service.RunStatus.FIELDS
         spec = OrphanWatchSpec(self.proc.pid, os.getpid(), self.status.values, fields.index("ticks"),
                                fields.index("state"), service.STATE_RUNNING, self.cfg.safety.tick_stall_timeout_s,
@@ -327,14 +268,13 @@ class ServiceRun:
         self.orphan_watch.start()
 
     def _start_view(self) -> None:
-        self.view = ViewHost(self.view_options, self.spec, self.ctx)
         try:
-            self.view.start()
+            listener = self.view.start(self.spec)
         except BaseException:
-            self.view.block.release()
+            self.view.close()
             self.view = None
             raise
-        self.spec = dataclasses.replace(self.spec, view_shm=self.view.block.name)
+        self.spec = dataclasses.replace(self.spec, listeners=(*self.spec.listeners, listener))
 
     def alive(self, wait_s: float = 0.05) -> bool:
         """Wait up to ``wait_s`` for the real-time process; restart a dead exporter or view (not once a stop
@@ -358,9 +298,9 @@ class ServiceRun:
         return summary
 
     def linger_after_safety_stop(self, summary: RunResult) -> None:
-        """After a GH or range-of-motion stop, keep ``/metrics`` up for ``[metrics] linger_after_stop_ms``, so
-        that a scrape sees ``hil_safety_stops_total`` before the service exits; a stop request ends the wait."""
-        if self.metrics is None or summary.stopped_by not in SAFETY_STOP_REASONS:
+        """After a safety rule's stop, keep ``/metrics`` up for ``[metrics] linger_after_stop_ms``, so that a
+        scrape sees ``hil_safety_stops_total`` before the service exits; a stop request ends the wait."""
+        if self.metrics is None or not summary.safety_stop:
             return
         end = time.monotonic() + self.cfg.metrics.linger_after_stop_s
         while time.monotonic() < end and not self.status.stop_request:
@@ -375,7 +315,6 @@ class ServiceRun:
                 self.proc.kill()
                 self.proc.join(5.0)
         if self.orphan_watch is not None:   # it ends when the real-time process has
-            from drivers.ipc.process import stop_process
             stop_process(self.orphan_watch, 2.0)
         if self.metrics is not None:
             self.metrics.close()
@@ -386,7 +325,7 @@ class ServiceRun:
 
 
 def supervise(config_path: str, duration, record, on_poll=None, notify: bool = False, port_file=None,
-              plant_type=None, view: ViewOptions | None = None, metrics_port=None) -> dict:
+              plant_type=None, view=None, metrics_port=None) -> dict:
     """Run the real-time process to completion; returns its summary dict (``ok`` False on errors).
     ``metrics_port``: a :class:`hil.telemetry.metrics_port.MetricsPort` (default: ``[metrics] port``, or any free port
     when it is taken)."""

@@ -6,13 +6,13 @@ from __future__ import annotations
 import sys
 from contextlib import contextmanager
 
+from hil.rt import plants
 from sim.jit.progress import CompileProgress, StageLines, reachable_kernels
 
 
 def tick_kernels(plant_type: str) -> set:
-    """The kernels the compiled tick of ``[plant] type`` may compile."""
-    from hil.rt.tick_kernel import compute_tick, compute_tick_mtg
-    return reachable_kernels(compute_tick_mtg if plant_type == "mtg" else compute_tick)
+    """The kernels the compiled tick of ``[plant] type`` may compile (:mod:`hil.rt.plants`)."""
+    return reachable_kernels(plants.plant_type(plant_type).tick)
 
 
 @contextmanager

@@ -10,22 +10,24 @@ whose task killed its workers that often, is a row with ``status`` "error" and t
 an error about a swept key names the sweep file and the key. Each variant's config document and input files
 are checked here before anything runs (an invalid one is its error row at once), and a sweep none of whose
 runs succeeds fails (:func:`failure`).
-On Dask, every worker is warmed once as it joins, not in its first run (:mod:`hil.sweep.worker`), and a result
-is released as soon as its row is taken.
+One run is a :class:`hil.sweep.task.RunTask`. On Dask, every worker is warmed once as it joins, not in its first run
+(:mod:`hil.sweep.worker`), and a result is released as soon as its row is taken.
 """
 from __future__ import annotations
 
 import csv
 import json
-import math
 import os
-import re
 import time
-from dataclasses import dataclass
 
-import numpy as np
+from distributed import Client, KilledWorker, as_completed
 
-from hil.sweep.spec import SweepSpec, Variant, apply_overrides, variants
+from hil.config import merged_document, service_config_from_dict
+from hil.rt.plants import option_files
+from hil.sweep.spec import SweepSpec, Variant, variants
+from hil.sweep.task import RunTask, error_row, run_task
+from hil.sweep.worker import local_cluster, warm_up
+from sim.das3.config import ConfigError
 from sim.errors import UserInputError
 from sim.input_file import InputFileError, read_input_file
 
@@ -33,97 +35,6 @@ RETRIES = 2
 METRIC_COLUMNS = ("status", "error", "ticks", "simulated_s", "wall_s", "stopped_by", "rms_error_deg",
                   "settling_time_s", "overshoot_deg", "final_error_deg", "gh_unstable_ticks", "gh_min_margin",
                   "watchdog_ticks", "recording")
-
-
-@dataclass(frozen=True)
-class RunTask:
-    """One run, everything a worker needs (picklable)."""
-
-    variant: Variant
-    base: dict                 # the base config's merged document, one object shared by every task of a sweep
-    config_path: str
-    duration_s: float
-    record_path: str | None
-    band_rad: float
-    sweep_path: str = ""
-
-    @property
-    def raw(self) -> dict:
-        """The run's config document: a copy of the base with the variant's values set (built when needed, so
-        a sweep holds one document, not one per run)."""
-        return apply_overrides(self.base, self.variant.values, self.sweep_path)
-
-
-def blamed_key(exc: BaseException, swept: list[str]) -> str | None:
-    """The swept key an input error is about (its config key, ``driver[0].kp`` read as ``driver.0.kp``, is that
-    key or inside it); None if it is about no swept key."""
-    key = getattr(exc, "key", None)
-    if not isinstance(key, str):
-        return None
-    dotted = re.sub(r"\[(\d+)\]", r".\1", key)
-    return next((k for k in swept if dotted == k or dotted.startswith(k + ".")), None)
-
-
-def error_row(task: RunTask, exc: BaseException) -> dict:
-    """The results row of a run that failed: the reason, blaming the sweep file's key when it is about one."""
-    key = blamed_key(exc, list(task.variant.values))
-    if key is not None:
-        reason = getattr(exc, "reason", str(exc))
-        where = "" if getattr(exc, "file", None) in (None, task.sweep_path) else f" (applied to {exc.file})"
-        text = f"{task.sweep_path}, swept key {key!r}: {reason}{where}"
-    else:
-        text = f"{type(exc).__name__}: {exc}"
-    return {"id": task.variant.id, **task.variant.values, "status": "error", "error": text,
-            "error_key": key or "", "input_error": isinstance(exc, UserInputError)}
-
-
-class TickCollector:
-    """Keeps every tick record of an offline run (allocated at the first tick) and the engine."""
-
-    def __init__(self, n_ticks: int) -> None:
-        self.n_ticks, self.ticks, self.n, self.engine = n_ticks, None, 0, None
-
-    def on_tick(self, record: np.ndarray, engine, actuation_ns: int) -> None:
-        if self.ticks is None:
-            self.ticks, self.engine = np.zeros(self.n_ticks, record.dtype), engine
-        self.ticks[self.n] = record[0]
-        self.n += 1
-
-
-def _degrees(value):
-    return None if value is None else math.degrees(value)
-
-
-def run_task(task: RunTask) -> dict:
-    """Run one variant offline and return its results row (a worker's task)."""
-    from hil.config import service_config_from_dict
-    from hil.reports.run_metrics import config_target, run_metrics
-    from hil.rt.offline import run_offline
-    from hil.service.build import ticks_for
-    from sim.das3.plant import PlantDivergedError
-    from sim.errors import UserInputError
-
-    row = {"id": task.variant.id, **task.variant.values}
-    try:
-        cfg = service_config_from_dict(task.raw, task.config_path)
-        n_ticks = ticks_for(task.duration_s, cfg.loop.period_s)
-        keep = TickCollector(n_ticks)
-        result = run_offline(cfg, n_ticks, [keep], task.record_path)
-    except (UserInputError, PlantDivergedError, ValueError) as exc:
-        return error_row(task, exc)
-    engine = keep.engine
-    names = [c.name for c in engine.stim.channels] if engine.stim is not None else []
-    dof_names = engine.plant.model.dof_names
-    m = run_metrics(keep.ticks[:keep.n], cfg.loop.period_s, names, config_target(cfg, dof_names), task.band_rad)
-    tr = m.get("tracking", {})
-    row.update({"status": "ok", "error": "", "ticks": result.ticks, "simulated_s": result.ticks * cfg.loop.period_s,
-                "wall_s": round(result.wall_s, 6), "stopped_by": result.stopped_by,
-                "rms_error_deg": _degrees(tr.get("rms_error_rad")), "settling_time_s": tr.get("settling_time_s"),
-                "overshoot_deg": _degrees(tr.get("overshoot_rad")), "final_error_deg": _degrees(tr.get("final_error_rad")),
-                "gh_unstable_ticks": m["gh_unstable_ticks"], "gh_min_margin": m["gh_min_margin"],
-                "watchdog_ticks": m["watchdog_ticks"], "recording": task.record_path or ""})
-    row.update({f"charge_{name}_uc": q for name, q in m["charge_uc"].items()})
-    return row
 
 
 def finished_ids(out_dir: str) -> set[str]:
@@ -142,7 +53,6 @@ def finished_ids(out_dir: str) -> set[str]:
 
 def tasks(spec: SweepSpec, runs: list[Variant], out_dir: str) -> list[RunTask]:
     """The ``runs`` of ``spec`` not yet in ``out_dir``, with their config documents."""
-    from hil.config import merged_document
     base = merged_document(spec.base)
     done = finished_ids(out_dir)
     runs_dir = os.path.join(out_dir, "runs")
@@ -153,18 +63,16 @@ def tasks(spec: SweepSpec, runs: list[Variant], out_dir: str) -> list[RunTask]:
 
 
 def _input_files(cfg) -> dict[str, str]:
-    """The files a run of ``cfg`` reads besides its config, by key: the plant's initial state and MTG parameters."""
-    names = {key: name for key, name, builtin in (("plant.initial", cfg.plant.initial, "equilibrium"),
-                                                   ("plant.mtg_parameters", cfg.plant.mtg_parameters, "default"))
-             if name != builtin}
+    """The files a run of ``cfg`` reads besides its config, by key: the plant's initial state and the plant type's
+    file options (e.g. MTG parameters, :func:`hil.rt.plants.option_files`)."""
+    names = {"plant.initial": cfg.plant.initial} if cfg.plant.initial != "equilibrium" else {}
+    names.update(option_files(cfg.plant))
     return {key: n if os.path.isabs(n) else os.path.join(cfg.base_dir, n) for key, n in names.items()}
 
 
 def preflight(todo: list[RunTask]) -> tuple[list[RunTask], list[dict]]:
     """(tasks whose config document is valid and whose input files are readable regular files of a bounded
     size, error rows of the others): checked here, before any worker starts, each file read once."""
-    from hil.config import service_config_from_dict
-    from sim.das3.config import ConfigError
     file_errors: dict[str, str | None] = {}
 
     def check(task: RunTask) -> None:
@@ -235,9 +143,6 @@ def _local(todo: list[RunTask], on_row) -> None:
 
 
 def _dask(todo: list[RunTask], on_row, workers: int, scheduler: str | None) -> dict:
-    from distributed import Client
-
-    from hil.sweep.worker import local_cluster, warm_up
     cluster = local_cluster(workers) if scheduler is None else None
     client = Client(scheduler or cluster)
     try:
@@ -254,7 +159,6 @@ def _dask(todo: list[RunTask], on_row, workers: int, scheduler: str | None) -> d
 def _collect(client, todo: list[RunTask], on_row) -> None:
     """Every task submitted at once, each row to ``on_row`` as it arrives; a result is released once taken, so a
     worker lost later holds no finished run the scheduler would recompute."""
-    from distributed import KilledWorker, as_completed
     by_key = {f"hil-run-{t.variant.id}": t for t in todo}
     for future in as_completed(client.map(run_task, list(by_key.values()), key=list(by_key), retries=RETRIES,
                                           pure=False)):

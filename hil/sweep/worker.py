@@ -5,8 +5,7 @@ its first run.
 A fresh worker's first run would otherwise also import the run machinery, load (or compile) the numba kernels
 and build the model. The plugin does that with a one-tick run of the sweep's first valid task: on the workers
 already there when the client registers it (the registration returns once they are ready), and on every worker
-that joins later (a restarted or added one) before it takes a task. This module imports ``distributed``; a
-sweep run in-process never imports it.
+that joins later (a restarted or added one) before it takes a task.
 """
 from __future__ import annotations
 
@@ -18,7 +17,7 @@ import time
 
 from distributed import LocalCluster, WorkerPlugin
 
-from hil.sweep.runner import RunTask, run_task
+from hil.sweep.task import RunTask, run_task
 
 logger = logging.getLogger(__name__)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from drivers.core.contract import REJECT_REASONS
+from hil.safety import table
 from hil.telemetry.metrics import MetricsBlock, MetricsSchema, default_schema
 
 #: drivers a private counter set has room for when the caller does not name them
@@ -15,7 +16,8 @@ ANONYMOUS_DRIVERS = 8
 
 class RunCounters:
     """Counts by driver (commands received), by driver and reason (rejected, clamped), per driver (transport
-    failures), and the safety counts (watchdog trips, GH-unstable and ROM-alarm ticks)."""
+    failures), and the safety rules' counts (one counter per rule of :mod:`hil.safety.table` that counts, read
+    as an attribute named by the rule's ``count_field``, e.g. ``watchdog_trips``)."""
 
     def __init__(self, block: MetricsBlock, driver_names: list[str]) -> None:
         self.block, self.values = block, block.values
@@ -29,9 +31,17 @@ class RunCounters:
         self.clamped_at = np.array([[at("hil_commands_clamped_total", driver=d, reason=r) for r in REJECT_REASONS]
                                     for d in driver_names], np.int64)
         self._cells, self._received_cells = memoryview(self.values), self.received_at.tolist()   # Python views
-        self.watchdog_trips = block.counter("hil_watchdog_trips_total")
-        self.gh_unstable_ticks = block.counter("hil_gh_unstable_ticks_total")
-        self.rom_alarm_ticks = block.counter("hil_rom_alarm_ticks_total")
+        self.safety = {r.count_field: block.counter(r.counter.name) for r in table.counted_rules()}
+
+    def __getattr__(self, name: str):
+        safety = self.__dict__.get("safety", {})
+        if name not in safety:
+            raise AttributeError(name)
+        return safety[name]
+
+    def safety_cell(self, count_field: str):
+        """The counter of a rule's ``count_field`` (None: the rule counts nothing)."""
+        return self.safety.get(count_field) if count_field else None
 
     @classmethod
     def private(cls, driver_names: list[str] | None = None) -> "RunCounters":

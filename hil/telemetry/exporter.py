@@ -18,7 +18,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from drivers.ipc.process import HelperStartError, die_with_parent, start_helper
+from hil.telemetry.connection_slots import ConnectionSlots
 from hil.telemetry.metrics import MetricsBlock, MetricsError, MetricsSchema
+from hil.telemetry.metrics_port import EXPORTER_BACKLOG, listen, scrape_address
 
 
 class ShmCollector:
@@ -60,10 +63,6 @@ class ExporterSpec:
 EXPORTER_IDLE_TIMEOUT_S = 5.0
 #: Connections the exporter handles at once (one thread each); see :func:`_exporter_server_class`.
 EXPORTER_MAX_CONNECTIONS = 16
-#: Listen backlog: connections the kernel queues until the exporter accepts them. Accepting (a thread
-#: start each) is slower than a client connecting in a loop, so this queue, not the accept rate, is what
-#: absorbs a burst; once it is full the kernel drops SYNs and every client waits for a retransmit.
-EXPORTER_BACKLOG = 256
 
 
 def _exporter_handler_class():
@@ -93,8 +92,6 @@ def _exporter_server_class():
     import socketserver
     import sys
     from wsgiref.simple_server import WSGIServer
-
-    from hil.telemetry.connection_slots import ConnectionSlots
 
     class _ExporterServer(ConnectionSlots, socketserver.ThreadingMixIn, WSGIServer):
         daemon_threads = True
@@ -159,9 +156,6 @@ def run_exporter(spec: ExporterSpec, listener, parent_pid: int, conn) -> None:
 
     from prometheus_client import CollectorRegistry
 
-    from drivers.ipc.process import die_with_parent
-    from hil.telemetry.metrics_port import scrape_address
-
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     stop, wake_r = _stop_on_sigterm()
     if not die_with_parent(parent_pid, name="hil-exporter"):
@@ -190,9 +184,6 @@ def start_exporter(block: MetricsBlock, host: str, port: int, ctx, listener=None
     """Start the exporter process serving on ``listener`` (a socket of :func:`hil.telemetry.metrics_port.listen`,
     kept by the caller for restarts), or else on ``host:port``, bound here; raises MetricsError if it
     cannot listen, dies or does not answer."""
-    from drivers.ipc.process import HelperStartError, start_helper
-    from hil.telemetry.metrics_port import listen, scrape_address
-
     own = listener is None
     if own:
         listener = listen(host, port, any_port_if_taken=False)

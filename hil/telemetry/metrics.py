@@ -17,6 +17,8 @@ from multiprocessing import shared_memory
 
 import numpy as np
 
+from drivers.ipc.shm_ring import close_shared_memory
+from hil.safety import table
 from sim.errors import UserInputError
 
 _NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
@@ -59,9 +61,7 @@ def default_schema(drivers: list[str], reasons: list[str], fatigue_channels=()) 
                    ("driver", "reason"), dr),
         MetricSpec("hil_commands_clamped_total", "counter", "Commands applied clamped to their limits, by reason.",
                    ("driver", "reason"), dr),
-        MetricSpec("hil_watchdog_trips_total", "counter", "Controller watchdog trips."),
-        MetricSpec("hil_gh_unstable_ticks_total", "counter", "Ticks with GH stability above the threshold."),
-        MetricSpec("hil_rom_alarm_ticks_total", "counter", "Ticks with a joint beyond its range plus the margin."),
+        *safety_specs(),
         MetricSpec("hil_safety_stops_total", "counter", "Runs ended by a GH or range-of-motion 'stop' safety action "
                    "(exit status 4); visible until the service exits."),
         MetricSpec("hil_excitation_clipped_total", "counter", "Excitations clipped to [0, 1] by the plant."),
@@ -74,16 +74,17 @@ def default_schema(drivers: list[str], reasons: list[str], fatigue_channels=()) 
         MetricSpec("hil_driver_failures_total", "counter", "Driver transports (link processes) that died.",
                    ("driver",), d),
         MetricSpec("hil_exporter_restarts_total", "counter", "Metrics exporter processes restarted after dying."),
-        MetricSpec("hil_tick_stalls_total", "counter", "Runs ended because the loop stopped ticking for longer than "
-                   "safety.tick_stall_timeout_ms (a controller stuck in step()); visible until the service exits."),
         MetricSpec("hil_gh_stability", "gauge", "GH stability value (paper eq. 9): < 0 inside the glenoid."),
         MetricSpec("hil_realtime_factor", "gauge", "Simulated time / wall time of the run so far."),
         MetricSpec("hil_controller_connected", "gauge", "1 while the driver's controller is alive.", ("driver",), d),
         MetricSpec("hil_realtime_privileges", "gauge", "1 if SCHED_FIFO and mlockall were granted."),
         MetricSpec("hil_running", "gauge", "1 while the loop runs."),
-        MetricSpec("hil_tick_stalled", "gauge",
-                   "1 from a tick stall until the service exits (see hil_tick_stalls_total)."),
     ) + fatigue
+
+
+def safety_specs() -> tuple[MetricSpec, ...]:
+    """The safety rules' series (:func:`hil.safety.table.metric_series`)."""
+    return tuple(MetricSpec(s.name, s.kind, s.help) for s in table.metric_series())
 
 
 class MetricsSchema:
@@ -186,7 +187,6 @@ class MetricsBlock:
         return _Histogram(self.values, i, spec.buckets)
 
     def release(self) -> None:
-        from drivers.ipc.shm_ring import close_shared_memory
         del self.values
         if self.shm is not None:
             close_shared_memory(self.shm, self.owner)

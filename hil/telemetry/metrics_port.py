@@ -16,9 +16,12 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
-from hil.telemetry.exporter import EXPORTER_BACKLOG
 from hil.telemetry.metrics import MetricsError
 
+#: Listen backlog: connections the kernel queues until the exporter accepts them. Accepting (a thread
+#: start each) is slower than a client connecting in a loop, so this queue, not the accept rate, is what
+#: absorbs a burst; once it is full the kernel drops SYNs and every client waits for a retransmit.
+EXPORTER_BACKLOG = 256
 #: Longest command line quoted when naming the process that holds a port.
 MAX_COMMAND_CHARS = 160
 #: Prefix of the file_sd target files; the rest of the name is the supervisor's pid.

@@ -23,6 +23,7 @@ from multiprocessing import shared_memory
 
 import numpy as np
 
+from drivers.ipc.shm_ring import close_shared_memory
 from hil.rt.stimulation import MAX_CHANNELS
 from sim.das3.model import N_DOF
 
@@ -114,7 +115,6 @@ class ViewBlock:
         return None
 
     def release(self) -> None:
-        from drivers.ipc.shm_ring import close_shared_memory
         del self.record, self.seq                            # no view of the mapping may outlive it
         close_shared_memory(self.shm, self.owner)
 

@@ -16,6 +16,7 @@ import numpy as np
 
 from drivers.core.contract import STATUS_BITS
 from hil.reports.run_report import glenoid_angles
+from hil.rt.plants import plant_type
 from hil.rt.stimulation import default_channel_name
 from sim.das3.kinematics import LANDMARKS, glenoid_axis, landmarks, thorax_ellipsoid
 from sim.das3.model import DOF_NAMES, load_model
@@ -53,7 +54,7 @@ class Scene:
         # the joint geometry is the release's for every model option; only the rim comes from the config
         self.arrays = load_model().arrays
         self.glenoid = np.asarray(self.arrays.glenoid)
-        self.has_gh = cfg.plant.type == "das3"
+        self.has_gh = plant_type(cfg.plant.type).has_glenohumeral
         self.channels = channel_table(cfg.stimulation)
         self.identity = dict(identity)
 

@@ -25,7 +25,12 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 
+from drivers.ipc.process import HelperStartError, die_with_parent, start_helper
+from hil.config import load_service_config, with_plant_type
 from hil.telemetry.connection_slots import ConnectionSlots
+from hil.view.block import ViewBlock
+from hil.view.scene import Scene
+from hil.view.sources import LiveSource, ReplaySource
 from sim.errors import UserInputError
 
 MAX_STREAMS = 8
@@ -223,11 +228,6 @@ def lower_priority(loop_cpu: int | None) -> None:
 
 
 def _live_source(spec: ViewSpec):
-    from hil.config import load_service_config, with_plant_type
-    from hil.view.block import ViewBlock
-    from hil.view.scene import Scene
-    from hil.view.sources import LiveSource
-
     cfg = with_plant_type(load_service_config(spec.config_path), spec.plant_type)
     identity = {"config_path": spec.config_path, "start_time": spec.start_time_utc, "recording": spec.record_path}
     return cfg, LiveSource(ViewBlock.attach(spec.shm_name), Scene(cfg, identity))
@@ -236,8 +236,6 @@ def _live_source(spec: ViewSpec):
 def run_view_server(spec: ViewSpec, parent_pid: int, conn) -> None:
     """Process target: listen, say ready, build the scene, serve until SIGTERM or the parent is gone."""
     import time
-
-    from drivers.ipc.process import die_with_parent
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     stop = threading.Event()
@@ -262,7 +260,6 @@ def run_view_server(spec: ViewSpec, parent_pid: int, conn) -> None:
 
 def start_view_server(spec: ViewSpec, ctx):
     """Start the view process; raises ViewError if it cannot listen, dies or does not answer."""
-    from drivers.ipc.process import HelperStartError, start_helper
     try:
         proc, _, pipe = start_helper(ctx, run_view_server, (spec, os.getpid()), "hil-view",
                                      f"the live view on {spec.host}:{spec.port}", timeout_s=30.0)
@@ -281,8 +278,6 @@ def _interrupt(*_) -> None:
 
 def serve_replay(path: str, host: str, port: int, on_ready=None) -> None:
     """Serve the replay page of recording ``path`` in this process until Ctrl-C or SIGTERM."""
-    from hil.view.sources import ReplaySource
-
     server = bind(host, port, ReplaySource(path))
     if on_ready is not None:
         on_ready(url(host, port))

@@ -9,6 +9,8 @@ import time
 import numpy as np
 
 from drivers.core.contract import STATUS_GH_UNSTABLE, STATUS_ROM, STATUS_WATCHDOG
+from hil.config import service_config_from_dict
+from hil.recording.hilrec import RecordingError, read_run_recording
 from hil.view.block import BLOCK_DTYPE, ViewBlock
 from hil.view.scene import Scene, dumps
 
@@ -121,9 +123,6 @@ class ReplaySource:
     mode = "replay"
 
     def __init__(self, path: str) -> None:
-        from hil.config import service_config_from_dict
-        from hil.recording.hilrec import RecordingError, read_run_recording
-
         reader = read_run_recording(path)
         h = reader.header
         ticks = reader.read("ticks")

@@ -2,10 +2,10 @@
 stable, and whether any can with these electrodes.
 
 The unknowns are one level per channel, l_c in [0, 1] (recruitment x frequency factor of the stimulation
-map, ``hil.rt.stimulation``). The excitation of element k is u_k = min(1, max_c G_ck l_c) (the map's rule;
-elements under no electrode stay at 0: a paralysed arm's muscles act only passively) and, at rest,
-a = u. For given levels the arm's rest state is the plant's own static equilibrium x(l), f(x, 0, u) = 0
-with every DOF free (:func:`sim.das3.equilibrium.solve_equilibrium`, warm-started from the last one), so the
+map, ``hil.rt.stimulation``). The excitation of element k is u_k = min(1, max_c G_ck l_c) (the map's rule,
+:mod:`sim.stimulation_map`; elements under no electrode stay at 0: a paralysed arm's muscles act only
+passively) and, at rest, a = u. For given levels the arm's rest state is the plant's own static equilibrium
+x(l), f(x, 0, u) = 0 with every DOF free (:func:`sim.das3.equilibrium.solve_equilibrium`, warm-started from the last one), so the
 answer is what the arm does, girdle included. Its derivative follows from the implicit function
 theorem on the plant's exact Jacobian: dx/du = -(df/dx restricted to q and s)^-1 df/da.
 
@@ -30,6 +30,7 @@ from sim.das3.equilibrium import EquilibriumError, solve_equilibrium
 from sim.das3.kernels.outputs import compute_outputs
 from sim.das3.kernels.step import IA, IQ, IQD, IS, new_plant_work
 from sim.das3.model import HUMERUS_FRAME, N_DOF, N_MUS, N_STATES, Das3Model
+from sim.stimulation_map import excitations_of_levels
 
 ELBOW, PRONATION = so.ELBOW, so.PRONATION
 
@@ -46,15 +47,16 @@ class ChannelEquilibria:
         self._key = None
 
     def excitation(self, levels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(u (138,), du/dl (138, n_ch)) of the map's max rule (ties at 0: the muscle's own channel)."""
-        drive = self.gains * np.asarray(levels)[:, None]
-        best = np.argmax(drive + 1e-12 * self.gains, axis=0)
+        """(u (138,), du/dl (138, n_ch)): u by the map's rule (:func:`sim.stimulation_map.excitations_of_levels`),
+        its derivative through the channel that sets each max (ties at 0: the muscle's own channel)."""
+        levels = np.asarray(levels, float)
+        u = excitations_of_levels(self.gains, levels, np.empty(N_MUS))
+        best = np.argmax(self.gains * levels[:, None] + 1e-12 * self.gains, axis=0)
         k = np.arange(N_MUS)
-        u = drive[best, k]
         du = np.zeros((N_MUS, len(levels)))
         inside = u < 1.0
         du[k[inside], best[inside]] = self.gains[best[inside], k[inside]]
-        return np.minimum(u, 1.0), du
+        return u, du
 
     def at(self, levels: np.ndarray) -> "ChannelEquilibria":
         key = np.asarray(levels, float).tobytes()
@@ -117,6 +119,7 @@ def solve_channels(model: Das3Model, posture: so.Posture, gains: np.ndarray, loa
     [0, 0.3] (seeded), keeping the smallest violation; a start whose path leaves every static
     equilibrium is skipped. Raises so.StaticOptError if every start is."""
     t_start = time.perf_counter()
+    so.check_inputs(posture, gh_limit)
     loads = so.checked_loads(loads)
     gains = np.asarray(gains, float)
     rng = np.random.default_rng(seed)

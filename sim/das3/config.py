@@ -12,10 +12,13 @@ import tomllib
 from dataclasses import dataclass
 from os import PathLike
 
+from sim.config_schema import Key, Section
+from sim.das3.muscle_groups import element_indices, unknown_muscle
+from sim.das3.release import muscle_element_names
 from sim.errors import UserInputError
 from sim.input_file import InputFileError, read_input_file
 
-__all__ = ["ConfigError", "ModelConfig", "load_model_config", "model_config_from_table",
+__all__ = ["MODEL_SCHEMA", "ConfigError", "ModelConfig", "load_model_config", "model_config_from_table",
            "not_utf8", "unknown_name"]
 
 
@@ -30,9 +33,39 @@ class ConfigError(UserInputError, ValueError):
         super().__init__(": ".join([", ".join(where), reason]) if where else reason)
 
 
+STRENGTH_MAX = 10.0
+MUSCLE_MODEL_NAMES = ("das3", "thelen2003")
+SHOULDER_PASSIVE_NAMES = ("das3", "das3+engin")
+
+
+def _strength_pairs(table: dict) -> tuple[tuple[str, float], ...]:
+    """{name: factor} -> ((name, factor), ...)."""
+    return tuple((k, float(v)) for k, v in table.items())
+
+
+MODEL_SCHEMA = Section("model", "Options of the DAS3 model; the defaults reproduce the published release.", (
+    Key("hand_weight", "boolean", False, "apply gravity to the hand (the published release gives it inertia only)"),
+    Key("gh_rim_theta_deg", "number", 44.37, "half-angle of the glenoid rim, superior-inferior", lo=0.0, hi=90.0,
+        lo_exclusive=True, hi_exclusive=True, field="gh_rim_theta", to_si=math.radians),
+    Key("gh_rim_phi_deg", "number", 38.55, "half-angle of the glenoid rim, anterior-posterior", lo=0.0, hi=90.0,
+        lo_exclusive=True, hi_exclusive=True, field="gh_rim_phi", to_si=math.radians),
+    Key("joint_k1", "number", 1.0, "linear passive joint stiffness K1 about the middle of each DOF range, Nm/rad",
+        lo=0.0, to_si=float),
+    Key("joint_k2", "number", 5000.0, "quadratic stiffness K2 outside the DOF range, Nm/rad^2", lo=0.0,
+        to_si=float),
+    Key("joint_damping", "number", 1.0, "passive joint damping B, Nm s/rad", lo=0.0, to_si=float),
+    Key("muscle_model", "string", "das3", "contraction and activation model of all muscle elements",
+        choices=MUSCLE_MODEL_NAMES),
+    Key("shoulder_passive", "string", "das3", "passive shoulder moments: the published per-DOF ones, or those "
+        "plus Engin's directional thoracohumeral moments", choices=SHOULDER_PASSIVE_NAMES),
+    Key("strength", "table", {}, f"muscle element or group -> factor in (0, {STRENGTH_MAX:g}] on its Fmax, "
+        "e.g. {bicb = 0.5}", to_si=_strength_pairs),
+))
+
+
 @dataclass(frozen=True)
 class ModelConfig:
-    """Options of the DAS3 model. The defaults reproduce the published release.
+    """Options of the DAS3 model (:data:`MODEL_SCHEMA` gives each key's default and doc).
 
     Attributes:
         hand_weight: apply gravity to the hand. The published release gives the hand inertia but no
@@ -53,70 +86,49 @@ class ModelConfig:
             rest posture is re-solved for the changed passive forces.
     """
 
-    hand_weight: bool = False
-    gh_rim_theta: float = math.radians(44.37)
-    gh_rim_phi: float = math.radians(38.55)
-    joint_k1: float = 1.0
-    joint_k2: float = 5000.0
-    joint_damping: float = 1.0
-    muscle_model: str = "das3"
-    shoulder_passive: str = "das3"
-    strength: tuple[tuple[str, float], ...] = ()
+    hand_weight: bool = MODEL_SCHEMA.default("hand_weight")
+    gh_rim_theta: float = MODEL_SCHEMA.default("gh_rim_theta")
+    gh_rim_phi: float = MODEL_SCHEMA.default("gh_rim_phi")
+    joint_k1: float = MODEL_SCHEMA.default("joint_k1")
+    joint_k2: float = MODEL_SCHEMA.default("joint_k2")
+    joint_damping: float = MODEL_SCHEMA.default("joint_damping")
+    muscle_model: str = MODEL_SCHEMA.default("muscle_model")
+    shoulder_passive: str = MODEL_SCHEMA.default("shoulder_passive")
+    strength: tuple[tuple[str, float], ...] = MODEL_SCHEMA.default("strength")
 
     def __post_init__(self) -> None:
-        for name in _FIELDS:
-            reason = _check(name, getattr(self, name), in_file_units=False)
+        for key in MODEL_SCHEMA.keys:
+            reason = _check(key, getattr(self, key.field), in_file_units=False)
             if reason is not None:
-                raise ConfigError(reason, key=name)
+                raise ConfigError(reason, key=key.field)
 
 
-# Dataclass field -> (key in the TOML file, conversion from the file's unit; None = no conversion).
-_FIELDS = {
-    "hand_weight": ("hand_weight", None),
-    "gh_rim_theta": ("gh_rim_theta_deg", math.radians),
-    "gh_rim_phi": ("gh_rim_phi_deg", math.radians),
-    "joint_k1": ("joint_k1", float),
-    "joint_k2": ("joint_k2", float),
-    "joint_damping": ("joint_damping", float),
-    "muscle_model": ("muscle_model", None),
-    "shoulder_passive": ("shoulder_passive", None),
-    "strength": ("strength", lambda table: tuple((k, float(v)) for k, v in table.items())),
-}
-STRENGTH_MAX = 10.0
-MUSCLE_MODEL_NAMES = ("das3", "thelen2003")
-SHOULDER_PASSIVE_NAMES = ("das3", "das3+engin")
-_FILE_KEYS = {key: name for name, (key, _) in _FIELDS.items()}
+_FIELD_KEYS = {key.field: key for key in MODEL_SCHEMA.keys}
 
 
-def _check(name: str, value: object, *, in_file_units: bool) -> str | None:
-    """Why ``value`` is not valid for field ``name`` (in file or dataclass units), or None."""
-    if name == "hand_weight":
+def _check(key: Key, value: object, *, in_file_units: bool) -> str | None:
+    """Why ``value`` is not valid for schema key ``key`` (in file or dataclass units), or None."""
+    if key.kind == "boolean":
         return None if isinstance(value, bool) else f"must be true or false, not {value!r}"
-    if name == "muscle_model":
-        return None if value in MUSCLE_MODEL_NAMES else f"must be one of {', '.join(MUSCLE_MODEL_NAMES)}, not {value!r}"
-    if name == "shoulder_passive":
-        return (None if value in SHOULDER_PASSIVE_NAMES
-                else f"must be one of {', '.join(SHOULDER_PASSIVE_NAMES)}, not {value!r}")
-    if name == "strength":
+    if key.choices is not None:
+        return None if value in key.choices else f"must be one of {', '.join(key.choices)}, not {value!r}"
+    if key.kind == "table":
         return _check_strength(value, in_file_units)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return f"must be a number, not {value!r}"
     if not math.isfinite(value):
         return f"must be finite, not {value!r}"
-    if name in ("gh_rim_theta", "gh_rim_phi"):
-        hi, unit = (90.0, "degrees") if in_file_units else (math.pi / 2, "rad")
-        if not 0.0 < value < hi:
-            return f"must be strictly between 0 and {hi:g} {unit}, not {value!r}"
-    elif value < 0.0:
-        return f"must be >= 0, not {value!r}"
+    if key.hi_exclusive:
+        hi, unit = (key.hi, "degrees") if in_file_units else (key.si(key.hi), "rad")
+        if not key.lo < value < hi:
+            return f"must be strictly between {key.lo:g} and {hi:g} {unit}, not {value!r}"
+    elif value < key.lo:
+        return f"must be >= {key.lo:g}, not {value!r}"
     return None
 
 
 def _check_strength(value: object, in_file_units: bool) -> str | None:
     """Why a strength table (file: {name: factor}; dataclass: ((name, factor), ...)) is not valid, or None."""
-    from sim.das3.model import muscle_element_names  # local: sim.das3.model builds on this module
-    from sim.das3.muscle_groups import element_indices, unknown_muscle
-
     if in_file_units and not isinstance(value, dict):
         return "must be a table of muscle element or group -> factor on Fmax, e.g. {bicb = 0.5}"
     pairs = value.items() if in_file_units else value
@@ -176,16 +188,15 @@ def model_config_from_table(section, *, file: str | PathLike | None = None,
     if not isinstance(section, dict):
         raise ConfigError("must be a table ([model])", file=file, key=prefix + "model")
     values: dict[str, object] = {}
-    for key, raw in section.items():
-        if key not in _FILE_KEYS:
-            raise ConfigError(unknown_name("key", key, _FILE_KEYS), file=file, key=prefix + key)
-        name = _FILE_KEYS[key]
-        reason = _check(name, raw, in_file_units=True)
+    for name, raw in section.items():
+        if name not in MODEL_SCHEMA.by_name:
+            raise ConfigError(unknown_name("key", name, MODEL_SCHEMA.by_name), file=file, key=prefix + name)
+        key = MODEL_SCHEMA.key(name)
+        reason = _check(key, raw, in_file_units=True)
         if reason is not None:
-            raise ConfigError(reason, file=file, key=prefix + key)
-        to_field = _FIELDS[name][1]
-        values[name] = raw if to_field is None else to_field(raw)
+            raise ConfigError(reason, file=file, key=prefix + name)
+        values[key.field] = key.si(raw)
     try:
         return ModelConfig(**values)
     except ConfigError as exc:  # only if a conversion rounds onto a bound
-        raise ConfigError(exc.reason, file=file, key=prefix + _FIELDS[exc.key][0]) from None
+        raise ConfigError(exc.reason, file=file, key=prefix + _FIELD_KEYS[exc.key].name) from None

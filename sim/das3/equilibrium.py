@@ -17,7 +17,8 @@ import numpy as np
 
 from sim.das3.kernels.outputs import compute_outputs
 from sim.das3.kernels.step import IA, IQ, IQD, IS, evaluate, new_plant_work
-from sim.das3.model import N_DOF, N_LOADS, N_MUS, N_STATES, Das3Model
+from sim.das3.layout import N_DOF, N_LOADS, N_MUS, N_STATES, Das3Model
+from sim.das3.plant import Plant, PlantDivergedError
 
 
 class EquilibriumError(RuntimeError):
@@ -65,7 +66,7 @@ def solve_equilibrium(model: Das3Model, u=None, loads=None, x_guess=None, *, tol
     u = np.clip(u, 0.0, 1.0)
     loads = np.zeros(N_LOADS) if loads is None else np.asarray(loads, np.float64)
     if loads.shape != (N_LOADS,) or not np.all(np.isfinite(loads)):
-        raise ValueError(f"loads must be {N_LOADS} finite values (sim.das3.model.LOAD_NAMES)")
+        raise ValueError(f"loads must be {N_LOADS} finite values (sim.das3.layout.LOAD_NAMES)")
     x = np.array(model.equilibrium_state if x_guess is None else x_guess, dtype=np.float64)
     if x.shape == (N_DOF,):
         q = x
@@ -106,8 +107,6 @@ def solve_equilibrium(model: Das3Model, u=None, loads=None, x_guess=None, *, tol
 
 def _relax(model: Das3Model, x, u, loads, duration: float) -> np.ndarray:
     """Simulate the dynamics from x (qdot = 0) for ``duration`` s at constant u and loads."""
-    from sim.das3.plant import Plant, PlantDivergedError  # local: plant imports this package's kernels
-
     plant = Plant(model, step_s=0.002, initial_state=x)
     plant.set_load_vector(loads)
     plant.reset(x, excitation=u)

@@ -47,6 +47,7 @@ import numpy as np
 
 from sim.analysis import max_moment as mm
 from sim.analysis import static_opt as so
+from sim.analysis.rest_model import REST_FIBRE_MIN
 from sim.das3.kernels.outputs import compute_outputs
 from sim.das3.kernels.step import IA, IQ, IS, evaluate, new_plant_work
 from sim.das3.model import DOF_NAMES, LOAD_NAMES, N_LOADS, N_STATES, Das3Model
@@ -219,8 +220,8 @@ def _finish(rest: so.RestModel, z, posture, iterations, t_start, tol) -> Holding
     checks.failures = [f for f in checks.failures if not f.startswith(PATH_FAILURE)]
     s = x[IS:IA]
     extra = [(a_max <= tol.constraint, f"rest state needs activation {a_max:.3g}"),
-             (s.min() >= so.REST_FIBRE_MIN, f"fibre of {model.muscle_names[int(np.argmin(s))]} at s = {s.min():.3g}, "
-                                           f"below {so.REST_FIBRE_MIN} (the plant's collapse limit x 2)")]
+             (s.min() >= REST_FIBRE_MIN, f"fibre of {model.muscle_names[int(np.argmin(s))]} at s = {s.min():.3g}, "
+                                           f"below {REST_FIBRE_MIN} (the plant's collapse limit x 2)")]
     checks.failures += [msg for ok, msg in extra if not ok]
     checks.passed = not checks.failures
     hold = Holding(posture=posture, x=x, moments=loads[:so.N_MOMENTS].copy(), th_angles=r.th.copy(),

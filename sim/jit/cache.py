@@ -20,7 +20,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("sim", "drivers", "hil")
-KERNEL_MARKERS = (b"njit(", b"@kernel", b"@entry", b"@vector_kernel")
+KERNEL_MARKERS = (b"njit(", b"@kernel", b"@entry")
 KEY_LENGTH = 16
 KEEP = 3
 """Keyed directories kept below the base (the newest by modification time)."""

@@ -13,16 +13,14 @@ and releases the GIL (``nogil=True``).
 ``entry`` keeps the NRT for the few functions Python calls with a numba StructRef (the plant's bundle, the
 tick's arrays); they only pass it on to a kernel, which reads it with ``sim.jit.bundle.borrowed_items``.
 
-All three use ``error_model="numpy"``: a division by zero gives inf or NaN, which the step's finiteness
+Both use ``error_model="numpy"``: a division by zero gives inf or NaN, which the step's finiteness
 checks turn into a refused step (``sim.das3.kernels.step``), instead of a Python exception raised from inside a kernel,
-and the compiler need not guard every division (the arithmetic, and so every result, is the same).
+and the compiler need not guard every division (the arithmetic, and so every result, is the same). Neither uses
+``fastmath``: a reassociated sum would follow the CPU's vector width, and results must not depend on the CPU.
 """
 from __future__ import annotations
 
 from numba import njit
 
 kernel = njit(cache=True, nogil=True, boundscheck=False, _nrt=False, error_model="numpy")
-vector_kernel = njit(cache=True, nogil=True, boundscheck=False, _nrt=False, error_model="numpy", fastmath={"reassoc", "contract"})
-"""For dot products whose summation order may be reassociated (vectorised); the compiled order is fixed, so
-results are reproducible on the same machine and build."""
 entry = njit(cache=True, nogil=True, boundscheck=False, error_model="numpy")

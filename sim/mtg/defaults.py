@@ -29,8 +29,9 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from sim.das3.model import LOAD_NAMES, MUS_C1, MUS_C2, MUS_FMAX, Das3Model
+from sim.fitting.das3_passive import sweep_base
 from sim.mtg.curves import PassiveTorqueAngle
-from sim.mtg.model import COORDINATES, FORMAT, parse_mtg_parameters
+from sim.mtg.model import COORDINATES, FORMAT, MtgModel, parse_mtg_parameters
 
 BETA_PE = 0.1
 """beta^PE of Eq. (3), this project's choice: the paper uses a damping term but prints no value."""
@@ -141,7 +142,6 @@ def passive_moments(das3: Das3Model, coordinate: str, gravity_model) -> tuple[np
     """(angles, passive moment about the coordinate) of ``passive_<coordinate>.csv``: P = -L - G, L the holding
     moments and G the reduced arm's gravity, both in the load basis (the shoulder moments about e_y, z', y_h;
     ``gravity_model``: an MtgModel without passive torque). Rows without a checked state are left out."""
-    from sim.fitting.das3_passive import sweep_base
     base = sweep_base(das3, coordinate)
     c = COORDINATES.index(coordinate)
     angles, values = [], []
@@ -176,7 +176,6 @@ def _entry(das3: Das3Model, src: MtgSource) -> dict:
 
 def derive_defaults(das3: Das3Model) -> dict:
     """The default parameter file's JSON object from the source CSVs and the DAS3 model."""
-    from sim.mtg.model import MtgModel
     entries = [_entry(das3, s) for s in MTG_SOURCES]
     for e in entries:      # provisional passive curves, switched off (lambda_p = 1), for the gravity model
         e["theta_pe0_deg"], e["theta_pe1_deg"] = (0.0, -1.0) if e["direction"] > 0 else (0.0, 1.0)

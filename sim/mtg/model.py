@@ -1,5 +1,5 @@
 """The reduced muscle-torque-generator (MTG) arm's model: its MTG parameter file and the constants the kernels
-(:mod:`sim.mtg.kernels`) read, derived from the DAS3 model (segment inertias, elbow and forearm joints, and the
+(:mod:`sim.mtg.arm`) read, derived from the DAS3 model (segment inertias, elbow and forearm joints, and the
 frozen clavicle and scapula of the published equilibrium).
 
 Parameter file (JSON, ``sim/data/mtg_default.json`` by default; ``hil fit mtg`` writes fitted ones): one entry
@@ -20,11 +20,12 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import least_squares
 
+from sim.das3.kernels.multibody import multibody_eval, new_multibody_work
 from sim.das3.model import HUMERUS_FRAME, LOAD_NAMES, SCAPULA_FRAME, Das3Model
 from sim.errors import UserInputError
 from sim.input_file import InputFileError, read_input_file
+from sim.mtg.arm import MtgArrays, bias_and_mass, generalized_forces, kinematics, new_mtg_work
 from sim.mtg.curves import ActiveTorqueAngle, FitParameters, MtgCurves, PassiveTorqueAngle, TorqueVelocity
-from sim.mtg.kernels import MtgArrays, bias_and_mass, generalized_forces, kinematics, new_mtg_work
 
 COORDINATES = ("plane_of_elevation", "elevation", "axial_rotation", "elbow_flexion", "pronation")
 """The reduced arm's generalized coordinates: thoracohumeral YZY angles, DAS3 ELx and PSy."""
@@ -192,7 +193,6 @@ def _stack_curves(curves: list) -> tuple[np.ndarray, np.ndarray]:
 def _frozen_girdle(das3: Das3Model):
     """(girdle angles, GH centre, scapula orientation, thoracohumeral angles, elbow, pronation) of the
     published equilibrium, from the DAS3 model's own kinematics (spec "Outputs" for the YZY angles)."""
-    from sim.das3.kernels.multibody import multibody_eval, new_multibody_work
     work = new_multibody_work()
     x = das3.equilibrium_state
     q = np.ascontiguousarray(x[:das3.n_dof])
@@ -240,8 +240,9 @@ class MtgModel:
     stimulation map targets MTGs), ``dof_names`` and ``dof_ranges`` are the DAS3 DOFs the sensor frame reports
     (clavicle and scapula frozen, GH angles derived from the humerus)."""
 
-    kind = "mtg"
-    has_glenohumeral = False
+    kind = "mtg"                 # the registered plant type it drives (hil.rt.plants)
+    load_names = LOAD_NAMES      # the DAS3 arm's loads
+    has_glenohumeral = False     # no GH force or stability (NaN in the frame)
 
     def __init__(self, das3: Das3Model, params: MtgParameters) -> None:
         self.das3 = das3
@@ -296,7 +297,7 @@ class MtgModel:
         return out
 
     def range_stops(self, q) -> np.ndarray:
-        """(5,) the range-stop moments K2 (lo - q)^2 [q < lo] - K2 (q - hi)^2 [q > hi] (``sim.mtg.kernels``)."""
+        """(5,) the range-stop moments K2 (lo - q)^2 [q < lo] - K2 (q - hi)^2 [q > hi] (``sim.mtg.arm``)."""
         A = self.arrays
         with np.errstate(invalid="ignore"):
             below = np.where(q < A.stop_lo, A.stop_k2 * (A.stop_lo - q) ** 2, 0.0)

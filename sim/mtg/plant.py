@@ -1,6 +1,6 @@
 """The reduced muscle-torque-generator arm as a fixed-step plant with the DAS3 plant's interface
 (:class:`sim.das3.plant.Plant`): ``step(u)`` with one excitation per MTG, the same outputs where they exist, the
-same loads, ``kernel_args`` for a compiled caller (:func:`hil.rt.tick_kernel.compute_tick_mtg`).
+same loads, ``kernel_args`` for a compiled caller of :data:`STEP_KERNEL` (the mtg plant type of ``hil.rt.plants``).
 
 What the reduced arm does not model is reported as NaN: the GH joint force, its stability and the
 scapulothoracic contact forces (there is no scapula in motion and no muscle line of action).
@@ -14,19 +14,18 @@ import math
 
 import numpy as np
 
-from sim.das3.plant import FixedStepPlant, InvalidInputError
+from sim.das3.plant import ArmPlant
 from sim.jit.bundle import new_bundle
-from sim.mtg.kernels import (
-    MTG_STEP_BAD_INPUT,
-    MTG_STEP_MESSAGES,
-    MTG_STEP_OK,
-    bundle_refresh,
-    bundle_steps,
-    new_mtg_work,
-)
+from sim.mtg.arm import new_mtg_work
 from sim.mtg.model import MtgModel
+from sim.mtg.step import MTG_STEP_BAD_INPUT, MTG_STEP_MESSAGES, MTG_STEP_OK, bundle_refresh, bundle_steps, mtg_steps
+from sim.plants import InvalidInputError
 
 MTG_SCHEME = "linearly-implicit-euler"
+
+STEP_KERNEL = mtg_steps
+"""The compiled step a compiled caller runs: ``STEP_KERNEL(A, W, *MtgPlant.kernel_args[1:], u, n)`` with
+``MtgPlant.kernel_args[0].items`` unpacked as (A, W); returns (status, excitations clipped, steps done)."""
 
 
 class MtgOutputs:
@@ -53,7 +52,7 @@ class MtgOutputs:
         return math.nan
 
 
-class MtgPlant(FixedStepPlant):
+class MtgPlant(ArmPlant):
     """Fixed-step MTG arm. ``step(u)`` advances by ``step_s`` with the MTG excitations u at the step's end.
 
     Starts from the model's resting state (or ``initial_state``: q (5), qd (5), a (n)). Excitations outside
@@ -90,19 +89,12 @@ class MtgPlant(FixedStepPlant):
         self.failed = False
         self.refresh_outputs()
 
-    def step(self, u) -> None:
-        """Advance one step; ``u`` (n,) is the MTG excitation at the end of the step."""
-        if not (isinstance(u, np.ndarray) and u.dtype == np.float64 and u.shape == self._u.shape):
-            u = np.asarray(u, dtype=np.float64)
-            if u.shape != self._u.shape:
-                raise InvalidInputError(f"excitation must have {self.model.n_muscles} values, got shape {u.shape}")
-        self.begin_steps()
-        status, n_clipped, n_done = bundle_steps(self._bundle, self._x, self._u, u, self._loads, self.step_s, 1)
-        self.finish_steps(status, n_clipped, n_done, u)
+    def advance(self, u: np.ndarray, stale: bool) -> tuple[int, int, int]:
+        return bundle_steps(self._bundle, self._x, self._u, u, self._loads, self.step_s, 1)
 
     @property
     def kernel_args(self) -> tuple:
-        """(bundle, x, applied excitation, loads, step_s) for :func:`sim.mtg.kernels.mtg_steps` from a compiled
+        """(bundle, x, applied excitation, loads, step_s) for :data:`STEP_KERNEL` from a compiled
         caller (``bundle.items`` unpacked as (A, W)); bracket the call with begin_steps/finish_steps."""
         return self._bundle, self._x, self._u, self._loads, self.step_s
 

@@ -1,16 +1,15 @@
 """ScienceMode4 (HasomedScience P24): the device side of the protocol, as pure Python.
 
 Everything follows ``../shared/spec/sciencemode4.md`` ("the spec"); section names below are its. The frame
-codec is :mod:`drivers.stimulators.p24.codec`, pulse shapes and their meaning :mod:`drivers.stimulators.p24.pulse`;
-this module is the emulated device (:class:`P24Emulator`) and the events it reports. No I/O, no threads, no
-clocks: the caller passes the time in and writes the returned frames, so the same inputs always give the
-same outputs.
+codec is :mod:`drivers.stimulators.p24.codec`, pulse shapes :mod:`drivers.stimulators.p24.pulse`, the MlUpdate
+payload and measurement samples :mod:`drivers.stimulators.p24.payloads`; this module is the emulated device
+(:class:`P24Emulator`) and the events it reports. No I/O, no threads, no clocks: the caller passes the time in
+and writes the returned frames, so the same inputs always give the same outputs.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from fractions import Fraction
 from typing import Union
 
 from drivers.stimulators.p24.codec import (
@@ -42,15 +41,11 @@ from drivers.stimulators.p24.codec import (
     FrameParser,
     encode_frame,
 )
+from drivers.stimulators.p24.payloads import MAX_CURRENT_MA, N_CHANNELS, measurement_samples, parse_ml_update
 from drivers.stimulators.p24.pulse import POINT_SIZE, Pulse, decode_points
 
-N_CHANNELS = 8
 KEEPALIVE_S = 2.0                 # spec "Mid level": MlGetCurrentData at least every 2 s
 ELECTRODE_DETECT_MA = 15.0        # spec "Results": an electrode error needs >= 15 mA to be detected
-MAX_CURRENT_MA = 130.0            # spec "Mid level", device-side validity
-MAX_PERIOD_MS = 16383
-PULSE_OVERHEAD_US = 60            # spec "Mid level": occupancy term per channel
-MEASUREMENT_SAMPLES = 128
 HV_LEVEL_ON, HV_LEVEL_OFF = 6, 1  # GetStimStatus high-voltage byte (spec "General layer", inferred)
 HIGH_VOLTAGE_V = 150.0            # level 6
 ZERO = (0.0, 0.0, 0.0)
@@ -503,56 +498,3 @@ class P24Emulator:
             self._unbalanced_seen.add(n)
             events.append(Notice(f"channel {n}: charge-unbalanced pulses (net charge "
                                                 f"{pulse.net_charge_nc:g} nC per pulse)"))
-
-
-
-def parse_ml_update(data: bytes) -> dict[int, tuple[Pulse, float, int]] | str:
-    """MlUpdate data (spec "Mid level"): enabled-channel mask, then per enabled channel ``(points-1) << 4 |
-    ramp``, ``period_code << 1 | accuracy`` (uint16 BE) and the points. Returns channel -> (pulse, period ms,
-    ramp), or the reject reason: "bad_length" when the payload does not match the declared point counts,
-    "out_of_range" for a period outside (0, 16383] ms, a current above 130 mA, a bad point, or a total pulse
-    occupancy of 100 % or more."""
-    if not data:
-        return "bad_length"
-    channels: dict[int, tuple[Pulse, float, int]] = {}
-    pos = 1
-    for n in range(1, N_CHANNELS + 1):
-        if not data[0] >> (n - 1) & 1:
-            continue
-        if pos + 3 > len(data):
-            return "bad_length"
-        end = pos + 3 + POINT_SIZE * ((data[pos] >> 4) + 1)
-        if end > len(data):
-            return "bad_length"
-        word = int.from_bytes(data[pos + 1:pos + 3], "big")
-        period_ms = (word >> 1) / (4.0 if word & 1 else 2.0)
-        points = decode_points(data[pos + 3:end], (end - pos - 3) // POINT_SIZE)
-        if points is None or not 0 < period_ms <= MAX_PERIOD_MS or any(
-                abs(p.current_ma) > MAX_CURRENT_MA for p in points):
-            return "out_of_range"
-        channels[n] = (Pulse(points), period_ms, data[pos] & 0xF)
-        pos = end
-    if pos != len(data):
-        return "bad_length"
-    occupancy = sum(Fraction(p.duration_us + PULSE_OVERHEAD_US) / Fraction(period) for p, period, _ in
-                    channels.values())
-    return channels if math.ceil(occupancy) < 1000 else "out_of_range"
-
-
-def measurement_samples(pulse: Pulse | None, measurement: int, high_voltage_v: float) -> bytes:
-    """Sampling time (µs, uint16 BE) and 128 samples (uint16 BE, the client divides by 100) of a low-level
-    measurement (spec "Low level"): 1 stimulation current in mA and 2 voltage in V, sampled over the pulse that
-    flowed (magnitudes, as the device measures; a 1 kΩ load; zeros when no current flowed), 3 the high
-    voltage."""
-    step = 1 if pulse is None else max(1, math.ceil(pulse.duration_us / MEASUREMENT_SAMPLES))
-    values = [high_voltage_v if measurement == 3 else _current_at(pulse, i * step) for i in range(MEASUREMENT_SAMPLES)]
-    return step.to_bytes(2, "big") + b"".join(min(0xFFFF, round(v * 100)).to_bytes(2, "big") for v in values)
-
-
-def _current_at(pulse: Pulse | None, t_us: int) -> float:
-    """|I| in mA at ``t_us`` after the pulse's start (0 after its end or without a pulse)."""
-    for p in pulse.points if pulse is not None else ():
-        if t_us < p.effective_us:
-            return abs(p.current_ma)
-        t_us -= p.effective_us
-    return 0.0

@@ -12,8 +12,9 @@
   const COLOURS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf",
                    "#7f7f7f"];
   const MARKER = {stable: "rgb(0, 150, 60)", unstable: "rgb(214, 32, 32)"};
-  const ARM_CENTRE = [0.17, -0.1, 0.07];  // m, thorax frame: the middle of both arm views
-  const ARM_HALF = 0.7;                   // m shown on each side of it
+  const ARM_MARGIN = 0.04;                // m shown around the thorax and the arm
+  const ARM_SHRINK_S = 3;                 // s: how slowly the arm's box shrinks back after a wide movement
+  const ARM_TOP_PX = 26, ARM_BOTTOM_PX = 18;  // room for the scale bar above the arm and the side below it
   const GLENOID_LIM = 60 / DEG;           // rad shown on each side of the glenoid centre
   const TRACE_INTERVAL_MS = 100;          // the traces, stimulation bars and alarms are redrawn this often
   const ALARMS = [  // status bit, label, index into sample.counts (the counter shown next to it)
@@ -22,8 +23,9 @@
     ["rom_zeroed", "ROM action: stimulation zero"], ["overrun", "previous tick overran"],
     ["stopping", "safety stop"]];
 
-  const view = {info: null, latest: null, history: [], drawn: null, dirty: false, hold: false, draws: 0,
-                samples: 0, fps: 0, drawTimes: [], px: {}, glenoid: null, replay: null, nextTraces: 0};
+  const view = {info: null, latest: null, history: [], drawn: null, first: null, dirty: false, hold: false,
+                draws: 0, samples: 0, fps: 0, drawTimes: [], px: {}, glenoid: null, replay: null, nextTraces: 0,
+                armBox: {}, extent: {}, labels: {}, charts: {}};
   window.hilView = view;
   const $ = id => document.getElementById(id);
   const landmark = {};
@@ -74,11 +76,28 @@
     ctx.fill();
   }
 
+  function clear(ctx) {
+    // a new drawing of the canvas: its label boxes (view.labels, where tests look for overlaps) start again
+    ctx.clearRect(0, 0, ctx.canvas.width, ctx.canvas.height);
+    view.labels[ctx.canvas.id] = [];
+  }
+
   function label(ctx, text, x, y, align = "left", colour = "#4b5563") {
     ctx.fillStyle = colour;
     ctx.font = "11px system-ui, sans-serif";
     ctx.textAlign = align;
     ctx.fillText(text, x, y);
+    const w = ctx.measureText(text).width, x0 = align === "left" ? x : align === "right" ? x - w : x - w / 2;
+    view.labels[ctx.canvas.id].push({text, x0, x1: x0 + w, y0: y - 9, y1: y + 2});
+  }
+
+  function sizeCanvases() {
+    // each canvas as wide as its card, in CSS pixels, its height from its data-aspect
+    for (const canvas of document.querySelectorAll("canvas[data-aspect]")) {
+      const w = Math.floor(canvas.clientWidth), h = Math.round(w * Number(canvas.dataset.aspect));
+      if (w > 0 && (canvas.width !== w || canvas.height !== h)) [canvas.width, canvas.height] = [w, h];
+    }
+    view.dirty = true;
   }
 
   function niceStep(span) {
@@ -90,17 +109,41 @@
   // ---------------------------------------------------------------------------------------------
   // the arm: two orthogonal projections of the model's points
 
-  function projection(canvas, plane) {
+  function armBox(plane, a, s) {
+    // the (across, up) extent, m, of the thorax and the arm: it grows at once to take in the drawing and
+    // shrinks back to it with the time constant ARM_SHRINK_S, so the arm fills its card and the scale changes
+    // only slowly
+    const th = view.info.thorax;
+    const lo = [th.centre[a] - th.radii[a], th.centre[1] - th.radii[1]];
+    const hi = [th.centre[a] + th.radii[a], th.centre[1] + th.radii[1]];
+    for (const name of view.info.landmarks) {
+      const p = point(s, name);
+      [p[a], p[1]].forEach((v, i) => { lo[i] = Math.min(lo[i], v); hi[i] = Math.max(hi[i], v); });
+    }
+    const box = view.armBox[plane];
+    if (!box) return (view.armBox[plane] = {lo, hi, t: s.t});
+    const f = Math.min(1, Math.abs(s.t - box.t) / ARM_SHRINK_S);
+    box.t = s.t;
+    for (const i of [0, 1]) {
+      box.lo[i] = Math.min(lo[i], box.lo[i] + (lo[i] - box.lo[i]) * f);
+      box.hi[i] = Math.max(hi[i], box.hi[i] + (hi[i] - box.hi[i]) * f);
+    }
+    return box;
+  }
+
+  function projection(canvas, plane, s) {
     // frontal, seen from the front: the subject's right (+x) on the viewer's left; sagittal, seen from the
-    // right: anterior (-z) on the viewer's right; up (+y) up in both
-    const k = canvas.width / (2 * ARM_HALF), a = plane === "frontal" ? 0 : 2;
-    return {k, a, at: p => [canvas.width / 2 - (p[a] - ARM_CENTRE[a]) * k,
-                            canvas.height / 2 - (p[1] - ARM_CENTRE[1]) * k]};
+    // right: anterior (-z) on the viewer's right; up (+y) up in both; armBox's box fills the canvas
+    const a = plane === "frontal" ? 0 : 2, box = armBox(plane, a, s), H = canvas.height - ARM_TOP_PX - ARM_BOTTOM_PX;
+    const k = Math.min(canvas.width / (box.hi[0] - box.lo[0] + 2 * ARM_MARGIN),
+                       H / (box.hi[1] - box.lo[1] + 2 * ARM_MARGIN));
+    const mid = [(box.lo[0] + box.hi[0]) / 2, (box.lo[1] + box.hi[1]) / 2];
+    return {k, a, at: p => [canvas.width / 2 - (p[a] - mid[0]) * k, ARM_TOP_PX + H / 2 - (p[1] - mid[1]) * k]};
   }
 
   function drawArm(plane, s) {
-    const canvas = $(plane), ctx = canvas.getContext("2d"), {k, a, at} = projection(canvas, plane);
-    ctx.clearRect(0, 0, canvas.width, canvas.height);
+    const canvas = $(plane), ctx = canvas.getContext("2d"), {k, a, at} = projection(canvas, plane, s);
+    clear(ctx);
     const th = view.info.thorax, c = at(th.centre);
     ctx.beginPath();
     ctx.ellipse(c[0], c[1], th.radii[a] * k, th.radii[1] * k, 0, 0, 2 * Math.PI);
@@ -131,6 +174,9 @@
     label(ctx, "10 cm", 8, 16);
     line(ctx, [[8, 22], [8 + 0.1 * k, 22]], "#4b5563", 2);
     view.px[plane] = P;
+    const xs = [...Object.values(P).map(p => p[0]), c[0] - th.radii[a] * k, c[0] + th.radii[a] * k];
+    const ys = [...Object.values(P).map(p => p[1]), c[1] - th.radii[1] * k, c[1] + th.radii[1] * k];
+    view.extent[plane] = [Math.min(...xs), Math.min(...ys), Math.max(...xs), Math.max(...ys)];  // px drawn
   }
 
   // ---------------------------------------------------------------------------------------------
@@ -140,7 +186,7 @@
     const canvas = $("glenoid"), ctx = canvas.getContext("2d"), w = canvas.width, h = canvas.height;
     const k = (w / 2 - 12) / GLENOID_LIM, cx = w / 2, cy = h / 2;
     const at = (theta, phi) => [Math.min(w, Math.max(0, cx + phi * k)), Math.min(h, Math.max(0, cy - theta * k))];
-    ctx.clearRect(0, 0, w, h);
+    clear(ctx);
     line(ctx, [[0, cy], [w, cy]], "#d5d9e0", 1);
     line(ctx, [[cx, 0], [cx, h]], "#d5d9e0", 1);
     for (const d of [-40, -20, 20, 40]) {
@@ -148,9 +194,9 @@
       label(ctx, `${d}°`, cx + 3, cy - d / DEG * k + 4, "left", "#9aa3b5");
     }
     // theta up (superior), phi across: the glenoid's z axis (x_g cross y_g) points anterior
-    label(ctx, "θ superior", cx + 4, 12);
-    label(ctx, "φ anterior →", w - 4, cy - 5, "right");
-    label(ctx, "posterior", 4, cy - 5);
+    label(ctx, "θ superior ↑", 4, 12);
+    label(ctx, "φ anterior →", w - 4, h - 5, "right");
+    label(ctx, "← posterior", 4, h - 5);
     const [rimTheta, rimPhi] = view.info.rim;
     ctx.beginPath();
     ctx.ellipse(cx, cy, rimPhi * k, rimTheta * k, 0, 0, 2 * Math.PI);
@@ -184,8 +230,11 @@
 
   function drawChart(id, hist, series, tNow, minSpan, digits) {
     const canvas = $(id), ctx = canvas.getContext("2d"), W = canvas.width, H = canvas.height;
-    const left = 44, right = 170, top = 8, bottom = 20, span = view.info.history_s, t0 = tNow - span;
-    ctx.clearRect(0, 0, W, H);
+    clear(ctx);
+    ctx.font = "11px system-ui, sans-serif";
+    // the legend on the right as wide as its longest entry with a five-character value
+    const right = 30 + Math.max(...series.map(sr => ctx.measureText(`${sr.label} -000.0`).width));
+    const left = 40, top = 8, bottom = 20, span = view.info.history_s, t0 = tNow - span;
     let lo = Infinity, hi = -Infinity;
     for (const s of hist) for (const sr of series) {
       const v = sr.get(s);
@@ -198,16 +247,20 @@
     const step = niceStep((hi - lo) / 4);
     for (let v = Math.ceil(lo / step) * step; v <= hi; v += step) {
       line(ctx, [[left, y(v)], [W - right, y(v)]], "#eceef2", 1);
-      label(ctx, v.toFixed(step < 1 ? 1 : 0), left - 4, y(v) + 4, "right");
+      // values near the bottom would meet the time labels
+      if (y(v) < H - bottom - 4) label(ctx, v.toFixed(step < 1 ? 1 : 0), left - 4, y(v) + 4, "right");
     }
-    for (const dt of [span, span / 2, 0]) label(ctx, dt ? `−${dt} s` : "now", x(tNow - dt), H - 6, "center");
-    series.forEach((sr, i) => {
+    label(ctx, `−${span} s`, left, H - 6, "left");
+    label(ctx, `−${span / 2} s`, x(tNow - span / 2), H - 6, "center");
+    label(ctx, "now", W - right, H - 6, "right");
+    view.charts[id] = series.map((sr, i) => {
       const pts = hist.filter(s => sr.get(s) !== null).map(s => [x(s.t), y(sr.get(s))]);
       if (pts.length) line(ctx, pts, COLOURS[i % COLOURS.length], 1.6);
       const now = hist.length ? sr.get(hist[hist.length - 1]) : null;
       const ly = top + 8 + i * Math.min(18, (H - top - bottom) / series.length);
       line(ctx, [[W - right + 8, ly - 4], [W - right + 22, ly - 4]], COLOURS[i % COLOURS.length], 3);
       label(ctx, `${sr.label} ${fixed(now, digits)}`, W - right + 26, ly);
+      return pts.length;
     });
   }
 
@@ -259,7 +312,7 @@
     view.info.channels.forEach((ch, i) => {
       const [pw, amp, f] = s.stim[i] || [null, null, null];
       $(`stim-bar-${i}`).style.width = `${Math.min(100, 100 * (amp || 0) / ch.max_amplitude_ma)}%`;
-      setText(`stim-text-${i}`, `${fixed(amp, 1)} mA · ${fixed(pw, 0)} µs · ${fixed(f, 0)} Hz`, amp);
+      setText(`stim-text-${i}`, `${fixed(amp, 1)} mA  ${fixed(pw, 0)} µs  ${fixed(f, 0)} Hz`, amp);
     });
   }
 
@@ -304,6 +357,7 @@
     }
     if (!s || (s === view.drawn && !view.dirty)) return;
     draw(s, hist, now);
+    if (!view.drawn) view.first = s.tick;
     view.drawn = s;
     view.dirty = false;
     view.draws += 1;
@@ -342,9 +396,12 @@
   // replay: chunks of samples, played with the page's clock
 
   function startReplay(info) {
+    // it plays from the start at once: the first frame and then the charts fill without a click
     const r = view.replay = {n: info.n_samples, chunk: info.chunk, dt: info.sample_period_s, pos: 0,
-                             playing: false, speed: 1, chunks: new Map(), pending: new Set(), wall: null};
+                             playing: true, speed: 1, chunks: new Map(), pending: new Set(), wall: null};
     $("replay-controls").hidden = false;
+    $("play").textContent = "pause";
+    fetchChunk(r, 0);
     $("seek").max = String(r.n - 1);
     $("play").onclick = () => {
       if (!r.playing && r.pos >= r.n - 1) r.pos = 0;
@@ -373,7 +430,7 @@
 
   function replayStep(now) {
     const r = view.replay;
-    if (r.playing && r.wall !== null) {
+    if (r.playing && r.wall !== null && sampleAt(r, Math.floor(r.pos))) {   // waits for a chunk still loading
       r.pos = Math.min(r.n - 1, r.pos + (now - r.wall) / 1000 * r.speed / r.dt);
       if (r.pos >= r.n - 1) {
         r.playing = false;
@@ -406,6 +463,8 @@
     $("start").textContent = info.start_time || "–";
     $("recording").textContent = info.recording || "off";
     buildPanels(info);
+    sizeCanvases();
+    window.addEventListener("resize", sizeCanvases);
     if (info.mode === "live") startLive(); else startReplay(info);
     requestAnimationFrame(frame);
   }

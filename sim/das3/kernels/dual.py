@@ -16,7 +16,7 @@ import math
 
 from numba import njit
 
-from sim.das3.model import N_DOF
+from sim.das3.layout import N_DOF
 from sim.jit.kernel import kernel
 
 ND = 1 + N_DOF

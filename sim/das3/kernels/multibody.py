@@ -60,7 +60,7 @@ from sim.das3.kernels.dual import (
     slot_q,
     vec3,
 )
-from sim.das3.model import CLAVICLE_FRAME, HUMERUS_FRAME, N_DOF, N_FRAMES, RADIUS_FRAME, SCAPULA_FRAME, ULNA_FRAME
+from sim.das3.layout import CLAVICLE_FRAME, HUMERUS_FRAME, N_DOF, N_FRAMES, RADIUS_FRAME, SCAPULA_FRAME, ULNA_FRAME
 from sim.jit.kernel import kernel
 
 
@@ -167,14 +167,6 @@ def _forward_kinematics(A, q, qd, qdd, W):
     (thorax) is fixed."""
     for j in range(N_DOF):
         _joint_motion(A, j, q[j], qd[j], qdd[j], W)
-
-
-@kernel
-def _add_cross_value(base, a, b, out):
-    """out <- base + a x b (values)."""
-    c = cross3(vec3(a), vec3(b))
-    for i in range(3):
-        out[i] = base[i] + c[i]
 
 
 @kernel

@@ -17,7 +17,7 @@ import numpy as np
 
 from sim.das3.kernels.polynomials import POLY_CHUNK
 from sim.das3.kernels.thelen import thelen_contraction, thelen_rest_state
-from sim.das3.model import (
+from sim.das3.layout import (
     ECC_FORCE_MAX,
     FL_WIDTH,
     HILL_A,

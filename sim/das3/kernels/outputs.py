@@ -7,7 +7,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from sim.das3.model import HUMERUS_FRAME, SCAPULA_FRAME
+from sim.das3.layout import HUMERUS_FRAME, SCAPULA_FRAME
 from sim.jit.kernel import kernel
 
 

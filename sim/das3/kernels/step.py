@@ -33,7 +33,7 @@ from sim.das3.kernels.muscles import (
     solve_contraction,
 )
 from sim.das3.kernels.outputs import OutputWork, compute_outputs, new_output_work
-from sim.das3.model import MUS_FMAX, N_DOF, N_MUS, N_STATES
+from sim.das3.layout import MUS_FMAX, N_DOF, N_MUS, N_STATES
 from sim.jit.bundle import borrowed_items
 from sim.jit.kernel import entry, kernel
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 
-from sim.das3.model import MUS_LCEOPT, MUS_PENN_B, MUS_SEESLACK, SDOT_DAMPING
+from sim.das3.layout import MUS_LCEOPT, MUS_PENN_B, MUS_SEESLACK, SDOT_DAMPING
 from sim.jit.kernel import kernel
 
 # Constants shared by all muscles (John, "Complete Description ...", list of constants).

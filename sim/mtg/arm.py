@@ -1,4 +1,5 @@
-"""Kernels of the reduced muscle-torque-generator (MTG) arm (:mod:`sim.mtg.plant`).
+"""The reduced muscle-torque-generator (MTG) arm's multibody kernels (:mod:`sim.mtg.plant`): kinematics,
+mass matrix and generalized forces of the state; the step is :mod:`sim.mtg.step`.
 
 Five generalized coordinates q = (plane of elevation, elevation, axial rotation, elbow flexion, pronation):
 the thoracohumeral YZY angles of the humerus (DAS3 spec "Outputs") as three revolute joints about the thorax
@@ -17,15 +18,6 @@ external moments are (``sim.das3.kernels.multibody._thoracohumeral_torque``):
 M_mtg = T_plane e_y + T_elev z' + T_axial y_h on the humerus, T_c = sum over the coordinate's MTGs of
 u tau(a, q_c, u qd_c) (Millard et al. 2019, Eq. (3); ``sim.mtg.curves.mtg_torque``), and the elbow and
 pronation MTGs as torques about their own joints. B is the DAS3 joint damping (spec "Passive joint moments").
-
-Step (linearly implicit Euler): the MTG and damping terms are stiff and are taken implicitly with their
-exact partial derivatives K = dQ/dq and D = dQ/dqd (the moment basis held fixed over the step); gravity and
-velocity products are not stiff at these steps and enter explicitly:
-
-    (M - h D - h^2 K) dv = h Q_n + h^2 K v_n,   v_{n+1} = v_n + dv,   q_{n+1} = q_n + h v_{n+1}
-
-and activation by implicit Euler of da/dt = (u - a)(c1 u + c2) (Chadwick et al. 2014, eq. 1) with u at the
-step's end.
 """
 from __future__ import annotations
 
@@ -34,21 +26,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from sim.jit.bundle import borrowed_items
-from sim.jit.kernel import entry, kernel
+from sim.jit.kernel import kernel
 from sim.mtg.curves import mtg_torque
 
 N_COORD = 5
-MTG_STEP_OK, MTG_STEP_BAD_INPUT, MTG_STEP_DIVERGED, MTG_STEP_SINGULAR = 0, 1, 2, 3
-MTG_STEP_MESSAGES = {
-    MTG_STEP_BAD_INPUT: "excitation is NaN or infinite",
-    MTG_STEP_DIVERGED: "non-finite state or singular iteration matrix",
-    MTG_STEP_SINGULAR: "thoracohumeral elevation at the YZY singularity (plane and axial rotation undefined)",
-}
-SINGULAR_ELEVATION_RAD = 1e-3
-"""Below this elevation (or within it of 180 deg) the plane of elevation and the axial rotation rotate about
-the same axis and the mass matrix in these coordinates is singular: the step refuses such a state."""
-
 
 class MtgArrays(NamedTuple):
     """The reduced arm's constants (read-only during a run)."""
@@ -127,7 +108,7 @@ def new_mtg_work(n_bodies: int, n_mtg: int) -> MtgWork:
 
 
 @kernel
-def _cross(a, b, out):
+def cross(a, b, out):
     x = a[1] * b[2] - a[2] * b[1]
     y = a[2] * b[0] - a[0] * b[2]
     z = a[0] * b[1] - a[1] * b[0]
@@ -135,7 +116,7 @@ def _cross(a, b, out):
 
 
 @kernel
-def _dot(a, b):
+def dot(a, b):
     return a[0] * b[0] + a[1] * b[1] + a[2] * b[2]
 
 
@@ -211,18 +192,18 @@ def kinematics(A, q, qd, W):
         t[3, i] = t[2, i] + k[1, i] * qd[1]            # omega after the Z joint
         t[4, i] = k[1, i] * qd[1]
         t[5, i] = k[2, i] * qd[2]
-    _cross(t[2], t[4], t[6])
-    _cross(t[3], t[5], t[7])
+    cross(t[2], t[4], t[6])
+    cross(t[3], t[5], t[7])
     for i in range(3):
         w[0, i] = t[3, i] + t[5, i]
         al[0, i] = t[6, i] + t[7, i]
         t[4, i] = k[3, i] * qd[3]
-    _cross(w[0], t[4], t[6])
+    cross(w[0], t[4], t[6])
     for i in range(3):
         w[1, i] = w[0, i] + t[4, i]
         al[1, i] = al[0, i] + t[6, i]
         t[5, i] = k[4, i] * qd[4]
-    _cross(w[1], t[5], t[7])
+    cross(w[1], t[5], t[7])
     for i in range(3):
         w[2, i] = w[1, i] + t[5, i]
         al[2, i] = al[1, i] + t[7, i]
@@ -230,9 +211,9 @@ def kinematics(A, q, qd, W):
     for s in range(2):          # origin s+1 fixed in segment s: a_o + al x r + w x (w x r)
         for i in range(3):
             t[0, i] = o[s + 1, i] - o[s, i]
-        _cross(al[s], t[0], t[1])
-        _cross(w[s], t[0], t[2])
-        _cross(w[s], t[2], t[3])
+        cross(al[s], t[0], t[1])
+        cross(w[s], t[0], t[2])
+        cross(w[s], t[2], t[3])
         for i in range(3):
             acc[s + 1, i] = acc[s, i] + t[1, i] + t[3, i]
 
@@ -247,9 +228,9 @@ def _body_terms(A, W):
         _matvec(R, A.body_com[b], t[0])
         for i in range(3):
             W.com[b, i] = W.origin[s, i] + t[0, i]
-        _cross(W.alpha[s], t[0], t[1])
-        _cross(W.omega[s], t[0], t[2])
-        _cross(W.omega[s], t[2], t[3])
+        cross(W.alpha[s], t[0], t[1])
+        cross(W.omega[s], t[0], t[2])
+        cross(W.omega[s], t[2], t[3])
         m = A.body_mass[b]
         for i in range(3):
             W.force[b, i] = m * (A.body_weight[b] * A.gravity[i] - W.acc[s, i] - t[1, i] - t[3, i])
@@ -258,7 +239,7 @@ def _body_terms(A, W):
             t[4, i] = R[0, i] * W.omega[s, 0] + R[1, i] * W.omega[s, 1] + R[2, i] * W.omega[s, 2]
             t[5, i] = R[0, i] * W.alpha[s, 0] + R[1, i] * W.alpha[s, 1] + R[2, i] * W.alpha[s, 2]
         _matvec(A.body_inertia[b], t[4], t[6])
-        _cross(t[4], t[6], t[7])
+        cross(t[4], t[6], t[7])
         _matvec(A.body_inertia[b], t[5], t[6])
         for i in range(3):
             t[6, i] += t[7, i]
@@ -282,7 +263,7 @@ def _point_force_q(W, j, P, F):
     t[0] = d1 * F[2] - d2 * F[1]
     t[1] = d2 * F[0] - d0 * F[2]
     t[2] = d0 * F[1] - d1 * F[0]
-    return _dot(W.axis[j], t)
+    return dot(W.axis[j], t)
 
 
 @kernel
@@ -295,13 +276,13 @@ def _bias_forces(A, loads, W):
         acc = 0.0
         for b in range(A.body_mass.shape[0]):
             if A.body_seg[b] >= first:
-                acc += _point_force_q(W, j, W.com[b], W.force[b]) + _dot(W.axis[j], W.moment[b])
+                acc += _point_force_q(W, j, W.com[b], W.force[b]) + dot(W.axis[j], W.moment[b])
         W.Q[j] = acc
     # external moments on the humerus as in the DAS3 (loads 0-2), elbow and pronation moments (3-4)
     for i in range(3):
         t[0, i] = loads[0] * W.axis[0, i] + loads[1] * W.axis[1, i] + loads[2] * W.axis[2, i]
     for j in range(3):
-        W.Q[j] += _dot(W.axis[j], t[0])
+        W.Q[j] += dot(W.axis[j], t[0])
     W.Q[3] += loads[3]
     W.Q[4] += loads[4]
     if loads[6] != 0.0:        # arm support: vertical force on the ulna's -y axis, loads[5] below the elbow
@@ -338,7 +319,7 @@ def mass_matrix(A, W):
             so = _joint_of_segment(j)
             for i in range(3):
                 t[0, i] = W.com[b, i] - W.origin[so, i]
-            _cross(W.axis[j], t[0], jv[j])
+            cross(W.axis[j], t[0], jv[j])
         m = A.body_mass[b]
         R = W.R[s]
         for j in range(n):
@@ -348,7 +329,7 @@ def mass_matrix(A, W):
             _matvec(A.body_inertia[b], t[1], t[2])
             _matvec(R, t[2], t[3])
             for i in range(j, n):
-                v = m * _dot(jv[i], jv[j]) + _dot(W.axis[i], t[3])
+                v = m * dot(jv[i], jv[j]) + dot(W.axis[i], t[3])
                 M[i, j] += v
                 if i != j:
                     M[j, i] += v
@@ -391,7 +372,7 @@ def generalized_forces(A, q, qd, a, loads, W):
     ct = W.coord_torque
     for j in range(3):
         for c in range(3):
-            g = _dot(W.axis[j], W.axis[c])
+            g = dot(W.axis[j], W.axis[c])
             W.Q[j] += g * ct[c, 0]
             W.K[j, c] = g * ct[c, 1]
             W.D[j, c] = g * ct[c, 2]
@@ -416,174 +397,3 @@ def generalized_forces(A, q, qd, a, loads, W):
             e = q[j] - A.stop_hi[j]
             W.Q[j] -= A.stop_k2[j] * e * e
             W.K[j, j] -= 2.0 * A.stop_k2[j] * e
-
-
-@kernel
-def _solve(S, n):
-    """Gaussian elimination with partial pivoting of S[:, :n] x = S[:, n]; x in S[:, n]. False if singular."""
-    for c in range(n):
-        p = c
-        for r in range(c + 1, n):
-            if abs(S[r, c]) > abs(S[p, c]):
-                p = r
-        if not abs(S[p, c]) > 0.0:
-            return False
-        if p != c:
-            for k in range(c, n + 1):
-                S[c, k], S[p, k] = S[p, k], S[c, k]
-        for r in range(c + 1, n):
-            f = S[r, c] / S[c, c]
-            for k in range(c, n + 1):
-                S[r, k] -= f * S[c, k]
-    for c in range(n - 1, -1, -1):
-        v = S[c, n]
-        for k in range(c + 1, n):
-            v -= S[c, k] * S[k, n]
-        S[c, n] = v / S[c, c]
-    return True
-
-
-@kernel
-def _activate(A, a, u, h):
-    """a <- implicit Euler of da/dt = (u - a)(c1 u + c2), the rising pair while u >= a (Chadwick eq. 1)."""
-    for m in range(a.shape[0]):
-        c = A.mtg_act[m]
-        rate = c[0] * u[m] + c[1] if u[m] >= a[m] else c[2] * u[m] + c[3]
-        a[m] = (a[m] + h * rate * u[m]) / (1.0 + h * rate)
-
-
-@kernel
-def mtg_step(A, W, x, u, loads, h):
-    """One step of the state x = (q, qd, a); u (n,) the excitation at the step's end, within [0, 1]."""
-    q, qd, a = x[0:5], x[5:10], x[10:]
-    _activate(A, a, u, h)
-    generalized_forces(A, q, qd, a, loads, W)
-    S = W.S
-    for i in range(N_COORD):
-        rhs = h * W.Q[i]
-        for j in range(N_COORD):
-            S[i, j] = W.M[i, j] - h * W.D[i, j] - h * h * W.K[i, j]
-            rhs += h * h * W.K[i, j] * qd[j]
-        S[i, N_COORD] = rhs
-    if not _solve(S, N_COORD):
-        return MTG_STEP_DIVERGED
-    for i in range(N_COORD):
-        qd[i] += S[i, N_COORD]
-        q[i] += h * qd[i]
-    for i in range(x.shape[0]):
-        if not math.isfinite(x[i]):
-            return MTG_STEP_DIVERGED
-    if math.sin(q[1]) < SINGULAR_ELEVATION_RAD:
-        return MTG_STEP_SINGULAR
-    return MTG_STEP_OK
-
-
-@kernel
-def mtg_outputs(A, x, W):
-    """DAS3-order angles and velocities (girdle frozen, GH YZY angles of R_scapula^T R_humerus and their rates),
-    thoracohumeral angles and the hand position of the state of the last kinematics call."""
-    q, qd = x[0:5], x[5:10]
-    for i in range(6):
-        W.q11[i] = A.girdle_q[i]
-        W.qd11[i] = 0.0
-    Rs = A.scapula_R
-    G = W.rot
-    for i in range(3):
-        for j in range(3):
-            G[i, j] = Rs[0, i] * W.R[0, 0, j] + Rs[1, i] * W.R[0, 1, j] + Rs[2, i] * W.R[0, 2, j]
-    W.q11[6] = math.atan2(G[2, 1], -G[0, 1])
-    W.q11[7] = math.acos(min(1.0, max(-1.0, G[1, 1])))
-    W.q11[8] = math.atan2(G[1, 2], G[1, 0])
-    _gh_rates(W.q11[6], W.q11[7], Rs, W)
-    W.q11[9], W.q11[10] = q[3], q[4]
-    W.qd11[9], W.qd11[10] = qd[3], qd[4]
-    for i in range(3):
-        W.th_angles[i] = q[i]
-    hand_point(A, W, W.hand_position)
-
-
-@kernel
-def _gh_rates(phi, theta, Rs, W):
-    """GH YZY rates from the humerus angular velocity in the scapula frame: omega = phi' e_y + theta' z' +
-    psi' y_h, with z' = (sin phi, 0, cos phi) and y_h the humerus Y axis, solved by Cramer's rule."""
-    t = W.tmp
-    for i in range(3):       # omega_s = Rs^T omega_h
-        t[0, i] = Rs[0, i] * W.omega[0, 0] + Rs[1, i] * W.omega[0, 1] + Rs[2, i] * W.omega[0, 2]
-    e_y = t[1]
-    e_y[0], e_y[1], e_y[2] = 0.0, 1.0, 0.0
-    z = t[2]
-    z[0], z[1], z[2] = math.sin(phi), 0.0, math.cos(phi)
-    y = t[3]
-    st = math.sin(theta)
-    y[0], y[1], y[2] = -st * math.cos(phi), math.cos(theta), st * math.sin(phi)
-    _cross(z, y, t[4])
-    det = _dot(e_y, t[4])
-    if abs(det) < 1e-12:
-        W.qd11[6] = W.qd11[7] = W.qd11[8] = math.nan
-        return
-    W.qd11[6] = _dot(t[0], t[4]) / det
-    _cross(t[0], y, t[5])
-    W.qd11[7] = _dot(e_y, t[5]) / det
-    _cross(z, t[0], t[5])
-    W.qd11[8] = _dot(e_y, t[5]) / det
-
-
-@kernel
-def mtg_steps(A, W, x, u_applied, u, loads, h, n):
-    """n steps holding the excitation u (clipped to [0, 1] into u_applied); returns (status, excitations
-    clipped, steps done). A failed step leaves x at the last good state; the outputs describe x."""
-    clipped = 0
-    for m in range(u.shape[0]):
-        v = u[m]
-        if not math.isfinite(v):
-            return MTG_STEP_BAD_INPUT, 0, 0
-        c = min(1.0, max(0.0, v))
-        if c != v:
-            clipped += 1
-        u_applied[m] = c
-    status, done = MTG_STEP_OK, 0
-    for k in range(n):
-        for i in range(x.shape[0]):
-            W.x_good[i] = x[i]
-        status = mtg_step(A, W, x, u_applied, loads, h)
-        if status != MTG_STEP_OK:
-            for i in range(x.shape[0]):
-                x[i] = W.x_good[i]
-            break
-        done += 1
-    refresh_outputs(A, W, x)
-    return status, clipped, done
-
-
-@kernel
-def refresh_outputs(A, W, x):
-    """The outputs of the state x."""
-    kinematics(A, x[0:5], x[5:10], W)
-    mtg_outputs(A, x, W)
-
-
-@kernel
-def steps_of_bundle(bundle, x, u_applied, u, loads, h, n):
-    """:func:`mtg_steps` on the bundle's model and workspace."""
-    A, W = borrowed_items(bundle)
-    return mtg_steps(A, W, x, u_applied, u, loads, h, n)
-
-
-@kernel
-def refresh_bundle(bundle, x):
-    """:func:`refresh_outputs` on the bundle's model and workspace."""
-    A, W = borrowed_items(bundle)
-    refresh_outputs(A, W, x)
-
-
-@entry
-def bundle_steps(bundle, x, u_applied, u, loads, h, n):
-    """:func:`mtg_steps` from Python with the model and workspace in one StructRef (one object to unbox; the
-    entry only passes it on, ``sim.jit.bundle``)."""
-    return steps_of_bundle(bundle, x, u_applied, u, loads, h, n)
-
-
-@entry
-def bundle_refresh(bundle, x):
-    """:func:`refresh_outputs` from Python."""
-    refresh_bundle(bundle, x)

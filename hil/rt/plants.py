@@ -1,0 +1,185 @@
+"""Plant types: each plant is registered here once, and the config, the service, the tick engine and the report
+ask this registry instead of naming plants.
+
+A :class:`PlantType` is a name (``[plant] type``), its model class and the model loader from the service config,
+the plant's constructor (a :class:`sim.plants.FixedStepPlant`), its compiled tick, and its capabilities: what
+the model class declares (``has_glenohumeral``, ``load_names``; :mod:`sim.plants`), its own ``[plant]`` keys
+and its config checks. The compiled tick is one numba entry written with the public pieces of
+:mod:`hil.rt.tick_kernel`::
+
+    plant, n_steps, u, bits = tick_inputs(arrays, tick, warm)
+    status, n_clipped, n_done = <the plant's step kernel>(<its kernel_args unpacked>, u, ..., n_steps)
+    return status, n_clipped, n_done, tick_outputs(arrays, tick, time_s, n_done == n_steps, bits, overrun, warm)
+
+This is the one place in ``hil`` that names a plant's step kernel (``STEP_KERNEL`` of its ``sim`` package).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Callable
+
+from hil.rt.tick_kernel import tick_inputs, tick_outputs
+from sim.config_schema import Key, Section
+from sim.das3.model import Das3Model, load_model
+from sim.das3.plant import STEP_KERNEL as DAS3_STEPS
+from sim.das3.plant import Plant
+from sim.jit.bundle import borrowed_items
+from sim.jit.kernel import entry, kernel
+from sim.mtg.model import MtgModel, load_mtg_model
+from sim.mtg.plant import STEP_KERNEL as MTG_STEPS
+from sim.mtg.plant import MtgPlant
+
+
+@dataclass(frozen=True)
+class PlantType:
+    """One plant. ``model_class``: its model's class (``kind`` is the name); ``load_model(cfg)``: its model from
+    the service config; ``make_plant(model, cfg, step_s, initial_state)``: the plant (``initial_state`` None: the
+    model's resting state); ``tick``: its compiled tick (``tick(arrays, stale, tick, time_s, overrun, warm)`` ->
+    (plant status, excitations clipped, steps done, STOP_* code)); ``options``: the ``[plant]`` keys only it reads
+    (``cfg.plant.options``), ``file_options`` those of them that name files; ``check(cfg_plant, cfg_model)``:
+    (key, reason) of a config it cannot run, or None."""
+
+    name: str
+    doc: str
+    model_class: type
+    load_model: Callable
+    make_plant: Callable
+    tick: Callable
+    options: Section | None = None
+    file_options: tuple[str, ...] = ()
+    check: Callable | None = None
+
+    @property
+    def has_glenohumeral(self) -> bool:
+        """The GH joint force and its stability are modelled (the GH rules and the glenoid figure apply)."""
+        return bool(self.model_class.has_glenohumeral)
+
+
+_REGISTRY: dict[str, PlantType] = {}
+
+
+def register_plant(plant: PlantType) -> PlantType:
+    """Add a plant type (its name must be new); returns it."""
+    if plant.name in _REGISTRY:
+        raise ValueError(f"plant type {plant.name!r} is registered already")
+    if plant.model_class.kind != plant.name:
+        raise ValueError(f"plant type {plant.name!r}: its model class says kind {plant.model_class.kind!r}")
+    _REGISTRY[plant.name] = plant
+    return plant
+
+
+def unregister_plant(name: str) -> None:
+    """Remove a plant type (a test's toy plant)."""
+    del _REGISTRY[name]
+
+
+def plant_names() -> tuple[str, ...]:
+    """The registered plant types, in registration order (``[plant] type``'s choices)."""
+    return tuple(_REGISTRY)
+
+
+def plant_type(name: str) -> PlantType:
+    """The registered plant type ``name`` (a validated config names one)."""
+    return _REGISTRY[name]
+
+
+def plant_sections() -> list[Section]:
+    """The plant types' own ``[plant]`` keys, one section each (for the config reference)."""
+    return [p.options for p in _REGISTRY.values() if p.options is not None]
+
+
+def option_keys() -> dict[str, tuple[Key, str]]:
+    """Every plant type's own ``[plant]`` key by name: (its schema key, the first type that declares it)."""
+    keys: dict[str, tuple[Key, str]] = {}
+    for p in _REGISTRY.values():
+        for key in () if p.options is None else p.options.keys:
+            keys.setdefault(key.name, (key, p.name))
+    return keys
+
+
+def file_option_names() -> tuple[str, ...]:
+    """The ``[plant]`` keys of every plant type that name files (relative to the config that sets them)."""
+    return tuple(dict.fromkeys(k for p in _REGISTRY.values() for k in p.file_options))
+
+
+def option_files(cfg_plant) -> dict[str, str]:
+    """The files the plant of ``cfg_plant`` (a PlantConfig) reads by option, as ``plant.<key>`` -> the name as
+    written (options left at their default name none)."""
+    p = plant_type(cfg_plant.type)
+    return {f"plant.{k}": cfg_plant.options[k] for k in p.file_options
+            if cfg_plant.options[k] != p.options.key(k).default}
+
+
+def config_file(cfg, name: str) -> str:
+    """A file name of the service config ``cfg``: relative names are relative to the config's directory."""
+    return name if os.path.isabs(name) else os.path.join(cfg.base_dir, name)
+
+
+# -- DAS3 -------------------------------------------------------------------------------------------------
+@kernel
+def das3_tick(arrays, stale, tick, time_s, overrun, warm):
+    """One tick with the DAS3 plant (:data:`sim.das3.plant.STEP_KERNEL`)."""
+    plant, n_steps, u, bits = tick_inputs(arrays, tick, warm)
+    bundle, x, xd, u0, loads, h, residual_limit, scheme = plant
+    A, W = borrowed_items(bundle)
+    status, n_clipped, n_done = DAS3_STEPS(A, W, x, xd, u0, u, loads, h, residual_limit, scheme, stale, n_steps)
+    return status, n_clipped, n_done, tick_outputs(arrays, tick, time_s, n_done == n_steps, bits, overrun, warm)
+
+
+@entry
+def compute_tick(arrays, stale, tick, time_s, overrun, warm):
+    """:func:`das3_tick` from Python (the entry only passes the StructRef on, ``sim.jit.bundle``)."""
+    return das3_tick(arrays, stale, tick, time_s, overrun, warm)
+
+
+def _das3_plant(model, cfg, step_s: float, initial_state):
+    return Plant(model, step_s=step_s, initial_state=initial_state, scheme=cfg.plant.scheme)
+
+
+DAS3 = register_plant(PlantType(
+    name="das3", doc="the full DAS3 arm (sim.das3.plant)", model_class=Das3Model, load_model=lambda cfg: load_model(cfg.model),
+    make_plant=_das3_plant, tick=compute_tick))
+
+
+# -- the reduced MTG arm ---------------------------------------------------------------------------------
+@kernel
+def mtg_tick(arrays, stale, tick, time_s, overrun, warm):
+    """One tick with the reduced MTG arm (:data:`sim.mtg.plant.STEP_KERNEL`)."""
+    plant, n_steps, u, bits = tick_inputs(arrays, tick, warm)
+    bundle, x, u0, loads, h = plant
+    A, W = borrowed_items(bundle)
+    status, n_clipped, n_done = MTG_STEPS(A, W, x, u0, u, loads, h, n_steps)
+    return status, n_clipped, n_done, tick_outputs(arrays, tick, time_s, n_done == n_steps, bits, overrun, warm)
+
+
+@entry
+def compute_tick_mtg(arrays, stale, tick, time_s, overrun, warm):
+    """:func:`mtg_tick` from Python."""
+    return mtg_tick(arrays, stale, tick, time_s, overrun, warm)
+
+
+MTG_OPTIONS = Section("plant (mtg)", "Keys only the reduced MTG arm (`type = \"mtg\"`) reads.", (
+    Key("mtg_parameters", "string", "default",
+        "MTG parameter file, relative to the config (`default`: the shipped sim/data/mtg_default.json)"),))
+
+
+def _mtg_model(cfg):
+    params = cfg.plant.options["mtg_parameters"]
+    return load_mtg_model(load_model(cfg.model), None if params == "default" else config_file(cfg, params))
+
+
+def _mtg_plant(model, cfg, step_s: float, initial_state):
+    return MtgPlant(model, step_s=step_s, initial_state=initial_state)
+
+
+def _mtg_check(cfg_plant, cfg_model) -> tuple[str, str] | None:
+    if cfg_model.strength:
+        return "model.strength", ("scales the DAS3 muscles; the mtg plant's strength is its parameter file "
+                                  "(plant.mtg_parameters, e.g. from hil fit mtg)")
+    return None
+
+
+MTG = register_plant(PlantType(
+    name="mtg", doc="the reduced muscle-torque-generator arm (sim.mtg.plant)", model_class=MtgModel,
+    load_model=_mtg_model, make_plant=_mtg_plant, tick=compute_tick_mtg, options=MTG_OPTIONS, file_options=("mtg_parameters",), check=_mtg_check))

@@ -1,0 +1,266 @@
+"""The DAS3 model at rest as a function of the static optimisation's unknowns (:mod:`sim.analysis.static_opt`):
+
+    z = [q_free | alpha (one per muscle) | M (0 or 5)],   F = Fp(q) + alpha (Ff(q) - Fp(q)),
+
+with forces, activations, f_eom, the thoracohumeral angles, GH stability, the scapulothoracic contact function
+and their derivatives in z (:class:`RestModel`), and the geometry they share with the checks of a solution.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from sim.das3.kernels.dual import slot_q
+from sim.das3.kernels.muscles import rest_state_from_force, solve_rest_lengths
+from sim.das3.kernels.outputs import compute_outputs
+from sim.das3.kernels.step import FIBRE_MIN, IA, IQ, IQD, IS, evaluate, new_plant_work
+from sim.das3.model import HUMERUS_FRAME, MUS_FMAX, MUS_LCEOPT, MUS_SEESLACK, N_DOF, N_MUS, N_STATES, Das3Model
+
+REST_FIBRE_MIN = 2.0 * FIBRE_MIN
+"""Shortest fibre (s, in L_CEopt) a solution may use: twice the plant's validity limit, so that a
+solution played in the plant does not sit on the edge where a fibre collapses."""
+
+def angle_error(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a - b wrapped to (-pi, pi]."""
+    return (a - b + math.pi) % (2 * math.pi) - math.pi
+
+
+def thoracohumeral_jacobian(Rd: np.ndarray) -> np.ndarray:
+    """(3, 11) derivative of the thoracohumeral angles (:func:`sim.das3.kernels.outputs.compute_outputs`, spec
+    "Outputs": YZY of R = R_thorax->humerus) from the dual rotation R (3, 3, ND) whose slot
+    ``slot_q(j)`` holds dR/dq_j (exact; singular at 0 and 180 deg elevation, where plane and axial
+    rotation are undefined)."""
+    R = Rd[:, :, 0]
+    J = np.zeros((3, N_DOF))
+    for j in range(N_DOF):
+        dR = Rd[:, :, slot_q(j)]
+        y, x = R[2, 1], -R[0, 1]
+        J[0, j] = (x * dR[2, 1] + y * dR[0, 1]) / (x * x + y * y)
+        J[1, j] = -dR[1, 1] / math.sqrt(max(1e-300, 1.0 - R[1, 1] ** 2))
+        y, x = R[1, 2], R[1, 0]
+        J[2, j] = (x * dR[1, 2] - y * dR[1, 0]) / (x * x + y * y)
+    return J
+
+
+def contact_function(A, W) -> np.ndarray:
+    """E of TS and AI (spec "Scapulothoracic contact"): < 0 inside the thorax ellipsoid, > 0 lifted off."""
+    c = np.asarray(A.contact)
+    P = W.mb.contact_P[:, :, 0]
+    return np.sum(((P - c[0:3]) / c[3:6]) ** 2, axis=1) - 1.0
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where each unknown lives in z: the free DOFs, the 138 alphas, the free external moments."""
+
+    free_dofs: tuple[int, ...]
+    n_moments: int = 0
+    n_extra: int = 0          # e.g. the epigraph variable t of criterion (d), after everything else
+
+    @property
+    def n_q(self) -> int:
+        return len(self.free_dofs)
+
+    @property
+    def alpha(self) -> slice:
+        return slice(self.n_q, self.n_q + N_MUS)
+
+    @property
+    def moments(self) -> slice:
+        return slice(self.n_q + N_MUS, self.n_q + N_MUS + self.n_moments)
+
+    @property
+    def size(self) -> int:
+        return self.n_q + N_MUS + self.n_moments + self.n_extra
+
+    def with_extra(self, n: int) -> "Layout":
+        return Layout(self.free_dofs, self.n_moments, n)
+
+
+class RestModel:
+    """The model at rest as a function of z (see the module docstring): forces, activations, f_eom,
+    outputs and their derivatives, cached for the last z."""
+
+    FD_STEP = 1e-7
+
+    def __init__(self, model: Das3Model, loads: np.ndarray, q_template: np.ndarray, layout: Layout) -> None:
+        self.model, self.A, self.loads, self.layout = model, model.arrays, np.array(loads, float), layout
+        self.W = new_plant_work(self.A)
+        self.q_template = np.array(q_template, float)
+        self.fmax = np.array(self.A.mus[:, MUS_FMAX])
+        self.lceopt = np.array(self.A.mus[:, MUS_LCEOPT])
+        self.shortest_path = shortest_valid_path(model)
+        self.path_rows = np.flatnonzero(crosses_any(model, layout.free_dofs))
+        self.xd = np.zeros(N_STATES)
+        self._dof_slots = np.arange(self.A.mus_dofs.shape[1]) < np.asarray(self.A.mus_ndof)[:, None]
+        self._s_guess = {a: np.array(model.equilibrium_state[IS:IA]) for a in (0.0, 1.0)}
+        self._key = None
+
+    # --- pieces -----------------------------------------------------------------------------------
+    def q_of(self, z: np.ndarray) -> np.ndarray:
+        q = self.q_template.copy()
+        q[list(self.layout.free_dofs)] = z[:self.layout.n_q]
+        return q
+
+    def loads_of(self, z: np.ndarray) -> np.ndarray:
+        loads = self.loads.copy()
+        loads[:self.layout.n_moments] += z[self.layout.moments]
+        return loads
+
+    def _evaluate(self, q, s, a, loads) -> np.ndarray:
+        x = np.zeros(N_STATES)
+        x[IQ:IQD], x[IS:IA], x[IA:] = q, s, a
+        evaluate(self.A, x, self.xd, x[IA:], loads, self.W)
+        return x
+
+    def _rest_force(self, q, L, level: float, s_min: float):
+        """(F (138,), dF/dL (138,)) of every muscle at rest with a = ``level`` (0 or 1) at posture q (muscle
+        lengths L); a muscle whose fibre would get shorter than ``s_min`` is held there (the most force
+        it may carry)."""
+        a = np.full(N_MUS, level)
+        s = self._s_guess[level]
+        solve_rest_lengths(self.A, L, a, s, s_min, 1e-13, 200)
+        self._evaluate(q, s, a, self.loads)
+        mu = self.W.mu
+        clamped = np.abs(mu.g) > 1e-9
+        dF4 = mu.dF4.copy()
+        dF_dL = self.fmax * dF4 * np.where(clamped, 1.0, 1.0 + self.lceopt * dF4 / mu.g_s)
+        return mu.force.copy(), dF_dL
+
+    def _state_of(self, q, alpha, loads):
+        """(F, dF/dL at fixed alpha, dF/dalpha = Ff - Fp, x) with the plant evaluated at the rest state."""
+        self._evaluate(q, self._s_guess[0.0], np.zeros(N_MUS), self.loads)      # muscle lengths L(q)
+        L = self.W.mu.L.copy()
+        Fp, dFp = self._rest_force(q, L, 0.0, FIBRE_MIN)
+        Ff, dFf = self._rest_force(q, L, 1.0, REST_FIBRE_MIN)
+        short = Ff < Fp                  # passive fibre already below REST_FIBRE_MIN: no active range
+        Ff[short], dFf[short] = Fp[short], dFp[short]
+        span = Ff - Fp
+        F = Fp + alpha * span
+        s, a = np.empty(N_MUS), np.empty(N_MUS)
+        rest_state_from_force(self.A, L, F, s, a)
+        x = self._evaluate(q, s, a, loads)
+        return F, dFp + alpha * (dFf - dFp), span, x
+
+    def moment_arms(self) -> np.ndarray:
+        """(138, 11) dL_i/dq_j of the last evaluation."""
+        G = np.zeros((N_MUS, N_DOF))
+        muscle, slot = np.nonzero(self._dof_slots)
+        G[muscle, self.A.mus_dofs[muscle, slot]] = self.W.mu.G[muscle, slot]
+        return G
+
+    def _outputs(self):
+        """(GH stability, E of TS/AI) of the last evaluation."""
+        compute_outputs(self.A, self.W)
+        return float(self.W.out.gh_stability[0]), contact_function(self.A, self.W)
+
+    # --- everything at z --------------------------------------------------------------------------
+    def at(self, z: np.ndarray) -> "RestModel":
+        key = z.tobytes()
+        if key == self._key:
+            return self
+        L = self.layout
+        q, loads, alpha = self.q_of(z), self.loads_of(z), z[L.alpha]
+        F, dF_dL, span, x = self._state_of(q, alpha, loads)
+        W, mu = self.W, self.W.mu
+        self.x, self.force, self.span = x, F, span
+        self.f_eom = W.st.f[IQD:IS].copy()
+        G = self.moment_arms()
+        self.path_margin = (mu.L - self.shortest_path)[self.path_rows]
+        self.J_path = self._zjac(G[self.path_rows])
+        stiff = G.T @ ((self.fmax * mu.dF4)[:, None] * G)            # F-dependence removed: fixed F
+        dF_dq = dF_dL[:, None] * G
+        self.J_force = self._zjac(dF_dq, np.diag(span))
+        self.J_eom = self._zjac((W.st.Aq + stiff - G.T @ dF_dq), -G.T * span, self._moment_matrix(x, loads))
+        da_dL = -(mu.dF4 + mu.g_s / self.lceopt) / mu.g_a
+        da_dF = mu.g_s / (self.lceopt * self.fmax * mu.dF4 * mu.g_a)
+        self.J_act = self._zjac((da_dL + da_dF * dF_dL)[:, None] * G, np.diag(da_dF * span))
+        self.J_th = self._zjac(thoracohumeral_jacobian(W.mb.R[HUMERUS_FRAME]))
+        self.stability, self.contact_e = self._outputs()
+        out = W.out
+        self.th = out.th_angles.copy()
+        self.outputs = dict(gh_force=out.gh_force.copy(), gh_angles=out.gh_angles.copy(),
+                            contact_force=out.contact_force.copy(), conoid_force=out.conoid_force.copy())
+        self.dstab_dF = self._stability_force_gradient()
+        self._key, self._jac_outputs = key, None
+        return self
+
+    def _zjac(self, d_dq: np.ndarray, d_dalpha: np.ndarray | None = None, d_dm: np.ndarray | None = None):
+        """Assemble a Jacobian over z from its parts (q over all 11 DOFs; the free columns are kept)."""
+        L = self.layout
+        J = np.zeros((d_dq.shape[0], L.size))
+        J[:, :L.n_q] = d_dq[:, list(L.free_dofs)]
+        if d_dalpha is not None:
+            J[:, L.alpha] = d_dalpha
+        if d_dm is not None and L.n_moments:
+            J[:, L.moments] = d_dm
+        return J
+
+    def _moment_matrix(self, x, loads) -> np.ndarray | None:
+        """d f_eom / dM (11, n_moments): f_eom is linear in the moments, so unit differences are exact."""
+        n = self.layout.n_moments
+        if not n:
+            return None
+        base = self.W.st.f[IQD:IS].copy()
+        B = np.zeros((N_DOF, n))
+        for k in range(n):
+            unit = loads.copy()
+            unit[k] += 1.0
+            evaluate(self.A, x, self.xd, x[IA:], unit, self.W)
+            B[:, k] = self.W.st.f[IQD:IS] - base
+        evaluate(self.A, x, self.xd, x[IA:], loads, self.W)
+        return B
+
+    def _stability_force_gradient(self) -> np.ndarray:
+        """d stability / d F_i (138,): F_GH = ... + sum_i F_i d_i over the GH-crossing muscles (spec
+        "Outputs"), stability = (theta/theta_a)^2 + (phi/phi_a)^2 - 1 of F_GH in the glenoid frame."""
+        A, out = self.A, self.W.out
+        G, (ta, pa) = np.asarray(A.glenoid), np.asarray(A.gh_rim)
+        fx, fy, fz = G @ out.gh_force
+        theta, phi = math.atan2(fy, fx), math.atan2(fz, fx)
+        d_theta = np.array([-fy, fx, 0.0]) / (fx * fx + fy * fy)
+        d_phi = np.array([-fz, 0.0, fx]) / (fx * fx + fz * fz)
+        grad_F = G.T @ (2 * theta / ta ** 2 * d_theta + 2 * phi / pa ** 2 * d_phi)
+        loa = np.asarray(out.loa).reshape(-1, 3)
+        d = np.zeros(N_MUS)
+        d[np.asarray(A.gh_muscle)] = (loa / np.linalg.norm(loa, axis=1)[:, None]) @ grad_F
+        return d
+
+    def output_jacobians(self, z: np.ndarray):
+        """(d stability / dz, d E / dz (2, n)): alpha exactly through F (pure moments add no force at
+        GH), the free DOFs by central differences at fixed alpha (the line-of-action fits and the contact
+        points have no derivative in the plant)."""
+        self.at(z)
+        if self._jac_outputs is None:
+            L = self.layout
+            Js, Je = np.zeros(L.size), np.zeros((2, L.size))
+            Js[L.alpha] = self.dstab_dF * self.span
+            alpha, loads = z[L.alpha], self.loads_of(z)
+            for k in range(L.n_q):
+                values = []
+                for step in (self.FD_STEP, -self.FD_STEP):
+                    zk = z.copy()
+                    zk[k] += step
+                    self._state_of(self.q_of(zk), alpha, loads)
+                    values.append(self._outputs())
+                (sp, ep), (sm, em) = values
+                Js[k], Je[:, k] = (sp - sm) / (2 * self.FD_STEP), (ep - em) / (2 * self.FD_STEP)
+            self._jac_outputs = (Js, Je)     # the workspace now holds the last difference; z's values are kept
+        return self._jac_outputs
+
+
+def crosses_any(model: Das3Model, dofs) -> np.ndarray:
+    """(138,) bool: the muscle's path depends on one of ``dofs``. Only those paths are the optimiser's
+    choice; a path the posture fixes may be slack with a compressed tendon, which the plant allows."""
+    free = set(dofs)
+    return np.array([bool(free.intersection(d)) for d in model.muscle_dof_indices])
+
+
+def shortest_valid_path(model: Das3Model) -> np.ndarray:
+    """(138,) m: the tendon slack length plus the shortest valid fibre (FIBRE_MIN L_CEopt). A path
+    polynomial below it (at girdle corners some fits even go negative) leaves no rest state with a
+    stretched tendon and a valid fibre: the posture is outside the path model."""
+    mus = model.arrays.mus
+    return np.asarray(mus[:, MUS_SEESLACK] + FIBRE_MIN * mus[:, MUS_LCEOPT])

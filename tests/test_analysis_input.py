@@ -1,0 +1,46 @@
+"""Bad input to the analyses (:mod:`sim.analysis.static_opt` and the analyses built on it) is a
+:class:`sim.errors.UserInputError`: ``hil analyze`` prints one ``Error: ...`` line and exits 2, no traceback."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from helpers import CONFIGS, hil
+
+from sim.analysis import static_opt as so
+from sim.errors import UserInputError
+
+POSTURE = so.Posture(0.8, 0.5, 0.0, 0.66, 1.42)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["static-opt", "--elevation", "nan"], "Error: the posture's elevation must be a finite angle, not nan"),
+    (["static-opt", "--elevation", "30", "--plane", "inf"],
+     "Error: the posture's plane of elevation must be a finite angle, not inf"),
+    (["feedforward", "--start", "nan"], "Error: the posture's elevation must be a finite angle, not nan"),
+    (["max-moment", "--task", "abduction", "--angles", "10:10:1", "--gh-limit", "nan"],
+     "Error: the GH stability limit must be a finite number, not nan"),
+    (["channels", "--config", str(CONFIGS / "elbow-hold.toml"), "--elevation", "nan"],
+     "Error: the posture's elevation must be a finite angle, not nan"),
+])
+def test_hil_analyze_reports_bad_input_in_one_line(tmp_path, args, message):
+    out = hil("analyze", *args, "--out", tmp_path / "out")
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.strip() == message and "Traceback" not in out.stdout + out.stderr
+
+
+def test_the_api_raises_user_input_errors_for_criterion_loads_and_girdle(model):
+    with pytest.raises(UserInputError, match="criterion must be one of a, b, c, d, not 'e'"):
+        so.solve_static(model, POSTURE, criterion="e")
+    with pytest.raises(UserInputError, match="loads must be 10 finite values"):
+        so.solve_static(model, POSTURE, loads=np.full(10, np.nan))
+    with pytest.raises(UserInputError, match="girdle must be six finite angles"):
+        so.solve_static(model, so.Posture(0.8, 0.5, 0.0, 0.66, 1.42, girdle=(0.0,) * 5))
+    with pytest.raises(ValueError):                 # still a ValueError for callers that catch one
+        so.check_inputs(POSTURE, float("nan"))
+
+
+def test_dof_indices_come_from_the_model_names():
+    names = so.DOF_NAMES
+    assert [names[i] for i in (so.ELBOW, so.PRONATION)] == ["ELx", "PSy"]
+    assert [names[i] for i in so.GH_DOFS] == ["GHy", "GHz", "GHyy"]
+    assert [names[i] for i in so.GIRDLE_DOFS] == ["SCy", "SCz", "SCx", "ACy", "ACz", "ACx"]
