@@ -6,10 +6,10 @@ set -eu
 
 # "package:command" pairs, space-separated: the package is installed if one of its commands (or, for a
 # pair whose second part starts with /, that file) is missing.
-#   prometheus: prometheus, promtool (tests/test_monitoring.py)
-#   chromium and a font for its text (tests/test_view.py, driven by Playwright with /usr/bin/chromium)
+#   prometheus: prometheus, promtool (tests/e2e/test_monitoring.py)
+#   chromium and a font for its text (tests/e2e/test_view.py, driven by Playwright with /usr/bin/chromium)
 #   iproute2 (ip) and util-linux (unshare, nsenter): the private network namespaces of
-#   tests/test_network_exposure.py
+#   tests/e2e/test_network_exposure.py
 PACKAGES="prometheus:prometheus prometheus:promtool chromium:chromium \
 fonts-dejavu-core:/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf iproute2:ip util-linux:unshare util-linux:nsenter"
 

@@ -16,7 +16,7 @@ once from the cantools messages when the link opens:
 every field is saturated to its DBC range and to its bit
 width, scaled as cantools does (``round((value - offset) / scale)``, half to even), masked, shifted
 into 64-bit little-endian words and OR-ed per word. The bytes are the same as cantools'
-(``tests/test_can.py`` checks random frames).
+(``tests/drivers/test_can.py`` checks random frames).
 A message with a big-endian or floating-point signal (a hand-edited DBC) is encoded by cantools
 from the same fields. A NaN becomes raw 0.
 """

@@ -16,7 +16,7 @@ The fatigue time scales (tens of seconds) are far longer than a pulse period, so
 the force averaged over the pulse train. At a steady rate f every pulse adds R tau_c to the integral of
 CN, so the mean is exact: CN_bar = tau_c f (1 + (R0 - 1) exp(-1/(f tau_c))); with g = CN_bar/(Km + CN_bar)
 the mean force is taken as the force model's rest point F_bar = A g (tau1 + tau2 g) (the ripple's effect
-on the mean is neglected; ``tests/test_fatigue.py`` compares with the pulse-resolved model).
+on the mean is neglected; ``tests/hil/test_fatigue.py`` compares with the pulse-resolved model).
 
 Mapping to the stimulation model (:mod:`hil.rt.stimulation`): the parameters are the published quadriceps
 set, taken as the force of the fully recruited group; a channel's force is its recruitment r times

@@ -33,7 +33,7 @@ ARM_AT_SIDE_ELEVATION_RAD = 10.0 * DEG
 SAGITTAL_PLANE_RAD = 90.0 * DEG
 """Plane of elevation of forward flexion. In the YZY convention of the model's outputs (thorax X lateral,
 Z posterior) plane 0 elevates the arm laterally (abduction in the coronal plane) and plane 90 deg
-forwards (flexion in the sagittal plane); ``tests/test_static_opt.py`` checks this on the hand."""
+forwards (flexion in the sagittal plane); ``tests/sim/test_static_opt.py`` checks this on the hand."""
 SCAPULAR_PLANE_RAD = 45.0 * DEG
 """The scapular plane, 45 deg anterior to the coronal plane: the value in the DAS3 authors' script for
 Figs. 5-6 (the captions say "scapular plane" without a value)."""

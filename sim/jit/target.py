@@ -6,7 +6,7 @@ time and the rest one by one, so most of it runs scalar; with 256-bit vectors fo
 prefers 256-bit vectors on most AVX-512 CPUs (e.g. Intel's Skylake-SP and later) but not on AMD Zen 4, where
 ``hil bench plant`` shows the outputs and solve phases faster with the preference. It changes no result:
 every sum's order is fixed in the source and nothing is contracted to FMA, so the bits are those of any
-vector width (``tests/test_cpu_independence.py`` compares with the two-wide generic x86-64 target).
+vector width (``tests/sim/test_cpu_independence.py`` compares with the two-wide generic x86-64 target).
 
 Set from ``sim/__init__.py`` before any kernel is compiled or loaded from the cache (numba keys its cache on
 the CPU name and features, so the cached code always matches). A ``NUMBA_CPU_NAME`` or ``NUMBA_CPU_FEATURES``
