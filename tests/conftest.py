@@ -11,6 +11,11 @@ import textwrap
 import time
 from pathlib import Path
 
+# One BLAS thread per process: two workers on two cores, each with a multi-threaded BLAS, oversubscribe the CPU
+# (set before numpy loads, and inherited by the workers and every process a test starts).
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
 import pytest
 from helpers import CONFIGS, hil
 

@@ -135,7 +135,7 @@ def check_config(
         f"[green]{config}: OK[/green] — period {cfg.loop.period_s * 1e3:g} ms x "
         f"{cfg.loop.substeps} sub-steps, {engine.n_channels or 'direct'} "
         f"{'channels' if engine.n_channels else 'excitation mode'}, "
-        f"{len(cfg.drivers)} driver(s): {', '.join(d['type'] for d in cfg.drivers) or 'none'}")
+        f"{len(cfg.drivers)} driver(s): {', '.join(d['type'] for d in cfg.drivers) or 'none'}", soft_wrap=True)
 
 
 def run(

@@ -138,8 +138,8 @@ def _das3_plant(model, cfg, step_s: float, initial_state):
 
 
 DAS3 = register_plant(PlantType(
-    name="das3", doc="the full DAS3 arm (sim.das3.plant)", model_class=Das3Model, load_model=lambda cfg: load_model(cfg.model),
-    make_plant=_das3_plant, tick=compute_tick))
+    name="das3", doc="the full DAS3 arm (sim.das3.plant)", model_class=Das3Model,
+    load_model=lambda cfg: load_model(cfg.model), make_plant=_das3_plant, tick=compute_tick))
 
 
 # -- the reduced MTG arm ---------------------------------------------------------------------------------
@@ -182,4 +182,5 @@ def _mtg_check(cfg_plant, cfg_model) -> tuple[str, str] | None:
 
 MTG = register_plant(PlantType(
     name="mtg", doc="the reduced muscle-torque-generator arm (sim.mtg.plant)", model_class=MtgModel,
-    load_model=_mtg_model, make_plant=_mtg_plant, tick=compute_tick_mtg, options=MTG_OPTIONS, file_options=("mtg_parameters",), check=_mtg_check))
+    load_model=_mtg_model, make_plant=_mtg_plant, tick=compute_tick_mtg, options=MTG_OPTIONS,
+    file_options=("mtg_parameters",), check=_mtg_check))

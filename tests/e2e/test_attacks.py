@@ -495,9 +495,9 @@ def test_exporter_that_cannot_be_restarted_is_reported_and_exits_5(monkeypatch, 
 
     from hil.cli.run import _run_exit
     from hil.config import load_service_config
+    from hil.service import supervisor as supervisor_module
     from hil.service.run_result import RunResult
     from hil.service.supervisor import MetricsHost
-    from hil.telemetry import exporter as exporter_module
     from hil.telemetry.exporter import MetricsError
     from hil.telemetry.metrics_port import MetricsPort
     cfg = load_service_config(str(CONFIGS / "elbow-hold.toml"))
@@ -509,7 +509,7 @@ def test_exporter_that_cannot_be_restarted_is_reported_and_exits_5(monkeypatch, 
 
         def cannot_start(*_args, **_kwargs):
             raise MetricsError("the metrics exporter did not start")
-        monkeypatch.setattr(exporter_module, "start_exporter", cannot_start)
+        monkeypatch.setattr(supervisor_module, "start_exporter", cannot_start)
         host.check()
         assert host.proc is None and host.failures == ["the metrics exporter did not start"]
         assert host.restarts.value == 0 and host.deaths == 1

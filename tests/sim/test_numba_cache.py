@@ -50,7 +50,7 @@ def _package(tmp: Path, value: int) -> None:
 
 def _run(tmp: Path, keyed: bool, cache: Path) -> str:
     env = {**os.environ, "NUMBA_CACHE_DIR": str(cache)}
-    code = RUN.format(module=str(ROOT / "sim" / "_numba_cache.py"), tmp=str(tmp), keyed=keyed)
+    code = RUN.format(module=str(ROOT / "sim" / "jit" / "cache.py"), tmp=str(tmp), keyed=keyed)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr
     return out.stdout.strip()
