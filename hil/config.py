@@ -11,7 +11,6 @@ from __future__ import annotations
 import copy
 import math
 import os
-import tomllib
 from dataclasses import dataclass, field, replace
 from os import PathLike
 
@@ -23,8 +22,7 @@ from hil.rt.sensor import SENSOR_SCHEMA, SensorModelConfig
 from hil.safety.table import SafetyConfig
 from hil.safety.table import section as safety_section
 from sim.config_schema import Key, Section, from_ms
-from sim.das3.config import ConfigError, ModelConfig, model_config_from_table, not_utf8, unknown_name
-from sim.input_file import InputFileError, read_input_file
+from sim.das3.config import ConfigError, ModelConfig, model_config_from_table, read_toml_document, unknown_name
 
 SCHEMES = ("activation", "paper")
 TABLES = ("loop", "plant", "model", "stimulation", "safety", "sensor", "metrics", "recording", "driver",
@@ -126,19 +124,6 @@ class ServiceConfig:
         return os.path.dirname(os.path.abspath(self.path))
 
 
-def _read_toml(path: str) -> dict:
-    try:
-        return tomllib.loads(read_input_file(path).decode("utf-8"))
-    except InputFileError as exc:
-        raise ConfigError(exc.reason, file=path) from None
-    except OSError as exc:
-        raise ConfigError(f"cannot read file: {exc.strerror or exc}", file=path) from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"invalid TOML: {exc}", file=path) from exc
-    except UnicodeDecodeError as exc:     # tomllib decodes the whole file as UTF-8 first
-        raise ConfigError(not_utf8(exc), file=path) from None
-
-
 def merged_document(path: str | PathLike) -> dict:
     """A config file's document with its includes merged (not validated; :func:`service_config_from_dict`)."""
     return _merged_document(str(path), _IncludeTree())
@@ -212,7 +197,7 @@ class _IncludeTree:
         """A deep copy of the file's document (merging modifies it), read and parsed only the first time."""
         real = os.path.realpath(path)
         if real not in self.documents:
-            self.documents[real] = _read_toml(path)
+            self.documents[real] = read_toml_document(path)
         return copy.deepcopy(self.documents[real])
 
 

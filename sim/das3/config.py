@@ -156,17 +156,11 @@ def not_utf8(exc: UnicodeDecodeError) -> str:
     return f"not UTF-8 text: byte 0x{data[exc.start]:02x} on line {line} ({exc.reason}); save the file as UTF-8"
 
 
-def load_model_config(path: str | PathLike) -> ModelConfig:
-    """Read a model configuration TOML file (see ``configs/model.toml``).
-
-    Every key of the ``[model]`` table is optional; missing keys keep the published defaults.
-
-    Raises:
-        ConfigError: the file cannot be read, is not UTF-8 or not TOML, or has an unknown table or key, a value of
-            the wrong type, a non-finite value or a value out of range.
-    """
+def read_toml_document(path: str | PathLike) -> dict:
+    """A config file's TOML document, read as a bounded regular file (:mod:`sim.input_file`); every way it cannot
+    be read is one :class:`ConfigError` naming the file."""
     try:
-        doc = tomllib.loads(read_input_file(path).decode("utf-8"))
+        return tomllib.loads(read_input_file(path).decode("utf-8"))
     except InputFileError as exc:
         raise ConfigError(exc.reason, file=path) from None
     except OSError as exc:
@@ -176,6 +170,17 @@ def load_model_config(path: str | PathLike) -> ModelConfig:
     except UnicodeDecodeError as exc:     # tomllib decodes the whole file as UTF-8 first
         raise ConfigError(not_utf8(exc), file=path) from None
 
+
+def load_model_config(path: str | PathLike) -> ModelConfig:
+    """Read a model configuration TOML file (see ``configs/model.toml``).
+
+    Every key of the ``[model]`` table is optional; missing keys keep the published defaults.
+
+    Raises:
+        ConfigError: the file cannot be read, is not UTF-8 or not TOML, or has an unknown table or key, a value of
+            the wrong type, a non-finite value or a value out of range.
+    """
+    doc = read_toml_document(path)
     for table in doc:
         if table != "model":
             raise ConfigError(unknown_name("table", table, ["model"]), file=path, key=table)
