@@ -4,6 +4,8 @@ warmed first, chosen files in one process, and helpers defined once."""
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 from types import SimpleNamespace
@@ -89,7 +91,20 @@ def test_pyproject_registers_the_markers_and_runs_two_workers_by_group():
     options = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
     assert {m.split(":")[0] for m in options["markers"]} >= {"slow", "e2e", "realtime"}
     assert "--strict-markers" in options["addopts"] and "-n 2 --dist loadgroup" in options["addopts"]
-    assert options["pythonpath"][0] == "tests"
+    assert options["pythonpath"].index(".") < options["pythonpath"].index("tests")
+
+
+def test_the_packages_not_the_test_folders_of_their_names_are_imported_from_any_directory(tmp_path):
+    """tests/ is on the path and holds folders named sim, drivers and hil: without the repository on the path
+    (the editable install's finder comes after it), a test run from another directory would import tests/hil
+    as a namespace package named hil."""
+    probe = tmp_path / "test_probe.py"
+    probe.write_text("import drivers, hil, sim\n\n\ndef test_probe():\n"
+                     "    assert None not in (drivers.__file__, hil.__file__, sim.__file__)\n")
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(ROOT),
+                          "-c", str(ROOT / "pyproject.toml"), str(probe)], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=120)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
 
 
 def test_no_test_module_defines_a_shared_helper_again_or_imports_helpers_from_conftest():
