@@ -20,9 +20,13 @@ tables (`[[driver]]`, `[[stimulation.channel]]`) is replaced as a whole.
 
 
 def driver_sections() -> list[Section]:
-    """The ``[[driver]]`` schemas of the drivers that declare one (a ``config_schema`` class attribute)."""
-    found = (getattr(driver_class(name), "config_schema", None) for name in driver_names())
-    return [s for s in found if isinstance(s, Section)]
+    """The ``[[driver]]`` schemas of the drivers that declare one: a ``config_schema`` class attribute holding a
+    Section, or a tuple of them (the table, then its sub-tables such as ``driver.bus (can)``)."""
+    found = []
+    for name in driver_names():
+        schema = getattr(driver_class(name), "config_schema", None)
+        found += [s for s in (schema if isinstance(schema, tuple) else (schema,)) if isinstance(s, Section)]
+    return found
 
 
 def config_sections() -> tuple[Section, ...]:

@@ -1,17 +1,7 @@
 """CAN transport: any python-can interface, the message set of ``configs/fes-hil.dbc`` (cantools).
 
-Config (one ``[[driver]]`` table)::
-
-    type = "can"
-    interface = "udp_multicast"      # any python-can interface: socketcan, pcan, kvaser, virtual, ...
-    channel = "ff11::fe5:c"          # python-can channel of that interface (this one never leaves the host)
-    allow_lan = false                # udp_multicast only: true to allow a group that reaches the network
-    dbc = "fes-hil.dbc"              # relative to the config file
-    feedback_every = 1               # send a feedback set every N ticks
-    feedback = ["HIL_Status", "HIL_JointAngle", "HIL_JointVelocity", "HIL_Arm", "HIL_Force"]
-    counter_reset_s = 0.5            # a (message, channel/block) silent this long accepts any counter
-    [driver.bus]                     # extra keyword arguments for can.Bus (bitrate, fd, ...)
-    bitrate = 1000000
+Config: one ``[[driver]]`` table; its keys, defaults and ranges are declared once in
+:data:`CONFIG_SCHEMA` (the config reference's ``driver (can)``).
 
 A ``udp_multicast`` group must be interface-local (:mod:`drivers.can.local_bus`: nothing leaves the host, nothing
 from another host is accepted) unless ``allow_lan = true``.
@@ -40,12 +30,14 @@ from drivers.core.interface import DriverContext
 from drivers.ipc.link import (
     AUX_FRAMES_OUT,
     AUX_SEND_ERRORS,
+    PRIORITY_KEY,
     Inbound,
     LinkDriver,
     LinkEndpoint,
     LinkSpec,
     link_scheduling_keys,
 )
+from sim.config_schema import REQUIRED, Key, Section
 from sim.das3.config import unknown_name
 
 CONTROLLER_ID_BASE, CONTROLLER_ID_MASK = 0x200, 0x700
@@ -54,6 +46,32 @@ FD_MESSAGES = ("HIL_SensorFD",)
 
 DEFAULT_DBC = "fes-hil.dbc"
 _RANGE_TOL = 1e-9
+
+
+#: ``[[driver]] type = "can"``, in the order the keys are read (the first bad one is reported).
+CONFIG_SCHEMA = Section("driver (can)", "A CAN controller over python-can, frames from the DBC (configs/can.toml).", (
+    Key("type", "value", REQUIRED, "the driver: `can`"),
+    Key("interface", "string", "udp_multicast", "python-can interface (built-in or plug-in)"),
+    Key("dbc", "string", DEFAULT_DBC, "DBC file, relative to the config file"),
+    Key("allow_lan", "boolean", False, "allow a udp_multicast group that reaches the network (other hosts could "
+        "command the arm)"),
+    Key("channel", "string", HOST_LOCAL_GROUP, "python-can channel; for udp_multicast an interface-local group "
+        "unless allow_lan (other interfaces: no default)"),
+    Key("bus", "table", None, "`[driver.bus]`: python-can Bus keyword arguments", why="python-can Bus arguments"),
+    Key("feedback", "strings", FEEDBACK_MESSAGES, "feedback messages sent every tick, each once",
+        choices=FEEDBACK_MESSAGES + FD_MESSAGES),
+    Key("feedback_every", "integer", 1, "send the feedback set every Nth tick", lo=1, hi=1_000_000),
+    Key("counter_reset_s", "number", 0.5, "a message silent this long accepts any rolling counter (a restarted "
+        "controller)", lo=0.0, hi=60.0, lo_exclusive=True,
+        why="a restarted controller's frames may be refused as stale this long"),
+    PRIORITY_KEY,
+), array=True)
+KEYS = CONFIG_SCHEMA.by_name
+#: ``[driver.bus]`` of a CAN driver: passed to ``can.Bus`` as given (any python-can argument), ``protocol`` by name.
+BUS_SCHEMA = Section("driver.bus (can)", "python-can `Bus` keyword arguments, passed on as given (e.g. `bitrate`, "
+                     "`fd`); the keys below are the ones the driver reads itself.", (
+    Key("protocol", "string", None, "a python-can `CanProtocol` by name, e.g. `CAN_FD`"),
+))
 
 
 class CanEndpoint(LinkEndpoint):
@@ -228,25 +246,23 @@ class CanDriver(LinkDriver):
     """The loop side of the CAN transport (see the module docstring for the config keys)."""
 
     name = "can"
+    config_schema = (CONFIG_SCHEMA, BUS_SCHEMA)
 
     @classmethod
     def parse_config(cls, table: dict, ctx: DriverContext) -> LinkSpec:
         t = ConfigTable(table, ctx.key, ctx.file)
         t.get("type")
-        interface = t.string("interface", "udp_multicast")
+        interface = t.key(KEYS["interface"])
         from can.interfaces import VALID_INTERFACES  # python-can's built-in and plug-in interfaces
         if interface not in VALID_INTERFACES:
             raise t.error("interface", unknown_name("python-can interface", interface, VALID_INTERFACES))
-        dbc = t.string("dbc", DEFAULT_DBC)
+        dbc = t.key(KEYS["dbc"])
         dbc_path = dbc if os.path.isabs(dbc) else os.path.join(ctx.base_dir, dbc)
         if not os.path.isfile(dbc_path):
             raise t.error("dbc", f"DBC file {dbc_path} not found")
         args = dict(interface=interface, channel=_channel(t, interface), dbc_path=dbc_path,
                     muscle_names=list(ctx.muscle_names), bus_kwargs=_bus_arguments(t), feedback=_feedback_set(t),
-                    feedback_every=t.integer("feedback_every", 1, 1, 1_000_000),
-                    counter_reset_s=t.number("counter_reset_s", 0.5, 0.0, 60.0, lo_exclusive=True,
-                                             why="a restarted controller's frames may be refused as stale "
-                                                 "this long"))
+                    feedback_every=t.key(KEYS["feedback_every"]), counter_reset_s=t.key(KEYS["counter_reset_s"]))
         priority, loop_cpu = link_scheduling_keys(t, ctx)
         t.done()
         return LinkSpec(args, priority, loop_cpu)
@@ -262,10 +278,10 @@ def _channel(t: ConfigTable, interface: str):
 
     Any host on the lab network could otherwise command the arm, so the opt-in is explicit.
     """
-    allow_lan = t.boolean("allow_lan", False)
+    allow_lan = t.key(KEYS["allow_lan"])
     if interface != "udp_multicast":
         return t.get("channel")
-    channel = t.string("channel", HOST_LOCAL_GROUP)
+    channel = t.key(KEYS["channel"])
     if not is_host_local_group(channel) and not allow_lan:
         raise t.error("channel", f"udp_multicast group {channel} reaches the network: other hosts could command "
                                  f'the arm. Use an interface-local group such as "{HOST_LOCAL_GROUP}" to stay on '
@@ -276,7 +292,7 @@ def _channel(t: ConfigTable, interface: str):
 
 def _bus_arguments(t: ConfigTable) -> dict:
     """``[driver.bus]``: python-can Bus keyword arguments; ``protocol`` by name (e.g. "CAN_FD")."""
-    bus_kwargs = t.table("bus", "python-can Bus arguments")
+    bus_kwargs = t.key(KEYS["bus"])
     if isinstance(bus_kwargs.get("protocol"), str):      # e.g. the virtual bus: protocol = "CAN_FD"
         import can
         names = [p.name for p in can.CanProtocol]
@@ -288,7 +304,7 @@ def _bus_arguments(t: ConfigTable) -> dict:
 
 def _feedback_set(t: ConfigTable) -> tuple[str, ...]:
     """``feedback``: the feedback messages sent every tick, each once."""
-    feedback = t.strings("feedback", FEEDBACK_MESSAGES, FEEDBACK_MESSAGES + FD_MESSAGES)
+    feedback = t.key(KEYS["feedback"])
     if not feedback:
         raise t.error("feedback", "needs at least one message (the controller's tick and echo counter)")
     twice = sorted({m for m in feedback if feedback.count(m) > 1})

@@ -39,10 +39,21 @@ from drivers.controllers.plugin import (
 )
 from drivers.core.config_table import ConfigTable
 from drivers.core.interface import CommandSink, Driver, DriverContext
+from sim.config_schema import REQUIRED, Key, Section
 from sim.errors import UserInputError
 
 log = logging.getLogger(__name__)
-DRIVER_KEYS = ("type", "controller", "rate_hz")
+CONFIG_SCHEMA = Section("driver (loopback)", "An in-process controller plug-in (`controller`); every other key of "
+                        "the table is the controller's parameter, checked by the controller (configs/loopback.toml, "
+                        "configs/elbow-hold.toml).", (
+    Key("type", "value", REQUIRED, "the driver: `loopback`"),
+    Key("controller", "string", "playback", "a built-in (playback, elbow_hold), module:Class, file.py:Class or an "
+        "entry point"),
+    Key("rate_hz", "number", 50.0, "controller calls per second; at most one per tick (1 / loop period)", lo=0.0,
+        lo_exclusive=True, why="at most one command set a tick"),
+), array=True)
+KEYS = CONFIG_SCHEMA.by_name
+DRIVER_KEYS = tuple(KEYS)
 """The loopback table's own keys; the others are the controller's parameters."""
 MAX_STATE_VALUES = 256
 """The most state() keys a controller may record."""
@@ -65,6 +76,7 @@ class LoopbackDriver(Driver):
     """Runs a :class:`drivers.controllers.plugin.Controller` in the loop's process (deterministic, no transport)."""
 
     name = "loopback"
+    config_schema = CONFIG_SCHEMA
 
     def __init__(self, controller: Controller, settings: ControllerSettings, index: int = 0) -> None:
         self.controller = controller
@@ -252,7 +264,8 @@ def state_dtype(names: tuple[str, ...]) -> np.dtype:
 def controller_settings(table: dict, ctx: DriverContext) -> ControllerSettings:
     """The run's settings for the controller of ``table`` (its ``rate_hz`` checked)."""
     t = ConfigTable(table, f"driver[{ctx.index}]", ctx.file)
-    rate = t.number("rate_hz", 50.0, 0.0, 1.0 / ctx.period_s, lo_exclusive=True, why="at most one command set a tick")
+    key = KEYS["rate_hz"]
+    rate = t.number(key.name, key.default, key.lo, 1.0 / ctx.period_s, key.lo_exclusive, key.why)
     every = max(1, int(round(1.0 / (rate * ctx.period_s))))
     return ControllerSettings(
         period_s=ctx.period_s, rate_hz=rate, call_period_s=every * ctx.period_s, channel_names=tuple(ctx.channel_names),
@@ -265,7 +278,7 @@ def make_controller(table: dict, ctx: DriverContext) -> tuple[Controller, Contro
     """Load, construct and reset the controller a ``[[driver]] type = "loopback"`` table names (``controller``,
     default ``playback``); every error names the file and the key."""
     t = ConfigTable(table, f"driver[{ctx.index}]", ctx.file)
-    spec = t.string("controller", "playback")
+    spec = t.key(KEYS["controller"])
     settings = controller_settings(table, ctx)
     try:
         controller = controller_class(spec, ctx.base_dir)()

@@ -64,6 +64,7 @@ from drivers.ipc.link_endpoint import (
 from drivers.ipc.link_process import run_link
 from drivers.ipc.process import HelperStartError, start_helper, stop_process
 from drivers.ipc.shm_ring import ShmRing
+from sim.config_schema import Derived, Key
 
 #: the names of :mod:`drivers.ipc.link_endpoint` a transport needs, here too: a transport imports one module
 __all__ = ["AUX_CONNECTED", "AUX_FRAMES_IN", "AUX_FRAMES_OUT", "AUX_REJECT_BASE", "AUX_REJECTS_TOTAL",
@@ -92,12 +93,17 @@ class LinkSpec:
     loop_cpu: int | None
 
 
+#: ``priority`` of a link driver's table; its default depends on the loop's scheduling (given when read).
+PRIORITY_KEY = Key("priority", "integer",
+                   Derived("max(1, loop priority - 10) when the loop runs SCHED_FIFO, else 0", lambda read: None),
+                   "SCHED_FIFO priority of the link process (0: normal scheduling); below the loop's", lo=0, hi=99)
+
+
 def link_scheduling_keys(table, ctx) -> tuple[int | None, int | None]:
     """(priority, loop CPU) of a link from its driver table (a :class:`drivers.core.config_table.ConfigTable`;
-    ``priority``: SCHED_FIFO priority of the link process, default 10 below the loop's, 0 = normal
-    scheduling) and the loop's scheduling in the driver context."""
+    :data:`PRIORITY_KEY`, its default computed here) and the loop's scheduling in the driver context."""
     default = max(1, ctx.loop_priority - 10) if ctx.loop_sched_fifo else 0
-    priority = table.integer("priority", default, 0, 99)
+    priority = table.key(PRIORITY_KEY, default=default)
     if ctx.loop_sched_fifo and priority >= ctx.loop_priority:
         raise table.error("priority", f"must be below the loop's priority {ctx.loop_priority}")
     return priority or None, ctx.loop_cpu

@@ -1,15 +1,8 @@
 """Lab Streaming Layer transport: a BCI decoder (or any LSL program) drives the stimulation, and the arm's
 kinematics, the applied stimulation and the safety events go out as LSL streams (Lab Recorder, XDF).
 
-Config (one ``[[driver]]`` table; needs ``[stimulation] mode = "channels"`` and the ``pylsl`` package)::
-
-    type = "lsl"
-    arm_every = 1                # fes-hil-arm: one sample every N ticks (fes-hil-stim: every tick)
-    api_config = "lsl_api.cfg"   # optional liblsl config for the link process (relative to the config file)
-    [driver.inlet]               # the controller's stream, resolved by name, type and/or source_id
-    type = "FESCommand"          # the default when neither name nor type is given
-    # name = "my-decoder"
-    # source_id = "decoder-pc1"  # the one of several streams of that name and type (else they are refused)
+Config: one ``[[driver]]`` table (needs ``[stimulation] mode = "channels"`` and the ``pylsl`` package); its keys,
+defaults and ranges are declared once in :data:`CONFIG_SCHEMA` (the config reference's ``driver (lsl)``).
 
 Streams and their layouts: :mod:`drivers.lsl.streams`; the inlet's rules (resolution, refusal of a wrong
 layout, sample validation, a lost stream): :mod:`drivers.lsl.inlet`. All LSL I/O runs in the link process
@@ -37,6 +30,7 @@ from drivers.ipc.link import (
     AUX_SEND_ERRORS,
     INBOUND_CAPACITY,
     OUTBOUND_CAPACITY,
+    PRIORITY_KEY,
     Inbound,
     LinkDriver,
     LinkEndpoint,
@@ -61,6 +55,7 @@ from drivers.lsl.streams import (
     stim_values,
     stream_info,
 )
+from sim.config_schema import REQUIRED, Key, Section
 
 LINGER_S = 0.2     # at close: time for the last samples to reach connected inlets
 
@@ -204,10 +199,31 @@ class LslEndpoint(LinkEndpoint):
         self.arm = self.stim = self.markers = None
 
 
+#: ``[[driver]] type = "lsl"``, in the order the keys are read (the first bad one is reported).
+CONFIG_SCHEMA = Section("driver (lsl)", "A Lab Streaming Layer controller: commands in, arm and stimulation "
+                        "streams out (configs/lsl.toml).", (
+    Key("type", "value", REQUIRED, "the driver: `lsl`"),
+    Key("arm_every", "integer", 1, "push one arm sample every N ticks", lo=1, hi=1_000_000),
+    Key("api_config", "value", None, "a liblsl config file, relative to the config file"),
+    Key("inlet", "table", None, "`[driver.inlet]`: the controller's stream", why="the controller's stream (name, type, "
+        "source_id)"),
+    PRIORITY_KEY,
+), array=True)
+KEYS = CONFIG_SCHEMA.by_name
+#: ``[driver.inlet]``: the stream the commands come from (printable strings without quotes).
+INLET_SCHEMA = Section("driver.inlet (lsl)", f"The controller's command stream, resolved by these properties (type "
+                       f"`{COMMAND_TYPE}` unless a name or type is given).", (
+    Key("name", "value", None, "the stream's name"),
+    Key("type", "value", None, "the stream's type"),
+    Key("source_id", "value", None, "the stream's source_id"),
+))
+
+
 class LslDriver(LinkDriver):
     """Loop side of the LSL transport (config keys in the module docstring)."""
 
     name = "lsl"
+    config_schema = (CONFIG_SCHEMA, INLET_SCHEMA)
     fetch_records = INBOUND_CAPACITY      # the whole ring: the newest sample is always the last one taken
 
     def __init__(self, endpoint_args: dict, frame_dtype: np.dtype, n_channels: int, index: int = 0,
@@ -228,7 +244,7 @@ class LslDriver(LinkDriver):
                                   "\"channels\"")
         if importlib.util.find_spec("pylsl") is None:
             raise t.error("type", "needs the pylsl package: pip install pylsl (its wheel bundles liblsl)")
-        arm_every = t.integer("arm_every", 1, 1, 1_000_000)
+        arm_every = t.key(KEYS["arm_every"])
         api_config = _api_config(t, ctx)
         predicate = _inlet_predicate(t, ctx)
         priority, loop_cpu = link_scheduling_keys(t, ctx)
@@ -290,7 +306,7 @@ class LslDriver(LinkDriver):
 
 def _api_config(t: ConfigTable, ctx: DriverContext) -> str | None:
     """``api_config``: an existing liblsl config file (relative to the config file), or None."""
-    name = t.get("api_config")
+    name = t.key(KEYS["api_config"])
     if name is None:
         return None
     if not isinstance(name, str) or not name:
@@ -304,11 +320,10 @@ def _api_config(t: ConfigTable, ctx: DriverContext) -> str | None:
 def _inlet_predicate(t: ConfigTable, ctx: DriverContext) -> str:
     """``[driver.inlet]``: the XPath predicate that resolves the controller's stream by name, type and source_id
     (the type FESCommand unless a name or type is given)."""
-    inlet = ConfigTable(t.table("inlet", "the controller's stream (name, type, source_id)"), f"{ctx.key}.inlet",
-                        ctx.file)
+    inlet = ConfigTable(t.key(KEYS["inlet"]), f"{ctx.key}.inlet", ctx.file)
     found = {}
-    for key in ("name", "type", "source_id"):
-        value = inlet.get(key)
+    for stream_key in INLET_SCHEMA.keys:
+        key, value = stream_key.name, inlet.key(stream_key)
         if value is None:
             continue
         if not isinstance(value, str) or not value or "'" in value or not value.isprintable():

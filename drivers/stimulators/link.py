@@ -12,6 +12,7 @@ from drivers.core.config_table import ConfigTable
 from drivers.ipc.link import AUX_FRAMES_OUT, AUX_SEND_ERRORS, LinkEndpoint
 from drivers.stimulators.sensor_stream import encode_packet
 from drivers.stimulators.serial_port import SerialPort
+from sim.config_schema import Key
 
 N_STIMULATOR_CHANNELS = 8
 
@@ -82,10 +83,15 @@ class StimulatorEndpoint(LinkEndpoint):
                 p.close()
 
 
+#: ``channel_map`` of a stimulator's table (checked by :func:`parse_channel_map`).
+CHANNEL_MAP_KEY = Key("channel_map", "value", list(range(1, N_STIMULATOR_CHANNELS + 1)),
+                      "stimulator channel n -> a `[[stimulation.channel]]` by number (1..) or name; 0: not connected")
+
+
 def parse_channel_map(t: ConfigTable, names: list[str]) -> list[int]:
     """``channel_map``: stimulator channel n -> index of a [[stimulation.channel]] (by number or name), -1
     for not connected."""
-    raw_map = t.get("channel_map", list(range(1, N_STIMULATOR_CHANNELS + 1)))
+    raw_map = t.key(CHANNEL_MAP_KEY)
     if not isinstance(raw_map, list) or len(raw_map) != N_STIMULATOR_CHANNELS:
         raise t.error("channel_map", f"must list {N_STIMULATOR_CHANNELS} entries (stimulator channels 1..8)")
     channel_map = []

@@ -8,9 +8,15 @@ from pathlib import Path
 
 import pytest
 
+from drivers.controllers.loopback import DRIVER_KEYS
 from drivers.core.config_table import ConfigTable
+from drivers.core.interface import DRIVERS, DriverContext
+from drivers.stimulators.p24.driver import CONFIG_SCHEMA as P24_SCHEMA
+from drivers.stimulators.p24.driver import P24Driver
+from drivers.stimulators.rehastim2.driver import CONFIG_SCHEMA as SM2_SCHEMA
+from drivers.stimulators.rehastim2.driver import ScienceModeDriver
 from hil.config import MetricsConfig, RecordingConfig, load_service_config
-from hil.config_reference import config_reference_markdown, config_sections
+from hil.config_reference import config_reference_markdown, config_sections, driver_sections
 from hil.rt.loop import LoopConfig
 from hil.rt.sensor import SensorModelConfig
 from hil.rt.stimulation import CHANNEL_SCHEMA, ChannelConfig, load_stimulation_config
@@ -20,7 +26,7 @@ from sim.das3.model import muscle_element_names
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = sorted([*ROOT.glob("configs/*.toml"), *ROOT.glob("examples/**/*.toml")])
-UNSCHEMAED = {"driver", "include"}    # [[driver]] tables are checked by each driver's parse_config
+UNSCHEMAED = {"driver", "include"}    # [[driver]] tables: see used_driver_keys
 
 
 def schema_keys() -> dict[str, set[str]]:
@@ -45,6 +51,56 @@ def used_keys(path: Path) -> list[str]:
         for channel in values.get("channel", []) if table == "stimulation" else []:
             found += [f"stimulation.channel.{key}" for key in channel]
     return found
+
+
+def used_driver_keys(path: Path) -> list[str]:
+    """Every key a shipped ``[[driver]]`` table sets, as 'driver (type).key' or 'driver.sub (type).key' (a
+    sub-table's keys); a loopback table's other keys are its controller's parameters, checked by the controller."""
+    found = []
+    for table in tomllib.loads(path.read_text()).get("driver", []):
+        kind = table["type"]
+        for key, value in table.items():
+            if kind == "loopback" and key not in DRIVER_KEYS:
+                continue
+            found.append(f"driver ({kind}).{key}")
+            if isinstance(value, dict):
+                found += [f"driver.{key} ({kind}).{sub}" for sub in value]
+    return found
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_key_of_a_shipped_driver_table_is_in_its_drivers_schema(path):
+    declared = {s.name: {k.name for k in s.keys} for s in driver_sections()}
+    missing = [u for u in used_driver_keys(path) if u.rsplit(".", 1)[1] not in declared.get(u.rsplit(".", 1)[0], ())]
+    assert missing == []
+
+
+def test_every_built_in_driver_declares_its_table_and_the_shipped_driver_tables_are_seen():
+    names = {s.name for s in driver_sections()}
+    assert {f"driver ({name})" for name in DRIVERS} <= names
+    assert {"driver.bus (can)", "driver.inlet (lsl)"} <= names
+    used = {u for path in SHIPPED for u in used_driver_keys(path)}
+    assert {"driver (can).counter_reset_s", "driver (lsl).arm_every", "driver.inlet (lsl).type",
+            "driver (sciencemode2).channel_map", "driver (sciencemode4).device_id", "driver (loopback).rate_hz"} <= used
+
+
+def test_a_stimulator_table_with_only_its_type_gets_the_schemas_defaults():
+    """One default per key: what parse_config fills in for a missing key is the schema's default (in SI)."""
+    ctx = DriverContext(index=0, file=None, base_dir=str(ROOT), period_s=0.004, dof_names=(), muscle_names=(),
+                        group_names=(), channel_names=tuple(f"ch{n}" for n in range(1, 9)), frame_dtype=None)
+    for driver, schema in ((P24Driver, P24_SCHEMA), (ScienceModeDriver, SM2_SCHEMA)):
+        args = driver.parse_config({"type": driver.name}, ctx).endpoint_args
+        assert args["channel_map"] == [n - 1 for n in schema.key("channel_map").default]
+        for key in schema.keys:
+            if key.name in ("channel_map", "min_frequency_hz"):
+                continue
+            if key.name in args:
+                assert args[key.name] == key.si_default, (driver.name, key.name)
+            elif key.field in args:
+                assert args[key.field] == key.si_default, (driver.name, key.name)
+    p24 = P24Driver.parse_config({"type": "sciencemode4"}, ctx).endpoint_args
+    assert p24["min_frequency_hz"] == (P24_SCHEMA.key("min_frequency_hz").default,) * 8
+    assert p24["electrode_faults"] == {} and p24["device_id"] == "EMUP24-001"
 
 
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: str(p.relative_to(ROOT)))

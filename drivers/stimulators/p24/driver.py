@@ -1,20 +1,7 @@
 """Serial transport: a HasomedScience P24 (ScienceMode4) stimulator emulator and a sensor-feedback stream.
 
-Config (one ``[[driver]]`` table)::
-
-    type = "sciencemode4"
-    port = "pty"                 # "pty": create and announce a pseudo-terminal; or a tty (/dev/ttyUSB0)
-    sensor_port = "pty"          # the sensor stream (drivers.stimulators.sensor_stream): "pty", a tty, or "none"
-    sensor_every = 1             # send every N-th sensor frame
-    channel_map = [1, 2, 3, 4, 5, 6, 7, 8]   # stimulator channel n -> [[stimulation.channel]] number or
-                                             # name; 0 = not connected to a muscle
-    min_frequency_hz = 10        # low level: a channel whose next pulse is later than 1 / this goes to zero,
-                                 # and the first pulse counts at this rate (one number, or one per channel)
-    device_id = "EMUP24-001"     # what GetDeviceId answers: 10 ASCII characters
-    electrode_fault_channels = []   # stimulator channels with an injected electrode fault
-    electrode_fault_after_ms = 0    # the fault starts this long after the channel's first pulse of >= 15 mA
-    client_timeout_ms = 2500     # no frame for this long: the controller shows as disconnected
-    baudrate = 9600              # real ttys only (8N1, the client's pyserial default); a pty ignores it
+Config: one ``[[driver]]`` table; its keys, defaults and ranges are declared once in
+:data:`CONFIG_SCHEMA` (the config reference's ``driver (sciencemode4)``).
 
 The protocol runs in the link process (:mod:`drivers.ipc.link_process`) in
 :class:`drivers.stimulators.p24.device.P24Emulator` (``../shared/spec/sciencemode4.md``): every command frame gets one
@@ -32,8 +19,16 @@ import time
 
 from drivers.core.config_table import ConfigTable
 from drivers.core.interface import DriverContext
-from drivers.ipc.link import AUX_REJECT_BASE, AUX_REJECTS_TOTAL, Inbound, LinkDriver, LinkSpec, link_scheduling_keys
-from drivers.stimulators.link import StimulatorEndpoint, parse_channel_map, stimulator_table
+from drivers.ipc.link import (
+    AUX_REJECT_BASE,
+    AUX_REJECTS_TOTAL,
+    PRIORITY_KEY,
+    Inbound,
+    LinkDriver,
+    LinkSpec,
+    link_scheduling_keys,
+)
+from drivers.stimulators.link import CHANNEL_MAP_KEY, StimulatorEndpoint, parse_channel_map, stimulator_table
 from drivers.stimulators.p24.device import (
     KEEPALIVE_S,
     N_CHANNELS,
@@ -44,6 +39,7 @@ from drivers.stimulators.p24.device import (
     Rejected,
     Settings,
 )
+from sim.config_schema import REQUIRED, Key, Section, from_ms
 
 BAUD_RATE = 9600
 #: The link's aux words between its totals and its reject counters (free in a link ring) carry the device's
@@ -117,21 +113,44 @@ class P24Endpoint(StimulatorEndpoint):
             aux[word] = counters[_EMULATOR_COUNTER[key]]
 
 
+#: ``[[driver]] type = "sciencemode4"``, in the order the keys are read (the first bad one is reported).
+CONFIG_SCHEMA = Section("driver (sciencemode4)", "A P24 (ScienceMode4) stimulator emulator on a serial port, with a "
+                        "sensor-feedback stream (configs/p24.toml).", (
+    Key("type", "value", REQUIRED, "the driver: `sciencemode4`"),
+    Key("port", "string", "pty", 'stimulator port: "pty" (a pseudo-terminal, announced) or a tty'),
+    Key("sensor_port", "string", "pty", 'sensor stream: "pty", a tty, or "none"'),
+    CHANNEL_MAP_KEY,
+    Key("min_frequency_hz", "value", 10.0, "low-level mode: no next pulse within 1/f s sets the channel to zero; "
+        "one number in [0.5, 1000] or a list of 8", lo=0.5, hi=1000.0),
+    Key("device_id", "string", "EMUP24-001", "GetDeviceId's answer (10 printable ASCII characters)"),
+    Key("electrode_fault_channels", "value", [], "stimulator channels (1..8) that get an injected electrode fault"),
+    Key("electrode_fault_after_ms", "number", 0.0, "the fault starts this long after the channel's first strong pulse",
+        lo=0.0, hi=86_400_000.0, field="electrode_fault_after_s", to_si=from_ms),
+    Key("client_timeout_ms", "number", 2500.0, "no frame from the client for this long: shown as disconnected",
+        lo=100.0, hi=60000.0, field="client_timeout_s", to_si=from_ms),
+    Key("sensor_every", "integer", 1, "stream every Nth frame", lo=1, hi=1_000_000),
+    Key("baudrate", "integer", BAUD_RATE, "serial line rate of a real tty (8N1), baud; a pty ignores it",
+        lo=1, hi=100_000_000),
+    PRIORITY_KEY,
+), array=True)
+KEYS = CONFIG_SCHEMA.by_name
+
+
 class P24Driver(LinkDriver):
     """Loop side of the P24 emulator (config keys in the module docstring)."""
 
     name = "sciencemode4"
+    config_schema = CONFIG_SCHEMA
 
     @classmethod
     def parse_config(cls, table: dict, ctx: DriverContext) -> LinkSpec:
         t = stimulator_table(table, ctx)
-        args = dict(port=t.string("port", "pty"), sensor_port=t.string("sensor_port", "pty"),
+        args = dict(port=t.key(KEYS["port"]), sensor_port=t.key(KEYS["sensor_port"]),
                     channel_map=parse_channel_map(t, list(ctx.channel_names)),
-                    min_frequency_hz=_per_channel(t, "min_frequency_hz", 10.0, 0.5, 1000.0),
+                    min_frequency_hz=_per_channel(t, KEYS["min_frequency_hz"]),
                     device_id=_device_id(t), electrode_faults=_electrode_faults(t),
-                    client_timeout_s=t.number("client_timeout_ms", 2500.0, 100.0, 60000.0) / 1000.0,
-                    sensor_every=t.integer("sensor_every", 1, 1, 1_000_000),
-                    baudrate=t.integer("baudrate", BAUD_RATE, 1, 100_000_000))
+                    client_timeout_s=KEYS["client_timeout_ms"].si(t.key(KEYS["client_timeout_ms"])),
+                    sensor_every=t.key(KEYS["sensor_every"]), baudrate=t.key(KEYS["baudrate"]))
         if args["sensor_port"] == "none":
             args["sensor_port"] = None
         priority, loop_cpu = link_scheduling_keys(t, ctx)
@@ -151,18 +170,18 @@ class P24Driver(LinkDriver):
         return s
 
 
-def _per_channel(t: ConfigTable, key: str, default: float, lo: float, hi: float) -> tuple[float, ...]:
-    """One number for every stimulator channel, or a list of 8."""
-    raw = t.get(key, default)
+def _per_channel(t: ConfigTable, key: Key) -> tuple[float, ...]:
+    """One number in the key's [lo, hi] for every stimulator channel, or a list of 8."""
+    raw, lo, hi = t.key(key), key.lo, key.hi
     values = raw if isinstance(raw, list) else [raw] * N_CHANNELS
     if len(values) != N_CHANNELS or not all(
             isinstance(v, (int, float)) and not isinstance(v, bool) and lo <= v <= hi for v in values):
-        raise t.error(key, f"must be a number in [{lo:g}, {hi:g}] or a list of {N_CHANNELS} such numbers")
+        raise t.error(key.name, f"must be a number in [{lo:g}, {hi:g}] or a list of {N_CHANNELS} such numbers")
     return tuple(float(v) for v in values)
 
 
 def _device_id(t: ConfigTable) -> str:
-    value = t.string("device_id", "EMUP24-001")
+    value = t.key(KEYS["device_id"])
     if len(value) != 10 or not value.isascii() or not value.isprintable():
         raise t.error("device_id", "must be 10 printable ASCII characters (the P24's serial number)")
     return value
@@ -170,9 +189,9 @@ def _device_id(t: ConfigTable) -> str:
 
 def _electrode_faults(t: ConfigTable) -> dict[int, float]:
     """``electrode_fault_channels`` (stimulator channels 1..8) -> the fault's delay in s."""
-    channels = t.get("electrode_fault_channels", [])
+    channels = t.key(KEYS["electrode_fault_channels"])
     if not isinstance(channels, list) or not all(
             isinstance(c, int) and not isinstance(c, bool) and 1 <= c <= N_CHANNELS for c in channels):
         raise t.error("electrode_fault_channels", f"must be a list of stimulator channels 1..{N_CHANNELS}")
-    after_s = t.number("electrode_fault_after_ms", 0.0, 0.0, 86_400_000.0) / 1000.0
+    after_s = KEYS["electrode_fault_after_ms"].si(t.key(KEYS["electrode_fault_after_ms"]))
     return {c: after_s for c in channels}

@@ -1,15 +1,7 @@
 """Serial transport: a RehaStim2 (ScienceMode2) stimulator emulator and a sensor-feedback stream.
 
-Config (one ``[[driver]]`` table)::
-
-    type = "sciencemode2"
-    port = "pty"                 # "pty": create and announce a pseudo-terminal; or a tty (/dev/ttyUSB0)
-    sensor_port = "pty"          # the sensor stream (drivers.stimulators.sensor_stream): "pty", a tty, or "none"
-    sensor_every = 1             # send every N-th sensor frame (a 460800-baud line carries ~130/s)
-    channel_map = [1, 2, 3, 4, 5, 6, 7, 8]   # stimulator channel n -> [[stimulation.channel]] number or
-                                             # name; 0 = not connected to a muscle
-    client_timeout_ms = 2500     # no frame (command or watchdog) for this long: the client is gone
-    baudrate = 460800            # real ttys only (8E1); a pty ignores it
+Config: one ``[[driver]]`` table; its keys, defaults and ranges are declared once in
+:data:`CONFIG_SCHEMA` (the config reference's ``driver (sciencemode2)``).
 
 The protocol runs in the link process (:mod:`drivers.ipc.link_process`) in :class:`drivers.stimulators.rehastim2.device.Rehastim2Emulator`:
 Init is resent until InitAck, every command gets exactly one reply, protocol errors get the protocol's
@@ -25,10 +17,11 @@ from __future__ import annotations
 import time
 
 from drivers.core.interface import DriverContext
-from drivers.ipc.link import Inbound, LinkDriver, LinkSpec, link_scheduling_keys
-from drivers.stimulators.link import StimulatorEndpoint, parse_channel_map, stimulator_table
+from drivers.ipc.link import PRIORITY_KEY, Inbound, LinkDriver, LinkSpec, link_scheduling_keys
+from drivers.stimulators.link import CHANNEL_MAP_KEY, StimulatorEndpoint, parse_channel_map, stimulator_table
 from drivers.stimulators.rehastim2.codec import BAUD_RATE
 from drivers.stimulators.rehastim2.device import Activity, Connected, Rehastim2Emulator, Rejected, StimulationChanged
+from sim.config_schema import REQUIRED, Key, Section, from_ms
 
 
 class ScienceModeEndpoint(StimulatorEndpoint):
@@ -106,26 +99,41 @@ class ScienceModeEndpoint(StimulatorEndpoint):
         self._write_all(em.poll(now_s), inbound.ring.aux)
 
 
+#: ``[[driver]] type = "sciencemode2"``, in the order the keys are read (the first bad one is reported).
+CONFIG_SCHEMA = Section("driver (sciencemode2)", "A RehaStim2 (ScienceMode2) stimulator emulator on a serial port, "
+                        "with a sensor-feedback stream (configs/serial.toml).", (
+    Key("type", "value", REQUIRED, "the driver: `sciencemode2`"),
+    Key("port", "string", "pty", 'stimulator port: "pty" (a pseudo-terminal, announced) or a tty'),
+    Key("sensor_port", "string", "pty", 'sensor stream: "pty", a tty, or "none"'),
+    CHANNEL_MAP_KEY,
+    Key("client_timeout_ms", "number", 2500.0, "no frame from the client for this long: it is gone",
+        lo=2000.0, hi=60000.0, why="pysciencemode sends its watchdog commands up to 1.6 s apart; a client "
+                                   "silent for a minute is gone", field="client_timeout_s", to_si=from_ms),
+    Key("sensor_every", "integer", 1, "stream every Nth frame", lo=1, hi=1_000_000),
+    Key("baudrate", "integer", BAUD_RATE, "serial line rate of a real tty (8E1), baud; a pty ignores it",
+        lo=1, hi=100_000_000),
+    PRIORITY_KEY,
+), array=True)
+KEYS = CONFIG_SCHEMA.by_name
+
+
 class ScienceModeDriver(LinkDriver):
     """Loop side of the ScienceMode2 emulator (config keys in the module docstring)."""
 
     name = "sciencemode2"
+    config_schema = CONFIG_SCHEMA
 
     @classmethod
     def parse_config(cls, table: dict, ctx: DriverContext) -> LinkSpec:
         t = stimulator_table(table, ctx)
-        port = t.string("port", "pty")
-        sensor = t.string("sensor_port", "pty")
+        port, sensor = t.key(KEYS["port"]), t.key(KEYS["sensor_port"])
         channel_map = parse_channel_map(t, list(ctx.channel_names))
-        timeout_ms = t.number("client_timeout_ms", 2500.0, 2000.0, 60000.0,
-                              why="pysciencemode sends its watchdog commands up to 1.6 s apart; a client "
-                                  "silent for a minute is gone")
-        every = t.integer("sensor_every", 1, 1, 1_000_000)
-        baud = t.integer("baudrate", BAUD_RATE, 1, 100_000_000)
+        timeout_s = KEYS["client_timeout_ms"].si(t.key(KEYS["client_timeout_ms"]))
+        every, baud = t.key(KEYS["sensor_every"]), t.key(KEYS["baudrate"])
         priority, loop_cpu = link_scheduling_keys(t, ctx)
         t.done()
         args = dict(port=port, sensor_port=None if sensor == "none" else sensor, channel_map=channel_map,
-                    client_timeout_s=timeout_ms / 1000.0, baudrate=baud, sensor_every=every)
+                    client_timeout_s=timeout_s, baudrate=baud, sensor_every=every)
         return LinkSpec(args, priority, loop_cpu)
 
     @classmethod
