@@ -243,7 +243,7 @@ class CanEndpoint(LinkEndpoint):
 
 
 class CanDriver(LinkDriver):
-    """The loop side of the CAN transport (see the module docstring for the config keys)."""
+    """The loop side of the CAN transport (config keys: :data:`CONFIG_SCHEMA`)."""
 
     name = "can"
     config_schema = (CONFIG_SCHEMA, BUS_SCHEMA)

@@ -220,7 +220,7 @@ INLET_SCHEMA = Section("driver.inlet (lsl)", f"The controller's command stream, 
 
 
 class LslDriver(LinkDriver):
-    """Loop side of the LSL transport (config keys in the module docstring)."""
+    """Loop side of the LSL transport (config keys: :data:`CONFIG_SCHEMA`)."""
 
     name = "lsl"
     config_schema = (CONFIG_SCHEMA, INLET_SCHEMA)

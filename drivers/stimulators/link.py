@@ -84,6 +84,9 @@ class StimulatorEndpoint(LinkEndpoint):
 
 
 #: ``channel_map`` of a stimulator's table (checked by :func:`parse_channel_map`).
+PORT_KEY = Key("port", "string", "pty", 'stimulator port: "pty" (a pseudo-terminal, announced) or a tty')
+SENSOR_PORT_KEY = Key("sensor_port", "string", "pty", 'sensor stream: "pty", a tty, or "none"')
+SENSOR_EVERY_KEY = Key("sensor_every", "integer", 1, "stream every Nth frame", lo=1, hi=1_000_000)
 CHANNEL_MAP_KEY = Key("channel_map", "value", list(range(1, N_STIMULATOR_CHANNELS + 1)),
                       "stimulator channel n -> a `[[stimulation.channel]]` by number (1..) or name; 0: not connected")
 

@@ -28,7 +28,15 @@ from drivers.ipc.link import (
     LinkSpec,
     link_scheduling_keys,
 )
-from drivers.stimulators.link import CHANNEL_MAP_KEY, StimulatorEndpoint, parse_channel_map, stimulator_table
+from drivers.stimulators.link import (
+    CHANNEL_MAP_KEY,
+    PORT_KEY,
+    SENSOR_EVERY_KEY,
+    SENSOR_PORT_KEY,
+    StimulatorEndpoint,
+    parse_channel_map,
+    stimulator_table,
+)
 from drivers.stimulators.p24.device import (
     KEEPALIVE_S,
     N_CHANNELS,
@@ -117,8 +125,8 @@ class P24Endpoint(StimulatorEndpoint):
 CONFIG_SCHEMA = Section("driver (sciencemode4)", "A P24 (ScienceMode4) stimulator emulator on a serial port, with a "
                         "sensor-feedback stream (configs/p24.toml).", (
     Key("type", "value", REQUIRED, "the driver: `sciencemode4`"),
-    Key("port", "string", "pty", 'stimulator port: "pty" (a pseudo-terminal, announced) or a tty'),
-    Key("sensor_port", "string", "pty", 'sensor stream: "pty", a tty, or "none"'),
+    PORT_KEY,
+    SENSOR_PORT_KEY,
     CHANNEL_MAP_KEY,
     Key("min_frequency_hz", "value", 10.0, "low-level mode: no next pulse within 1/f s sets the channel to zero; "
         "one number in [0.5, 1000] or a list of 8", lo=0.5, hi=1000.0),
@@ -128,7 +136,7 @@ CONFIG_SCHEMA = Section("driver (sciencemode4)", "A P24 (ScienceMode4) stimulato
         lo=0.0, hi=86_400_000.0, field="electrode_fault_after_s", to_si=from_ms),
     Key("client_timeout_ms", "number", 2500.0, "no frame from the client for this long: shown as disconnected",
         lo=100.0, hi=60000.0, field="client_timeout_s", to_si=from_ms),
-    Key("sensor_every", "integer", 1, "stream every Nth frame", lo=1, hi=1_000_000),
+    SENSOR_EVERY_KEY,
     Key("baudrate", "integer", BAUD_RATE, "serial line rate of a real tty (8N1), baud; a pty ignores it",
         lo=1, hi=100_000_000),
     PRIORITY_KEY,
@@ -137,7 +145,7 @@ KEYS = CONFIG_SCHEMA.by_name
 
 
 class P24Driver(LinkDriver):
-    """Loop side of the P24 emulator (config keys in the module docstring)."""
+    """Loop side of the P24 emulator (config keys: :data:`CONFIG_SCHEMA`)."""
 
     name = "sciencemode4"
     config_schema = CONFIG_SCHEMA

@@ -18,7 +18,15 @@ import time
 
 from drivers.core.interface import DriverContext
 from drivers.ipc.link import PRIORITY_KEY, Inbound, LinkDriver, LinkSpec, link_scheduling_keys
-from drivers.stimulators.link import CHANNEL_MAP_KEY, StimulatorEndpoint, parse_channel_map, stimulator_table
+from drivers.stimulators.link import (
+    CHANNEL_MAP_KEY,
+    PORT_KEY,
+    SENSOR_EVERY_KEY,
+    SENSOR_PORT_KEY,
+    StimulatorEndpoint,
+    parse_channel_map,
+    stimulator_table,
+)
 from drivers.stimulators.rehastim2.codec import BAUD_RATE
 from drivers.stimulators.rehastim2.device import Activity, Connected, Rehastim2Emulator, Rejected, StimulationChanged
 from sim.config_schema import REQUIRED, Key, Section, from_ms
@@ -103,13 +111,13 @@ class ScienceModeEndpoint(StimulatorEndpoint):
 CONFIG_SCHEMA = Section("driver (sciencemode2)", "A RehaStim2 (ScienceMode2) stimulator emulator on a serial port, "
                         "with a sensor-feedback stream (configs/serial.toml).", (
     Key("type", "value", REQUIRED, "the driver: `sciencemode2`"),
-    Key("port", "string", "pty", 'stimulator port: "pty" (a pseudo-terminal, announced) or a tty'),
-    Key("sensor_port", "string", "pty", 'sensor stream: "pty", a tty, or "none"'),
+    PORT_KEY,
+    SENSOR_PORT_KEY,
     CHANNEL_MAP_KEY,
     Key("client_timeout_ms", "number", 2500.0, "no frame from the client for this long: it is gone",
         lo=2000.0, hi=60000.0, why="pysciencemode sends its watchdog commands up to 1.6 s apart; a client "
                                    "silent for a minute is gone", field="client_timeout_s", to_si=from_ms),
-    Key("sensor_every", "integer", 1, "stream every Nth frame", lo=1, hi=1_000_000),
+    SENSOR_EVERY_KEY,
     Key("baudrate", "integer", BAUD_RATE, "serial line rate of a real tty (8E1), baud; a pty ignores it",
         lo=1, hi=100_000_000),
     PRIORITY_KEY,
@@ -118,7 +126,7 @@ KEYS = CONFIG_SCHEMA.by_name
 
 
 class ScienceModeDriver(LinkDriver):
-    """Loop side of the ScienceMode2 emulator (config keys in the module docstring)."""
+    """Loop side of the ScienceMode2 emulator (config keys: :data:`CONFIG_SCHEMA`)."""
 
     name = "sciencemode2"
     config_schema = CONFIG_SCHEMA
