@@ -11,83 +11,29 @@ from typing import Annotated, Optional
 import numpy as np
 import typer
 
+from hil.cli.analysis_options import (
+    CRITERION_HELP,
+    PLANE_HELP,
+    RHYTHM_HELP,
+    ConoidElongationMm,
+    ContactEMin,
+    GirdleRanges,
+    RandomStarts,
+    Seed,
+    held_girdle_posture,
+    optima_note,
+    parse_angles,
+    parse_girdle,
+    parse_limits,
+    parse_loads,
+    read_trajectory,
+    report_solution,
+    start_plan,
+)
+from hil.cli.analyze_max_moment import max_moment
 from hil.cli.common import BadInputError, ExitCode, error, load_model_options, out_console, user_errors
 
 app = typer.Typer(no_args_is_help=True, help="Optimisation analyses of the DAS3 model.")
-
-CRITERION_HELP = ("(a) min sum F^2, (b) min sum (F/PCSA)^2, (c) min sum a^2 (= (F_active/(Fmax f_FL))^2), "
-                  "(d) min max F/PCSA, then (b) at that maximum (van der Helm 1994).")
-PLANE_HELP = "Plane of elevation, deg (0 = coronal/abduction, 45 = scapular plane, 90 = sagittal/forward flexion)."
-
-
-def parse_loads(items: list[str]) -> np.ndarray:
-    """``NAME=VALUE`` items (sim.das3.model.LOAD_NAMES; N, N m, m) -> the 10 loads."""
-    from sim.das3.model import LOAD_NAMES
-
-    loads = np.zeros(len(LOAD_NAMES))
-    for item in items:
-        name, _, value = item.partition("=")
-        if name not in LOAD_NAMES:
-            raise BadInputError(f"--load {item!r}: name must be one of {', '.join(LOAD_NAMES)}")
-        try:
-            loads[LOAD_NAMES.index(name)] = float(value)
-        except ValueError:
-            raise BadInputError(f"--load {item!r}: value must be a number") from None
-        if not math.isfinite(loads[LOAD_NAMES.index(name)]):
-            raise BadInputError(f"--load {item!r}: value must be finite")
-    return loads
-
-
-def parse_angles(text: str) -> np.ndarray:
-    """``START:STOP:STEP`` in degrees (STOP included) -> radians."""
-    try:
-        start, stop, step = (float(v) for v in text.split(":"))
-    except ValueError:
-        raise BadInputError(f"--angles {text!r}: expected START:STOP:STEP in degrees") from None
-    if not (all(math.isfinite(v) for v in (start, stop, step)) and step > 0 and stop >= start):
-        raise BadInputError(f"--angles {text!r}: need finite values, STEP > 0 and STOP >= START")
-    n = int(math.floor((stop - start) / step + 1e-9)) + 1
-    if n > 1000:
-        raise BadInputError(f"--angles {text!r}: {n} angles (at most 1000)")
-    return np.radians(start + step * np.arange(n))
-
-
-def read_trajectory(path: Path, defaults: dict) -> list[dict]:
-    """Postures from a CSV with ``elevation_deg`` and optional ``plane_deg``, ``axial_rotation_deg``,
-    ``elbow_deg``, ``pronation_deg`` columns (missing ones take the command's options)."""
-    with open(path, newline="") as fh:
-        rows = list(csv.DictReader(fh))
-    if not rows or "elevation_deg" not in rows[0]:
-        raise BadInputError(f"--trajectory {path}: a CSV with at least an 'elevation_deg' column and one row")
-    postures = []
-    for n, row in enumerate(rows, start=2):
-        try:
-            values = {k: float(row[k]) if row.get(k) not in (None, "") else defaults[k] for k in defaults}
-        except ValueError:
-            raise BadInputError(f"--trajectory {path}, line {n}: values must be numbers") from None
-        if not all(math.isfinite(v) for v in values.values()):
-            raise BadInputError(f"--trajectory {path}, line {n}: values must be finite")
-        postures.append(values)
-    return postures
-
-
-def _posture(values: dict):
-    from sim.analysis.static_opt import Posture
-
-    return Posture(math.radians(values["plane_deg"]), math.radians(values["elevation_deg"]),
-                   math.radians(values["axial_rotation_deg"]), math.radians(values["elbow_deg"]),
-                   math.radians(values["pronation_deg"]))
-
-
-def _report_solution(sol, label: str) -> None:
-    c = sol.checks
-    status = "[green]checks passed[/]" if c.passed else "[red]checks FAILED: " + "; ".join(c.failures) + "[/]"
-    out_console().print(
-        f"{label}: cost {sol.cost:.6g}, GH stability {sol.gh_stability:+.3f}, {sol.iterations} iterations, "
-        f"{sol.time_s:.2f} s; residual |f_eom| {c.eom_max_nm:.2g} N m, |g| {c.contraction_max:.2g}, "
-        f"a in [{c.activation_range[0]:.3g}, {c.activation_range[1]:.3g}]; active: "
-        f"{', '.join(sol.active[:8]) or 'none'}{' ...' if len(sol.active) > 8 else ''}; {status}")
-
 
 def static_opt(
     out: Annotated[Path, typer.Option(help="Output directory (created).")],
@@ -102,14 +48,26 @@ def static_opt(
     gh_limit: Annotated[float, typer.Option(help="GH stability limit (0 = the glenoid rim; < 0 a margin).")] = 0.0,
     no_gh: Annotated[bool, typer.Option("--no-gh", help="Drop the GH stability constraint.")] = False,
     trajectory: Annotated[Optional[Path], typer.Option(help="CSV of postures (elevation_deg[, plane_deg, ...]) "
-                                                           "solved in order with warm starts.")] = None,
+                                                           "solved in order with warm starts; may carry the "
+                                                           "six girdle columns SCy_deg..ACx_deg.")] = None,
     max_iterations: Annotated[int, typer.Option(help="SLSQP iterations per run (it restarts twice).")] = 500,
+    girdle: Annotated[Optional[str], typer.Option(help="Hold the girdle: SCy,SCz,SCx,ACy,ACz,ACx, deg (only the "
+                                                       "GH angles are solved from the thoracohumeral target).")] = None,
+    rhythm: Annotated[Optional[str], typer.Option(help=RHYTHM_HELP)] = None,
+    random_starts: RandomStarts = 2,
+    seed: Seed = 0,
+    contact_e_min: ContactEMin = "none",
+    conoid_elongation_mm: ConoidElongationMm = "none",
+    girdle_ranges: GirdleRanges = "authors",
     model_config: Annotated[Optional[Path], typer.Option(help="Model options TOML.")] = None,
 ) -> None:
-    """Muscle activations that hold a posture at minimum criterion with the GH joint stable; exits 1
-    when no solution passes the checks (residual, constraints, bounds) re-evaluated with the plant."""
+    """Muscle activations that hold a posture at minimum criterion with the GH joint stable, from several
+    starts (a trajectory also from the neighbouring postures, forwards and back); exits 1 when no solution
+    passes the checks (residual, constraints, bounds) re-evaluated with the plant."""
     from hil.reports import analysis_output as ao
-    from sim.analysis.static_opt import CRITERIA, SolverSettings, StaticOptError, solve_static
+    from sim.analysis.multistart import solve_trajectory
+    from sim.analysis.rhythm import RHYTHMS, load_rhythm
+    from sim.analysis.static_opt import CRITERIA, SolverSettings, StaticOptError
     from sim.das3.model import load_model
 
     with user_errors():
@@ -119,27 +77,37 @@ def static_opt(
             raise BadInputError("--max-iterations must be in 1..100000")
         if (elevation is None) == (trajectory is None):
             raise BadInputError("give exactly one of --elevation and --trajectory")
+        if girdle is not None and rhythm is not None:
+            raise BadInputError("give at most one of --girdle and --rhythm")
+        if rhythm is not None and rhythm not in RHYTHMS:
+            raise BadInputError(f"--rhythm must be one of {', '.join(RHYTHMS)}")
         loads = parse_loads(load)
         defaults = {"plane_deg": plane, "elevation_deg": elevation, "axial_rotation_deg": axial_rotation,
                     "elbow_deg": elbow, "pronation_deg": pronation}
         postures = [defaults] if trajectory is None else read_trajectory(trajectory, defaults)
+        if (girdle is not None or rhythm is not None) and any(v.get("girdle_deg") for v in postures):
+            raise BadInputError(f"--trajectory {trajectory} has girdle columns: give no --girdle or --rhythm")
+        if girdle is not None:
+            postures = [{**v, "girdle_deg": parse_girdle(girdle)} for v in postures]
         model = load_model(load_model_options(model_config))
+        shape = None if rhythm is None else load_rhythm(rhythm, model)
+        held = [held_girdle_posture(model, v, shape) for v in postures]
         out.mkdir(parents=True, exist_ok=True)
-        results, q_start, unsolved = [], None, 0
-        for values in postures:
+        plan = start_plan(random_starts, seed)
+        limits = parse_limits(contact_e_min, conoid_elongation_mm, girdle_ranges)
+        solved = solve_trajectory(model, held, loads, criterion, None if no_gh else gh_limit, plan,
+                                  SolverSettings(max_iterations=max_iterations), limits)
+        results, unsolved = [], 0
+        for values, (sol, optima) in zip(postures, solved):
             label = f"elevation {values['elevation_deg']:g} deg, plane {values['plane_deg']:g} deg"
-            try:
-                sol = solve_static(model, _posture(values), loads, criterion, None if no_gh else gh_limit, q_start,
-                                   SolverSettings(max_iterations=max_iterations))
-                q_start = sol.x[:11]
-            except StaticOptError as exc:
-                sol = exc.solution
-                if sol is None:          # no point to report (the posture could not be set up)
-                    error(f"{label}: {exc}")
+            if isinstance(sol, StaticOptError):
+                if sol.solution is None:     # no point to report (the posture could not be set up)
+                    error(f"{label}: {sol}")
                     unsolved += 1
                     continue
+                sol = sol.solution
             results.append(sol)
-            _report_solution(sol, label)
+            report_solution(sol, f"{label} ({optima_note(optima, plan)})")
         if results and trajectory is None:
             ao.write_solution(out, results[0], model)
         elif results:
@@ -151,73 +119,61 @@ def static_opt(
         out_console().print(f"wrote {out}")
 
 
-def max_moment(
-    task: Annotated[str, typer.Option(help="shoulder-flexion, shoulder-extension, abduction, adduction, "
-                                           "internal-rotation, external-rotation, elbow-flexion, "
-                                           "elbow-extension, pronation or supination.")],
-    out: Annotated[Path, typer.Option(help="Output directory (created).")],
-    angles: Annotated[Optional[str], typer.Option(help="START:STOP:STEP of the swept angle, deg "
-                                                       "(default: the task's).")] = None,
-    gh_limit: Annotated[float, typer.Option(help="GH stability limit.")] = 0.0,
-    model_config: Annotated[Optional[Path], typer.Option(help="Model options TOML.")] = None,
-) -> None:
-    """Maximum isometric moment of a task over its angle range (Chadwick 2014 §II-F, Figs. 4-8): CSV and
-    figure; exits 1 if any angle has no solution that passes the checks."""
-    from hil.reports import analysis_output as ao
-    from sim.analysis.max_moment import TASKS, sweep
-    from sim.analysis.static_opt import StaticOptError
-    from sim.das3.model import load_model
-
-    with user_errors():
-        if task not in TASKS:
-            raise BadInputError(f"--task must be one of {', '.join(TASKS)}")
-        spec = TASKS[task]
-        angles_rad = parse_angles(angles or ":".join(f"{v:g}" for v in spec.default_angles_deg))
-        model = load_model(load_model_options(model_config))
-        out.mkdir(parents=True, exist_ok=True)
-        results = sweep(model, spec, angles_rad, gh_limit)
-        for angle, r in zip(angles_rad, results):
-            sol = r.solution              # a MaxMomentPoint or the StaticOptError of a failed angle
-            if sol is None:
-                error(f"{task} at {math.degrees(angle):g} deg: {r}")
-            else:
-                _report_solution(sol, f"{task} at {math.degrees(angle):g} deg: moment {sol.cost:.2f} N m")
-        path = ao.write_max_moment(out, task, spec, angles_rad, results, model)
-        failed = sum(isinstance(r, StaticOptError) for r in results)
-        if failed:
-            error(f"{failed} of {len(results)} angles have no solution that passes the checks")
-            raise typer.Exit(ExitCode.ERROR)
-        out_console().print(f"wrote {path}")
-
-
 app.command("static-opt")(static_opt)
 app.command("max-moment")(max_moment)
+
+
+def _play_feedforward(model, ff, out: Path, seconds: float, step_ms: float, figure: Path) -> None:
+    """--play: the schedule played open loop (``played.csv``) and its figure in the form of Chadwick Fig. 3;
+    exits 1 if the plant diverges."""
+    from hil.reports.flexion_figure import plot_playback, write_playback
+    from sim.analysis.feedforward import play
+    from sim.plants import PlantDivergedError
+
+    try:
+        pb = play(model, ff.times, ff.excitation, ff.initial_state, seconds, step_ms * 1e-3)
+    except PlantDivergedError as exc:
+        error(f"the plant cannot play the schedule: {exc}")
+        raise typer.Exit(ExitCode.ERROR) from None
+    write_playback(out / "played.csv", pb, model)
+    plot_playback(figure, pb, model,
+                  f"Feed-forward elevation played open loop, {step_ms:g} ms steps (cf. Chadwick 2014 Fig. 3)")
+    plane, elevation = np.degrees(pb.th_angles[:, 0]), np.degrees(pb.th_angles[:, 1])
+    out_console().print(f"played {seconds:g} s: elevation {elevation[0]:.1f} -> {elevation[-1]:.1f} deg (peak "
+                        f"{elevation.max():.1f}), plane {plane.min():.1f}-{plane.max():.1f} deg, largest GH "
+                        f"stability {pb.gh_stability.max():+.3f}; wrote {figure}")
 
 
 def feedforward(
     out: Annotated[Path, typer.Option(help="Output directory (created): feedforward.csv (direct excitation "
                                           "schedule for the loopback playback), initial_state.json, "
                                           "trajectory.csv and trajectory.png.")],
-    start: Annotated[float, typer.Option(help="Start elevation, deg.")] = 10.0,
-    stop: Annotated[float, typer.Option(help="End elevation, deg.")] = 80.0,
-    move: Annotated[float, typer.Option(help="Movement time, s (minimum jerk).")] = 1.3,
-    hold: Annotated[float, typer.Option(help="Hold before and after the movement, s.")] = 0.3,
+    start: Annotated[float, typer.Option(help="Start elevation, deg (Chadwick 2014 Fig. 3: 10).")] = 10.0,
+    stop: Annotated[float, typer.Option(help="End elevation, deg (Chadwick 2014 Fig. 3: 80).")] = 80.0,
+    move: Annotated[float, typer.Option(help="Movement time, s (minimum jerk; Chadwick 2014 Fig. 3: 1.3).")] = 1.3,
+    hold: Annotated[float, typer.Option(help="Hold before and after the movement, s.")] = 0.0,
     knot_ms: Annotated[float, typer.Option(help="Schedule row spacing, ms (the playback's command period).")] = 20.0,
-    plane: Annotated[float, typer.Option(help=PLANE_HELP)] = 90.0,
-    axial_rotation: Annotated[float, typer.Option(help="Axial rotation, deg (+ = internal); the default keeps the "
-                                                        "resting posture's plane + axial rotation of about 60 deg.")
-                              ] = -30.0,
+    plane: Annotated[float, typer.Option(help=PLANE_HELP + " Chadwick 2014 Fig. 3: about 50.")] = 50.0,
+    axial_rotation: Annotated[Optional[float], typer.Option(
+        help="Axial rotation, deg (+ = internal); default 60 - plane, the resting posture's plane + axial rotation."
+    )] = None,
     elbow: Annotated[float, typer.Option(help="Elbow flexion, deg.")] = 37.64,
     pronation: Annotated[float, typer.Option(help="Forearm pronation, deg.")] = 81.44,
     criterion: Annotated[str, typer.Option(help=CRITERION_HELP)] = "b",
     gh_limit: Annotated[float, typer.Option(help="GH stability limit at every knot (< 0: a margin).")] = 0.0,
     model_config: Annotated[Optional[Path], typer.Option(help="Model options TOML.")] = None,
+    play: Annotated[float, typer.Option(help="Then play the schedule open loop in the plant for this long, s, and "
+                                             "write played.csv and the Chadwick Fig. 3 form figure (0: do not).")
+                    ] = 0.0,
+    step_ms: Annotated[float, typer.Option(help="Plant step of --play, ms (Chadwick 2014: 4).")] = 4.0,
+    figure: Annotated[Optional[Path], typer.Option(help="Figure of --play (default: OUT/played.png).")] = None,
 ) -> None:
     """A feed-forward excitation schedule for an elevation movement from static optimisation at every
     knot (minimum-jerk posture path; excitations that reproduce the activations through the activation
-    dynamics); exits 1 if a knot has no checked solution."""
+    dynamics); exits 1 if a knot has no checked solution. The defaults are Chadwick et al. 2014 Fig. 3's
+    movement; --play shows what the plant does with it."""
     from hil.reports import analysis_output as ao
-    from sim.analysis.feedforward import elevation_schedule
+    from sim.analysis.feedforward import REST_LONG_AXIS_RAD, elevation_schedule
     from sim.analysis.static_opt import CRITERIA, Posture, StaticOptError
     from sim.das3.model import load_model
 
@@ -231,9 +187,15 @@ def feedforward(
                 raise BadInputError(f"{name} must be a finite number > 0")
         if not (math.isfinite(hold) and hold >= 0):
             raise BadInputError("--hold must be a finite number >= 0")
+        if not (math.isfinite(play) and 0 <= play <= 60):
+            raise BadInputError("--play must be a number of seconds in [0, 60]")
+        if not (math.isfinite(step_ms) and 0.1 <= step_ms <= 20):
+            raise BadInputError("--step-ms must be a number in [0.1, 20]")
+        if figure is not None and play == 0:
+            raise BadInputError("--figure needs --play")
         model = load_model(load_model_options(model_config))
-        base = Posture(math.radians(plane), 0.0, math.radians(axial_rotation), math.radians(elbow),
-                       math.radians(pronation))
+        axial = REST_LONG_AXIS_RAD - math.radians(plane) if axial_rotation is None else math.radians(axial_rotation)
+        base = Posture(math.radians(plane), 0.0, axial, math.radians(elbow), math.radians(pronation))
         out.mkdir(parents=True, exist_ok=True)
         try:
             ff = elevation_schedule(model, base, math.radians(start), math.radians(stop), move, hold,
@@ -246,6 +208,8 @@ def feedforward(
         total = sum(s.time_s for s in ff.solutions)
         out_console().print(f"{len(ff.times)} rows, {len({id(s) for s in ff.solutions})} postures solved in "
                             f"{total:.1f} s; largest GH stability {worst:+.3f}; wrote {out}")
+        if play > 0:
+            _play_feedforward(model, ff, out, play, step_ms, figure or out / "played.png")
 
 
 app.command("feedforward")(feedforward)
@@ -314,3 +278,64 @@ def channels(
 
 
 app.command("channels")(channels)
+
+
+def criteria(
+    out: Annotated[Path, typer.Option(help="Output directory (created): criteria.csv and criteria.png.")],
+    rhythm: Annotated[str, typer.Option(help=RHYTHM_HELP)] = "degroot2001-das3rest",
+    plane: Annotated[float, typer.Option(help=PLANE_HELP)] = 0.0,
+    elevations: Annotated[str, typer.Option(help="START:STOP:STEP of the thoracohumeral elevation, deg (0 and 180 "
+                                                 "are singular: no plane of elevation).")] = "10:50:10",
+    model_config: Annotated[Optional[Path], typer.Option(help="Model options TOML.")] = None,
+) -> None:
+    """van der Helm (1994) Fig. 8 under his conditions: the four criteria over elevation with the girdle held
+    from a shoulder rhythm, force as % of maximal force for the groups of his 12 EMG muscles, and criterion
+    (b) with and without the GH constraint (rotator-cuff force); exits 1 if a point fails the checks."""
+    from hil.reports.criteria_figure import write_criteria
+    from sim.analysis.criteria import gh_effect, sweep
+    from sim.analysis.rhythm import RHYTHMS, load_rhythm, scapula_deviation
+    from sim.das3.model import load_model
+
+    with user_errors():
+        if rhythm not in RHYTHMS:
+            raise BadInputError(f"--rhythm must be one of {', '.join(RHYTHMS)}")
+        if not (math.isfinite(plane) and -90 <= plane <= 180):
+            raise BadInputError("--plane must be a finite angle in [-90, 180] deg")
+        elevation_rad = parse_angles(elevations, "--elevations")
+        if elevation_rad.min() <= 0 or elevation_rad.max() >= math.pi:
+            raise BadInputError(f"--elevations {elevations!r}: every elevation must lie strictly between 0 and 180")
+        model = load_model(load_model_options(model_config))
+        shape = load_rhythm(rhythm, model)
+        base = {"plane_deg": plane, "axial_rotation_deg": 0.0, "elbow_deg": 37.64, "pronation_deg": 81.44}
+        postures, deviations = [], []
+        for e in elevation_rad:
+            postures.append(held_girdle_posture(model, {**base, "elevation_deg": math.degrees(e)}, shape,
+                                                postures[-1].girdle if postures else None))
+            deviations.append(scapula_deviation(shape.girdle(math.radians(plane), e), postures[-1].girdle))
+            out_console().print(f"elevation {math.degrees(e):g} deg: girdle held "
+                                f"{np.degrees(postures[-1].girdle).round(2).tolist()} deg, scapula "
+                                f"{math.degrees(deviations[-1]):.1f} deg from the rhythm's")
+        out.mkdir(parents=True, exist_ok=True)
+        points = []
+        for posture, deviation in zip(postures, deviations):
+            here = sweep(model, [posture], from_rhythm=[deviation])
+            points += here
+            for p in here:
+                label = f"elevation {math.degrees(p.elevation):g} deg, ({p.criterion}) " + (
+                    "without GH" if p.gh_limit is None else "with GH")
+                if p.solution is None:
+                    error(f"{label}: {p.error}")
+                else:
+                    report_solution(p.solution, label)
+        active = [f"{math.degrees(r['elevation']):g}" for r in gh_effect(model, points) if r["active"]]
+        out_console().print(f"GH constraint active (criterion b) at elevations: {', '.join(active) or 'none'} deg")
+        csv_path, png_path = write_criteria(out, points, model, f"{rhythm}, plane {plane:g} deg (cf. van der Helm "
+                                                                 "1994 Fig. 8)")
+        failed = sum(not p.passed for p in points)
+        if failed:
+            error(f"{failed} of {len(points)} points have no solution that passes the checks")
+            raise typer.Exit(ExitCode.ERROR)
+        out_console().print(f"wrote {csv_path} and {png_path}")
+
+
+app.command("criteria")(criteria)

@@ -365,3 +365,73 @@ def bench_sweep(
         error(f"{failed} run(s) of the benchmark ended in an error row, so its figures do not measure the sweep; "
               f"first: {first}")
         raise typer.Exit(ExitCode.ERROR)
+
+
+@app.command("analysis")
+def bench_analysis(
+    tasks: Annotated[str, typer.Option(help="Maximum-moment tasks to sweep, comma-separated (default: all ten; "
+                                            "'none' for none).")] = "all",
+    angles_every: Annotated[int, typer.Option(help="Sweep every N-th angle of each task's default sweep.")] = 1,
+    criteria: Annotated[str, typer.Option(help="Static-optimisation criteria to time, letters of abcd ('' for "
+                                               "none).")] = "abcd",
+    elevations: Annotated[str, typer.Option(help="Static-optimisation humeral elevations, deg, comma-separated "
+                                                 "(plane of elevation 60 deg).")] = "30,60,90",
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Time the analyses: static optimisation at a few postures (criteria a-d) and each maximum-moment task's
+    default sweep (goals: <= 1 s per posture, <= 60 s per sweep), with iteration counts, the CPU and the steal."""
+    from hil.bench.analysis import analysis_bench
+    from sim.analysis.max_moment import TASKS
+    from sim.analysis.static_opt import CRITERIA
+
+    with user_errors():
+        names = list(TASKS) if tasks == "all" else [] if tasks == "none" else [t.strip() for t in tasks.split(",")]
+        unknown = [t for t in names if t not in TASKS]
+        if unknown:
+            raise BadInputError(f"--tasks: unknown task {unknown[0]!r} (one of {', '.join(TASKS)})")
+        if angles_every < 1:
+            raise BadInputError(f"--angles-every must be >= 1, not {angles_every}")
+        if any(c not in CRITERIA for c in criteria):
+            raise BadInputError(f"--criteria must be letters of {''.join(CRITERIA)}, not {criteria!r}")
+        postures = _elevations_deg(elevations)
+        doc = analysis_bench(names, angles_every, criteria, postures)
+    if json_out:
+        print_json(doc)
+    else:
+        _print_analysis(doc)
+
+
+def _elevations_deg(text: str) -> list[float]:
+    try:
+        values = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise BadInputError(f"--elevations must be comma-separated numbers (deg), not {text!r}") from None
+    if not all(math.isfinite(v) and 0.0 <= v <= 180.0 for v in values):
+        raise BadInputError(f"--elevations must be angles in [0, 180] deg, not {text!r}")
+    return values
+
+
+def _print_analysis(doc: dict) -> None:
+    console = out_console()
+    if doc["static"]:
+        table = Table(title="Static optimisation, one posture each (cold start; goal <= 1 s)")
+        for col in ("criterion", "elevation (deg)", "time (s)", "iterations", "cost", "checks"):
+            table.add_column(col, justify="right")
+        for r in doc["static"]:
+            table.add_row(r["criterion"], f"{r['elevation_deg']:g}", f"{r['wall_s']:.2f}", str(r["iterations"]),
+                          f"{r['cost']:.4g}", "passed" if r["passed"] else "FAILED")
+        console.print(table)
+    if doc["sweeps"]:
+        table = Table(title="Maximum-moment sweeps (default settings; goal <= 60 s per task)")
+        table.add_column("task", no_wrap=True, min_width=max(len(s["task"]) for s in doc["sweeps"]))
+        for col in ("angles", "solves", "wall (s)", "s per solve", "iterations per point", "failed"):
+            table.add_column(col, justify="right")
+        for s in doc["sweeps"]:
+            its = " ".join(str(p["iterations"]) for p in s["points"])
+            failed = ", ".join(f"{p['angle_deg']:g}" for p in s["points"] if not p["passed"]) or "-"
+            table.add_row(s["task"], str(len(s["points"])), str(s["solves"]), f"{s['wall_s']:.1f}",
+                          f"{s['wall_s'] / max(s['solves'], 1):.2f}", its, failed)
+        console.print(table)
+    console.print(f"CPU: {doc['cpu']} ({doc['cpu_count']} logical), load average "
+                  f"{', '.join(f'{v:.2f}' for v in doc['load_average'])}, steal over the run: {doc['steal_ms']} ms; "
+                  f"Python {doc['python']}, numpy {doc['numpy']}, numba {doc['numba']}")

@@ -1,4 +1,5 @@
-"""Files of ``hil analyze``: static-optimisation and maximum-moment results as CSV, JSON and PNG.
+"""Files of ``hil analyze``: static-optimisation and feed-forward results as CSV, JSON and PNG (maximum
+moments: :mod:`hil.reports.max_moment_output`).
 
 Angles in the files are degrees (columns end in ``_deg``), moments N m, forces N.
 """
@@ -12,8 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from hil.reports.run_report import glenoid_angles, pyplot_agg, save_png
-from sim.analysis.max_moment import literature_curves
-from sim.analysis.static_opt import CRITERION_UNITS, StaticOptError, StaticSolution
+from sim.analysis.static_opt import CRITERION_UNITS, StaticSolution
 from sim.das3.model import MUS_FMAX
 from sim.das3.muscle_groups import group_members
 
@@ -151,66 +151,6 @@ def plot_trajectory(path: Path, sols: list, model, n_groups: int = 8) -> None:
     gx.plot(np.degrees(phi), np.degrees(theta), "r.-", label="GH force")
     _legend_below(gx)
     save_png(plt, fig, path)
-
-
-MAX_MOMENT_COLUMNS = ("angle_deg", "moment_Nm", "gh_stability", *GIRDLE_COLUMNS, "iterations", "solve_time_s",
-                      "warm_start", "eom_residual_max_Nm", "checks_passed", "failures")
-
-
-def write_max_moment(out_dir: Path, task_name: str, task, angles_rad, results: list, model) -> Path:
-    """``max_moment_<task>.csv`` (one row per angle) and ``max_moment_<task>.png`` (panels A-C of
-    Chadwick Figs. 4-8: moment, clavicle angles, scapula angles vs the swept angle). Returns the CSV."""
-    path = out_dir / f"max_moment_{task_name}.csv"
-    with open(path, "w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(MAX_MOMENT_COLUMNS)
-        for angle, r in zip(angles_rad, results):
-            sol = r.solution             # a MaxMomentPoint or the StaticOptError of a failed angle
-            if sol is None:              # no point found at all (the posture could not be set up)
-                w.writerow([f"{math.degrees(angle):.4f}", "nan", "nan", *["nan"] * 6, 0, "nan", "", "nan", False, str(r)])
-                continue
-            c = sol.checks
-            w.writerow([f"{math.degrees(angle):.4f}", f"{sol.cost:.6f}", f"{sol.gh_stability:.6f}",
-                        *np.degrees(sol.x[:6]).round(4), sol.iterations, f"{sol.time_s:.3f}",
-                        getattr(r, "warm_start", ""), f"{c.eom_max_nm:.3g}", c.passed, "; ".join(c.failures)])
-    _plot_max_moment(out_dir / f"max_moment_{task_name}.png", task_name, task, angles_rad, results)
-    return path
-
-
-def _plot_max_moment(path: Path, task_name: str, task, angles_rad, results: list) -> None:
-    plt = pyplot_agg()
-    ok = [(math.degrees(a), r) for a, r in zip(angles_rad, results) if not isinstance(r, StaticOptError)]
-    fig, axes = plt.subplots(3, 1, figsize=(6, 10), sharex=True)
-    _plot_literature(axes[0], task_name)
-    if ok:
-        x = [a for a, _ in ok]
-        girdle = np.degrees([r.girdle_rad for _, r in ok])
-        axes[0].plot(x, [r.moment_nm for _, r in ok], "ro-", lw=2, label="model")
-        for j, name in enumerate(("SCy", "SCz", "SCx")):
-            axes[1].plot(x, girdle[:, j], "o-", ms=3, label=name)
-        for j, name in enumerate(("ACy", "ACz", "ACx"), start=3):
-            axes[2].plot(x, girdle[:, j], "o-", ms=3, label=name)
-    axes[0].set_ylabel("maximum moment (N m)")
-    axes[0].set_title(f"{task_name}: model and published data (posture of Chadwick 2014 {task.figure})",
-                      fontsize=9)
-    axes[1].set_ylabel("clavicle angles (deg)")
-    axes[2].set_ylabel("scapula angles (deg)")
-    axes[2].set_xlabel(f"{task.swept.replace('_', ' ')} (deg)")
-    for ax in axes:
-        ax.grid(alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7)
-    save_png(plt, fig, path)
-
-
-def _plot_literature(ax, task_name: str) -> None:
-    """The published curves Chadwick compares with (thin grey, with their spread where given)."""
-    styles = ("--", ":", "-.", (0, (1, 3)), (0, (5, 2, 1, 2)))
-    for k, curve in enumerate(literature_curves(task_name)):
-        x = np.degrees(curve.angle_rad)
-        spread = None if np.isnan(curve.below_nm).all() else np.vstack([curve.below_nm, curve.above_nm])
-        ax.errorbar(x, curve.moment_nm, yerr=spread, color="0.35", lw=1, capsize=2,
-                    linestyle=styles[k % len(styles)], label=curve.label)
 
 
 def write_feedforward(out_dir: Path, ff, model) -> None:

@@ -13,15 +13,16 @@ choices and are named as such in :data:`TASKS`.
 """
 from __future__ import annotations
 
-import csv
 import math
 import time
 from dataclasses import dataclass
-from importlib import resources
 
 import numpy as np
 
 from sim.analysis import static_opt as so
+from sim.analysis.multistart import LocalOptima, StartPlan, random_girdles, solve_from_starts
+from sim.analysis.passive_limits import MAXIMAL_EFFORT, PassiveLimits, dof_ranges
+from sim.analysis.solver import MAX_MOMENT_SETTINGS
 from sim.das3.model import N_DOF, Das3Model
 
 DEG = math.pi / 180.0
@@ -85,7 +86,8 @@ _FIELDS = ("plane_of_elevation", "elevation", "axial_rotation", "elbow_flexion",
 class MaxMomentPoint:
     angle_rad: float
     solution: so.StaticSolution    # the rest state, the five moments, the checks
-    warm_start: str = "cold"       # where the solve started: "cold", "angle below" or "angle above"
+    warm_start: str = "published"  # the start of the kept solve (sim.analysis.multistart)
+    optima: LocalOptima | None = None
 
     @property
     def moment_nm(self) -> float:
@@ -105,13 +107,15 @@ def task_posture(task: Task, angle_rad: float) -> so.Posture:
 
 
 def solve_max_moment(model: Das3Model, task: Task, angle_rad: float, gh_limit: float = 0.0,
-                     q_start: np.ndarray | None = None, settings: so.SolverSettings = so.SolverSettings(),
-                     tolerances: so.Tolerances = so.Tolerances()) -> MaxMomentPoint:
-    """The maximum isometric moment of ``task`` at ``angle_rad``; raises so.StaticOptError (with the
-    checked solution) when the result fails the checks."""
+                     q_start: np.ndarray | None = None, settings: so.SolverSettings = MAX_MOMENT_SETTINGS,
+                     tolerances: so.Tolerances = so.Tolerances(),
+                     limits: PassiveLimits = MAXIMAL_EFFORT) -> MaxMomentPoint:
+    """The maximum isometric moment of ``task`` at ``angle_rad`` from one start (``q_start`` or the
+    published equilibrium) within ``limits``; raises so.StaticOptError (with the checked solution) when the
+    result fails the checks."""
     t_start = time.perf_counter()
     posture = task_posture(task, angle_rad)
-    rest, z, cons = so.rest_problem(model, posture, None, gh_limit, q_start, so.N_MOMENTS)
+    rest, z, cons = so.rest_problem(model, posture, None, gh_limit, q_start, so.N_MOMENTS, limits)
     k = rest.layout.moments.start + task.load
     grad = np.zeros(rest.layout.size)
     grad[k] = task.direction
@@ -125,47 +129,68 @@ def solve_max_moment(model: Das3Model, task: Task, angle_rad: float, gh_limit: f
     return MaxMomentPoint(angle_rad, sol)
 
 
-def sweep(model: Das3Model, task: Task, angles_rad, gh_limit: float = 0.0, settings=so.SolverSettings(),
-          max_passes: int = 4):
-    """One MaxMomentPoint (or the failed angle's StaticOptError) per angle. Each solve is a local maximum
-    of a nonconvex problem (free girdle, thorax contact, joint ranges), and a chain of warm starts can stay
-    on a lower branch. So the angles are swept upwards (the first cold), then alternately downwards and
-    upwards, each solve warm-started from the best checked posture found so far at the nearest angle on the
-    side it comes from;
-    each angle keeps its largest checked moment. Passes stop when one raises no moment by more than
-    IMPROVEMENT (relative), or after ``max_passes``."""
+@dataclass(frozen=True)
+class SweepSettings:
+    """How a sweep looks for the global maximum at each angle: ``plan``'s starts at every angle, then
+    continuation passes (down, up, ...) from the neighbours until one raises no moment by more than
+    ``improvement`` (relative) or after ``max_passes``."""
+
+    plan: StartPlan = StartPlan()
+    max_passes: int = 3
+    improvement: float = 0.01
+    gh_limit: float = 0.0
+    limits: PassiveLimits = MAXIMAL_EFFORT
+    solver: so.SolverSettings = MAX_MOMENT_SETTINGS
+
+
+def sweep(model: Das3Model, task: Task, angles_rad, settings: SweepSettings = SweepSettings()) -> list:
+    """One MaxMomentPoint (or the failed angle's StaticOptError) per angle, each the best checked optimum
+    over its starts (:mod:`sim.analysis.multistart`) and the continuation passes, with every optimum
+    found in ``point.optima``."""
     angles = [float(a) for a in angles_rad]
+    optima = [LocalOptima(lower_is_better=False) for _ in angles]
     best: list = [None] * len(angles)
-    for n_pass in range(max_passes):
-        upwards = n_pass % 2 == 0
-        if n_pass == 0:
-            order = range(len(angles))
-        else:
-            order = range(1, len(angles)) if upwards else range(len(angles) - 2, -1, -1)
+    ranges = dof_ranges(model, settings.limits)
+    for i in range(len(angles)):
+        starts = [("published", None)]
+        starts += [(f"random {n}", q) for n, q in enumerate(random_girdles(
+            _published_q(model), ranges, settings.plan, i))]
+        below = _nearest_checked_posture(best, i, -1)
+        starts += [] if below is None else [("angle below", below)]
+        best[i] = _best_of(model, task, angles[i], starts, optima[i], settings)
+    for n_pass in range(1, settings.max_passes + 1):
+        step = 1 if n_pass % 2 == 0 else -1
+        order = range(1, len(angles)) if step == 1 else range(len(angles) - 2, -1, -1)
         improved = False
         for i in order:
-            q_start = _nearest_checked_posture(best, i, -1 if upwards else 1)
-            if n_pass > 0 and q_start is None:
+            q = _nearest_checked_posture(best, i, -step)
+            if q is None:
                 continue
-            label = "cold" if q_start is None else ("angle below" if upwards else "angle above")
-            candidate = _solve_or_error(model, task, angles[i], gh_limit, q_start, settings, label)
-            improved |= _gain(best[i], candidate) > IMPROVEMENT
+            label = "angle below" if step == 1 else "angle above"
+            candidate = _best_of(model, task, angles[i], [(label, q)], optima[i], settings)
+            improved |= _gain(best[i], candidate) > settings.improvement
             best[i] = _larger(best[i], candidate)
-        if n_pass > 0 and not improved:
+        if not improved:
             break
+    for point, found in zip(best, optima):
+        if isinstance(point, MaxMomentPoint):
+            point.optima, point.warm_start = found, found.best_label
     return best
 
 
-IMPROVEMENT = 0.01
+def _published_q(model: Das3Model) -> np.ndarray:
+    return np.array(model.equilibrium_state[:N_DOF])
 
 
-def _solve_or_error(model, task, angle, gh_limit, q_start, settings, label):
+def _best_of(model, task, angle, starts, optima: LocalOptima, settings: SweepSettings):
+    """The best checked point over ``starts`` (recorded in ``optima``), or the last StaticOptError."""
+    def solve(q):
+        return solve_max_moment(model, task, angle, settings.gh_limit, q, settings.solver, limits=settings.limits)
+
     try:
-        point = solve_max_moment(model, task, angle, gh_limit, q_start, settings)
+        return solve_from_starts(solve, lambda p: p.moment_nm, starts, optima, so.StaticOptError)
     except so.StaticOptError as exc:
         return exc
-    point.warm_start = label
-    return point
 
 
 def _nearest_checked_posture(best: list, i: int, step: int) -> np.ndarray | None:
@@ -191,49 +216,3 @@ def _gain(old, new) -> float:
 def _larger(old, new):
     """The checked point with the larger moment (a failure only when neither passed)."""
     return new if old is None or _gain(old, new) > 0.0 else old
-
-
-LITERATURE_SOURCES = {
-    "Garner2001": "Garner & Pandy 2001 [15]",
-    "Otis1990": "Otis et al. 1990 [16]",
-    "Engin1980": "Engin & Kaleps 1980 [17]",
-    "Winters1993": "Winters & Kleweno 1993 [18]",
-    "Amis1980": "Amis et al. 1980 [19]",
-    "Buchanan1998": "Buchanan et al. 1998 [20]",
-}
-"""Citation labels (reference numbers of Chadwick et al. 2014) of ``sim/data/isometric_moments_literature.csv``."""
-
-
-@dataclass(frozen=True)
-class LiteratureCurve:
-    """Published maximum moments for one task from one source (as plotted in Chadwick Figs. 4-8);
-    ``below_nm``/``above_nm`` the published spread, NaN where the source gives none."""
-
-    source: str                 # a LITERATURE_SOURCES key, with ":k" for one of several series
-    angle_rad: np.ndarray
-    moment_nm: np.ndarray
-    below_nm: np.ndarray
-    above_nm: np.ndarray
-
-    @property
-    def label(self) -> str:
-        key, _, series = self.source.partition(":")
-        return LITERATURE_SOURCES[key] + (f" series {series}" if series else "")
-
-
-def literature_curves(task_name: str) -> list[LiteratureCurve]:
-    """The published curves for ``task_name`` (a TASKS key), in file order."""
-    if task_name not in TASKS:
-        raise KeyError(task_name)
-    text = resources.files("sim.data").joinpath("isometric_moments_literature.csv").read_text(encoding="utf-8")
-    rows: dict[str, list] = {}
-    for row in csv.DictReader(text.splitlines()):
-        if row["task"] == task_name:
-            rows.setdefault(row["source"], []).append(row)
-
-    def column(points, name):
-        return np.array([float(p[name]) if p[name] else math.nan for p in points])
-
-    return [LiteratureCurve(source, np.radians(column(points, "angle_deg")), column(points, "moment_Nm"),
-                            column(points, "below_Nm"), column(points, "above_Nm"))
-            for source, points in rows.items()]

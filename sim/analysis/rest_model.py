@@ -2,8 +2,9 @@
 
     z = [q_free | alpha (one per muscle) | M (0 or 5)],   F = Fp(q) + alpha (Ff(q) - Fp(q)),
 
-with forces, activations, f_eom, the thoracohumeral angles, GH stability, the scapulothoracic contact function
-and their derivatives in z (:class:`RestModel`), and the geometry they share with the checks of a solution.
+with forces, activations, f_eom, the thoracohumeral angles, GH stability, the scapulothoracic contact function,
+the contact and conoid force magnitudes and their derivatives in z (:class:`RestModel`), and the geometry they
+share with the checks of a solution.
 """
 from __future__ import annotations
 
@@ -13,10 +14,20 @@ from dataclasses import dataclass
 import numpy as np
 
 from sim.das3.kernels.dual import slot_q
-from sim.das3.kernels.muscles import rest_state_from_force, solve_rest_lengths
+from sim.das3.kernels.muscles import fill_monomials, rest_state_from_force, solve_rest_lengths
 from sim.das3.kernels.outputs import compute_outputs
 from sim.das3.kernels.step import FIBRE_MIN, IA, IQ, IQD, IS, evaluate, new_plant_work
-from sim.das3.model import HUMERUS_FRAME, MUS_FMAX, MUS_LCEOPT, MUS_SEESLACK, N_DOF, N_MUS, N_STATES, Das3Model
+from sim.das3.model import (
+    HUMERUS_FRAME,
+    MUS_FMAX,
+    MUS_LCEOPT,
+    MUS_SEESLACK,
+    N_DOF,
+    N_MUS,
+    N_STATES,
+    SCAPULA_FRAME,
+    Das3Model,
+)
 
 REST_FIBRE_MIN = 2.0 * FIBRE_MIN
 """Shortest fibre (s, in L_CEopt) a solution may use: twice the plant's validity limit, so that a
@@ -49,6 +60,36 @@ def contact_function(A, W) -> np.ndarray:
     c = np.asarray(A.contact)
     P = W.mb.contact_P[:, :, 0]
     return np.sum(((P - c[0:3]) / c[3:6]) ** 2, axis=1) - 1.0
+
+
+Q_SLOTS = slice(slot_q(0), slot_q(N_DOF - 1) + 1)
+"""The dual slots holding d/dq_0 .. d/dq_10 (:mod:`sim.das3.kernels.dual`)."""
+
+
+def contact_function_jacobian(A, W) -> np.ndarray:
+    """(2, 11) dE/dq of TS and AI, exact: dE/dq_j = sum_i 2 (P_i - c_i) / a_i^2 dP_i/dq_j from the dual
+    contact points of the last evaluation."""
+    c = np.asarray(A.contact)
+    P = W.mb.contact_P
+    weight = 2.0 * (P[:, :, 0] - c[0:3]) / c[3:6] ** 2
+    return np.einsum("pi,pij->pj", weight, P[:, :, Q_SLOTS])
+
+
+def magnitude_and_jacobian(F: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(|F| (...), d|F|/dq (..., 11)) of dual 3-vectors F (..., 3, ND): d|F| = F . dF / |F| (0 at F = 0)."""
+    value = np.linalg.norm(F[..., 0], axis=-1)
+    unit = F[..., 0] / np.where(value > 0.0, value, 1.0)[..., None]
+    return value, np.einsum("...i,...ij->...j", unit, F[..., Q_SLOTS])
+
+
+@dataclass(frozen=True)
+class OutputJacobians:
+    """Rows over z of the outputs the inequality constraints use (:meth:`RestModel.output_jacobians`)."""
+
+    stability: np.ndarray        # (n,) GH stability
+    contact_e: np.ndarray        # (2, n) E of TS, AI
+    contact_force: np.ndarray    # (2, n) N, magnitude of the contact force at TS, AI
+    conoid_force: np.ndarray     # (n,) N, magnitude of the conoid ligament force
 
 
 @dataclass(frozen=True)
@@ -178,6 +219,7 @@ class RestModel:
         da_dF = mu.g_s / (self.lceopt * self.fmax * mu.dF4 * mu.g_a)
         self.J_act = self._zjac((da_dL + da_dF * dF_dL)[:, None] * G, np.diag(da_dF * span))
         self.J_th = self._zjac(thoracohumeral_jacobian(W.mb.R[HUMERUS_FRAME]))
+        self._kinematic_jacobians()
         self.stability, self.contact_e = self._outputs()
         out = W.out
         self.th = out.th_angles.copy()
@@ -186,6 +228,15 @@ class RestModel:
         self.dstab_dF = self._stability_force_gradient()
         self._key, self._jac_outputs = key, None
         return self
+
+    def _kinematic_jacobians(self) -> None:
+        """Contact E, contact and conoid force magnitudes and their q-rows, exact from the dual slots of the
+        last evaluation (each depends on q only)."""
+        mb = self.W.mb
+        self.contact_force_n, dC = magnitude_and_jacobian(mb.contact_F)
+        conoid, dK = magnitude_and_jacobian(mb.conoid_F)
+        self.conoid_force_n = float(conoid)
+        self._dq_rows = (contact_function_jacobian(self.A, self.W), dC, dK)
 
     def _zjac(self, d_dq: np.ndarray, d_dalpha: np.ndarray | None = None, d_dm: np.ndarray | None = None):
         """Assemble a Jacobian over z from its parts (q over all 11 DOFs; the free columns are kept)."""
@@ -223,32 +274,54 @@ class RestModel:
         d_theta = np.array([-fy, fx, 0.0]) / (fx * fx + fy * fy)
         d_phi = np.array([-fz, 0.0, fx]) / (fx * fx + fz * fz)
         grad_F = G.T @ (2 * theta / ta ** 2 * d_theta + 2 * phi / pa ** 2 * d_phi)
+        self._dstab_dgh = grad_F
         loa = np.asarray(out.loa).reshape(-1, 3)
         d = np.zeros(N_MUS)
         d[np.asarray(A.gh_muscle)] = (loa / np.linalg.norm(loa, axis=1)[:, None]) @ grad_F
         return d
 
-    def output_jacobians(self, z: np.ndarray):
-        """(d stability / dz, d E / dz (2, n)): alpha exactly through F (pure moments add no force at
-        GH), the free DOFs by central differences at fixed alpha (the line-of-action fits and the contact
-        points have no derivative in the plant)."""
+    def output_jacobians(self, z: np.ndarray) -> OutputJacobians:
+        """The inequality outputs' rows over z. Contact E and forces are exact (dual slots). GH stability:
+        alpha exactly through F (pure moments add no force at GH); q as d stab/dF . dF/dq (exact) plus the
+        part at fixed F: the scapula's rotation exactly, the lines of action (polynomial fits the plant does
+        not differentiate) by central differences of their monomials."""
         self.at(z)
         if self._jac_outputs is None:
             L = self.layout
-            Js, Je = np.zeros(L.size), np.zeros((2, L.size))
+            dE, dC, dK = self._dq_rows
+            Js = self._zjac(self._stability_q_at_fixed_force()[None, :])[0]
+            Js[:L.n_q] += self.dstab_dF @ self.J_force[:, :L.n_q]
             Js[L.alpha] = self.dstab_dF * self.span
-            alpha, loads = z[L.alpha], self.loads_of(z)
-            for k in range(L.n_q):
-                values = []
-                for step in (self.FD_STEP, -self.FD_STEP):
-                    zk = z.copy()
-                    zk[k] += step
-                    self._state_of(self.q_of(zk), alpha, loads)
-                    values.append(self._outputs())
-                (sp, ep), (sm, em) = values
-                Js[k], Je[:, k] = (sp - sm) / (2 * self.FD_STEP), (ep - em) / (2 * self.FD_STEP)
-            self._jac_outputs = (Js, Je)     # the workspace now holds the last difference; z's values are kept
+            self._jac_outputs = OutputJacobians(Js, self._zjac(dE), self._zjac(dC), self._zjac(dK[None, :])[0])
         return self._jac_outputs
+
+    def _stability_q_at_fixed_force(self) -> np.ndarray:
+        """(11,) d stability / dq at the forces of z (0 outside the free DOFs): F_GH = R_scapula^T F_distal +
+        sum_i F_i u_i (spec "Outputs"; F_distal, the weight and external forces below the humerus, does not
+        depend on q at rest), so dF_GH/dq_j = dR^T/dq_j F_distal (exact, dual slots) + sum_i F_i du_i/dq_j,
+        the unit lines of action differenced over the monomials alone."""
+        A, W = self.A, self.W
+        q, force = self.x[IQ:IQD], self.force[np.asarray(A.gh_muscle)]
+        S, distal = W.mb.R[SCAPULA_FRAME], W.mb.gh_force_world
+        d = np.zeros(N_DOF)
+        for j in self.layout.free_dofs:
+            units = []
+            for step in (self.FD_STEP, -self.FD_STEP):
+                qj = q.copy()
+                qj[j] += step
+                units.append(self._unit_lines_of_action(qj))
+            du = (units[0] - units[1]) / (2 * self.FD_STEP)
+            d[j] = self._dstab_dgh @ (S[:, :, slot_q(j)].T @ distal + du.T @ force)
+        self._unit_lines_of_action(q)          # the workspace back at z
+        return d
+
+    def _unit_lines_of_action(self, q: np.ndarray) -> np.ndarray:
+        """(n_gh, 3) unit GH lines of action at q (the outputs recomputed with the monomials of q)."""
+        fill_monomials(self.A, q, self.W.mu.mono)
+        compute_outputs(self.A, self.W)
+        loa = np.array(self.W.out.loa).reshape(-1, 3)
+        norm = np.linalg.norm(loa, axis=1)
+        return loa / np.where(norm > 0.0, norm, 1.0)[:, None]
 
 
 def crosses_any(model: Das3Model, dofs) -> np.ndarray:

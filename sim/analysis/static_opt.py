@@ -35,8 +35,17 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.optimize import minimize
 
+from sim.analysis.passive_limits import (
+    MINIMAL_EFFORT,
+    PassiveLimits,
+    active_limits,
+    conoid_force_cap,
+    contact_bound,
+    dof_ranges,
+    limit_constraints,
+    pad_columns,
+)
 from sim.analysis.rest_model import (
     Layout,
     RestModel,
@@ -46,6 +55,10 @@ from sim.analysis.rest_model import (
     shortest_valid_path,
     thoracohumeral_jacobian,
 )
+from sim.analysis.solver import OBJECTIVE_FLOOR, SolverSettings, run_slsqp, variable_scale
+from sim.analysis.solver import one_blas_thread as one_blas_thread  # re-export
+from sim.analysis.solver import optimise as solver_optimise
+from sim.analysis.solver import satisfied as _satisfied  # noqa: F401 (re-export)
 from sim.das3.dynamics import residual
 from sim.das3.kernels.outputs import compute_outputs
 from sim.das3.kernels.step import IA, IQ, IQD, IS, evaluate, new_plant_work
@@ -117,6 +130,7 @@ class Checks:
     joint_outside_rad: float     # largest excursion outside a DOF range (joint stops act; reported only)
     passed: bool
     failures: list[str] = field(default_factory=list)
+    conoid_force_n: float = math.nan
 
 
 def _held(posture: Posture) -> dict[int, float]:
@@ -151,10 +165,15 @@ def place_humerus(model: Das3Model, q: np.ndarray, target: np.ndarray, iteration
                          f"from this girdle (Newton left an error of {np.degrees(np.max(np.abs(err))):.3g} deg)")
 
 
-def start_posture(model: Das3Model, posture: Posture, q_start: np.ndarray | None) -> np.ndarray:
-    """All 11 angles to start from: ``q_start`` or the published equilibrium, with the held DOFs set and
-    the humerus placed at the thoracohumeral target."""
+def start_posture(model: Das3Model, posture: Posture, q_start: np.ndarray | None,
+                  limits: PassiveLimits = MINIMAL_EFFORT) -> np.ndarray:
+    """All 11 angles to start from: ``q_start`` or the published equilibrium, the girdle clipped into the
+    limits' girdle ranges when they set some (the published equilibrium has ACz and ACx outside them), the
+    held DOFs set and the humerus placed at the thoracohumeral target."""
     q = np.array(model.equilibrium_state[IQ:IQD] if q_start is None else q_start, float)
+    if limits.girdle_ranges_rad is not None:
+        lo, hi = dof_ranges(model, limits)[list(GIRDLE_DOFS)].T
+        q[list(GIRDLE_DOFS)] = np.clip(q[list(GIRDLE_DOFS)], lo, hi)
     for dof, value in _held(posture).items():
         q[dof] = value
     return place_humerus(model, q, posture.th_target())
@@ -186,25 +205,16 @@ def equalities(rest: RestModel, posture: Posture) -> dict:
     return {"type": "eq", "fun": fun, "jac": jac}
 
 
-def pad_columns(J: np.ndarray, n: int) -> np.ndarray:
-    """J with zero columns appended up to n (for the extra variables after the layout)."""
-    if J.shape[-1] == n:
-        return J
-    out = np.zeros(J.shape[:-1] + (n,))
-    out[..., :J.shape[-1]] = J
-    return out
-
-
 def inequalities(rest: RestModel, gh_limit: float | None) -> list[dict]:
     """GH stability <= gh_limit (if not None) and, with the girdle free, E(TS), E(AI) <= 0 (as >= 0)."""
     n = rest.layout.size
     cons = []
     if gh_limit is not None:
         cons.append({"type": "ineq", "fun": lambda z: np.array([gh_limit - rest.at(z[:n]).stability]),
-                     "jac": lambda z: pad_columns(-rest.output_jacobians(z[:n])[0][None, :], z.size)})
+                     "jac": lambda z: pad_columns(-rest.output_jacobians(z[:n]).stability[None, :], z.size)})
     if rest.layout.n_q:
         cons.append({"type": "ineq", "fun": lambda z: -rest.at(z[:n]).contact_e,
-                     "jac": lambda z: pad_columns(-rest.output_jacobians(z[:n])[1], z.size)})
+                     "jac": lambda z: pad_columns(-rest.output_jacobians(z[:n]).contact_e, z.size)})
         cons.append({"type": "ineq", "fun": lambda z: rest.at(z[:n]).path_margin,
                      "jac": lambda z: pad_columns(rest.at(z[:n]).J_path, z.size)})
     return cons
@@ -233,36 +243,13 @@ def _criterion(rest: RestModel, criterion: str):
     return fun, jac
 
 
-def bounds(model: Das3Model, layout: Layout, q0: np.ndarray) -> list[tuple]:
-    """Free DOFs within their range, widened to contain the start (the published equilibrium has ACz and
-    ACx 3 deg outside theirs), 0 <= alpha <= 1, moments and extra variables free. Beyond the ranges, in
-    the girdle's corners, muscle paths become shorter than their tendons: no valid rest state."""
-    ranges = np.asarray(model.dof_ranges)
-    b = [(min(ranges[j, 0], q0[j]), max(ranges[j, 1], q0[j])) for j in layout.free_dofs]
+def bounds(model: Das3Model, layout: Layout, limits: PassiveLimits) -> list[tuple]:
+    """Free DOFs within their ranges (the limits' girdle ranges, never widened), 0 <= alpha <= 1, moments
+    and extra variables free. Beyond the ranges, in the girdle's corners, muscle paths become shorter than
+    their tendons: no valid rest state."""
+    ranges = dof_ranges(model, limits)
+    b = [(ranges[j, 0], ranges[j, 1]) for j in layout.free_dofs]
     return b + [(0.0, 1.0)] * N_MUS + [(None, None)] * (layout.n_moments + layout.n_extra)
-
-
-@dataclass(frozen=True)
-class SolverSettings:
-    max_iterations: int = 500
-    ftol: float = 1e-10
-    restarts: int = 2        # SLSQP runs again from its last point (a fresh quasi-Newton matrix) if the
-                             # constraints are not met there
-
-
-def run_slsqp(fun, jac, z0, constraints, bounds, settings: SolverSettings, floor: float = 1.0):
-    """SLSQP (dense SQP with exact first derivatives: suits ~150 unknowns with 11-14 nonlinear equalities;
-    IPOPT would need a system library the package index does not ship). The objective is scaled by its
-    start value (at least ``floor``). Returns (z, iterations)."""
-    scale = max(abs(fun(z0)), floor)
-    res = minimize(lambda z: fun(z) / scale, z0, jac=lambda z: jac(z) / scale, method="SLSQP",
-                   bounds=bounds, constraints=constraints,
-                   options={"maxiter": settings.max_iterations, "ftol": settings.ftol})
-    return res.x, int(res.nit)
-
-
-OBJECTIVE_FLOOR = {"a": 1e4, "b": 1e2, "c": 1e-2}
-"""Objective scales when the start value is smaller (e.g. criterion (c) from a = 0)."""
 
 
 @dataclass
@@ -288,15 +275,15 @@ class StaticSolution:
 def solve_static(model: Das3Model, posture: Posture, loads=None, criterion: str = "b",
                  gh_limit: float | None = 0.0, q_start: np.ndarray | None = None,
                  settings: SolverSettings = SolverSettings(),
-                 tolerances: Tolerances = Tolerances()) -> StaticSolution:
+                 tolerances: Tolerances = Tolerances(), limits: PassiveLimits = MINIMAL_EFFORT) -> StaticSolution:
     """Muscle activations (and, with ``posture.girdle`` None, the girdle angles) that hold ``posture``
     under ``loads`` at minimum ``criterion`` with GH stability <= ``gh_limit`` (None: unconstrained).
-    ``q_start``: the 11 angles to start from (e.g. the previous posture's, for a trajectory).
-    Raises :class:`StaticOptError` when the result fails :func:`check_state`."""
+    ``q_start``: the 11 angles to start from (e.g. the previous posture's, for a trajectory); ``limits``:
+    contact depth, conoid elongation and girdle ranges (:mod:`sim.analysis.passive_limits`). Raises :class:`StaticOptError` when the result fails :func:`check_state`."""
     if criterion not in CRITERIA:
         raise StaticOptInputError(f"criterion must be one of {', '.join(CRITERIA)}, not {criterion!r}")
     t_start = time.perf_counter()
-    rest, z, cons = rest_problem(model, posture, loads, gh_limit, q_start, 0)
+    rest, z, cons = rest_problem(model, posture, loads, gh_limit, q_start, 0, limits)
     iterations = 0
     if criterion == "d":
         z, cap, iterations = _min_max_stress(rest, z, cons, settings)
@@ -309,37 +296,24 @@ def solve_static(model: Das3Model, posture: Posture, loads=None, criterion: str 
     return finish(rest, z, posture, criterion, cost, gh_limit, iterations, t_start, tolerances)
 
 
-def rest_problem(model: Das3Model, posture: Posture, loads, gh_limit: float | None, q_start, n_moments: int):
+def rest_problem(model: Das3Model, posture: Posture, loads, gh_limit: float | None, q_start, n_moments: int,
+                 limits: PassiveLimits = MINIMAL_EFFORT):
     """(RestModel, start z: the start posture's free angles, alpha = 0, M = 0, the constraints) of a
-    problem at ``posture`` with ``n_moments`` free external moments."""
+    problem at ``posture`` with ``n_moments`` free external moments within ``limits``."""
     check_inputs(posture, gh_limit)
-    q0 = start_posture(model, posture, q_start)
+    q0 = start_posture(model, posture, q_start, limits)
     layout = layout_for(posture, n_moments)
     rest = RestModel(model, checked_loads(loads), q0, layout)
+    rest.limits = limits
     z = np.concatenate([q0[list(layout.free_dofs)], np.zeros(N_MUS + n_moments)])
-    return rest, z, [equalities(rest, posture), *inequalities(rest, gh_limit)]
+    return rest, z, [equalities(rest, posture), *inequalities(rest, gh_limit), *limit_constraints(rest, limits)]
 
 
 def optimise(rest: RestModel, fun, jac, z: np.ndarray, cons: list, settings: SolverSettings, tol: Tolerances,
              floor: float) -> tuple[np.ndarray, int]:
-    """SLSQP within the layout's bounds, run again from its last point (up to ``settings.restarts``
-    times) while a constraint is not met there. Returns (z, total iterations)."""
-    total = 0
-    for _ in range(1 + settings.restarts):
-        z, its = run_slsqp(fun, jac, z, cons, bounds(rest.model, rest.layout, rest.q_template), settings, floor)
-        total += its
-        if _satisfied(z, cons, tol):
-            break
-    return z, total
-
-
-def _satisfied(z: np.ndarray, cons: list, tol: Tolerances) -> bool:
-    """Every constraint within the acceptance tolerances at z (equalities to ``eom_nm``)."""
-    for c in cons:
-        v = np.atleast_1d(c["fun"](z))
-        if (c["type"] == "eq" and np.max(np.abs(v)) > tol.eom_nm) or (c["type"] == "ineq" and v.min() < -tol.constraint):
-            return False
-    return True
+    """:func:`sim.analysis.solver.optimise` within the problem's bounds. Returns (z, total iterations)."""
+    return solver_optimise(fun, jac, z, cons, bounds(rest.model, rest.layout, rest.limits), settings, tol, floor,
+                           variable_scale(rest.layout))
 
 
 def checked_loads(loads) -> np.ndarray:
@@ -372,9 +346,8 @@ def _min_max_stress(rest: RestModel, z0: np.ndarray, cons: list, settings: Solve
     grad = np.zeros(n + 1)
     grad[n] = 1.0
     t0 = float(np.max(stress * rest.at(z0).force))
-    q0 = rest.q_template
     z, its = run_slsqp(lambda z: float(z[n]), lambda z: grad, np.append(z0, t0), cons + [epigraph],
-                    bounds(rest.model, rest.layout.with_extra(1), q0), settings)
+                    bounds(rest.model, rest.layout.with_extra(1), rest.limits), settings)
     cap = z[n] * (1 + 1e-6)
     second = {"type": "ineq", "fun": lambda z: cap - stress * rest.at(z[:n]).force,
               "jac": lambda z: pad_columns(-stress[:, None] * rest.at(z[:n]).J_force, z.size)}
@@ -382,10 +355,11 @@ def _min_max_stress(rest: RestModel, z0: np.ndarray, cons: list, settings: Solve
 
 
 def check_state(model: Das3Model, x: np.ndarray, posture: Posture, loads, gh_limit: float | None,
-                tol: Tolerances = Tolerances()) -> Checks:
+                tol: Tolerances = Tolerances(), limits: PassiveLimits | None = None) -> Checks:
     """Re-evaluate a rest state with the plant's own residual (:func:`sim.das3.dynamics.residual` with
     xdot = 0 and u = a, so the activation rows vanish too) and outputs, and test every condition of the
-    problem against ``tol``."""
+    problem against ``tol``; with ``limits`` (and the girdle free) also the contact depth, the conoid and
+    the girdle ranges."""
     loads = checked_loads(loads)
     W = new_plant_work(model.arrays)
     f = residual(model, x, np.zeros(N_STATES), x[IA:], loads, work=W)
@@ -415,9 +389,33 @@ def check_state(model: Das3Model, x: np.ndarray, posture: Posture, loads, gh_lim
              (short[worst] >= -tol.constraint,
               f"muscle path {model.muscle_names[worst]} {-short[worst] * 1e3:.1f} mm shorter than its tendon "
               "slack plus the shortest valid fibre (outside the path model)")]
+    c.conoid_force_n = float(np.linalg.norm(W.out.conoid_force))
+    if limits is not None and posture.girdle is None:
+        tests += _limit_tests(model, c, q, limits, tol)
     c.failures = [msg for ok, msg in tests if not ok]
     c.passed = not c.failures
     return c
+
+
+def _limit_tests(model: Das3Model, c: Checks, q: np.ndarray, limits: PassiveLimits, tol: Tolerances) -> list:
+    """(passed, message) of the passive limits at a checked state (:mod:`sim.analysis.passive_limits`)."""
+    tests = []
+    e_min = contact_bound(model, limits)
+    if e_min is not None:
+        tests.append((bool(np.all(c.contact_e >= e_min - tol.constraint)),
+                      f"scapula deeper in the thorax than allowed (E of TS, AI = {c.contact_e[0]:+.4f}, "
+                      f"{c.contact_e[1]:+.4f} < {e_min:+.4f})"))
+    cap = conoid_force_cap(model, limits)
+    if cap is not None:
+        tests.append((c.conoid_force_n <= cap * (1 + tol.constraint),
+                      f"conoid stretched beyond its limit ({c.conoid_force_n:.1f} N > {cap:.1f} N)"))
+    lo, hi = dof_ranges(model, limits)[list(GIRDLE_DOFS)].T
+    girdle = q[list(GIRDLE_DOFS)]
+    outside = np.maximum(lo - girdle, girdle - hi)
+    worst = int(np.argmax(outside))
+    tests.append((outside[worst] <= tol.constraint,
+                  f"girdle {DOF_NAMES[GIRDLE_DOFS[worst]]} {math.degrees(outside[worst]):.3g} deg outside its range"))
+    return tests
 
 
 def _active_constraints(rest: RestModel, z: np.ndarray, gh_limit) -> list[str]:
@@ -431,10 +429,10 @@ def _active_constraints(rest: RestModel, z: np.ndarray, gh_limit) -> list[str]:
         active += [f"path_length:{model.muscle_names[rest.path_rows[i]]}" for i in np.flatnonzero(r.path_margin <= 1e-6)]
     alpha = z[L.alpha]
     active += [f"force_max:{model.muscle_names[i]}" for i in np.flatnonzero(alpha >= 1 - 1e-6)]
-    lo, hi = np.asarray(model.dof_ranges).T
+    lo, hi = dof_ranges(model, rest.limits).T
     q = r.x[IQ:IQD]
     active += [f"joint_range:{model.dof_names[j]}" for j in L.free_dofs if q[j] <= lo[j] + 1e-6 or q[j] >= hi[j] - 1e-6]
-    return active
+    return active + (active_limits(rest, z, rest.limits) if L.n_q else [])
 
 
 def finish(rest: RestModel, z, posture, criterion, cost, gh_limit, iterations, t_start, tol) -> StaticSolution:
@@ -442,7 +440,7 @@ def finish(rest: RestModel, z, posture, criterion, cost, gh_limit, iterations, t
     r = rest.at(z)
     x = r.x.copy()
     loads = rest.loads_of(z)
-    checks = check_state(rest.model, x, posture, loads, gh_limit, tol)
+    checks = check_state(rest.model, x, posture, loads, gh_limit, tol, rest.limits)
     sol = StaticSolution(
         x=x, activation=x[IA:].copy(), force=r.force.copy(), criterion=criterion, cost=cost,
         th_angles=r.th.copy(), gh_stability=r.stability, moments=z[rest.layout.moments].copy(),

@@ -47,6 +47,7 @@ import numpy as np
 
 from sim.analysis import max_moment as mm
 from sim.analysis import static_opt as so
+from sim.analysis.passive_limits import UNLIMITED
 from sim.analysis.rest_model import REST_FIBRE_MIN
 from sim.das3.kernels.outputs import compute_outputs
 from sim.das3.kernels.step import IA, IQ, IS, evaluate, new_plant_work
@@ -167,7 +168,7 @@ def holding_moments(model: Das3Model, posture: so.Posture, q_start: np.ndarray |
         raise ValueError("holding_moments needs the girdle free (posture.girdle None)")
     settings = settings or DEFAULT_SETTINGS
     t_start = time.perf_counter()
-    rest, z0, _ = so.rest_problem(model, posture, None, None, q_start, so.N_MOMENTS)
+    rest, z0, _ = so.rest_problem(model, posture, None, None, q_start, so.N_MOMENTS, UNLIMITED)
     L = rest.layout
     if moments_start is not None:
         z0[L.moments] = np.asarray(moments_start, float)
@@ -180,7 +181,7 @@ def holding_moments(model: Das3Model, posture: so.Posture, q_start: np.ndarray |
 
     n = L.size
     contact = {"type": "ineq", "fun": lambda z: -rest.at(z[:n]).contact_e,
-               "jac": lambda z: -rest.output_jacobians(z[:n])[1]}
+               "jac": lambda z: -rest.output_jacobians(z[:n]).contact_e}
     reduced = [{"type": c["type"], "fun": (lambda y, c=c: c["fun"](full(y))),
                 "jac": (lambda y, c=c: c["jac"](full(y))[:, keep])} for c in (so.equalities(rest, posture), contact)]
     m = slice(L.n_q, L.n_q + L.n_moments)

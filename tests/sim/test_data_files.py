@@ -6,7 +6,8 @@ from importlib import resources
 
 import pytest
 
-FILES = ("das3_model.json", "das3_equilibrium.json", "gh_lines_of_action.json", "isometric_moments_literature.csv")
+FILES = ("das3_model.json", "das3_equilibrium.json", "gh_lines_of_action.json", "isometric_moments_literature.csv",
+         "shoulder_rhythm_degroot2001.json")
 
 
 def data(name: str):

@@ -82,9 +82,13 @@ def test_rest_model_derivatives_match_finite_differences(model, solution_b):
 
 
 def test_criteria_give_different_reproducible_load_sharing(model, solution_b):
+    from sim.analysis.multistart import StartPlan, solve_static_best
+
     posture = _posture(model, 60.0)
-    a = so.solve_static(model, posture, criterion="a")
-    c = so.solve_static(model, posture, criterion="c")
+    other = [("criterion b", solution_b.x[:11])]       # each criterion also starts from the others' optima
+    a, _ = solve_static_best(model, posture, criterion="a", plan=StartPlan(random_starts=0), warm=other)
+    c, _ = solve_static_best(model, posture, criterion="c", plan=StartPlan(random_starts=0),
+                             warm=other + [("criterion a", a.x[:11])])
     again = so.solve_static(model, posture, criterion="b")
     np.testing.assert_array_equal(again.activation, solution_b.activation)
     np.testing.assert_array_equal(again.x, solution_b.x)
@@ -130,20 +134,17 @@ def test_impossible_load_is_reported_not_returned(model):
     assert "residual" in message and not sol.checks.passed
 
 
-def test_held_static_solution_stays_put_and_recovers(model, solution_b):
-    """Excitation = activation in the plant at the solution: no drift; a 0.5 deg push decays."""
+def test_held_static_solution_stays_put(model, solution_b):
+    """Excitation = activation in the plant at the solution: no drift in 1 s (an equilibrium of the plant;
+    whether it is a stable one the optimisation does not decide, docs/analyses/static-opt.md)."""
     from sim.das3.plant import Plant
 
     u = np.clip(solution_b.activation, 0.0, 1.0)
-    for push in (0.0, 0.5 * DEG):
-        x0 = solution_b.x.copy()
-        x0[7] += push
-        plant = Plant(model, step_s=0.001, initial_state=x0)
-        plant.reset(x0, excitation=u)
-        for _ in range(1000):
-            plant.step(u)
-        drift = np.max(np.abs(plant.x[:11] - solution_b.x[:11]))
-        assert drift < (1e-6 * DEG if push == 0 else 0.5 * push)
+    plant = Plant(model, step_s=0.001, initial_state=solution_b.x.copy())
+    plant.reset(solution_b.x.copy(), excitation=u)
+    for _ in range(1000):
+        plant.step(u)
+    assert np.max(np.abs(plant.x[:11] - solution_b.x[:11])) < 1e-6 * DEG
 
 
 def _hand_position(model, q):
@@ -174,37 +175,6 @@ def test_task_postures_raise_the_arm_in_their_planes(model):
     assert lateral > 0.25 and abs(lateral + posterior) < 0.1 * lateral          # 45 deg between X and -Z
     lateral, _, posterior = hand_travel("elbow-flexion", 0)
     assert lateral > 0.4 and abs(posterior) < 0.1 * lateral
-
-
-def test_max_moment_is_balanced_by_the_external_moment(model):
-    from sim.analysis.max_moment import TASKS, solve_max_moment
-
-    task = TASKS["shoulder-flexion"]
-    point = solve_max_moment(model, task, 40 * DEG)
-    sol = point.solution
-    assert sol.checks.passed and point.moment_nm > 20.0
-    assert sol.moments[task.load] == pytest.approx(-point.moment_nm)     # the dynamometer's moment
-    loads = np.zeros(len(LOAD_NAMES))
-    loads[:5] = sol.moments
-    f = residual(model, sol.x, np.zeros(N_STATES), sol.x[so.IA:], loads)
-    assert np.max(np.abs(f)) < 1e-6
-    extension = solve_max_moment(model, TASKS["shoulder-extension"], 40 * DEG)
-    assert extension.moment_nm > 0 and extension.solution.moments[1] > 0
-
-
-@pytest.mark.slow
-def test_max_moment_sweep_keeps_the_best_warm_start_from_either_neighbour(model):
-    """Adduction at 10 deg: a cold start stays on a weaker branch; warm from the solution at 20 deg the
-    optimiser finds a stronger one. The sweep must return the stronger, checked."""
-    from sim.analysis.max_moment import TASKS, solve_max_moment, sweep
-
-    task = TASKS["adduction"]
-    cold = solve_max_moment(model, task, 10 * DEG)
-    points = sweep(model, task, np.array([10.0, 20.0]) * DEG)
-    assert all(p.solution.checks.passed for p in points)
-    assert points[0].warm_start == "angle above"
-    assert points[0].moment_nm > cold.moment_nm + 5.0
-    assert points[1].moment_nm >= points[0].moment_nm
 
 
 def test_feedforward_excitation_reaches_the_next_activation(model):
@@ -301,16 +271,30 @@ def test_cli_static_opt_and_max_moment_write_checked_files(tmp_path):
     assert doc["checks"]["passed"] and doc["checks"]["eom_residual_max_Nm"] < 1e-6
     assert len((tmp_path / "so" / "muscles.csv").read_text().splitlines()) == 139
     res = runner.invoke(app, ["analyze", "max-moment", "--task", "abduction", "--angles", "40:40:10",
-                              "--out", str(tmp_path / "mm")])
+                              "--random-starts", "0", "--out", str(tmp_path / "mm")])
     assert res.exit_code == 0, res.output
     rows = list(csv.DictReader(open(tmp_path / "mm" / "max_moment_abduction.csv")))
     assert len(rows) == 1 and float(rows[0]["moment_Nm"]) > 10 and rows[0]["checks_passed"] == "True"
-    assert {"angle_deg", "moment_Nm", "gh_stability", "SCy_deg", "ACx_deg"} <= set(rows[0])
+    assert {"angle_deg", "moment_Nm", "gh_stability", "SCy_deg", "ACx_deg", "contact_force_TS_N", "conoid_force_N",
+            "active_constraints", "optima", "flagged"} <= set(rows[0])
+    state = next(csv.DictReader(open(tmp_path / "mm" / "max_moment_abduction_states.csv")))
+    x = np.array([float(state[f"x{i:03d}"]) for i in range(N_STATES)])
+    loads = np.zeros(len(LOAD_NAMES))
+    loads[:5] = [float(state[f"{name}_Nm"]) for name in LOAD_NAMES[:5]]
+    assert np.max(np.abs(residual(model_for_cli(), x, np.zeros(N_STATES), x[so.IA:], loads))) < 1e-6
+    for bad_option in (["--contact-e-min", "deep"], ["--girdle-ranges", "mine"], ["--random-starts", "-1"]):
+        bad = runner.invoke(app, ["analyze", "max-moment", "--task", "abduction", "--out", str(tmp_path / "x"),
+                                  *bad_option])
+        assert bad.exit_code == 2 and "Error" in bad.output, bad.output
     bad = runner.invoke(app, ["analyze", "static-opt", "--elevation", "45", "--criterion", "e", "--out", str(tmp_path)])
     assert bad.exit_code == 2
     impossible = runner.invoke(app, ["analyze", "static-opt", "--elevation", "90", "--load", "hand_force_y=-3000",
                                      "--max-iterations", "60", "--out", str(tmp_path / "no")])
     assert impossible.exit_code == 1 and "no solution that passes the checks" in impossible.output
+
+
+def model_for_cli():
+    return load_model()
 
 
 def test_humerus_placement_stays_in_the_fitted_range_near_the_singular_axis(model):
@@ -340,21 +324,3 @@ def test_paths_the_girdle_chooses_stay_valid(model, solution_b):
     margin = W.mu.L - (mus[:, MUS_SEESLACK] + 0.05 * mus[:, MUS_LCEOPT])
     assert np.all(margin[chosen] > -1e-8)
     assert "path_length:rhomboid5" in solution_b.active
-
-
-@pytest.mark.slow
-def test_a_posture_may_leave_a_path_it_fixes_slack(model):
-    """Forearm pronated to PSy = 15 deg: supinator1's path (which only PSy sets) is shorter than its
-    tendon slack plus the shortest valid fibre, a slack muscle the plant allows; the maximum pronation
-    moment there is solved and passes every check."""
-    from sim.analysis.max_moment import TASKS, solve_max_moment
-    from sim.das3.model import MUS_LCEOPT, MUS_SEESLACK
-
-    point = solve_max_moment(model, TASKS["pronation"], 15 * DEG)
-    i = model.muscle_names.index("supinator1")
-    W = so.new_plant_work(model.arrays)
-    residual(model, point.solution.x, np.zeros(N_STATES), point.solution.x[so.IA:], np.zeros(len(LOAD_NAMES)),
-             work=W)
-    mus = model.arrays.mus
-    assert W.mu.L[i] < mus[i, MUS_SEESLACK] + 0.05 * mus[i, MUS_LCEOPT]
-    assert point.solution.checks.passed and point.moment_nm > 1.0

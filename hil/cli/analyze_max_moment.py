@@ -1,0 +1,85 @@
+"""``hil analyze max-moment``: maximum isometric moments of Chadwick et al. 2014 Figs. 4-8 (numerics in
+:mod:`sim.analysis.max_moment`, files in :mod:`hil.reports.max_moment_output`)."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from hil.cli.analysis_options import (
+    ConoidElongationMm,
+    ContactEMin,
+    GirdleRanges,
+    RandomStarts,
+    Seed,
+    optima_note,
+    parse_angles,
+    parse_limits,
+    report_solution,
+    start_plan,
+)
+from hil.cli.common import BadInputError, ExitCode, error, load_model_options, out_console, user_errors
+
+
+def max_moment(
+    task: Annotated[str, typer.Option(help="shoulder-flexion, shoulder-extension, abduction, adduction, "
+                                           "internal-rotation, external-rotation, elbow-flexion, "
+                                           "elbow-extension, pronation, supination, or all.")],
+    out: Annotated[Path, typer.Option(help="Output directory (created); also summary.csv (ratios to the "
+                                           "published data).")],
+    angles: Annotated[Optional[str], typer.Option(help="START:STOP:STEP of the swept angle, deg "
+                                                       "(default: the task's).")] = None,
+    gh_limit: Annotated[float, typer.Option(help="GH stability limit.")] = 0.0,
+    random_starts: RandomStarts = 2,
+    seed: Seed = 0,
+    contact_e_min: ContactEMin = "rest",
+    conoid_elongation_mm: ConoidElongationMm = "7.7",
+    girdle_ranges: GirdleRanges = "authors",
+    model_config: Annotated[Optional[Path], typer.Option(help="Model options TOML.")] = None,
+) -> None:
+    """Maximum isometric moment of a task over its angle range (Chadwick 2014 §II-F, Figs. 4-8), each angle
+    from several starts with continuation along the angles: CSVs (maxima, passive loads, optima found, full
+    states) and figure; exits 1 if any angle has no solution that passes the checks."""
+    from hil.reports.max_moment_output import plot_overview, summary_row, write_max_moment, write_summary
+    from sim.analysis.max_moment import TASKS, SweepSettings, sweep
+    from sim.analysis.static_opt import StaticOptError
+    from sim.das3.model import load_model
+
+    with user_errors():
+        if task != "all" and task not in TASKS:
+            raise BadInputError(f"--task must be 'all' or one of {', '.join(TASKS)}")
+        names = list(TASKS) if task == "all" else [task]
+        chosen = {name: parse_angles(angles or ":".join(f"{v:g}" for v in TASKS[name].default_angles_deg))
+                  for name in names}
+        settings = SweepSettings(plan=start_plan(random_starts, seed), gh_limit=gh_limit,
+                                 limits=parse_limits(contact_e_min, conoid_elongation_mm, girdle_ranges))
+        model = load_model(load_model_options(model_config))
+        out.mkdir(parents=True, exist_ok=True)
+        failed, summary, sweeps = 0, [], {}
+        for name, angles_rad in chosen.items():
+            results = sweep(model, TASKS[name], angles_rad, settings)
+            _report_max_moments(name, angles_rad, results, settings.plan)
+            write_max_moment(out, name, TASKS[name], angles_rad, results, settings.plan.tolerance)
+            summary.append(summary_row(name, angles_rad, results, settings.plan.tolerance))
+            sweeps[name] = (TASKS[name], angles_rad, results)
+            failed += sum(isinstance(r, StaticOptError) for r in results)
+        write_summary(out / "summary.csv", summary)
+        if len(sweeps) > 1:
+            plot_overview(out / "overview.png", sweeps)
+        if failed:
+            error(f"{failed} angles have no solution that passes the checks")
+            raise typer.Exit(ExitCode.ERROR)
+        out_console().print(f"wrote {out}")
+
+
+def _report_max_moments(task: str, angles_rad, results: list, plan) -> None:
+    for angle, r in zip(angles_rad, results):
+        sol = r.solution              # a MaxMomentPoint or the StaticOptError of a failed angle
+        if sol is None:
+            error(f"{task} at {math.degrees(angle):g} deg: {r}")
+        else:
+            optima = getattr(r, "optima", None)
+            note = "" if optima is None else f" ({optima_note(optima, plan)})"
+            report_solution(sol, f"{task} at {math.degrees(angle):g} deg{note}: moment {sol.cost:.2f} N m")

@@ -1,0 +1,191 @@
+"""Multi-start for the nonconvex analyses (static optimisation, maximum moments).
+
+Both problems have local optima: the girdle is free, the thorax contact and the joint ranges bend the feasible
+set, and a gradient method returns the optimum of the basin it starts in. The solver's "converged" therefore
+says nothing about optimality. Each point is solved from several starts:
+
+- the published passive equilibrium's girdle (``"published"``),
+- warm starts handed in by the caller (e.g. the neighbouring angle's solution, ``"angle below"``),
+- ``random_starts`` girdles drawn uniformly within ``spread_rad`` of the published girdle, clipped to the
+  girdle's ranges, from ``numpy.random.default_rng((seed, point_index))`` (``"random k"``): the same seed and
+  point give the same starts on every machine.
+
+Every checked optimum is kept (:class:`LocalOptima`); the point's answer is the best one. Two optima whose
+values differ by more than ``tolerance`` (relative) mean the starts found different basins: the point is
+flagged, since a better basin may still exist that no start reached.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from sim.analysis import static_opt as so
+from sim.analysis.passive_limits import MINIMAL_EFFORT, PassiveLimits, dof_ranges
+from sim.das3.layout import N_DOF, Das3Model
+
+GIRDLE = slice(0, 6)
+
+
+@dataclass(frozen=True)
+class StartPlan:
+    """Which starts each point gets (module docstring)."""
+
+    random_starts: int = 2
+    seed: int = 0
+    spread_rad: float = math.radians(10.0)
+    tolerance: float = 0.01
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.random_starts <= 1000:
+            raise ValueError("random_starts must be in 0..1000")
+        if not (math.isfinite(self.spread_rad) and self.spread_rad >= 0.0):
+            raise ValueError("spread_rad must be a finite angle >= 0")
+        if not (math.isfinite(self.tolerance) and self.tolerance >= 0.0):
+            raise ValueError("tolerance must be finite and >= 0")
+
+
+def random_girdles(reference_q: np.ndarray, ranges: np.ndarray, plan: StartPlan, point_index: int) -> list:
+    """``plan.random_starts`` joint-angle vectors: ``reference_q`` with its six girdle angles drawn uniformly
+    within ``plan.spread_rad`` and clipped to ``ranges`` (11, 2); seeded by (seed, point_index)."""
+    rng = np.random.default_rng((plan.seed, point_index))
+    lo, hi = np.asarray(ranges)[GIRDLE].T
+    starts = []
+    for _ in range(plan.random_starts):
+        q = np.array(reference_q, float)
+        q[GIRDLE] = np.clip(q[GIRDLE] + rng.uniform(-plan.spread_rad, plan.spread_rad, 6), lo, hi)
+        starts.append(q)
+    return starts
+
+
+@dataclass
+class LocalOptima:
+    """The checked optima one point reached, as (start label, value); ``lower_is_better`` False for
+    maxima. ``failed``: starts whose solution failed the checks."""
+
+    lower_is_better: bool
+    found: list[tuple[str, float]] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+
+    def add(self, label: str, value: float) -> None:
+        self.found.append((label, float(value)))
+
+    def ranked(self) -> list[tuple[str, float]]:
+        return sorted(self.found, key=lambda item: item[1], reverse=not self.lower_is_better)
+
+    @property
+    def best_label(self) -> str:
+        return self.ranked()[0][0] if self.found else ""
+
+    @property
+    def spread(self) -> float:
+        """max - min of the optima found (0 with fewer than two)."""
+        values = [v for _, v in self.found]
+        return max(values) - min(values) if len(values) > 1 else 0.0
+
+    @property
+    def gap(self) -> float:
+        """Relative difference between the best optimum and the best one from another basin: the best value
+        that differs from the best by more than float noise, or 0 when every start reached the same value."""
+        ranked = [v for _, v in self.ranked()]
+        if len(ranked) < 2:
+            return 0.0
+        scale = max(abs(ranked[0]), 1.0)
+        return abs(ranked[0] - ranked[1]) / scale
+
+    def flagged(self, tolerance: float) -> bool:
+        """The best two optima differ by more than ``tolerance``."""
+        return self.gap > tolerance
+
+
+def solve_from_starts(solve: Callable[[np.ndarray | None], object], value: Callable[[object], float],
+                      starts: list[tuple[str, np.ndarray | None]], optima: LocalOptima,
+                      failure: type[Exception]):
+    """Run ``solve(q_start)`` from each (label, q) start; record each checked optimum's ``value`` in
+    ``optima``; return the best result, or the last ``failure`` raised when none passed."""
+    best, error = None, None
+    for label, q in starts:
+        try:
+            result = solve(None if q is None else np.asarray(q, float)[:N_DOF])
+        except failure as exc:
+            optima.failed.append(label)
+            error = exc
+            continue
+        optima.add(label, value(result))
+        if best is None or _better(value(result), value(best), optima.lower_is_better):
+            best = result
+    if best is None:
+        raise error if error is not None else failure("no start given")
+    return best
+
+
+def _better(new: float, old: float, lower_is_better: bool) -> bool:
+    return new < old if lower_is_better else new > old
+
+
+def static_starts(model: Das3Model, posture: so.Posture, plan: StartPlan, index: int, limits: PassiveLimits,
+                  warm: list[tuple[str, np.ndarray]] = ()) -> list[tuple[str, np.ndarray | None]]:
+    """The starts of one static-optimisation posture: published, ``warm`` ones, then the random girdles
+    (none with the girdle prescribed: the posture is then fixed and the problem convex in alpha)."""
+    if posture.girdle is not None:
+        return [("published", None)]
+    published = np.array(model.equilibrium_state[:N_DOF])
+    randoms = random_girdles(published, dof_ranges(model, limits), plan, index)
+    return [("published", None), *warm, *((f"random {n}", q) for n, q in enumerate(randoms))]
+
+
+def solve_static_best(model: Das3Model, posture: so.Posture, loads=None, criterion: str = "b",
+                      gh_limit: float | None = 0.0, plan: StartPlan = StartPlan(),
+                      settings: so.SolverSettings = so.SolverSettings(), limits: PassiveLimits = MINIMAL_EFFORT,
+                      warm: list[tuple[str, np.ndarray]] = (), index: int = 0):
+    """(best checked StaticSolution, LocalOptima) of :func:`sim.analysis.static_opt.solve_static` over the
+    starts of :func:`static_starts`; raises the last StaticOptError when no start passes the checks."""
+    optima = LocalOptima(lower_is_better=True)
+
+    def solve(q):
+        return so.solve_static(model, posture, loads, criterion, gh_limit, q, settings, limits=limits)
+
+    best = solve_from_starts(solve, lambda s: s.cost, static_starts(model, posture, plan, index, limits, warm),
+                             optima, so.StaticOptError)
+    return best, optima
+
+
+def solve_trajectory(model: Das3Model, postures: list, loads=None, criterion: str = "b",
+                     gh_limit: float | None = 0.0, plan: StartPlan = StartPlan(),
+                     settings: so.SolverSettings = so.SolverSettings(), limits: PassiveLimits = MINIMAL_EFFORT):
+    """Per posture (best StaticSolution or StaticOptError, LocalOptima): every posture from its starts and
+    the previous posture's solution, then one backward pass warm-started from the next posture's."""
+    results = []
+    for i, posture in enumerate(postures):
+        warm = _warm(results, i - 1, "previous posture")
+        results.append(_static_or_error(model, posture, loads, criterion, gh_limit, plan, settings, limits, warm, i))
+    for i in range(len(postures) - 2, -1, -1):
+        warm = _warm(results, i + 1, "next posture")
+        if not warm:
+            continue
+        best, optima = results[i]
+        try:
+            candidate = so.solve_static(model, postures[i], loads, criterion, gh_limit, warm[0][1], settings,
+                                        limits=limits)
+        except so.StaticOptError:
+            optima.failed.append(warm[0][0])
+            continue
+        optima.add(warm[0][0], candidate.cost)
+        if isinstance(best, so.StaticOptError) or candidate.cost < best.cost:
+            results[i] = (candidate, optima)
+    return results
+
+
+def _warm(results: list, j: int, label: str) -> list:
+    if 0 <= j < len(results) and isinstance(results[j][0], so.StaticSolution):
+        return [(label, results[j][0].x[:N_DOF])]
+    return []
+
+
+def _static_or_error(model, posture, loads, criterion, gh_limit, plan, settings, limits, warm, index):
+    try:
+        return solve_static_best(model, posture, loads, criterion, gh_limit, plan, settings, limits, warm, index)
+    except so.StaticOptError as exc:
+        return exc, LocalOptima(lower_is_better=True)

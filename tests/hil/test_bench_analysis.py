@@ -1,0 +1,34 @@
+"""``hil bench analysis`` (hil.bench.analysis): one static-optimisation posture and a one-angle sweep run and
+print their tables; bad options are refused with one line. Nothing here is timed."""
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from hil.bench.analysis import default_angles_deg
+from hil.cli import app
+from sim.analysis.max_moment import TASKS
+
+
+@pytest.mark.slow
+def test_one_posture_and_one_angle_print_their_tables():
+    res = CliRunner().invoke(app, ["bench", "analysis", "--tasks", "internal-rotation", "--angles-every", "100",
+                                   "--criteria", "b", "--elevations", "60"])
+    assert res.exit_code == 0, res.output
+    out = res.output
+    assert "Static optimisation" in out and "passed" in out
+    assert "Maximum-moment sweeps" in out and "internal-rotation" in out
+    assert "CPU:" in out and "steal over the run" in out
+
+
+def test_angles_every_thins_the_default_sweep():
+    np_angles = default_angles_deg(TASKS["elbow-flexion"], 2)
+    assert list(np_angles) == [15, 45, 75, 105, 135]
+    assert list(default_angles_deg(TASKS["abduction"])) == list(range(10, 100, 10))
+
+
+@pytest.mark.parametrize("args, message", [(["--tasks", "flexion"], "--tasks"), (["--angles-every", "0"], "--angles-every"),
+                                           (["--criteria", "x"], "--criteria"), (["--elevations", "ab"], "--elevations")])
+def test_bad_options_exit_2_with_one_line(args, message):
+    res = CliRunner().invoke(app, ["bench", "analysis", *args])
+    assert res.exit_code == 2 and message in res.output and "Traceback" not in res.output
