@@ -12,6 +12,7 @@ import numpy as np
 import typer
 
 from hil.cli.common import BadInputError, out_console
+from hil.reports.analysis_output import GIRDLE_COLUMNS
 
 CRITERION_HELP = ("(a) min sum F^2, (b) min sum (F/PCSA)^2, (c) min sum a^2 (= (F_active/(Fmax f_FL))^2), "
                   "(d) min max F/PCSA, then (b) at that maximum (van der Helm 1994).")
@@ -49,7 +50,6 @@ def parse_angles(text: str, option: str = "--angles") -> np.ndarray:
     return np.radians(start + step * np.arange(n))
 
 
-GIRDLE_COLUMNS = ("SCy_deg", "SCz_deg", "SCx_deg", "ACy_deg", "ACz_deg", "ACx_deg")
 
 
 def read_trajectory(path: Path, defaults: dict) -> list[dict]:

@@ -14,10 +14,11 @@ import numpy as np
 
 from hil.reports.run_report import glenoid_angles, pyplot_agg, save_png
 from sim.analysis.static_opt import CRITERION_UNITS, StaticSolution
+from sim.das3.layout import GIRDLE_NAMES
 from sim.das3.model import MUS_FMAX
 from sim.das3.muscle_groups import group_members
 
-GIRDLE_COLUMNS = ("SCy_deg", "SCz_deg", "SCx_deg", "ACy_deg", "ACz_deg", "ACx_deg")
+GIRDLE_COLUMNS = tuple(f"{name}_deg" for name in GIRDLE_NAMES)
 
 
 def checks_dict(sol: StaticSolution) -> dict:

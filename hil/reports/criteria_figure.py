@@ -21,7 +21,7 @@ from sim.analysis.criteria import (
     percent_of_max,
     rotator_cuff_force,
 )
-from sim.analysis.rhythm import GIRDLE_NAMES
+from sim.das3.layout import GIRDLE_NAMES
 
 LINE_STYLES = {"a": "-", "b": ":", "c": "--", "d": "-."}
 """van der Helm (1994) Fig. 8 caption: (a) solid, (b) dotted, (c) dashed, (d) long dash (here dash-dot)."""

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from sim.analysis import static_opt as so
-from sim.analysis.multistart import LocalOptima, StartPlan, random_girdles, solve_from_starts
-from sim.analysis.passive_limits import MAXIMAL_EFFORT, PassiveLimits, dof_ranges
+from sim.analysis.multistart import LocalOptima, StartPlan, girdle_starts, solve_from_starts
+from sim.analysis.passive_limits import MAXIMAL_EFFORT, PassiveLimits
 from sim.analysis.solver import MAX_MOMENT_SETTINGS
 from sim.das3.model import N_DOF, Das3Model
 
@@ -150,11 +150,8 @@ def sweep(model: Das3Model, task: Task, angles_rad, settings: SweepSettings = Sw
     angles = [float(a) for a in angles_rad]
     optima = [LocalOptima(lower_is_better=False) for _ in angles]
     best: list = [None] * len(angles)
-    ranges = dof_ranges(model, settings.limits)
     for i in range(len(angles)):
-        starts = [("published", None)]
-        starts += [(f"random {n}", q) for n, q in enumerate(random_girdles(
-            _published_q(model), ranges, settings.plan, i))]
+        starts = girdle_starts(model, settings.plan, i, settings.limits)
         below = _nearest_checked_posture(best, i, -1)
         starts += [] if below is None else [("angle below", below)]
         best[i] = _best_of(model, task, angles[i], starts, optima[i], settings)
@@ -176,10 +173,6 @@ def sweep(model: Das3Model, task: Task, angles_rad, settings: SweepSettings = Sw
         if isinstance(point, MaxMomentPoint):
             point.optima, point.warm_start = found, found.best_label
     return best
-
-
-def _published_q(model: Das3Model) -> np.ndarray:
-    return np.array(model.equilibrium_state[:N_DOF])
 
 
 def _best_of(model, task, angle, starts, optima: LocalOptima, settings: SweepSettings):

@@ -125,15 +125,30 @@ def _better(new: float, old: float, lower_is_better: bool) -> bool:
     return new < old if lower_is_better else new > old
 
 
+def girdle_starts(model: Das3Model, plan: StartPlan, index: int, limits: PassiveLimits) -> list:
+    """("published", None) and the plan's random girdles around the published equilibrium, within the
+    limits' ranges, as (label, q) starts of point ``index``."""
+    published = np.array(model.equilibrium_state[:N_DOF])
+    randoms = random_girdles(published, dof_ranges(model, limits), plan, index)
+    return [("published", None), *((f"random {n}", q) for n, q in enumerate(randoms))]
+
+
 def static_starts(model: Das3Model, posture: so.Posture, plan: StartPlan, index: int, limits: PassiveLimits,
                   warm: list[tuple[str, np.ndarray]] = ()) -> list[tuple[str, np.ndarray | None]]:
     """The starts of one static-optimisation posture: published, ``warm`` ones, then the random girdles
     (none with the girdle prescribed: the posture is then fixed and the problem convex in alpha)."""
     if posture.girdle is not None:
         return [("published", None)]
-    published = np.array(model.equilibrium_state[:N_DOF])
-    randoms = random_girdles(published, dof_ranges(model, limits), plan, index)
-    return [("published", None), *warm, *((f"random {n}", q) for n, q in enumerate(randoms))]
+    published, *randoms = girdle_starts(model, plan, index, limits)
+    return [published, *warm, *randoms]
+
+
+def _static_solver(model, posture, loads, criterion, gh_limit, settings, limits):
+    """q_start -> :func:`sim.analysis.static_opt.solve_static` of one posture."""
+    def solve(q):
+        return so.solve_static(model, posture, loads, criterion, gh_limit, q, settings, limits=limits)
+
+    return solve
 
 
 def solve_static_best(model: Das3Model, posture: so.Posture, loads=None, criterion: str = "b",
@@ -143,10 +158,7 @@ def solve_static_best(model: Das3Model, posture: so.Posture, loads=None, criteri
     """(best checked StaticSolution, LocalOptima) of :func:`sim.analysis.static_opt.solve_static` over the
     starts of :func:`static_starts`; raises the last StaticOptError when no start passes the checks."""
     optima = LocalOptima(lower_is_better=True)
-
-    def solve(q):
-        return so.solve_static(model, posture, loads, criterion, gh_limit, q, settings, limits=limits)
-
+    solve = _static_solver(model, posture, loads, criterion, gh_limit, settings, limits)
     best = solve_from_starts(solve, lambda s: s.cost, static_starts(model, posture, plan, index, limits, warm),
                              optima, so.StaticOptError)
     return best, optima
@@ -166,13 +178,11 @@ def solve_trajectory(model: Das3Model, postures: list, loads=None, criterion: st
         if not warm:
             continue
         best, optima = results[i]
+        solve = _static_solver(model, postures[i], loads, criterion, gh_limit, settings, limits)
         try:
-            candidate = so.solve_static(model, postures[i], loads, criterion, gh_limit, warm[0][1], settings,
-                                        limits=limits)
+            candidate = solve_from_starts(solve, lambda s: s.cost, warm, optima, so.StaticOptError)
         except so.StaticOptError:
-            optima.failed.append(warm[0][0])
             continue
-        optima.add(warm[0][0], candidate.cost)
         if isinstance(best, so.StaticOptError) or candidate.cost < best.cost:
             results[i] = (candidate, optima)
     return results

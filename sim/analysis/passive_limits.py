@@ -28,7 +28,6 @@ from sim.analysis.rest_model import RestModel, contact_function
 from sim.das3.kernels.step import IA, evaluate, new_plant_work
 from sim.das3.model import N_LOADS, N_STATES, Das3Model
 
-GIRDLE_NAMES = ("SCy", "SCz", "SCx", "ACy", "ACz", "ACx")
 AUTHORS_GIRDLE_RANGES_RAD = tuple((math.radians(lo), math.radians(hi)) for lo, hi in
                                   ((-65, -20), (5, 30), (0, 83), (33, 69), (-18, 7), (-17, 18)))
 """SCy, SCz, SCx, ACy, ACz, ACx ranges of isometric_strength_sim.m (Blana 2012), deg -> rad."""

@@ -126,8 +126,10 @@ class RestModel:
 
     FD_STEP = 1e-7
 
-    def __init__(self, model: Das3Model, loads: np.ndarray, q_template: np.ndarray, layout: Layout) -> None:
+    def __init__(self, model: Das3Model, loads: np.ndarray, q_template: np.ndarray, layout: Layout,
+                 limits=None) -> None:
         self.model, self.A, self.loads, self.layout = model, model.arrays, np.array(loads, float), layout
+        self.limits = limits        # the problem's sim.analysis.passive_limits.PassiveLimits (bounds, checks)
         self.W = new_plant_work(self.A)
         self.q_template = np.array(q_template, float)
         self.fmax = np.array(self.A.mus[:, MUS_FMAX])

@@ -39,7 +39,6 @@ from sim.das3.kinematics import frames
 from sim.das3.model import CLAVICLE_FRAME, N_LOADS, N_STATES, SCAPULA_FRAME, Das3Model
 
 DATA_FILE = "shoulder_rhythm_degroot2001.json"
-GIRDLE_NAMES = ("SCy", "SCz", "SCx", "ACy", "ACz", "ACx")
 RHYTHMS = ("degroot2001", "degroot2001-das3rest")
 """``degroot2001``: with the rest orientation of the Delft model the DAS3 authors use with it;
 ``degroot2001-das3rest``: with the DAS3 model's own published rest posture (``das3_equilibrium.json``)."""

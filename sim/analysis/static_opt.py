@@ -62,6 +62,7 @@ from sim.analysis.solver import satisfied as _satisfied  # noqa: F401 (re-export
 from sim.das3.dynamics import residual
 from sim.das3.kernels.outputs import compute_outputs
 from sim.das3.kernels.step import IA, IQ, IQD, IS, evaluate, new_plant_work
+from sim.das3.layout import GIRDLE_NAMES
 from sim.das3.model import DOF_NAMES, HUMERUS_FRAME, N_LOADS, N_MUS, N_STATES, Das3Model
 from sim.errors import UserInputError
 
@@ -70,7 +71,7 @@ SPECIFIC_TENSION_N_PER_CM2 = 100.0
 CRITERIA = ("a", "b", "c", "d")
 CRITERION_UNITS = {"a": "N^2", "b": "(N/cm^2)^2", "c": "1", "d": "N/cm^2"}
 ELBOW, PRONATION = DOF_NAMES.index("ELx"), DOF_NAMES.index("PSy")
-GIRDLE_DOFS = tuple(DOF_NAMES.index(n) for n in ("SCy", "SCz", "SCx", "ACy", "ACz", "ACx"))
+GIRDLE_DOFS = tuple(DOF_NAMES.index(n) for n in GIRDLE_NAMES)
 GH_DOFS = tuple(DOF_NAMES.index(n) for n in ("GHy", "GHz", "GHyy"))
 GH_STEP_MAX_RAD = 0.2
 """Largest GH-angle change per Newton step of :func:`place_humerus` (its Jacobian is singular at 0 and
@@ -303,8 +304,7 @@ def rest_problem(model: Das3Model, posture: Posture, loads, gh_limit: float | No
     check_inputs(posture, gh_limit)
     q0 = start_posture(model, posture, q_start, limits)
     layout = layout_for(posture, n_moments)
-    rest = RestModel(model, checked_loads(loads), q0, layout)
-    rest.limits = limits
+    rest = RestModel(model, checked_loads(loads), q0, layout, limits)
     z = np.concatenate([q0[list(layout.free_dofs)], np.zeros(N_MUS + n_moments)])
     return rest, z, [equalities(rest, posture), *inequalities(rest, gh_limit), *limit_constraints(rest, limits)]
 

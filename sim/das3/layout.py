@@ -19,6 +19,7 @@ N_LOADS = 10  # 5 moments, arm support (distance, force), hand force (3)
 N_FRAMES = N_DOF + 1  # frame 0 = thorax (ground), frame j+1 = after DOF j
 
 DOF_NAMES = ("SCy", "SCz", "SCx", "ACy", "ACz", "ACx", "GHy", "GHz", "GHyy", "ELx", "PSy")
+GIRDLE_NAMES = DOF_NAMES[:6]  # clavicle (SC) and scapula (AC) angles, the first six DOFs
 LOAD_NAMES = ("M_th_y", "M_th_z", "M_hum_y", "M_elbow", "M_pronation",
               "armsupport_distance", "armsupport_force", "hand_force_x", "hand_force_y", "hand_force_z")
 

@@ -256,7 +256,7 @@ def test_infeasible_channel_problem_says_so(model, default_map):
     assert "cannot hold the posture" in res.message and "closest rest posture" in res.message
 
 
-def test_cli_static_opt_and_max_moment_write_checked_files(tmp_path):
+def test_cli_static_opt_and_max_moment_write_checked_files(tmp_path, model):
     import csv
     import json
 
@@ -281,7 +281,7 @@ def test_cli_static_opt_and_max_moment_write_checked_files(tmp_path):
     x = np.array([float(state[f"x{i:03d}"]) for i in range(N_STATES)])
     loads = np.zeros(len(LOAD_NAMES))
     loads[:5] = [float(state[f"{name}_Nm"]) for name in LOAD_NAMES[:5]]
-    assert np.max(np.abs(residual(model_for_cli(), x, np.zeros(N_STATES), x[so.IA:], loads))) < 1e-6
+    assert np.max(np.abs(residual(model, x, np.zeros(N_STATES), x[so.IA:], loads))) < 1e-6
     for bad_option in (["--contact-e-min", "deep"], ["--girdle-ranges", "mine"], ["--random-starts", "-1"]):
         bad = runner.invoke(app, ["analyze", "max-moment", "--task", "abduction", "--out", str(tmp_path / "x"),
                                   *bad_option])
@@ -291,10 +291,6 @@ def test_cli_static_opt_and_max_moment_write_checked_files(tmp_path):
     impossible = runner.invoke(app, ["analyze", "static-opt", "--elevation", "90", "--load", "hand_force_y=-3000",
                                      "--max-iterations", "60", "--out", str(tmp_path / "no")])
     assert impossible.exit_code == 1 and "no solution that passes the checks" in impossible.output
-
-
-def model_for_cli():
-    return load_model()
 
 
 def test_humerus_placement_stays_in_the_fitted_range_near_the_singular_axis(model):
