@@ -3,7 +3,7 @@
 A short loopback run of the elbow-hold channels, swung by a playback schedule, is watched live in headless
 Chromium at 1280x800 (``live-view.png``), replayed with ``hil view`` (``replay-view.png``) and reported
 (``report-glenoid.png``); a run of the elbow-hold controller itself, whose target the figure marks, is reported
-too (``report-joint-angles.png``, ``report-lateness.png``); with
+too (``report-joint-angles.png``, ``report-lateness.png``, ``report-passive-loads.png``); with
 ``--static-opt`` the static optimisation at 45 deg elevation is solved too (``static-opt.png``; the first solve
 compiles its kernels for minutes).
 
@@ -143,7 +143,7 @@ def main() -> None:
         rec = live_and_replay(browser, Path(tmp), args.out)
         browser.close()
         report(rec, ("glenoid",), Path(tmp), args.out)
-        report(hold_run(Path(tmp)), ("joint_angles", "lateness"), Path(tmp), args.out)
+        report(hold_run(Path(tmp)), ("joint_angles", "lateness", "passive_loads"), Path(tmp), args.out)
         if args.static_opt:
             static_opt(Path(tmp), args.out)
 

@@ -8,6 +8,8 @@
   phi anterior-posterior, deg, rim half-angles from the recorded model config), as in the inset of
   Chadwick et al. 2014 Fig. 3, coloured by time while the arm moves (grey while it is still), GH-unstable
   ticks crossed;
+- ``passive_loads.png`` (plants with a shoulder girdle): the scapula's contact depth in the thorax and the
+  conoid's elongation against the maximum-moment analysis's limits (:mod:`hil.reports.passive_loads_figure`);
 - ``lateness.png``: histogram of tick lateness (us, log scale) with the deadline (one period) and the p99;
 - ``fatigue.png`` (runs with a fatigue model): each stimulated channel's fitness and applied amplitude
   over time;
@@ -31,9 +33,11 @@ from drivers.core.contract import (
 )
 from hil.config import service_config_from_dict
 from hil.recording.hilrec import RecordingError, RecordingReader, read_run_recording
+from hil.reports.passive_loads_figure import passive_loads_figure, passive_loads_summary
 from hil.reports.run_metrics import config_target, run_metrics
 from hil.rt.plants import plant_type
 from hil.rt.stimulation import fatigue_channel_names
+from sim.analysis.passive_limits import passive_load_history
 
 
 def glenoid_angles(gh_force: np.ndarray, glenoid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -268,8 +272,13 @@ def make_report(path: str, out_dir: str) -> dict:
     files = {"joint_angles": _plot_joint_angles(plt, t, ticks, h["dof_names"], h["channel_names"], target, path,
                                                 out_dir)}
     kind = plant_type(cfg.plant.type)
+    passive = None
     if kind.has_glenohumeral:           # hil.rt.plants: a plant without a GH model has no GH joint force
-        files["glenoid"] = _plot_glenoid(plt, t, frame, kind.load_model(cfg), out_dir)
+        model = kind.load_model(cfg)
+        files["glenoid"] = _plot_glenoid(plt, t, frame, model, out_dir)
+        passive = passive_load_history(model, frame["q"])
+        files["passive_loads"] = save_png(plt, passive_loads_figure(plt, t, frame, passive),
+                                          os.path.join(out_dir, "passive_loads.png"))
     files.update({"lateness": _plot_lateness(plt, lat_us, h["period_s"], out_dir),
                   "summary": os.path.join(out_dir, "summary.json")})
     fatigued = _fatigue_channels(cfg, ticks)
@@ -279,6 +288,8 @@ def make_report(path: str, out_dir: str) -> dict:
     summary["run_metrics"] = run_metrics(ticks, h["period_s"], h["channel_names"], target)
     if fatigued:
         summary["fatigue"] = _fatigue_summary(t, ticks, fatigued)
+    if passive is not None:
+        summary["passive_loads"] = passive_loads_summary(passive)
     with open(files["summary"], "w", encoding="utf-8") as fh:
         json.dump(summary, fh, indent=2)
     return summary

@@ -26,6 +26,7 @@ import numpy as np
 
 from sim.analysis.rest_model import RestModel, contact_function
 from sim.das3.kernels.step import IA, evaluate, new_plant_work
+from sim.das3.kinematics import conoid_attachments, landmarks, thorax_ellipsoid
 from sim.das3.model import N_LOADS, N_STATES, Das3Model
 
 AUTHORS_GIRDLE_RANGES_RAD = tuple((math.radians(lo), math.radians(hi)) for lo, hi in
@@ -92,6 +93,30 @@ def rest_reference(model: Das3Model) -> RestReference:
     evaluate(model.arrays, x, np.zeros(N_STATES), x[IA:], np.zeros(N_LOADS), W)
     length = float(np.linalg.norm(W.mb.conoid_PI[:, 0] - W.mb.conoid_PO[:, 0]))
     return RestReference(contact_function(model.arrays, W), length)
+
+
+@dataclass(frozen=True)
+class PassiveLoadHistory:
+    """Per posture of a run: E of TS and AI (n, 2; < 0 inside the thorax) and the conoid's elongation from its
+    length at the published equilibrium (n,), m; with the maximum-moment limits (:data:`MAXIMAL_EFFORT`) to
+    compare them with: the rest depth and the elongation to failure."""
+
+    contact_e: np.ndarray
+    conoid_elongation_m: np.ndarray
+    contact_e_min: float
+    conoid_elongation_max_m: float
+
+
+def passive_load_history(model: Das3Model, q: np.ndarray) -> PassiveLoadHistory:
+    """E = sum(((P - c) / a)^2) - 1 at TS and AI (spec "Scapulothoracic contact") and |P_I - P_O| - L_rest of the
+    conoid for postures ``q`` (n, 11), from the kinematics alone (:mod:`sim.das3.kinematics`)."""
+    centre, axes = thorax_ellipsoid(model.arrays)
+    points = landmarks(model.arrays, q)[:, 2:4]               # TS, AI
+    contact_e = np.sum(((points - centre) / axes) ** 2, axis=2) - 1.0
+    origin, insertion = conoid_attachments(model.arrays, q)
+    elongation = np.linalg.norm(insertion - origin, axis=1) - rest_reference(model).conoid_length_m
+    return PassiveLoadHistory(contact_e, elongation, float(contact_bound(model, MAXIMAL_EFFORT)),
+                              float(MAXIMAL_EFFORT.conoid_elongation_max_m))
 
 
 def contact_bound(model: Das3Model, limits: PassiveLimits) -> float | None:

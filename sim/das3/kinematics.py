@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.das3.model import N_DOF, N_FRAMES, RADIUS_FRAME, SCAPULA_FRAME, ModelArrays, joint_location
+from sim.das3.model import CLAVICLE_FRAME, N_DOF, N_FRAMES, RADIUS_FRAME, SCAPULA_FRAME, ModelArrays, joint_location
 
 #: The points of :func:`landmarks`, in order: SC and AC joints, the scapula's TS and AI, GH centre, elbow,
 #: proximal radioulnar joint, wrist, hand (centre of mass).
@@ -60,6 +60,14 @@ def glenoid_axis(arrays: ModelArrays, q: np.ndarray) -> np.ndarray:
     """The glenoid's x axis (humeral-head centre towards the glenoid), thorax frame: (n, 3) unit vectors."""
     R, _ = frames(arrays, q)
     return R[:, SCAPULA_FRAME] @ arrays.glenoid[0]
+
+
+def conoid_attachments(arrays: ModelArrays, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The conoid ligament's origin on the clavicle and insertion on the scapula (spec "Conoid ligament"),
+    thorax frame, m: two (n, 3) arrays."""
+    R, P = frames(arrays, q)
+    con = np.asarray(arrays.conoid, np.float64)
+    return _at(R, P, CLAVICLE_FRAME, con[0:3]), _at(R, P, SCAPULA_FRAME, con[3:6])
 
 
 def thorax_ellipsoid(arrays: ModelArrays) -> tuple[np.ndarray, np.ndarray]:

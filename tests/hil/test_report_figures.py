@@ -1,7 +1,8 @@
 """What a reader looks for in the figures of ``hil report`` (hil.reports.run_report) and in the static-optimisation
 figure (hil.reports.analysis_output), checked on the figures' own artists: the stimulation panels and the
 controller's target beside the joint angles, the GH-unstable ticks and the time colour map of the glenoid, the
-deadline and p99 on the lateness histogram, and the static-opt legend clear of the glenoid."""
+deadline and p99 on the lateness histogram, the static-opt legend clear of the glenoid, and the passive loads
+(contact depth, conoid elongation) against the analysis limits."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -15,7 +16,9 @@ from hil.config import service_config_from_dict
 from hil.recording.hilrec import read_run_recording
 from hil.reports import run_report
 from hil.reports.analysis_output import solution_figure
+from hil.reports.passive_loads_figure import DEPTH_TOLERANCE_E, passive_loads_figure, passive_loads_summary
 from hil.reports.run_metrics import config_target
+from sim.analysis.passive_limits import PassiveLoadHistory, passive_load_history
 
 RECORDING = Path(__file__).resolve().parents[1] / "data" / "elbow-hold-v0.4.hilrec"
 """An elbow-hold run: PID on the biceps and triceps channels towards target_deg = 90 in its recorded config."""
@@ -123,3 +126,32 @@ def test_static_opt_legend_leaves_the_glenoid_clear(plt, model):
     marker = gx.transData.transform((15.0, -20.0))
     assert gx.get_window_extent().contains(*marker)
     plt.close(fig)
+
+
+def test_passive_loads_count_only_ticks_beyond_the_analysis_limits(plt):
+    rest = -0.02
+    e = np.array([[rest, -0.01], [rest - 0.5 * DEPTH_TOLERANCE_E, -0.01], [-0.01, rest - 0.003], [-0.03, -0.04]])
+    history = PassiveLoadHistory(e, np.array([0.0, 7.8e-3, 7.9e-3, 9e-3]), rest, 7.7e-3)
+    summary = passive_loads_summary(history)
+    assert summary["ticks_deeper_than_rest"] == 2            # the last two; the second is within the tolerance
+    assert summary["ticks_conoid_beyond_failure"] == 3
+    assert summary["contact_e_min"] == {"TS": -0.03, "AI": -0.04}
+    assert summary["conoid_elongation_max_mm"] == pytest.approx(9.0)
+    frame = np.zeros(4, [("st_contact_force", float, (2, 3))])
+    frame["st_contact_force"][:, 0, 2] = [1.0, 2.0, 3.0, 4.0]
+    fig = passive_loads_figure(plt, np.arange(4) * 0.004, frame, history)
+    depth, force, conoid = fig.axes
+    limit = [line for line in depth.lines if line.get_label().startswith("rest depth")]
+    assert len(limit) == 1 and np.allclose(limit[0].get_ydata(), rest)
+    np.testing.assert_allclose(force.lines[0].get_ydata(), [1.0, 2.0, 3.0, 4.0])
+    np.testing.assert_allclose(conoid.lines[0].get_ydata(), [0.0, 7.8, 7.9, 9.0])
+    plt.close(fig)
+
+
+def test_report_of_a_das3_run_gives_its_passive_loads(tmp_path, model):
+    summary = run_report.make_report(str(RECORDING), str(tmp_path))
+    ticks = read_run_recording(str(RECORDING)).read("ticks")
+    history = passive_load_history(model, ticks["frame"]["q"])
+    assert summary["passive_loads"] == passive_loads_summary(history)
+    assert summary["passive_loads"]["contact_e_min"]["TS"] == pytest.approx(history.contact_e[:, 0].min())
+    assert Path(summary["files"]["passive_loads"]).stat().st_size > 10_000
