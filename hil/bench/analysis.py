@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import os
 import platform
+import resource
 import time
 
 import numpy as np
@@ -13,6 +14,7 @@ import numpy as np
 from hil.bench.platform import cpu_model, steal_s
 from sim.analysis import max_moment as mm
 from sim.analysis import static_opt as so
+from sim.analysis.start_pool import default_workers
 from sim.das3.model import load_model
 
 STATIC_ELEVATIONS_DEG = (30.0, 60.0, 90.0)
@@ -33,22 +35,29 @@ def total_steal_s() -> float | None:
     return None if any(r is None for r in readings) else sum(readings)
 
 
+def cpu_time_s() -> float:
+    """CPU time of this process and of its finished child processes (a sweep's workers), s."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
 def _steal_ms(before: float | None) -> float | None:
     after = total_steal_s()
     return None if before is None or after is None else round((after - before) * 1e3, 1)
 
 
-def bench_sweep(model, task_name: str, every: int) -> dict:
-    """One task's sweep (:func:`sim.analysis.max_moment.sweep`, its default settings): wall time, the number
-    of solves (every start of every pass) and, per angle, the returned point's moment, iterations, time and
-    checks."""
+def bench_sweep(model, task_name: str, every: int, workers: int = 1) -> dict:
+    """One task's sweep (:func:`sim.analysis.max_moment.sweep`, its default settings on ``workers``
+    processes, as ``hil analyze max-moment`` runs it): wall time, CPU time (this process and its workers), the
+    number of solves (every start of every pass) and, per angle, the returned point's moment, iterations, time
+    and checks."""
     angles = default_angles_deg(mm.TASKS[task_name], every)
-    steal, t0 = total_steal_s(), time.perf_counter()
-    points = mm.sweep(model, mm.TASKS[task_name], np.radians(angles))
-    wall = time.perf_counter() - t0
+    steal, t0, cpu0 = total_steal_s(), time.perf_counter(), cpu_time_s()
+    points = mm.sweep(model, mm.TASKS[task_name], np.radians(angles), mm.SweepSettings(workers=workers))
+    wall, cpu = time.perf_counter() - t0, cpu_time_s() - cpu0
     optima = [getattr(p, "optima", None) for p in points]
     solves = sum(len(o.found) + len(o.failed) for o in optima if o is not None)
-    return {"task": task_name, "wall_s": wall, "solves": solves, "steal_ms": _steal_ms(steal),
+    return {"task": task_name, "wall_s": wall, "cpu_s": cpu, "workers": workers, "solves": solves, "steal_ms": _steal_ms(steal),
             "points": [_point_row(a, p) for a, p in zip(angles, points)]}
 
 
@@ -77,15 +86,17 @@ def bench_static(model, criterion: str, elevation_deg: float) -> dict:
 
 
 def analysis_bench(task_names, every: int, criteria: str, elevations_deg) -> dict:
-    """Every requested sweep and static-optimisation posture, timed one after the other in this process
-    (the model's compiled kernels are loaded and warmed by one evaluation first)."""
+    """Every requested sweep and static-optimisation posture, timed one after the other (the sweeps on
+    :func:`sim.analysis.start_pool.default_workers` processes; the model's compiled kernels are loaded and
+    warmed by one evaluation first)."""
     import numba
 
     model = load_model()
     so.start_posture(model, so.Posture(0.0, math.radians(30.0), 0.0, 0.0, 0.0), None)     # warm the kernels
     steal = total_steal_s()
     statics = [bench_static(model, c, e) for c in criteria for e in elevations_deg]
-    sweeps = [bench_sweep(model, name, every) for name in task_names]
-    return {"cpu": cpu_model(), "cpu_count": os.cpu_count(), "load_average": os.getloadavg(),
+    workers = default_workers()
+    sweeps = [bench_sweep(model, name, every, workers) for name in task_names]
+    return {"cpu": cpu_model(), "cpu_count": os.cpu_count(), "workers": workers, "load_average": os.getloadavg(),
             "python": platform.python_version(), "numpy": np.__version__, "numba": numba.__version__,
             "static": statics, "sweeps": sweeps, "steal_ms": _steal_ms(steal)}

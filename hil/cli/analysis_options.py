@@ -6,7 +6,7 @@ from __future__ import annotations
 import csv
 import math
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Optional
 
 import numpy as np
 import typer
@@ -102,6 +102,19 @@ Seed = Annotated[int, typer.Option(help="Seed of the random starts.")]
 ContactEMin = Annotated[str, typer.Option(help=LIMIT_HELP["contact"])]
 ConoidElongationMm = Annotated[str, typer.Option(help=LIMIT_HELP["conoid"])]
 GirdleRanges = Annotated[str, typer.Option(help=LIMIT_HELP["ranges"])]
+Workers = Annotated[Optional[int], typer.Option(help="Processes solving independent starts at once (default: "
+                                                     "the CPU count, at most 2); the results do not depend on it.")]
+
+
+def sweep_workers(workers: int | None) -> int:
+    """``--workers`` -> a worker count (None: sim.analysis.start_pool.default_workers)."""
+    from sim.analysis.start_pool import MAX_WORKERS, default_workers
+
+    if workers is None:
+        return default_workers()
+    if not 1 <= workers <= MAX_WORKERS:
+        raise BadInputError(f"--workers must be in 1..{MAX_WORKERS}, not {workers}")
+    return workers
 
 
 def start_plan(random_starts: int, seed: int):

@@ -14,11 +14,13 @@ from hil.cli.analysis_options import (
     GirdleRanges,
     RandomStarts,
     Seed,
+    Workers,
     optima_note,
     parse_angles,
     parse_limits,
     report_solution,
     start_plan,
+    sweep_workers,
 )
 from hil.cli.common import BadInputError, ExitCode, error, load_model_options, out_console, user_errors
 
@@ -37,6 +39,7 @@ def max_moment(
     contact_e_min: ContactEMin = "rest",
     conoid_elongation_mm: ConoidElongationMm = "7.7",
     girdle_ranges: GirdleRanges = "authors",
+    workers: Workers = None,
     model_config: Annotated[Optional[Path], typer.Option(help="Model options TOML.")] = None,
 ) -> None:
     """Maximum isometric moment of a task over its angle range (Chadwick 2014 §II-F, Figs. 4-8), each angle
@@ -54,7 +57,8 @@ def max_moment(
         chosen = {name: parse_angles(angles or ":".join(f"{v:g}" for v in TASKS[name].default_angles_deg))
                   for name in names}
         settings = SweepSettings(plan=start_plan(random_starts, seed), gh_limit=gh_limit,
-                                 limits=parse_limits(contact_e_min, conoid_elongation_mm, girdle_ranges))
+                                 limits=parse_limits(contact_e_min, conoid_elongation_mm, girdle_ranges),
+                                 workers=sweep_workers(workers))
         model = load_model(load_model_options(model_config))
         out.mkdir(parents=True, exist_ok=True)
         failed, summary, sweeps = 0, [], {}

@@ -422,15 +422,16 @@ def _print_analysis(doc: dict) -> None:
                           f"{r['cost']:.4g}", "passed" if r["passed"] else "FAILED")
         console.print(table)
     if doc["sweeps"]:
-        table = Table(title="Maximum-moment sweeps (default settings; goal <= 60 s per task)")
+        table = Table(title=f"Maximum-moment sweeps (default settings, {doc['workers']} worker(s); "
+                            "goal <= 60 s per task)")
         table.add_column("task", no_wrap=True, min_width=max(len(s["task"]) for s in doc["sweeps"]))
-        for col in ("angles", "solves", "wall (s)", "s per solve", "iterations per point", "failed"):
+        for col in ("angles", "solves", "wall (s)", "CPU (s)", "s per solve", "iterations per point", "failed"):
             table.add_column(col, justify="right")
         for s in doc["sweeps"]:
             its = " ".join(str(p["iterations"]) for p in s["points"])
             failed = ", ".join(f"{p['angle_deg']:g}" for p in s["points"] if not p["passed"]) or "-"
             table.add_row(s["task"], str(len(s["points"])), str(s["solves"]), f"{s['wall_s']:.1f}",
-                          f"{s['wall_s'] / max(s['solves'], 1):.2f}", its, failed)
+                          f"{s['cpu_s']:.1f}", f"{s['wall_s'] / max(s['solves'], 1):.2f}", its, failed)
         console.print(table)
     console.print(f"CPU: {doc['cpu']} ({doc['cpu_count']} logical), load average "
                   f"{', '.join(f'{v:.2f}' for v in doc['load_average'])}, steal over the run: {doc['steal_ms']} ms; "

@@ -20,10 +20,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from sim.analysis import static_opt as so
-from sim.analysis.multistart import LocalOptima, StartPlan, girdle_starts, solve_from_starts
+from sim.analysis.multistart import LocalOptima, StartPlan, attempt, best_of_results, girdle_starts
 from sim.analysis.passive_limits import MAXIMAL_EFFORT, PassiveLimits
 from sim.analysis.solver import MAX_MOMENT_SETTINGS
-from sim.das3.model import N_DOF, Das3Model
+from sim.analysis.start_pool import MAX_WORKERS, SolvePool
+from sim.das3.model import N_DOF, N_MUS, Das3Model
 
 DEG = math.pi / 180.0
 NEUTRAL_PRONATION_RAD = 90.0 * DEG
@@ -88,6 +89,7 @@ class MaxMomentPoint:
     solution: so.StaticSolution    # the rest state, the five moments, the checks
     warm_start: str = "published"  # the start of the kept solve (sim.analysis.multistart)
     optima: LocalOptima | None = None
+    z: np.ndarray | None = None    # the optimiser's unknowns at the solution (free angles, alpha, moments)
 
     @property
     def moment_nm(self) -> float:
@@ -109,13 +111,17 @@ def task_posture(task: Task, angle_rad: float) -> so.Posture:
 def solve_max_moment(model: Das3Model, task: Task, angle_rad: float, gh_limit: float = 0.0,
                      q_start: np.ndarray | None = None, settings: so.SolverSettings = MAX_MOMENT_SETTINGS,
                      tolerances: so.Tolerances = so.Tolerances(),
-                     limits: PassiveLimits = MAXIMAL_EFFORT) -> MaxMomentPoint:
+                     limits: PassiveLimits = MAXIMAL_EFFORT,
+                     alpha_moments: np.ndarray | None = None) -> MaxMomentPoint:
     """The maximum isometric moment of ``task`` at ``angle_rad`` from one start (``q_start`` or the
-    published equilibrium) within ``limits``; raises so.StaticOptError (with the checked solution) when the
-    result fails the checks."""
+    published equilibrium; ``alpha_moments``: the activation fractions and moments to start from, e.g. a
+    neighbouring angle's, else 0) within ``limits``; raises so.StaticOptError (with the checked solution)
+    when the result fails the checks."""
     t_start = time.perf_counter()
     posture = task_posture(task, angle_rad)
     rest, z, cons = so.rest_problem(model, posture, None, gh_limit, q_start, so.N_MOMENTS, limits)
+    if alpha_moments is not None:
+        z[rest.layout.n_q:] = alpha_moments
     k = rest.layout.moments.start + task.load
     grad = np.zeros(rest.layout.size)
     grad[k] = task.direction
@@ -126,14 +132,15 @@ def solve_max_moment(model: Das3Model, task: Task, angle_rad: float, gh_limit: f
     z, iterations = so.optimise(rest, objective, lambda z: grad, z, cons, settings, tolerances, floor=10.0)
     sol = so.finish(rest, z, posture, f"max-moment:{task.load}", -objective(z), gh_limit, iterations,
                     t_start, tolerances)
-    return MaxMomentPoint(angle_rad, sol)
+    return MaxMomentPoint(angle_rad, sol, z=z)
 
 
 @dataclass(frozen=True)
 class SweepSettings:
     """How a sweep looks for the global maximum at each angle: ``plan``'s starts at every angle, then
     continuation passes (down, up, ...) from the neighbours until one raises no moment by more than
-    ``improvement`` (relative) or after ``max_passes``."""
+    ``improvement`` (relative) or after ``max_passes``. ``workers``: processes solving independent starts at
+    once (:mod:`sim.analysis.start_pool`; the points do not depend on it)."""
 
     plan: StartPlan = StartPlan()
     max_passes: int = 3
@@ -141,60 +148,116 @@ class SweepSettings:
     gh_limit: float = 0.0
     limits: PassiveLimits = MAXIMAL_EFFORT
     solver: so.SolverSettings = MAX_MOMENT_SETTINGS
+    workers: int = 1
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.workers <= MAX_WORKERS:
+            raise ValueError(f"workers must be in 1..{MAX_WORKERS}")
 
 
 def sweep(model: Das3Model, task: Task, angles_rad, settings: SweepSettings = SweepSettings()) -> list:
     """One MaxMomentPoint (or the failed angle's StaticOptError) per angle, each the best checked optimum
     over its starts (:mod:`sim.analysis.multistart`) and the continuation passes, with every optimum
-    found in ``point.optima``."""
-    angles = [float(a) for a in angles_rad]
-    optima = [LocalOptima(lower_is_better=False) for _ in angles]
-    best: list = [None] * len(angles)
-    for i in range(len(angles)):
-        starts = girdle_starts(model, settings.plan, i, settings.limits)
-        below = _nearest_checked_posture(best, i, -1)
-        starts += [] if below is None else [("angle below", below)]
-        best[i] = _best_of(model, task, angles[i], starts, optima[i], settings)
-    for n_pass in range(1, settings.max_passes + 1):
-        step = 1 if n_pass % 2 == 0 else -1
-        order = range(1, len(angles)) if step == 1 else range(len(angles) - 2, -1, -1)
-        improved = False
-        for i in order:
-            q = _nearest_checked_posture(best, i, -step)
-            if q is None:
+    found in ``point.optima``. A continuation starts from the neighbour's whole solution (angles, activation
+    fractions, moments); one already solved from at that angle is not solved again."""
+    with SolvePool(model, settings.workers) as pool:
+        run = _SweepRun(model, task, [float(a) for a in angles_rad], settings, pool)
+        run.first_pass()
+        for n_pass in range(1, settings.max_passes + 1):
+            if not run.continuation_pass(1 if n_pass % 2 == 0 else -1):
+                break
+    return run.points()
+
+
+class _SweepRun:
+    """One sweep's state: per angle the best point so far, the optima found and the starts solved from."""
+
+    def __init__(self, model: Das3Model, task: Task, angles: list, settings: SweepSettings, pool: SolvePool):
+        self.model, self.task, self.angles, self.settings, self.pool = model, task, angles, settings, pool
+        self.optima = [LocalOptima(lower_is_better=False) for _ in angles]
+        self.tried: list[set] = [set() for _ in angles]
+        self.best: list = [None] * len(angles)
+
+    def submit(self, i: int, start: tuple, urgent: bool = True) -> int:
+        """Queue the solve at angle i from ``start`` = (q or None, alpha_moments or None)."""
+        self.tried[i].add(_start_key(*start))
+        return self.pool.submit(solve_start, self.task, self.angles[i], *start, self.settings, urgent=urgent)
+
+    def first_pass(self) -> None:
+        """Every angle from the plan's starts (all queued at once) and, upwards, the angle below's best."""
+        plan, limits = self.settings.plan, self.settings.limits
+        queued = [[(label, self.submit(i, (q, None), urgent=False))
+                   for label, q in girdle_starts(self.model, plan, i, limits)] for i in range(len(self.angles))]
+        for i, starts in enumerate(queued):
+            below = _nearest_checked_point(self.best, i, -1)
+            if below is not None:
+                starts.append(("angle below", self.submit(i, _continuation(below))))
+            self.best[i] = _best_of(self.pool, starts, self.optima[i])
+
+    def continuation_pass(self, step: int) -> bool:
+        """Each angle from its neighbour's best on the side -step (sweeping in direction ``step``); True if
+        a point rose by more than the settings' ``improvement``."""
+        n, improved = len(self.angles), False
+        label = "angle below" if step == 1 else "angle above"
+        for i in (range(1, n) if step == 1 else range(n - 2, -1, -1)):
+            neighbour = _nearest_checked_point(self.best, i, -step)
+            if neighbour is None or _start_key(*_continuation(neighbour)) in self.tried[i]:
                 continue
-            label = "angle below" if step == 1 else "angle above"
-            candidate = _best_of(model, task, angles[i], [(label, q)], optima[i], settings)
-            improved |= _gain(best[i], candidate) > settings.improvement
-            best[i] = _larger(best[i], candidate)
-        if not improved:
-            break
-    for point, found in zip(best, optima):
-        if isinstance(point, MaxMomentPoint):
-            point.optima, point.warm_start = found, found.best_label
-    return best
+            candidate = _best_of(self.pool, [(label, self.submit(i, _continuation(neighbour)))], self.optima[i])
+            improved |= _gain(self.best[i], candidate) > self.settings.improvement
+            self.best[i] = _larger(self.best[i], candidate)
+        return improved
+
+    def points(self) -> list:
+        for point, found in zip(self.best, self.optima):
+            if isinstance(point, MaxMomentPoint):
+                point.optima, point.warm_start = found, found.best_label
+        return self.best
 
 
-def _best_of(model, task, angle, starts, optima: LocalOptima, settings: SweepSettings):
-    """The best checked point over ``starts`` (recorded in ``optima``), or the last StaticOptError."""
-    def solve(q):
-        return solve_max_moment(model, task, angle, settings.gh_limit, q, settings.solver, limits=settings.limits)
+def solve_start(model: Das3Model, task: Task, angle: float, q: np.ndarray | None, alpha_moments: np.ndarray | None,
+                settings: SweepSettings):
+    """One start of a sweep (a :class:`sim.analysis.start_pool.SolvePool` job): the MaxMomentPoint, or the
+    StaticOptError returned."""
+    def solve(q_start):
+        return solve_max_moment(model, task, angle, settings.gh_limit, q_start, settings.solver,
+                                limits=settings.limits, alpha_moments=alpha_moments)
 
+    return attempt(solve, q, so.StaticOptError)
+
+
+def _best_of(pool: SolvePool, starts: list, optima: LocalOptima):
+    """The best checked point over the (label, ticket) ``starts`` (recorded in ``optima``), or the last
+    StaticOptError."""
     try:
-        return solve_from_starts(solve, lambda p: p.moment_nm, starts, optima, so.StaticOptError)
+        return best_of_results(((label, pool.result(t)) for label, t in starts), lambda p: p.moment_nm,
+                               optima, so.StaticOptError)
     except so.StaticOptError as exc:
         return exc
 
 
-def _nearest_checked_posture(best: list, i: int, step: int) -> np.ndarray | None:
-    """The joint angles of the checked point nearest to angle i on the side ``step`` (-1 below, +1
-    above), past any failed angle; None if there is none."""
+def _nearest_checked_point(best: list, i: int, step: int) -> MaxMomentPoint | None:
+    """The checked point nearest to angle i on the side ``step`` (-1 below, +1 above), past any failed
+    angle; None if there is none."""
     j = i + step
     while 0 <= j < len(best):
         if isinstance(best[j], MaxMomentPoint):
-            return best[j].solution.x[:N_DOF]
+            return best[j]
         j += step
     return None
+
+
+def _continuation(point: MaxMomentPoint) -> tuple[np.ndarray, np.ndarray]:
+    """(joint angles, activation fractions and moments) of a neighbour's solution, as a start."""
+    return point.solution.x[:N_DOF], point.z[-(N_MUS + so.N_MOMENTS):]
+
+
+def _start_key(q: np.ndarray | None, alpha_moments: np.ndarray | None) -> bytes | None:
+    """Identifies a start: equal keys, equal solves."""
+    if q is None:
+        return None
+    tail = b"" if alpha_moments is None else np.asarray(alpha_moments, float).tobytes()
+    return np.asarray(q, float)[:N_DOF].tobytes() + tail
 
 
 def _gain(old, new) -> float:

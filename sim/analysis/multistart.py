@@ -105,13 +105,26 @@ def solve_from_starts(solve: Callable[[np.ndarray | None], object], value: Calla
                       failure: type[Exception]):
     """Run ``solve(q_start)`` from each (label, q) start; record each checked optimum's ``value`` in
     ``optima``; return the best result, or the last ``failure`` raised when none passed."""
+    attempts = ((label, attempt(solve, q, failure)) for label, q in starts)
+    return best_of_results(attempts, value, optima, failure)
+
+
+def attempt(solve: Callable[[np.ndarray | None], object], q: np.ndarray | None, failure: type[Exception]):
+    """``solve`` from the joint angles q (None: the solver's own start); its ``failure`` returned, not raised."""
+    try:
+        return solve(None if q is None else np.asarray(q, float)[:N_DOF])
+    except failure as exc:
+        return exc
+
+
+def best_of_results(results, value: Callable[[object], float], optima: LocalOptima, failure: type[Exception]):
+    """The best of (label, result or ``failure``) pairs in start order (the earlier start wins a tie), each
+    checked optimum's ``value`` recorded in ``optima``; raises the last failure when none passed."""
     best, error = None, None
-    for label, q in starts:
-        try:
-            result = solve(None if q is None else np.asarray(q, float)[:N_DOF])
-        except failure as exc:
+    for label, result in results:
+        if isinstance(result, failure):
             optima.failed.append(label)
-            error = exc
+            error = result
             continue
         optima.add(label, value(result))
         if best is None or _better(value(result), value(best), optima.lower_is_better):

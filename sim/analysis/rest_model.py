@@ -181,6 +181,12 @@ class RestModel:
         short = Ff < Fp                  # passive fibre already below REST_FIBRE_MIN: no active range
         Ff[short], dFf[short] = Fp[short], dFp[short]
         span = Ff - Fp
+        self._rest_parts = (q.copy(), L, Fp, dFp, dFf, span, np.array(loads))
+        return self._state_at(alpha)
+
+    def _state_at(self, alpha):
+        """(F, dF/dL, span, x) at alpha with the posture and rest forces of the last :meth:`_state_of`."""
+        q, L, Fp, dFp, dFf, span, loads = self._rest_parts
         F = Fp + alpha * span
         s, a = np.empty(N_MUS), np.empty(N_MUS)
         rest_state_from_force(self.A, L, F, s, a)
@@ -231,6 +237,17 @@ class RestModel:
         self._key, self._jac_outputs = key, None
         return self
 
+    def at_activation(self, alpha: np.ndarray):
+        """(F, f_eom, dF/dq, d f_eom/dq), the q-columns over the free DOFs at fixed alpha, at ``alpha`` and the
+        posture of the last :meth:`at`: the rest state (closed form) and one plant evaluation instead of a whole
+        :meth:`at` (the rows are built as there). The cache of :meth:`at` is invalidated."""
+        F, dF_dL, _, _ = self._state_at(np.asarray(alpha, float))
+        self._key = None
+        G, free = self.moment_arms(), list(self.layout.free_dofs)
+        dF_dq = dF_dL[:, None] * G
+        J = self.W.st.Aq + G.T @ ((self.fmax * self.W.mu.dF4)[:, None] * G) - G.T @ dF_dq
+        return F, self.W.st.f[IQD:IS].copy(), dF_dq[:, free], J[:, free]
+
     def _kinematic_jacobians(self) -> None:
         """Contact E, contact and conoid force magnitudes and their q-rows, exact from the dual slots of the
         last evaluation (each depends on q only)."""
@@ -239,6 +256,7 @@ class RestModel:
         conoid, dK = magnitude_and_jacobian(mb.conoid_F)
         self.conoid_force_n = float(conoid)
         self._dq_rows = (contact_function_jacobian(self.A, self.W), dC, dK)
+        self.J_contact_e = self._zjac(self._dq_rows[0])
 
     def _zjac(self, d_dq: np.ndarray, d_dalpha: np.ndarray | None = None, d_dm: np.ndarray | None = None):
         """Assemble a Jacobian over z from its parts (q over all 11 DOFs; the free columns are kept)."""
@@ -305,25 +323,33 @@ class RestModel:
         A, W = self.A, self.W
         q, force = self.x[IQ:IQD], self.force[np.asarray(A.gh_muscle)]
         S, distal = W.mb.R[SCAPULA_FRAME], W.mb.gh_force_world
-        d = np.zeros(N_DOF)
-        for j in self.layout.free_dofs:
-            units = []
-            for step in (self.FD_STEP, -self.FD_STEP):
+        free = self.layout.free_dofs
+        raw = np.empty((len(free), 2, W.out.loa.shape[0]))
+        for r, j in enumerate(free):
+            for c, step in enumerate((self.FD_STEP, -self.FD_STEP)):
                 qj = q.copy()
                 qj[j] += step
-                units.append(self._unit_lines_of_action(qj))
-            du = (units[0] - units[1]) / (2 * self.FD_STEP)
-            d[j] = self._dstab_dgh @ (S[:, :, slot_q(j)].T @ distal + du.T @ force)
-        self._unit_lines_of_action(q)          # the workspace back at z
+                raw[r, c] = self._lines_of_action(qj)
+        units = unit_rows(raw.reshape(len(free), 2, raw.shape[2] // 3, 3))
+        du = (units[:, 0] - units[:, 1]) / (2 * self.FD_STEP)
+        d = np.zeros(N_DOF)
+        for r, j in enumerate(free):
+            d[j] = self._dstab_dgh @ (S[:, :, slot_q(j)].T @ distal + du[r].T @ force)
+        self._lines_of_action(q)          # the workspace back at z
         return d
 
-    def _unit_lines_of_action(self, q: np.ndarray) -> np.ndarray:
-        """(n_gh, 3) unit GH lines of action at q (the outputs recomputed with the monomials of q)."""
+    def _lines_of_action(self, q: np.ndarray) -> np.ndarray:
+        """(3 n_gh,) GH line-of-action fits at q, rows 3 k + c (the outputs recomputed with the monomials of
+        q; the workspace's array, valid until the next evaluation)."""
         fill_monomials(self.A, q, self.W.mu.mono)
         compute_outputs(self.A, self.W)
-        loa = np.array(self.W.out.loa).reshape(-1, 3)
-        norm = np.linalg.norm(loa, axis=1)
-        return loa / np.where(norm > 0.0, norm, 1.0)[:, None]
+        return self.W.out.loa
+
+
+def unit_rows(v: np.ndarray) -> np.ndarray:
+    """v (..., 3) scaled to unit length along the last axis (zero rows stay zero)."""
+    norm = np.linalg.norm(v, axis=-1)
+    return v / np.where(norm > 0.0, norm, 1.0)[..., None]
 
 
 def crosses_any(model: Das3Model, dofs) -> np.ndarray:

@@ -21,6 +21,9 @@ class SolverSettings:
     ftol: float = 1e-10
     restarts: int = 2        # SLSQP runs again from its last point (a fresh quasi-Newton matrix) if the
                              # constraints are not met there
+    reduced: bool = True     # static optimisation (a), (b) and (d)'s first stage over the angles alone
+                             # (sim.analysis.reduced_static); False: the full-space SLSQP
+    polish_iterations: int = 200  # at most this many full-space SLSQP iterations after a reduced solve (0: none)
 
 
 MAX_MOMENT_SETTINGS = SolverSettings(ftol=1e-6)

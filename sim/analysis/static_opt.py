@@ -24,9 +24,9 @@ Constraints:
 Criteria (van der Helm 1994, "Results" (a)-(d)), F the muscle-tendon force (passive included; the 1994
 model had none) and PCSA = Fmax / 100 N/cm² (Chadwick 2014 App. A): (a) Σ F², (b) Σ (F/PCSA)²,
 (c) Σ a², which at zero velocity is Σ (F_CE,active / (Fmax f_FL(Lce)))², the paper's Σ (F/Fmax(l))² for the
-active part; (d) max F/PCSA as an epigraph (min t, F/PCSA <= t), then criterion (b) among the solutions
-within 1e-6 of that t, since the max alone leaves every muscle below it undetermined (the paper's
-"numerically unstable").
+active part; (d) max F/PCSA as an epigraph (min t, F/PCSA <= t) started from criterion (b)'s optimum (a
+balanced point whose largest stress bounds t from above), then criterion (b) among the solutions within 1e-6
+of that t, since the max alone leaves every muscle below it undetermined (the paper's "numerically unstable").
 """
 from __future__ import annotations
 
@@ -46,6 +46,7 @@ from sim.analysis.passive_limits import (
     limit_constraints,
     pad_columns,
 )
+from sim.analysis.reduced_static import ReducedSolveError, solve_reduced
 from sim.analysis.rest_model import (
     Layout,
     RestModel,
@@ -280,27 +281,74 @@ def solve_static(model: Das3Model, posture: Posture, loads=None, criterion: str 
     """Muscle activations (and, with ``posture.girdle`` None, the girdle angles) that hold ``posture``
     under ``loads`` at minimum ``criterion`` with GH stability <= ``gh_limit`` (None: unconstrained).
     ``q_start``: the 11 angles to start from (e.g. the previous posture's, for a trajectory); ``limits``:
-    contact depth, conoid elongation and girdle ranges (:mod:`sim.analysis.passive_limits`). Raises :class:`StaticOptError` when the result fails :func:`check_state`."""
+    contact depth, conoid elongation and girdle ranges (:mod:`sim.analysis.passive_limits`). (a), (b) and (d)'s
+    first stage are solved over the angles alone and polished (:mod:`sim.analysis.reduced_static`) when
+    :func:`uses_reduced`, else or after :data:`REDUCED_FAILURES` by the full-space SLSQP from the same start.
+    Raises :class:`StaticOptError` when the result fails :func:`check_state`."""
     if criterion not in CRITERIA:
         raise StaticOptInputError(f"criterion must be one of {', '.join(CRITERIA)}, not {criterion!r}")
     t_start = time.perf_counter()
-    rest, z, cons = rest_problem(model, posture, loads, gh_limit, q_start, 0, limits)
-    iterations = 0
+    rest, z0, cons = rest_problem(model, posture, loads, gh_limit, q_start, 0, limits)
+    args = (rest, posture, criterion, gh_limit, z0, cons, settings, tolerances, t_start)
+    if uses_reduced(rest, criterion, settings):
+        try:
+            return _solve_from(*args, reduced=True)
+        except REDUCED_FAILURES:
+            pass
+    return _solve_from(*args, reduced=False)
+
+
+REDUCED_FAILURES = (ReducedSolveError, StaticOptError, ArithmeticError, ValueError, np.linalg.LinAlgError)
+"""After these (no vouched solution, a failed check, a numerical breakdown) the full-space solve takes over."""
+
+
+def _solve_from(rest: RestModel, posture: Posture, criterion: str, gh_limit, z0, cons, settings, tol, t_start,
+                reduced: bool) -> StaticSolution:
+    """:func:`solve_static` from z0, its first stage reduced (:func:`_reduced_then_polish`) or full-space."""
+    key = "b" if criterion == "d" else criterion
+    fun, jac = _criterion(rest, key)
+    if reduced:
+        z, iterations = _reduced_then_polish(rest, posture, key, gh_limit, z0, cons, settings, tol)
+    else:
+        z, iterations = optimise(rest, fun, jac, z0, cons, settings, tol, OBJECTIVE_FLOOR[key])
     if criterion == "d":
-        z, cap, iterations = _min_max_stress(rest, z, cons, settings)
-        cons.append(cap)
-    fun, jac = _criterion(rest, "b" if criterion == "d" else criterion)
-    z, its = optimise(rest, fun, jac, z, cons, settings, tolerances, OBJECTIVE_FLOOR["b" if criterion == "d" else criterion])
-    iterations += its
+        z, cap, its = _min_max_stress(rest, z, cons, settings)
+        z, capped_its = optimise(rest, fun, jac, z, cons + [cap], settings, tol, OBJECTIVE_FLOOR[key])
+        iterations += its + capped_its
     r = rest.at(z)
     cost = float(np.max(r.force / rest.fmax)) * SPECIFIC_TENSION_N_PER_CM2 if criterion == "d" else fun(z)
-    return finish(rest, z, posture, criterion, cost, gh_limit, iterations, t_start, tolerances)
+    return finish(rest, z, posture, criterion, cost, gh_limit, iterations, t_start, tol)
+
+
+def uses_reduced(rest: RestModel, criterion: str, settings: SolverSettings) -> bool:
+    """Whether :func:`solve_static` starts with the reduced solver (:mod:`sim.analysis.reduced_static`):
+    criteria (a), (b) and (d), the girdle free, no external moments and no contact-depth or conoid limit (the
+    reduced problem has none of those rows)."""
+    return (settings.reduced and criterion in ("a", "b", "d") and rest.layout.n_q > 0
+            and rest.layout.n_moments == 0 and not limit_constraints(rest, rest.limits))
+
+
+def _reduced_then_polish(rest: RestModel, posture: Posture, key: str, gh_limit, z0, cons, settings, tol):
+    """(z, iterations) of criterion ``key`` ((a) or (b)) by :func:`sim.analysis.reduced_static.solve_reduced`
+    from z0's angles, then at most ``settings.polish_iterations`` of the full-space SLSQP from there (kept only
+    if it meets the constraints and lowers the cost: it leaves a kink of the reduced value function)."""
+    weight = np.ones(N_MUS) if key == "a" else SPECIFIC_TENSION_N_PER_CM2 / rest.fmax
+    red = solve_reduced(rest, weight, OBJECTIVE_FLOOR[key], posture.th_target(), gh_limit, z0[:rest.layout.n_q],
+                        settings, tol.eom_nm)
+    z, iterations = red.z, red.iterations
+    if settings.polish_iterations > 0:
+        fun, jac = _criterion(rest, key)
+        polish = SolverSettings(max_iterations=settings.polish_iterations, ftol=settings.ftol, restarts=0)
+        zp, its = optimise(rest, fun, jac, z, cons, polish, tol, OBJECTIVE_FLOOR[key])
+        iterations += its
+        if fun(zp) < fun(z) and _satisfied(zp, cons, tol):
+            z = zp
+    return z, iterations
 
 
 def rest_problem(model: Das3Model, posture: Posture, loads, gh_limit: float | None, q_start, n_moments: int,
                  limits: PassiveLimits = MINIMAL_EFFORT):
-    """(RestModel, start z: the start posture's free angles, alpha = 0, M = 0, the constraints) of a
-    problem at ``posture`` with ``n_moments`` free external moments within ``limits``."""
+    """(RestModel, start z = [free angles | alpha 0 | M 0], constraints) at ``posture``, ``n_moments`` free."""
     check_inputs(posture, gh_limit)
     q0 = start_posture(model, posture, q_start, limits)
     layout = layout_for(posture, n_moments)
@@ -337,8 +385,9 @@ def check_inputs(posture: Posture, gh_limit: float | None) -> None:
 
 
 def _min_max_stress(rest: RestModel, z0: np.ndarray, cons: list, settings: SolverSettings):
-    """Criterion (d), stage 1: min t with F_i/PCSA_i <= t (epigraph; t the one extra variable).
-    Returns (z, the stage-2 constraint F/PCSA <= t (1 + 1e-6), iterations)."""
+    """Criterion (d), stage 1: min t with F_i/PCSA_i <= t (epigraph; t the one extra variable) from z0
+    (criterion (b)'s optimum in :func:`solve_static`). Returns (z, the stage-2 constraint
+    F/PCSA <= t (1 + 1e-6), iterations)."""
     n = rest.layout.size
     stress = SPECIFIC_TENSION_N_PER_CM2 / rest.fmax
     epigraph = {"type": "ineq", "fun": lambda z: z[n] - stress * rest.at(z[:n]).force,

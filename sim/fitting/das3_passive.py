@@ -358,12 +358,15 @@ cos(e) = 0 in :func:`generalized_forces`), axial rotation 0, elbow 60 deg and th
 shoulder tasks of :data:`sim.analysis.max_moment.TASKS`."""
 
 PLANE_TASKS = {
-    "horizontal-flexion": mm.Task(0, +1, "plane_of_elevation", HORIZONTAL_POSTURE, (-30, 120, 15),
+    "horizontal-flexion": mm.Task(0, +1, "plane_of_elevation", HORIZONTAL_POSTURE, (-30, 90, 15),
                                   "(none: this project's task)"),
-    "horizontal-extension": mm.Task(0, -1, "plane_of_elevation", HORIZONTAL_POSTURE, (-30, 120, 15),
+    "horizontal-extension": mm.Task(0, -1, "plane_of_elevation", HORIZONTAL_POSTURE, (-30, 90, 15),
                                     "(none: this project's task)"),
 }
 """Maximum isometric moments about the thorax Y axis, this project's own tasks (Chadwick et al. 2014 have none
 for the plane of elevation, and no published data are compared): +1 = increasing plane of elevation, the arm
 moving forwards (horizontal flexion), as plane 90 deg is forward flexion (:data:`sim.analysis.max_moment.
-SAGITTAL_PLANE_RAD`). Swept with :func:`sim.analysis.max_moment.sweep`."""
+SAGITTAL_PLANE_RAD`). Swept with :func:`sim.analysis.max_moment.sweep` from -30 to 90 deg: beyond the sagittal
+plane, across the body, the arm horizontal cannot be held within the authors' girdle ranges
+(:data:`sim.analysis.passive_limits.AUTHORS_GIRDLE_RANGES_RAD`) and the GH joint's: at 105 and 120 deg GHz sits
+at its range end with ACz or SCy at a range end, and the thoracohumeral posture is missed)."""

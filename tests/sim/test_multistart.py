@@ -6,7 +6,8 @@ import math
 import numpy as np
 import pytest
 
-from sim.analysis.multistart import LocalOptima, StartPlan, random_girdles, solve_from_starts
+from sim.analysis.multistart import LocalOptima, StartPlan, best_of_results, random_girdles, solve_from_starts
+from sim.analysis.start_pool import SolvePool
 
 
 def _ranges():
@@ -56,3 +57,26 @@ def test_solve_from_starts_keeps_the_best_and_counts_failures():
     assert optima.failed == ["bad"] and optima.best_label == "good"
     with pytest.raises(Failed):
         solve_from_starts(solve, lambda v: v, [("bad", np.full(11, -1.0))], LocalOptima(False), Failed)
+
+
+def test_best_of_results_keeps_the_first_of_equal_optima_and_the_last_failure():
+    class Failed(Exception):
+        pass
+
+    first, second = Failed("first"), Failed("second")
+    optima = LocalOptima(lower_is_better=False)
+    results = [("a", first), ("b", [2.0]), ("c", [2.0]), ("d", second), ("e", [1.0])]
+    best = best_of_results(results, lambda r: r[0], optima, Failed)
+    assert best is results[1][1] and optima.failed == ["a", "d"] and [v for _, v in optima.found] == [2.0, 2.0, 1.0]
+    with pytest.raises(Failed, match="second"):
+        best_of_results([("a", first), ("d", second)], lambda r: r[0], LocalOptima(False), Failed)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_pool_returns_each_job_by_its_ticket_whatever_order_it_is_asked(workers):
+    """job(model, *args) = pow(model, k); results asked for in reverse order, some jobs urgent."""
+    with SolvePool(2, workers) as pool:
+        tickets = [pool.submit(pow, k, urgent=k % 3 == 0) for k in range(12)]
+        assert [pool.result(t) for t in reversed(tickets)] == [2 ** k for k in reversed(range(12))]
+    with pytest.raises(ValueError, match="workers"):
+        SolvePool(2, 0)
