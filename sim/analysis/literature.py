@@ -89,8 +89,10 @@ def spread_band(task_name: str, angles_rad) -> tuple[np.ndarray, np.ndarray]:
     for k, curve in enumerate(literature_curves(task_name)):
         inside = (angles >= curve.angle_rad.min() - 1e-9) & (angles <= curve.angle_rad.max() + 1e-9)
         values[k, inside] = np.interp(angles[inside], curve.angle_rad, curve.moment_nm)
-    with np.errstate(all="ignore"):
-        return np.nanmin(values, axis=0), np.nanmax(values, axis=0)
+    covered = np.isfinite(values).any(axis=0)
+    low, high = np.full(len(angles), np.nan), np.full(len(angles), np.nan)
+    low[covered], high[covered] = np.nanmin(values[:, covered], axis=0), np.nanmax(values[:, covered], axis=0)
+    return low, high
 
 
 def within_spread(task_name: str, angles_rad, moments_nm, margin: float = 0.2) -> np.ndarray:
