@@ -1,9 +1,10 @@
 """Helpers shared by the test modules (``from helpers import ...``; ``tests/`` is on ``sys.path`` through
 ``pythonpath`` in pyproject.toml): the repository's paths, the `hil` command in a subprocess, free ports,
-port files, sweep files, sensor-stream readers, loopback drivers and the process tree."""
+port files, sweep files, analysis postures, sensor-stream readers, loopback drivers and the process tree."""
 from __future__ import annotations
 
 import json
+import math
 import resource
 import socket
 import subprocess
@@ -19,12 +20,20 @@ import serial
 from drivers.controllers.loopback import LoopbackDriver
 from drivers.controllers.plugin import ControllerSettings
 from drivers.stimulators.sensor_stream import SensorStreamReader
+from sim.analysis.static_opt import Posture
 from sim.das3.model import DOF_NAMES
 
 ROOT = Path(__file__).resolve().parents[1]
 """The repository (the working directory of every `hil` subprocess)."""
 CONFIGS = ROOT / "configs"
 DATA = ROOT / "tests" / "data"
+
+
+def arm_posture(model, elevation_deg: float, plane_deg: float = 60.0) -> Posture:
+    """A static-optimisation posture: plane of elevation and elevation (deg), axial rotation 0, and the elbow and
+    forearm of the model's published equilibrium."""
+    eq = model.equilibrium_state
+    return Posture(math.radians(plane_deg), math.radians(elevation_deg), 0.0, float(eq[9]), float(eq[10]))
 
 
 def hil(*args, timeout: float = 300.0, **kw) -> subprocess.CompletedProcess:

@@ -26,7 +26,7 @@ import numpy as np
 from scipy.optimize import minimize
 
 from sim.analysis.passive_limits import dof_ranges
-from sim.analysis.rest_model import RestModel, angle_error
+from sim.analysis.rest_model import RestModel, angle_error, glenoid_stability, unit_rows
 from sim.analysis.solver import SolverSettings, one_blas_thread
 from sim.das3.model import N_DOF, N_MUS
 
@@ -140,22 +140,17 @@ def gh_stability_of_alpha(rest: RestModel, alpha0: np.ndarray):
     action u_i; spec "Outputs"), stability = (theta/theta_a)^2 + (phi/phi_a)^2 - 1 with theta = atan2(f_y, f_x),
     phi = atan2(f_z, f_x) of F_GH in the glenoid frame."""
     A = rest.A
-    glenoid, (ta, pa) = np.asarray(A.glenoid), np.asarray(A.gh_rim)
+    glenoid, rim = np.asarray(A.glenoid), np.asarray(A.gh_rim)
     base = np.array(rest.outputs["gh_force"])
-    loa = np.asarray(rest.W.out.loa).reshape(-1, 3)
-    units = loa / np.linalg.norm(loa, axis=1)[:, None]
+    units = unit_rows(np.asarray(rest.W.out.loa).reshape(-1, 3))
     idx = np.asarray(A.gh_muscle)
     a0, span = alpha0[idx].copy(), rest.span[idx].copy()
 
     def stab(alpha):
-        fx, fy, fz = glenoid @ (base + units.T @ ((alpha[idx] - a0) * span))
-        theta, phi = math.atan2(fy, fx), math.atan2(fz, fx)
-        d_theta = np.array([-fy, fx, 0.0]) / (fx * fx + fy * fy)
-        d_phi = np.array([-fz, 0.0, fx]) / (fx * fx + fz * fz)
-        grad_f = glenoid.T @ (2 * theta / ta ** 2 * d_theta + 2 * phi / pa ** 2 * d_phi)
+        value, grad_f = glenoid_stability(glenoid, rim, base + units.T @ ((alpha[idx] - a0) * span))
         g = np.zeros(N_MUS)
         g[idx] = (units @ grad_f) * span
-        return (theta / ta) ** 2 + (phi / pa) ** 2 - 1.0, g
+        return value, g
 
     return stab
 

@@ -288,16 +288,10 @@ class RestModel:
         """d stability / d F_i (138,): F_GH = ... + sum_i F_i d_i over the GH-crossing muscles (spec
         "Outputs"), stability = (theta/theta_a)^2 + (phi/phi_a)^2 - 1 of F_GH in the glenoid frame."""
         A, out = self.A, self.W.out
-        G, (ta, pa) = np.asarray(A.glenoid), np.asarray(A.gh_rim)
-        fx, fy, fz = G @ out.gh_force
-        theta, phi = math.atan2(fy, fx), math.atan2(fz, fx)
-        d_theta = np.array([-fy, fx, 0.0]) / (fx * fx + fy * fy)
-        d_phi = np.array([-fz, 0.0, fx]) / (fx * fx + fz * fz)
-        grad_F = G.T @ (2 * theta / ta ** 2 * d_theta + 2 * phi / pa ** 2 * d_phi)
+        _, grad_F = glenoid_stability(np.asarray(A.glenoid), np.asarray(A.gh_rim), out.gh_force)
         self._dstab_dgh = grad_F
-        loa = np.asarray(out.loa).reshape(-1, 3)
         d = np.zeros(N_MUS)
-        d[np.asarray(A.gh_muscle)] = (loa / np.linalg.norm(loa, axis=1)[:, None]) @ grad_F
+        d[np.asarray(A.gh_muscle)] = unit_rows(np.asarray(out.loa).reshape(-1, 3)) @ grad_F
         return d
 
     def output_jacobians(self, z: np.ndarray) -> OutputJacobians:
@@ -344,6 +338,19 @@ class RestModel:
         fill_monomials(self.A, q, self.W.mu.mono)
         compute_outputs(self.A, self.W)
         return self.W.out.loa
+
+
+def glenoid_stability(glenoid: np.ndarray, rim: np.ndarray, gh_force: np.ndarray) -> tuple[float, np.ndarray]:
+    """(stability, d stability / d F_GH (3,)) of the GH force F_GH (scapula frame): (theta/theta_a)^2 +
+    (phi/phi_a)^2 - 1 with theta = atan2(f_y, f_x), phi = atan2(f_z, f_x) of F_GH in the glenoid frame and
+    (theta_a, phi_a) = ``rim`` (spec "Outputs")."""
+    ta, pa = rim
+    fx, fy, fz = glenoid @ gh_force
+    theta, phi = math.atan2(fy, fx), math.atan2(fz, fx)
+    d_theta = np.array([-fy, fx, 0.0]) / (fx * fx + fy * fy)
+    d_phi = np.array([-fz, 0.0, fx]) / (fx * fx + fz * fz)
+    gradient = glenoid.T @ (2 * theta / ta ** 2 * d_theta + 2 * phi / pa ** 2 * d_phi)
+    return (theta / ta) ** 2 + (phi / pa) ** 2 - 1.0, gradient
 
 
 def unit_rows(v: np.ndarray) -> np.ndarray:

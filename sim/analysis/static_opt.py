@@ -56,10 +56,8 @@ from sim.analysis.rest_model import (
     shortest_valid_path,
     thoracohumeral_jacobian,
 )
-from sim.analysis.solver import OBJECTIVE_FLOOR, SolverSettings, run_slsqp, variable_scale
-from sim.analysis.solver import one_blas_thread as one_blas_thread  # re-export
+from sim.analysis.solver import OBJECTIVE_FLOOR, SolverSettings, run_slsqp, satisfied, variable_scale
 from sim.analysis.solver import optimise as solver_optimise
-from sim.analysis.solver import satisfied as _satisfied  # noqa: F401 (re-export)
 from sim.das3.dynamics import residual
 from sim.das3.kernels.outputs import compute_outputs
 from sim.das3.kernels.step import IA, IQ, IQD, IS, evaluate, new_plant_work
@@ -341,7 +339,7 @@ def _reduced_then_polish(rest: RestModel, posture: Posture, key: str, gh_limit, 
         polish = SolverSettings(max_iterations=settings.polish_iterations, ftol=settings.ftol, restarts=0)
         zp, its = optimise(rest, fun, jac, z, cons, polish, tol, OBJECTIVE_FLOOR[key])
         iterations += its
-        if fun(zp) < fun(z) and _satisfied(zp, cons, tol):
+        if fun(zp) < fun(z) and satisfied(zp, cons, tol):
             z = zp
     return z, iterations
 

@@ -49,6 +49,7 @@ from sim.analysis import max_moment as mm
 from sim.analysis import static_opt as so
 from sim.analysis.passive_limits import UNLIMITED
 from sim.analysis.rest_model import REST_FIBRE_MIN
+from sim.analysis.solver import run_slsqp, satisfied
 from sim.das3.kernels.outputs import compute_outputs
 from sim.das3.kernels.step import IA, IQ, IS, evaluate, new_plant_work
 from sim.das3.model import DOF_NAMES, LOAD_NAMES, N_LOADS, N_STATES, Das3Model
@@ -199,9 +200,9 @@ def holding_moments(model: Das3Model, posture: so.Posture, q_start: np.ndarray |
               for j in L.free_dofs] + [(None, None)] * L.n_moments
     y, iterations = z0[keep], 0
     for _ in range(1 + settings.restarts):
-        y, its = so.run_slsqp(fun, jac, y, reduced, bounds, settings, MOMENT_FLOOR_NM2)
+        y, its = run_slsqp(fun, jac, y, reduced, bounds, settings, MOMENT_FLOOR_NM2)
         iterations += its
-        if so._satisfied(y, reduced, tolerances):
+        if satisfied(y, reduced, tolerances):
             break
     return _finish(rest, full(y), posture, iterations, t_start, tolerances)
 

@@ -15,14 +15,9 @@ from sim.analysis.multistart import solve_static_best
 from sim.analysis.passive_limits import UNLIMITED, PassiveLimits, conoid_force_cap, contact_bound, dof_ranges
 from sim.das3.dynamics import residual
 from sim.das3.kernels.outputs import compute_outputs
-from sim.das3.model import LOAD_NAMES, MUS_LCEOPT, MUS_SEESLACK, N_STATES, load_model
+from sim.das3.model import LOAD_NAMES, MUS_LCEOPT, MUS_SEESLACK, N_STATES
 
 DEG = math.pi / 180
-
-
-@pytest.fixture(scope="module")
-def model():
-    return load_model()
 
 
 @pytest.fixture(scope="module")

@@ -2,31 +2,18 @@
 the envelope gradient, agreement with the full-space solve and the fallback to it."""
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
+from helpers import arm_posture
 from scipy.optimize import minimize
 
 from sim.analysis import reduced_static
 from sim.analysis import static_opt as so
 from sim.analysis.reduced_static import ReducedProblem, ReducedSolveError, solve_muscle_qp, solve_reduced
 from sim.analysis.solver import OBJECTIVE_FLOOR, SolverSettings
-from sim.das3.model import load_model
 
-DEG = math.pi / 180
 FULL = SolverSettings(reduced=False)
 REDUCED_PATH = ["reduced", f"full:{SolverSettings().polish_iterations}"]
-
-
-@pytest.fixture(scope="module")
-def model():
-    return load_model()
-
-
-def _posture(model, elevation_deg, plane_deg=60.0):
-    eq = model.equilibrium_state
-    return so.Posture(plane_deg * DEG, elevation_deg * DEG, 0.0, float(eq[9]), float(eq[10]))
 
 
 def _random_qp(seed, m=4, n=30, inequality=False):
@@ -78,7 +65,7 @@ def test_muscle_qp_multiplier_at_the_penalty_when_the_rows_cannot_be_met():
 @pytest.mark.parametrize("gh_limit", [0.0, -0.9])
 def test_envelope_gradient_matches_central_differences(model, gh_limit):
     """At criterion (b)'s reduced optimum (a balanced point; with the limit -0.9 the GH row binds there)."""
-    posture = _posture(model, 30.0)
+    posture = arm_posture(model, 30.0)
     rest, z0, _ = so.rest_problem(model, posture, None, gh_limit, None, 0)
     args = (rest, 100.0 / rest.fmax, OBJECTIVE_FLOOR["b"], posture.th_target(), gh_limit)
     q = solve_reduced(*args, z0[:rest.layout.n_q], SolverSettings(), 1e-6).z[:rest.layout.n_q]
@@ -99,7 +86,7 @@ def test_stall_stop_ends_at_a_balanced_point(model, monkeypatch):
     at such points (with the defaults it is a guard that the measured postures never reach)."""
     monkeypatch.setattr(reduced_static, "STALL_DROP", 1.0)
     monkeypatch.setattr(reduced_static, "STALL_BALANCE", 1e-2)
-    posture = _posture(model, 60.0)
+    posture = arm_posture(model, 60.0)
     rest, z0, _ = so.rest_problem(model, posture, None, 0.0, None, 0)
     result = solve_reduced(rest, 100.0 / rest.fmax, OBJECTIVE_FLOOR["b"], posture.th_target(), 0.0,
                            z0[:rest.layout.n_q], SolverSettings(), 1e-6)
@@ -110,7 +97,7 @@ def test_stall_stop_ends_at_a_balanced_point(model, monkeypatch):
 
 @pytest.mark.parametrize("criterion, elevation", [("b", 60.0), ("a", 90.0)])
 def test_reduced_and_full_space_reach_the_same_optimum(model, criterion, elevation, monkeypatch):
-    posture = _posture(model, elevation)
+    posture = arm_posture(model, elevation)
     full = so.solve_static(model, posture, criterion=criterion, settings=FULL)
     calls = _spy(monkeypatch)
     reduced = so.solve_static(model, posture, criterion=criterion, settings=SolverSettings(polish_iterations=0))
@@ -122,13 +109,13 @@ def test_issue_case_b_at_90_deg_in_the_scapular_plane(model, monkeypatch):
     """Issue 36: criterion (b), plane 45 deg, elevation 90 deg, where the full-space cold start once stopped
     at 35 335; the reduced solve reaches 19 522.3 cold (as the full-space solve now does)."""
     calls = _spy(monkeypatch)
-    sol = so.solve_static(model, _posture(model, 90.0, plane_deg=45.0), criterion="b")
+    sol = so.solve_static(model, arm_posture(model, 90.0, plane_deg=45.0), criterion="b")
     assert calls == REDUCED_PATH and sol.checks.passed
     assert sol.cost == pytest.approx(19522.3, abs=0.05)
 
 
 def test_gh_limit_binds_and_both_paths_agree(model, monkeypatch):
-    posture = _posture(model, 30.0)
+    posture = arm_posture(model, 30.0)
     full = so.solve_static(model, posture, criterion="b", gh_limit=-0.9, settings=FULL)
     calls = _spy(monkeypatch)
     reduced = so.solve_static(model, posture, criterion="b", gh_limit=-0.9)
@@ -140,7 +127,7 @@ def test_gh_limit_binds_and_both_paths_agree(model, monkeypatch):
 
 
 def test_criterion_d_starts_from_the_reduced_b(model, monkeypatch):
-    posture = _posture(model, 60.0)
+    posture = arm_posture(model, 60.0)
     full = so.solve_static(model, posture, criterion="d", settings=FULL)
     calls = _spy(monkeypatch)
     sol = so.solve_static(model, posture, criterion="d")
@@ -150,7 +137,7 @@ def test_criterion_d_starts_from_the_reduced_b(model, monkeypatch):
 
 @pytest.mark.parametrize("failure", ["raise", "unbalanced"])
 def test_fallback_to_the_full_space_when_the_reduced_solve_fails(model, monkeypatch, failure):
-    posture = _posture(model, 60.0)
+    posture = arm_posture(model, 60.0)
     full = so.solve_static(model, posture, criterion="b", settings=FULL)
     real = so.solve_reduced
     calls = []
@@ -173,7 +160,7 @@ def test_forced_full_space_and_given_girdle_do_not_use_the_reduced_solver(model,
     """A given girdle leaves no angle to choose: the inner QP alone would do, but the full-space solve of
     138 alphas is already fast there, so it keeps the full path."""
     calls = _spy(monkeypatch)
-    posture = _posture(model, 60.0)
+    posture = arm_posture(model, 60.0)
     sol = so.solve_static(model, posture, criterion="b", settings=FULL)
     girdle = tuple(float(v) for v in sol.x[list(so.GIRDLE_DOFS)])
     held = so.solve_static(model, so.Posture(*[getattr(posture, f) for f in ("plane_of_elevation", "elevation",

@@ -2,23 +2,18 @@
 differences of the whole rest state at z."""
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
+from helpers import arm_posture
 
 from sim.analysis import static_opt as so
 from sim.analysis.rest_model import OutputJacobians
-from sim.das3.model import LOAD_NAMES, load_model
-
-DEG = math.pi / 180
+from sim.das3.model import LOAD_NAMES
 
 
 @pytest.fixture(scope="module")
-def rest_and_z():
-    model = load_model()
-    eq = model.equilibrium_state
-    posture = so.Posture(60 * DEG, 60 * DEG, 0.0, float(eq[9]), float(eq[10]))
+def rest_and_z(model):
+    posture = arm_posture(model, 60.0)
     layout = so.layout_for(posture, so.N_MOMENTS)
     q0 = so.start_posture(model, posture, None)
     rest = so.RestModel(model, np.zeros(len(LOAD_NAMES)), q0, layout)

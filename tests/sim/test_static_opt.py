@@ -8,22 +8,13 @@ import math
 
 import numpy as np
 import pytest
+from helpers import arm_posture
 
 from sim.analysis import static_opt as so
 from sim.das3.dynamics import residual
-from sim.das3.model import LOAD_NAMES, N_STATES, load_model
+from sim.das3.model import LOAD_NAMES, N_STATES
 
 DEG = math.pi / 180
-
-
-@pytest.fixture(scope="module")
-def model():
-    return load_model()
-
-
-def _posture(model, elevation_deg, plane_deg=60.0):
-    eq = model.equilibrium_state
-    return so.Posture(plane_deg * DEG, elevation_deg * DEG, 0.0, float(eq[9]), float(eq[10]))
 
 
 def _loads(**values):
@@ -35,7 +26,7 @@ def _loads(**values):
 
 @pytest.fixture(scope="module")
 def solution_b(model):
-    return so.solve_static(model, _posture(model, 60.0), criterion="b")
+    return so.solve_static(model, arm_posture(model, 60.0), criterion="b")
 
 
 def test_solution_satisfies_plant_residual_and_constraints(model, solution_b):
@@ -62,7 +53,7 @@ def _thoracohumeral_angles(model, x):
 
 
 def test_rest_model_derivatives_match_finite_differences(model, solution_b):
-    posture = _posture(model, 60.0)
+    posture = arm_posture(model, 60.0)
     layout = so.layout_for(posture, so.N_MOMENTS)
     rest = so.RestModel(model, np.zeros(len(LOAD_NAMES)), solution_b.x[:11], layout)
     z = np.concatenate([solution_b.x[list(layout.free_dofs)], np.full(so.N_MUS, 0.3), [1.0, -2.0, 0.5, 3.0, 0.2]])
@@ -84,7 +75,7 @@ def test_rest_model_derivatives_match_finite_differences(model, solution_b):
 def test_criteria_give_different_reproducible_load_sharing(model, solution_b):
     from sim.analysis.multistart import StartPlan, solve_static_best
 
-    posture = _posture(model, 60.0)
+    posture = arm_posture(model, 60.0)
     other = [("criterion b", solution_b.x[:11])]       # each criterion also starts from the others' optima
     a, _ = solve_static_best(model, posture, criterion="a", plan=StartPlan(random_starts=0), warm=other)
     c, _ = solve_static_best(model, posture, criterion="c", plan=StartPlan(random_starts=0),
@@ -104,14 +95,14 @@ def _sum_sq(force):
 
 
 def test_criterion_d_minimises_the_largest_stress(model, solution_b):
-    d = so.solve_static(model, _posture(model, 60.0), criterion="d")
+    d = so.solve_static(model, arm_posture(model, 60.0), criterion="d")
     assert d.checks.passed
     stress_b = 100.0 * np.max(solution_b.force / model.arrays.mus[:, 0])
     assert d.cost <= stress_b + 1e-6
     assert d.cost == pytest.approx(100.0 * np.max(d.force / model.arrays.mus[:, 0]))
     # the cold start reaches the optimum a start from criterion (b)'s girdle finds (its epigraph started at
     # alpha = 0 stopped at its iteration limit in a higher local optimum)
-    warm = so.solve_static(model, _posture(model, 60.0), criterion="d", q_start=solution_b.x[:11])
+    warm = so.solve_static(model, arm_posture(model, 60.0), criterion="d", q_start=solution_b.x[:11])
     assert warm.checks.passed and d.cost <= warm.cost * (1 + 1e-3)
     # its epigraph starts at criterion (b)'s optimum, so (d) costs only a few dozen iterations beyond (b)
     assert d.iterations - solution_b.iterations < 60
@@ -124,7 +115,7 @@ def _cuff_force(model, sol):
 def test_gh_constraint_recruits_the_rotator_cuff(model):
     """van der Helm 1994: with the GH force kept inside the glenoid (here a margin: the stability
     limit below the free optimum's value) the rotator cuff carries more force."""
-    posture, loads = _posture(model, 30.0, plane_deg=30.0), _loads(hand_force_z=-30.0)
+    posture, loads = arm_posture(model, 30.0, plane_deg=30.0), _loads(hand_force_z=-30.0)
     free = so.solve_static(model, posture, loads, criterion="b", gh_limit=None)
     limit = free.gh_stability - 0.15
     held = so.solve_static(model, posture, loads, criterion="b", gh_limit=limit)
@@ -134,7 +125,7 @@ def test_gh_constraint_recruits_the_rotator_cuff(model):
 
 def test_impossible_load_is_reported_not_returned(model):
     with pytest.raises(so.StaticOptError) as info:
-        so.solve_static(model, _posture(model, 90.0), _loads(hand_force_y=-3000.0), criterion="c",
+        so.solve_static(model, arm_posture(model, 90.0), _loads(hand_force_y=-3000.0), criterion="c",
                         settings=so.SolverSettings(max_iterations=60, restarts=0))
     message, sol = info.value.args
     assert "residual" in message and not sol.checks.passed
@@ -257,7 +248,7 @@ def test_infeasible_channel_problem_says_so(model, default_map):
 
     elbow_only = default_map.copy()
     elbow_only[[0, 1, 2, 5, 6, 7]] = 0.0
-    res = solve_channels(model, _posture(model, 90.0, plane_deg=0.0), elbow_only, starts=1)
+    res = solve_channels(model, arm_posture(model, 90.0, plane_deg=0.0), elbow_only, starts=1)
     assert not res.feasible and res.posture_error_deg > 20.0
     assert "cannot hold the posture" in res.message and "closest rest posture" in res.message
 
