@@ -107,8 +107,8 @@ Workers = Annotated[Optional[int], typer.Option(help="Processes solving independ
 
 
 def sweep_workers(workers: int | None) -> int:
-    """``--workers`` -> a worker count (None: sim.analysis.start_pool.default_workers)."""
-    from sim.analysis.start_pool import MAX_WORKERS, default_workers
+    """``--workers`` -> a worker count (None: sim.analysis.multistart.default_workers)."""
+    from sim.analysis.multistart import MAX_WORKERS, default_workers
 
     if workers is None:
         return default_workers()

@@ -20,10 +20,17 @@ from dataclasses import dataclass
 import numpy as np
 
 from sim.analysis import static_opt as so
-from sim.analysis.multistart import LocalOptima, StartPlan, attempt, best_of_results, girdle_starts
+from sim.analysis.multistart import (
+    MAX_WORKERS,
+    LocalOptima,
+    SolvePool,
+    StartPlan,
+    attempt,
+    best_of_results,
+    girdle_starts,
+)
 from sim.analysis.passive_limits import MAXIMAL_EFFORT, PassiveLimits
 from sim.analysis.solver import MAX_MOMENT_SETTINGS
-from sim.analysis.start_pool import MAX_WORKERS, SolvePool
 from sim.das3.model import N_DOF, N_MUS, Das3Model
 
 DEG = math.pi / 180.0
@@ -140,7 +147,7 @@ class SweepSettings:
     """How a sweep looks for the global maximum at each angle: ``plan``'s starts at every angle, then
     continuation passes (down, up, ...) from the neighbours until one raises no moment by more than
     ``improvement`` (relative) or after ``max_passes``. ``workers``: processes solving independent starts at
-    once (:mod:`sim.analysis.start_pool`; the points do not depend on it)."""
+    once (:mod:`sim.analysis.multistart`; the points do not depend on it)."""
 
     plan: StartPlan = StartPlan()
     max_passes: int = 3
@@ -217,7 +224,7 @@ class _SweepRun:
 
 def solve_start(model: Das3Model, task: Task, angle: float, q: np.ndarray | None, alpha_moments: np.ndarray | None,
                 settings: SweepSettings):
-    """One start of a sweep (a :class:`sim.analysis.start_pool.SolvePool` job): the MaxMomentPoint, or the
+    """One start of a sweep (a :class:`sim.analysis.multistart.SolvePool` job): the MaxMomentPoint, or the
     StaticOptError returned."""
     def solve(q_start):
         return solve_max_moment(model, task, angle, settings.gh_limit, q_start, settings.solver,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -118,6 +119,18 @@ class Layout:
 
     def with_extra(self, n: int) -> "Layout":
         return Layout(self.free_dofs, self.n_moments, n)
+
+
+class RestRows(NamedTuple):
+    """Forces, activations and f_eom at one (q, alpha), with their q-derivatives at fixed alpha (q-columns over
+    the free DOFs)."""
+
+    force: np.ndarray            # (138,) N
+    activation: np.ndarray       # (138,)
+    f_eom: np.ndarray            # (11,) N m
+    J_force: np.ndarray          # (138, n_q)
+    J_act: np.ndarray            # (138, n_q)
+    J_eom: np.ndarray            # (11, n_q)
 
 
 class RestModel:
@@ -237,16 +250,28 @@ class RestModel:
         self._key, self._jac_outputs = key, None
         return self
 
-    def at_activation(self, alpha: np.ndarray):
-        """(F, f_eom, dF/dq, d f_eom/dq), the q-columns over the free DOFs at fixed alpha, at ``alpha`` and the
-        posture of the last :meth:`at`: the rest state (closed form) and one plant evaluation instead of a whole
-        :meth:`at` (the rows are built as there). The cache of :meth:`at` is invalidated."""
-        F, dF_dL, _, _ = self._state_at(np.asarray(alpha, float))
+    def at_activation(self, alpha: np.ndarray) -> "RestRows":
+        """The rows at ``alpha`` and the posture of the last :meth:`at` (q-columns over the free DOFs, at fixed
+        alpha): the rest state (closed form) and one plant evaluation instead of a whole :meth:`at` (the rows are
+        built as there). The cache of :meth:`at` is invalidated."""
+        F, dF_dL, _, x = self._state_at(np.asarray(alpha, float))
         self._key = None
-        G, free = self.moment_arms(), list(self.layout.free_dofs)
+        mu, G, free = self.W.mu, self.moment_arms(), list(self.layout.free_dofs)
         dF_dq = dF_dL[:, None] * G
-        J = self.W.st.Aq + G.T @ ((self.fmax * self.W.mu.dF4)[:, None] * G) - G.T @ dF_dq
-        return F, self.W.st.f[IQD:IS].copy(), dF_dq[:, free], J[:, free]
+        J = self.W.st.Aq + G.T @ ((self.fmax * mu.dF4)[:, None] * G) - G.T @ dF_dq
+        da_dL = -(mu.dF4 + mu.g_s / self.lceopt) / mu.g_a
+        da_dF = mu.g_s / (self.lceopt * self.fmax * mu.dF4 * mu.g_a)
+        J_act = (da_dL + da_dF * dF_dL)[:, None] * G
+        return RestRows(F, x[IA:].copy(), self.W.st.f[IQD:IS].copy(), dF_dq[:, free], J_act[:, free], J[:, free])
+
+    def rows(self, z: np.ndarray) -> "RestRows":
+        """The rows of :meth:`at_activation` from a whole evaluation at z."""
+        r, n = self.at(z), self.layout.n_q
+        return RestRows(r.force, r.x[IA:], r.f_eom, r.J_force[:, :n], r.J_act[:, :n], r.J_eom[:, :n])
+
+    def muscle_lengths(self) -> np.ndarray:
+        """(138,) muscle-tendon lengths (m) at the posture of the last :meth:`at`."""
+        return self._rest_parts[1]
 
     def _kinematic_jacobians(self) -> None:
         """Contact E, contact and conoid force magnitudes and their q-rows, exact from the dual slots of the

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from sim.analysis.muscle_problem import SPECIFIC_TENSION_N_PER_CM2, force_weight
 from sim.analysis.passive_limits import (
     MINIMAL_EFFORT,
     PassiveLimits,
@@ -46,7 +47,7 @@ from sim.analysis.passive_limits import (
     limit_constraints,
     pad_columns,
 )
-from sim.analysis.reduced_static import ReducedSolveError, solve_reduced
+from sim.analysis.reduced_static import ReducedSolveError, capped_start, min_max_start, solve_and_polish, uses_reduced
 from sim.analysis.rest_model import (
     Layout,
     RestModel,
@@ -65,8 +66,6 @@ from sim.das3.layout import GIRDLE_NAMES
 from sim.das3.model import DOF_NAMES, HUMERUS_FRAME, N_LOADS, N_MUS, N_STATES, Das3Model
 from sim.errors import UserInputError
 
-SPECIFIC_TENSION_N_PER_CM2 = 100.0
-"""Fmax = PCSA x 100 N/cm² in DAS3 (Chadwick et al. 2014, App. A)."""
 CRITERIA = ("a", "b", "c", "d")
 CRITERION_UNITS = {"a": "N^2", "b": "(N/cm^2)^2", "c": "1", "d": "N/cm^2"}
 ELBOW, PRONATION = DOF_NAMES.index("ELx"), DOF_NAMES.index("PSy")
@@ -227,7 +226,7 @@ def _criterion(rest: RestModel, criterion: str):
         def values(r):
             return r.x[IA:], r.J_act
     else:
-        weight = np.ones(N_MUS) if criterion == "a" else SPECIFIC_TENSION_N_PER_CM2 / rest.fmax
+        weight = force_weight(rest.fmax, criterion)
 
         def values(r):
             return weight * r.force, weight[:, None] * r.J_force
@@ -279,9 +278,10 @@ def solve_static(model: Das3Model, posture: Posture, loads=None, criterion: str 
     """Muscle activations (and, with ``posture.girdle`` None, the girdle angles) that hold ``posture``
     under ``loads`` at minimum ``criterion`` with GH stability <= ``gh_limit`` (None: unconstrained).
     ``q_start``: the 11 angles to start from (e.g. the previous posture's, for a trajectory); ``limits``:
-    contact depth, conoid elongation and girdle ranges (:mod:`sim.analysis.passive_limits`). (a), (b) and (d)'s
-    first stage are solved over the angles alone and polished (:mod:`sim.analysis.reduced_static`) when
-    :func:`uses_reduced`, else or after :data:`REDUCED_FAILURES` by the full-space SLSQP from the same start.
+    contact depth, conoid elongation and girdle ranges (:mod:`sim.analysis.passive_limits`). (a), (b), (c) and
+    (d)'s first stage are solved over the angles alone and polished (:mod:`sim.analysis.reduced_static`) when
+    :func:`~sim.analysis.reduced_static.uses_reduced`, else or after :data:`REDUCED_FAILURES` by the full-space
+    SLSQP from the same start.
     Raises :class:`StaticOptError` when the result fails :func:`check_state`."""
     if criterion not in CRITERIA:
         raise StaticOptInputError(f"criterion must be one of {', '.join(CRITERIA)}, not {criterion!r}")
@@ -302,7 +302,8 @@ REDUCED_FAILURES = (ReducedSolveError, StaticOptError, ArithmeticError, ValueErr
 
 def _solve_from(rest: RestModel, posture: Posture, criterion: str, gh_limit, z0, cons, settings, tol, t_start,
                 reduced: bool) -> StaticSolution:
-    """:func:`solve_static` from z0, its first stage reduced (:func:`_reduced_then_polish`) or full-space."""
+    """:func:`solve_static` from z0, its first stage reduced (:func:`_reduced_then_polish`) or full-space; on the
+    reduced path (d)'s stages start from their problems' exact optima at fixed angles."""
     key = "b" if criterion == "d" else criterion
     fun, jac = _criterion(rest, key)
     if reduced:
@@ -310,7 +311,10 @@ def _solve_from(rest: RestModel, posture: Posture, criterion: str, gh_limit, z0,
     else:
         z, iterations = optimise(rest, fun, jac, z0, cons, settings, tol, OBJECTIVE_FLOOR[key])
     if criterion == "d":
-        z, cap, its = _min_max_stress(rest, z, cons, settings)
+        z, t, its = _min_max_stress(rest, min_max_start(rest, z, gh_limit) if reduced else z, cons, settings)
+        if reduced:
+            z = capped_start(rest, z, t * (1 + 1e-6), posture.th_target(), gh_limit, tol.eom_nm)
+        cap = _stress_cap(rest, t * (1 + 1e-6))
         z, capped_its = optimise(rest, fun, jac, z, cons + [cap], settings, tol, OBJECTIVE_FLOOR[key])
         iterations += its + capped_its
     r = rest.at(z)
@@ -318,30 +322,18 @@ def _solve_from(rest: RestModel, posture: Posture, criterion: str, gh_limit, z0,
     return finish(rest, z, posture, criterion, cost, gh_limit, iterations, t_start, tol)
 
 
-def uses_reduced(rest: RestModel, criterion: str, settings: SolverSettings) -> bool:
-    """Whether :func:`solve_static` starts with the reduced solver (:mod:`sim.analysis.reduced_static`):
-    criteria (a), (b) and (d), the girdle free, no external moments and no contact-depth or conoid limit (the
-    reduced problem has none of those rows)."""
-    return (settings.reduced and criterion in ("a", "b", "d") and rest.layout.n_q > 0
-            and rest.layout.n_moments == 0 and not limit_constraints(rest, rest.limits))
-
-
 def _reduced_then_polish(rest: RestModel, posture: Posture, key: str, gh_limit, z0, cons, settings, tol):
-    """(z, iterations) of criterion ``key`` ((a) or (b)) by :func:`sim.analysis.reduced_static.solve_reduced`
-    from z0's angles, then at most ``settings.polish_iterations`` of the full-space SLSQP from there (kept only
-    if it meets the constraints and lowers the cost: it leaves a kink of the reduced value function)."""
-    weight = np.ones(N_MUS) if key == "a" else SPECIFIC_TENSION_N_PER_CM2 / rest.fmax
-    red = solve_reduced(rest, weight, OBJECTIVE_FLOOR[key], posture.th_target(), gh_limit, z0[:rest.layout.n_q],
-                        settings, tol.eom_nm)
-    z, iterations = red.z, red.iterations
-    if settings.polish_iterations > 0:
-        fun, jac = _criterion(rest, key)
-        polish = SolverSettings(max_iterations=settings.polish_iterations, ftol=settings.ftol, restarts=0)
-        zp, its = optimise(rest, fun, jac, z, cons, polish, tol, OBJECTIVE_FLOOR[key])
-        iterations += its
-        if fun(zp) < fun(z) and satisfied(zp, cons, tol):
-            z = zp
-    return z, iterations
+    """(z, iterations) of criterion ``key`` by :func:`sim.analysis.reduced_static.solve_and_polish` from z0's
+    angles, the polish the full-space SLSQP."""
+    fun, jac = _criterion(rest, key)
+
+    def polish(z, max_iterations):
+        short = SolverSettings(max_iterations=max_iterations, ftol=settings.ftol, restarts=0)
+        zp, its = optimise(rest, fun, jac, z, cons, short, tol, OBJECTIVE_FLOOR[key])
+        return zp, its, satisfied(zp, cons, tol)
+
+    return solve_and_polish(rest, key, posture.th_target(), gh_limit, z0[:rest.layout.n_q], settings, tol.eom_nm,
+                            polish, fun)
 
 
 def rest_problem(model: Das3Model, posture: Posture, loads, gh_limit: float | None, q_start, n_moments: int,
@@ -384,10 +376,9 @@ def check_inputs(posture: Posture, gh_limit: float | None) -> None:
 
 def _min_max_stress(rest: RestModel, z0: np.ndarray, cons: list, settings: SolverSettings):
     """Criterion (d), stage 1: min t with F_i/PCSA_i <= t (epigraph; t the one extra variable) from z0
-    (criterion (b)'s optimum in :func:`solve_static`). Returns (z, the stage-2 constraint
-    F/PCSA <= t (1 + 1e-6), iterations)."""
+    (criterion (b)'s optimum in :func:`solve_static`). Returns (z, t (N/cm²), iterations)."""
     n = rest.layout.size
-    stress = SPECIFIC_TENSION_N_PER_CM2 / rest.fmax
+    stress = force_weight(rest.fmax, "b")
     epigraph = {"type": "ineq", "fun": lambda z: z[n] - stress * rest.at(z[:n]).force,
                 "jac": lambda z: np.hstack([-stress[:, None] * rest.at(z[:n]).J_force, np.ones((N_MUS, 1))])}
     grad = np.zeros(n + 1)
@@ -395,10 +386,14 @@ def _min_max_stress(rest: RestModel, z0: np.ndarray, cons: list, settings: Solve
     t0 = float(np.max(stress * rest.at(z0).force))
     z, its = run_slsqp(lambda z: float(z[n]), lambda z: grad, np.append(z0, t0), cons + [epigraph],
                     bounds(rest.model, rest.layout.with_extra(1), rest.limits), settings)
-    cap = z[n] * (1 + 1e-6)
-    second = {"type": "ineq", "fun": lambda z: cap - stress * rest.at(z[:n]).force,
-              "jac": lambda z: pad_columns(-stress[:, None] * rest.at(z[:n]).J_force, z.size)}
-    return z[:n], second, its
+    return z[:n], float(z[n]), its
+
+
+def _stress_cap(rest: RestModel, cap: float) -> dict:
+    """Criterion (d), stage 2's constraint F_i/PCSA_i <= cap."""
+    n, stress = rest.layout.size, force_weight(rest.fmax, "b")
+    return {"type": "ineq", "fun": lambda z: cap - stress * rest.at(z[:n]).force,
+            "jac": lambda z: pad_columns(-stress[:, None] * rest.at(z[:n]).J_force, z.size)}
 
 
 def check_state(model: Das3Model, x: np.ndarray, posture: Posture, loads, gh_limit: float | None,

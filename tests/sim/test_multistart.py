@@ -6,8 +6,14 @@ import math
 import numpy as np
 import pytest
 
-from sim.analysis.multistart import LocalOptima, StartPlan, best_of_results, random_girdles, solve_from_starts
-from sim.analysis.start_pool import SolvePool
+from sim.analysis.multistart import (
+    LocalOptima,
+    SolvePool,
+    StartPlan,
+    best_of_results,
+    random_girdles,
+    solve_from_starts,
+)
 
 
 def _ranges():

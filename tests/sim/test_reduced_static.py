@@ -1,73 +1,33 @@
-"""The reduced-space static optimisation (sim.analysis.reduced_static, issue 36 item 5): the dual muscle QP,
-the envelope gradient, agreement with the full-space solve and the fallback to it."""
+"""The reduced-space static optimisation (sim.analysis.reduced_static, issue 36 item 5): the envelope gradient,
+agreement with the full-space solve, criterion (c)'s two starts and the fallback to the full space."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 from helpers import arm_posture
-from scipy.optimize import minimize
 
 from sim.analysis import reduced_static
 from sim.analysis import static_opt as so
-from sim.analysis.reduced_static import ReducedProblem, ReducedSolveError, solve_muscle_qp, solve_reduced
+from sim.analysis.muscle_problem import ActivationCost, ForceCost, force_weight
+from sim.analysis.reduced_static import ReducedProblem, ReducedSolveError, solve_reduced
 from sim.analysis.solver import OBJECTIVE_FLOOR, SolverSettings
 
 FULL = SolverSettings(reduced=False)
-REDUCED_PATH = ["reduced", f"full:{SolverSettings().polish_iterations}"]
+REDUCED_PATH = ["reduced", f"full:{reduced_static.KINK_POLISH_ITERATIONS}"]
 
 
-def _random_qp(seed, m=4, n=30, inequality=False):
-    """A feasible QP: rows met by a point inside the box; with ``inequality`` the last row is C_j alpha + k_j <= 0."""
-    rng = np.random.default_rng(seed)
-    C = rng.normal(size=(m, n))
-    k = -C @ rng.uniform(0.1, 0.9, n)
-    if inequality:
-        k[-1] -= 0.5
-    d, c = rng.uniform(0.1, 10.0, n), rng.uniform(-0.5, 1.5, n)
-    ylo = np.full(m, -1e6)
-    if inequality:
-        ylo[-1] = 0.0
-    return C, k, d, c, np.zeros(n), np.ones(n), ylo, np.full(m, 1e6)
+def _cost(rest, criterion):
+    if criterion == "c":
+        return ActivationCost(rest.model, OBJECTIVE_FLOOR["c"])
+    return ForceCost(force_weight(rest.fmax, criterion), OBJECTIVE_FLOOR[criterion])
 
 
-@pytest.mark.parametrize("seed", range(6))
-def test_muscle_qp_meets_kkt_and_matches_slsqp(seed):
-    inequality = seed % 2 == 1
-    C, k, d, c, lo, hi, ylo, yhi = _random_qp(seed, inequality=inequality)
-    qp = solve_muscle_qp(C, k, d, c, lo, hi, ylo, yhi)
-    a, y, r = qp.alpha, qp.y, qp.residual
-    assert np.all(a >= lo) and np.all(a <= hi)
-    np.testing.assert_allclose(r, C @ a + k)
-    eq = slice(None, -1) if inequality else slice(None)
-    assert np.max(np.abs(r[eq])) < 1e-9                         # rows met
-    if inequality:                                             # dual feasible, complementary
-        assert r[-1] < 1e-9 and y[-1] >= 0 and abs(y[-1] * r[-1]) < 1e-9
-    g = 2 * d * (a - c) + C.T @ y                              # stationarity with the bound multipliers
-    inside = (a > lo + 1e-12) & (a < hi - 1e-12)
-    assert np.max(np.abs(g[inside])) < 1e-8
-    assert np.all(g[a <= lo + 1e-12] >= -1e-8) and np.all(g[a >= hi - 1e-12] <= 1e-8)
-    cons = [{"type": "eq", "fun": lambda x: (C @ x + k)[eq], "jac": lambda x: C[eq]}]
-    if inequality:
-        cons.append({"type": "ineq", "fun": lambda x: -(C[-1] @ x + k[-1]), "jac": lambda x: -C[-1]})
-    ref = minimize(lambda x: float(d @ (x - c) ** 2), np.full(c.size, 0.5), jac=lambda x: 2 * d * (x - c),
-                   method="SLSQP", bounds=list(zip(lo, hi)), constraints=cons, options={"ftol": 1e-12, "maxiter": 500})
-    assert np.max(np.abs((C @ ref.x + k)[eq])) < 1e-6
-    assert float(d @ (a - c) ** 2) == pytest.approx(ref.fun, rel=1e-6)
-
-
-def test_muscle_qp_multiplier_at_the_penalty_when_the_rows_cannot_be_met():
-    C, k, d, c, lo, hi, _, _ = _random_qp(0)
-    k = k + 1e3                                                # no alpha in the box meets the rows
-    qp = solve_muscle_qp(C, k, d, c, lo, hi, np.full(4, -10.0), np.full(4, 10.0))
-    assert np.max(np.abs(qp.residual)) > 1.0 and np.max(np.abs(qp.y)) == pytest.approx(10.0)
-
-
-@pytest.mark.parametrize("gh_limit", [0.0, -0.9])
-def test_envelope_gradient_matches_central_differences(model, gh_limit):
-    """At criterion (b)'s reduced optimum (a balanced point; with the limit -0.9 the GH row binds there)."""
+@pytest.mark.parametrize("criterion, gh_limit", [("b", 0.0), ("b", -0.9), ("c", 0.0), ("c", -0.9)])
+def test_envelope_gradient_matches_central_differences(model, criterion, gh_limit):
+    """At the criterion's reduced optimum (a balanced point; with the limit -0.9 the GH row binds there)."""
     posture = arm_posture(model, 30.0)
     rest, z0, _ = so.rest_problem(model, posture, None, gh_limit, None, 0)
-    args = (rest, 100.0 / rest.fmax, OBJECTIVE_FLOOR["b"], posture.th_target(), gh_limit)
+    args = (rest, _cost(rest, criterion), posture.th_target(), gh_limit)
     q = solve_reduced(*args, z0[:rest.layout.n_q], SolverSettings(), 1e-6).z[:rest.layout.n_q]
     problem = ReducedProblem(*args)
     grad = problem.evaluate(q).gradient.copy()
@@ -88,9 +48,9 @@ def test_stall_stop_ends_at_a_balanced_point(model, monkeypatch):
     monkeypatch.setattr(reduced_static, "STALL_BALANCE", 1e-2)
     posture = arm_posture(model, 60.0)
     rest, z0, _ = so.rest_problem(model, posture, None, 0.0, None, 0)
-    result = solve_reduced(rest, 100.0 / rest.fmax, OBJECTIVE_FLOOR["b"], posture.th_target(), 0.0,
-                           z0[:rest.layout.n_q], SolverSettings(), 1e-6)
-    problem = ReducedProblem(rest, 100.0 / rest.fmax, OBJECTIVE_FLOOR["b"], posture.th_target(), 0.0)
+    result = solve_reduced(rest, _cost(rest, "b"), posture.th_target(), 0.0, z0[:rest.layout.n_q], SolverSettings(),
+                           1e-6)
+    problem = ReducedProblem(rest, _cost(rest, "b"), posture.th_target(), 0.0)
     assert result.stalled and result.iterations <= 2 * reduced_static.STALL_WINDOW
     assert problem.evaluate(result.z[:rest.layout.n_q]).balanced(1e-2)
 
@@ -126,12 +86,36 @@ def test_gh_limit_binds_and_both_paths_agree(model, monkeypatch):
     assert free.gh_stability < -0.9 + 0.2 and free.cost < reduced.cost   # the limit costs effort
 
 
-def test_criterion_d_starts_from_the_reduced_b(model, monkeypatch):
-    posture = arm_posture(model, 60.0)
+@pytest.mark.parametrize("elevation", [30.0, 60.0])
+def test_criterion_d_starts_from_the_reduced_b_and_its_fixed_angle_optima(model, monkeypatch, elevation):
+    """On the reduced path (d)'s first stage starts from the least-max-stress fractions at (b)'s angles and its
+    second from the capped (b) optimum at the first stage's angles; the full-space path uses neither."""
+    posture = arm_posture(model, elevation)
+    starts = []
+    for name in ("min_max_start", "capped_start"):
+        real = getattr(so, name)
+        monkeypatch.setattr(so, name, lambda *a, _real=real, _name=name, **k: starts.append(_name) or _real(*a, **k))
     full = so.solve_static(model, posture, criterion="d", settings=FULL)
+    assert starts == []
     calls = _spy(monkeypatch)
     sol = so.solve_static(model, posture, criterion="d")
     assert calls[:2] == REDUCED_PATH and "reduced" not in calls[2:] and sol.checks.passed
+    assert starts == ["min_max_start", "capped_start"]
+    assert sol.cost == pytest.approx(full.cost, rel=1e-6)
+    assert sol.iterations < full.iterations
+
+
+def test_a_kink_of_the_reduced_value_is_left_by_solving_again(model, monkeypatch):
+    """Criterion (a), plane 60, elevation 30 deg: the reduced solve stops at a kink of V (trapclav2 at full
+    activation, where its full force turns into the force at the shortest fibre); the short polish does not
+    converge there, so the reduced solve runs again from the polished angles and reaches the full-space optimum
+    without the long polish."""
+    posture = arm_posture(model, 30.0)
+    full = so.solve_static(model, posture, criterion="a", settings=FULL)
+    calls, solves, real = _spy(monkeypatch), [], reduced_static.solve_reduced
+    monkeypatch.setattr(reduced_static, "solve_reduced", lambda *a, **k: solves.append(1) or real(*a, **k))
+    sol = so.solve_static(model, posture, criterion="a")
+    assert calls == ["reduced", "full:3", "full:3"] and len(solves) == 2 and sol.checks.passed
     assert sol.cost == pytest.approx(full.cost, rel=1e-6)
 
 
@@ -139,7 +123,7 @@ def test_criterion_d_starts_from_the_reduced_b(model, monkeypatch):
 def test_fallback_to_the_full_space_when_the_reduced_solve_fails(model, monkeypatch, failure):
     posture = arm_posture(model, 60.0)
     full = so.solve_static(model, posture, criterion="b", settings=FULL)
-    real = so.solve_reduced
+    real = reduced_static.solve_criterion
     calls = []
 
     def broken(rest, *args, **kw):
@@ -150,7 +134,7 @@ def test_fallback_to_the_full_space_when_the_reduced_solve_fails(model, monkeypa
         result.z[rest.layout.alpha] = 0.0                      # finish() must reject this
         return result
 
-    monkeypatch.setattr(so, "solve_reduced", broken)
+    monkeypatch.setattr(reduced_static, "solve_criterion", broken)
     sol = so.solve_static(model, posture, criterion="b", settings=SolverSettings(polish_iterations=0))
     assert calls == [failure] and sol.checks.passed
     assert sol.cost == pytest.approx(full.cost, rel=1e-6)
@@ -171,8 +155,9 @@ def test_forced_full_space_and_given_girdle_do_not_use_the_reduced_solver(model,
 
 def _spy(monkeypatch) -> list:
     """Record each call of the reduced solver ("reduced") and of the full-space SLSQP ("full:<max iterations>")
-    in solve_static: the reduced path is ["reduced", "full:200"] (the polish), a fallback adds a "full:500"."""
-    calls, reduced, full = [], so.solve_reduced, so.optimise
+    in solve_static: the reduced path is ["reduced", "full:3"] (the first polish converged), a kink adds
+    ["reduced", "full:3"] rounds, a fallback a "full:500"."""
+    calls, reduced, full = [], reduced_static.solve_criterion, so.optimise
 
     def spy_reduced(*args, **kw):
         calls.append("reduced")
@@ -182,6 +167,6 @@ def _spy(monkeypatch) -> list:
         calls.append(f"full:{settings.max_iterations}")
         return full(rest, fun, jac, z, cons, settings, *args, **kw)
 
-    monkeypatch.setattr(so, "solve_reduced", spy_reduced)
+    monkeypatch.setattr(reduced_static, "solve_criterion", spy_reduced)
     monkeypatch.setattr(so, "optimise", spy_full)
     return calls

@@ -292,6 +292,16 @@ def solve_rest_lengths(A, L, a, s, s_min, tol, max_iter):
 
 
 @kernel
+def see_extension(k1, k2, f4):
+    """(e, de/dF4, d2e/dF4^2): the SEE extension that carries F4 = k1 e + kSEE e^2 (e > 0) or k1 e (e <= 0)."""
+    if f4 <= 0.0:
+        return f4 / k1, 1.0 / k1, 0.0
+    e = 2.0 * f4 / (k1 + math.sqrt(k1 * k1 + 4.0 * k2 * f4))
+    e1 = 1.0 / (k1 + 2.0 * k2 * e)
+    return e, e1, -2.0 * k2 * e1 ** 3
+
+
+@kernel
 def rest_state_from_force(A, L, F, s, a):
     """The rest (sdot = 0) contraction state and activation of every muscle that carries force F_i at
     length L_i. DAS3: invert the SEE, F4 = F/Fmax = k1 e + kSEE e^2 (e > 0) or k1 e, for e; then
@@ -303,11 +313,7 @@ def rest_state_from_force(A, L, F, s, a):
         if P[MUS_KIND] == MUSCLE_THELEN2003:
             s[i], a[i] = thelen_rest_state(P, L[i], f4)
             continue
-        k1, k2 = P[MUS_K1SEE], P[MUS_KSEE]
-        if f4 <= 0.0:
-            e = f4 / k1
-        else:
-            e = 2.0 * f4 / (k1 + math.sqrt(k1 * k1 + 4.0 * k2 * f4))
+        e = see_extension(P[MUS_K1SEE], P[MUS_KSEE], f4)[0]
         si = (L[i] - P[MUS_SEESLACK] - e) / P[MUS_LCEOPT]
         b = P[MUS_PENN_B]
         lce = math.sqrt(si * si + b * b)
@@ -318,3 +324,36 @@ def rest_state_from_force(A, L, F, s, a):
             f3 += P[MUS_KPEE] * xp * xp
         s[i] = si
         a[i] = (f4 * lce / si - f3) / math.exp(-x1 * x1)
+
+
+@kernel
+def rest_activation_curve(P, L, F):
+    """(a, da/dF, d2a/dF2) of one DAS3 muscle (parameter row P) at rest with force F (N) at length L: the a of
+    :func:`rest_state_from_force` (the same expression, so the same value) and its first two derivatives along
+    F at fixed L, a = N E with N = F4 lce/s - F3(lce), E = 1/exp(-x^2), x = (lce - 1)/FL_WIDTH, lce = sqrt(s^2 + b^2),
+    s = (L - SEEslack - e(F4))/Lceopt."""
+    fmax, lceopt, b = P[MUS_FMAX], P[MUS_LCEOPT], P[MUS_PENN_B]
+    f4 = F / fmax
+    e, e1, e2 = see_extension(P[MUS_K1SEE], P[MUS_KSEE], f4)
+    s = (L - P[MUS_SEESLACK] - e) / lceopt
+    s1, s2 = -e1 / lceopt, -e2 / lceopt
+    lce = math.sqrt(s * s + b * b)
+    l1 = s / lce * s1
+    l2 = b * b / lce ** 3 * s1 * s1 + s / lce * s2
+    u = lce / s
+    u1 = l1 / s - lce * s1 / (s * s)
+    u2 = l2 / s - 2.0 * l1 * s1 / (s * s) - lce * s2 / (s * s) + 2.0 * lce * s1 * s1 / s ** 3
+    xp = lce - P[MUS_PEESLACK]
+    f3, df3, ddf3 = P[MUS_K1PEE] * xp, P[MUS_K1PEE], 0.0
+    if xp > 0.0:
+        f3 += P[MUS_KPEE] * xp * xp
+        df3 += 2.0 * P[MUS_KPEE] * xp
+        ddf3 = 2.0 * P[MUS_KPEE]
+    n1, n2 = u + f4 * u1 - df3 * l1, 2.0 * u1 + f4 * u2 - ddf3 * l1 * l1 - df3 * l2
+    x1 = (lce - 1.0) / FL_WIDTH
+    E = 1.0 / math.exp(-x1 * x1)
+    g1 = 2.0 * x1 * l1 / FL_WIDTH
+    E1, E2 = g1 * E, E * (g1 * g1 + 2.0 * l1 * l1 / FL_WIDTH ** 2 + 2.0 * x1 * l2 / FL_WIDTH)
+    num = f4 * lce / s - f3
+    a = num / math.exp(-x1 * x1)
+    return a, (n1 * E + num * E1) / fmax, (n2 * E + 2.0 * n1 * E1 + num * E2) / (fmax * fmax)
