@@ -16,6 +16,7 @@ from os import PathLike
 
 from drivers.core.config_table import ConfigTable
 from drivers.core.interface import driver_names
+from hil.patients import read_patient
 from hil.rt.loop import LOOP_SCHEMA, LoopConfig
 from hil.rt.plants import file_option_names, option_keys, plant_names, plant_type
 from hil.rt.sensor import SENSOR_SCHEMA, SensorModelConfig
@@ -23,9 +24,10 @@ from hil.safety.table import SafetyConfig
 from hil.safety.table import section as safety_section
 from sim.config_schema import Key, Section, from_ms
 from sim.das3.config import ConfigError, ModelConfig, model_config_from_table, read_toml_document, unknown_name
+from sim.patient import Patient, apply_patient
 
 SCHEMES = ("activation", "paper")
-TABLES = ("loop", "plant", "model", "stimulation", "safety", "sensor", "metrics", "recording", "driver",
+TABLES = ("loop", "plant", "model", "patient", "stimulation", "safety", "sensor", "metrics", "recording", "driver",
           "include")
 
 
@@ -111,7 +113,8 @@ class ServiceConfig:
     raw: dict                                  # the merged TOML document (recorded in run headers)
     loop: LoopConfig
     plant: PlantConfig
-    model: ModelConfig
+    model: ModelConfig                         # the patient applied (sim.patient.apply_patient)
+    patient: Patient
     stimulation: dict                          # the [stimulation] table, parsed by hil.rt.stimulation
     safety: SafetyConfig
     sensor: SensorModelConfig
@@ -137,6 +140,28 @@ def with_plant_type(cfg: ServiceConfig, plant_type: str | None) -> ServiceConfig
     raw = copy.deepcopy(cfg.raw)
     raw.setdefault("plant", {})["type"] = plant_type
     return service_config_from_dict(raw, cfg.path)
+
+
+def with_patient(cfg: ServiceConfig, patient: dict | None) -> ServiceConfig:
+    """``cfg`` with its ``[patient]`` table replaced by ``patient`` (``hil run --patient``:
+    :func:`hil.patients.patient_override`), validated again as a whole; None keeps it."""
+    if patient is None:
+        return cfg
+    raw = copy.deepcopy(cfg.raw)
+    raw["patient"] = copy.deepcopy(patient)
+    return service_config_from_dict(raw, cfg.path)
+
+
+@dataclass(frozen=True)
+class ConfigOverrides:
+    """What ``hil run`` replaces in a config file, applied by every process of a run to the file it loads
+    (picklable)."""
+
+    plant_type: str | None = None               # --plant: [plant] type
+    patient: dict | None = None                 # --patient: the [patient] table (hil.patients.patient_override)
+
+    def apply(self, cfg: ServiceConfig) -> ServiceConfig:
+        return with_patient(with_plant_type(cfg, self.plant_type), self.patient)
 
 
 def load_service_config(path: str | PathLike) -> ServiceConfig:
@@ -281,6 +306,10 @@ def service_config_from_dict(merged: dict, path: str) -> ServiceConfig:
     refused = None if kind.check is None else kind.check(plant, model)
     if refused is not None:
         raise ConfigError(refused[1], file=path, key=refused[0])
+    patient, patient_table = read_patient(merged.get("patient"), path)
+    model = patient_model(kind, plant, model, patient, path)
+    if patient_table is not None:
+        merged = {**merged, "patient": patient_table}
 
     safety = ConfigTable.section(merged, "safety", path).build(safety_section(), SafetyConfig)
     if not kind.has_glenohumeral and safety.gh_action != "monitor":
@@ -304,6 +333,16 @@ def service_config_from_dict(merged: dict, path: str) -> ServiceConfig:
     stimulation = merged.get("stimulation", {})
     if not isinstance(stimulation, dict):
         raise ConfigError("must be a table", file=path, key="stimulation")
-    return ServiceConfig(path=path, raw=merged, loop=loop, plant=plant, model=model,
+    return ServiceConfig(path=path, raw=merged, loop=loop, plant=plant, model=model, patient=patient,
                          stimulation=stimulation, safety=safety, sensor=sensor, metrics=metrics,
                          recording=recording, drivers=drivers)
+
+
+def patient_model(kind, plant: PlantConfig, model: ModelConfig, patient: Patient, path: str) -> ModelConfig:
+    """``model`` with the patient applied, or one error line when the plant type cannot take the patient."""
+    model = apply_patient(model, patient)
+    refused = None if kind.check is None or patient.able_bodied else kind.check(plant, model)
+    if refused is not None:
+        raise ConfigError(f"the {kind.name} plant takes no patient but able-bodied ({refused[1]})", file=path,
+                          key="patient")
+    return model

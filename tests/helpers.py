@@ -20,6 +20,7 @@ import serial
 from drivers.controllers.loopback import LoopbackDriver
 from drivers.controllers.plugin import ControllerSettings
 from drivers.stimulators.sensor_stream import SensorStreamReader
+from hil.service.build import build_engine
 from sim.analysis.static_opt import Posture
 from sim.das3.model import DOF_NAMES
 
@@ -177,3 +178,21 @@ def descendants(pid: int) -> dict[int, str]:
                 found[child] = name
                 todo.append(child)
     return found
+
+
+def closed_loop_elbow(cfg, ticks: int):
+    """(elbow flexion in deg at each tick, the engine) of ``ticks`` ticks of a service config's in-process loop
+    (its engine and drivers, offline, as hil run --offline steps them)."""
+    _, engine, drivers = build_engine(cfg)
+    elbow = np.zeros(ticks)
+    for tick in range(ticks):
+        engine.begin(tick)
+        for d in drivers:
+            d.fetch(tick, tick, engine)
+        result = engine.step()
+        for d in drivers:
+            d.publish(result.frame)
+        elbow[tick] = math.degrees(float(result.frame["elbow_flexion"][0]))
+    for d in drivers:
+        d.shutdown()
+    return elbow, engine

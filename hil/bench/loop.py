@@ -12,7 +12,7 @@ import urllib.request
 from pathlib import Path
 
 from hil.bench.platform import cpu_model, free_port, steal_delta_ms, steal_s
-from hil.config import min_substeps
+from hil.config import ConfigOverrides, min_substeps
 from hil.service import build as service
 from hil.service.supervisor import ServiceRun
 from hil.view.host import ViewHost, ViewOptions
@@ -64,11 +64,12 @@ def write_loop_config(work: Path, period_s: float, spin_us: float, cpu: int, por
 
 
 def _scraped_run(cfg_path: Path, duration_s: float, scrape_interval_s: float, cpu: int,
-                 view_port: int | None = None) -> tuple:
+                 view_port: int | None = None, overrides: ConfigOverrides = ConfigOverrides()) -> tuple:
     """Run the service to its end, scraping ``/metrics`` every ``scrape_interval_s`` while it runs (and serving
     the live view on ``view_port`` when given): (run summary, scrapes, failed scrapes, steal on ``cpu``
     before, after)."""
-    run = ServiceRun(str(cfg_path), duration_s, view=None if view_port is None else ViewHost(ViewOptions(view_port)))
+    run = ServiceRun(str(cfg_path), duration_s, overrides=overrides,
+                     view=None if view_port is None else ViewHost(ViewOptions(view_port)))
     steal_before = steal_s(cpu)
     scrapes = failures = 0
     try:
@@ -82,23 +83,25 @@ def _scraped_run(cfg_path: Path, duration_s: float, scrape_interval_s: float, cp
                 except OSError:
                     failures += 1
         steal_after = steal_s(cpu)
-        summary = run.result(5.0).to_dict()
+        summary = {**run.result(5.0).to_dict(), "patient": run.cfg.patient.name}
     finally:
         run.close()
     return summary, scrapes, failures, steal_before, steal_after
 
 
 def loop_bench(period_s: float, duration_s: float, scrape_interval_s: float, spin_us: float, cpu: int,
-               view_port: int | None = None) -> dict:
+               view_port: int | None = None, patient: dict | None = None) -> dict:
     """One scraped loopback run on ``cpu`` (with the live view on ``view_port`` when given): tick lateness
     percentiles (µs), the engine's compute time per tick (``compute_us``: p50, p99, p99.9, max) and the median
     of each phase of a tick (``tick_phases_us``), misses, scrapes, CPU use of the real-time process,
-    hypervisor steal on its CPU; ``{"error": ...}`` if the run failed."""
+    hypervisor steal on its CPU; ``{"error": ...}`` if the run failed. ``patient``: a ``[patient]`` table
+    (:func:`hil.patients.patient_override`)."""
     work = Path(tempfile.mkdtemp(prefix="hil-bench-"))
     port = free_port()
     cfg_path = write_loop_config(work, period_s, spin_us, cpu, port)
     summary, scrapes, failures, steal_before, steal_after = _scraped_run(cfg_path, duration_s,
-                                                                         scrape_interval_s, cpu, view_port)
+                                                                         scrape_interval_s, cpu, view_port,
+                                                                         ConfigOverrides(patient=patient))
     if not summary.get("ok"):
         return {"error": summary["error"]}
     lat = summary["lateness_us"]
@@ -109,4 +112,5 @@ def loop_bench(period_s: float, duration_s: float, scrape_interval_s: float, spi
             "misses_over_1ms": summary["late_over_1ms"], "deadline_misses": summary["deadline_misses"],
             "scrapes": scrapes, "scrape_failures": failures,
             "cpu_percent": 100.0 * summary["cpu_s"] / max(summary["wall_s"], 1e-9),
-            "steal_ms_loop_cpu": steal_ms, "realtime": summary["realtime"], "cpu": cpu_model(), "view_port": view_port}
+            "steal_ms_loop_cpu": steal_ms, "realtime": summary["realtime"], "cpu": cpu_model(), "view_port": view_port,
+            "patient": summary["patient"]}

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from hil.bench.platform import cpu_model, steal_delta_ms, steal_s
-from hil.config import load_service_config
+from hil.config import load_service_config, with_patient
 from hil.rt.offline import run_offline
 from hil.service import build as service
 from sim.errors import UserInputError
@@ -25,15 +25,17 @@ GOAL_FACTOR = 100.0
 """Issue 18's goal for the DAS3 elbow hold at 4 ms: at least this many times real time on one core."""
 
 
-def offline_bench(config: Path, duration_s: float, runs: int, record: bool = True, cpu: int | None = None) -> dict:
+def offline_bench(config: Path, duration_s: float, runs: int, record: bool = True, cpu: int | None = None,
+                  patient: dict | None = None) -> dict:
     """``runs`` offline runs of ``duration_s`` simulated seconds of ``config`` (each after its engine's warm-up,
     which is not timed), pinned to ``cpu`` (None: not pinned). Returns the machine, each run's real-time
-    factor and wall time, their median and best, and the steal on ``cpu`` over all runs."""
+    factor and wall time, their median and best, and the steal on ``cpu`` over all runs. ``patient``: a
+    ``[patient]`` table replacing the config's (:func:`hil.patients.patient_override`)."""
     import numba
 
     if cpu is not None:
         os.sched_setaffinity(0, {cpu})
-    cfg = load_service_config(str(config))
+    cfg = with_patient(load_service_config(str(config)), patient)
     n_ticks = service.ticks_for(duration_s, cfg.loop.period_s)
     factors, walls = [], []
     steal_before = steal_s(cpu) if cpu is not None else None
@@ -51,7 +53,7 @@ def offline_bench(config: Path, duration_s: float, runs: int, record: bool = Tru
     steal_after = steal_s(cpu) if cpu is not None else None
     median = float(np.median(factors))
     return {"cpu": cpu_model(), "cpu_count": os.cpu_count(), "pinned_cpu": cpu, "python": platform.python_version(),
-            "numpy": np.__version__, "numba": numba.__version__, "config": str(config),
+            "numpy": np.__version__, "numba": numba.__version__, "config": str(config), "patient": cfg.patient.name,
             "period_s": cfg.loop.period_s, "simulated_s": n_ticks * cfg.loop.period_s, "recording": record,
             "realtime_factors": factors, "wall_s": walls, "median_factor": median, "best_factor": max(factors),
             "goal_factor": GOAL_FACTOR, "steal_ms": steal_delta_ms(steal_before, steal_after)}

@@ -28,6 +28,7 @@ from hil.cli.common import (
 )
 
 app = typer.Typer(no_args_is_help=True, help="Measure the plant's speed.")
+PATIENT_HELP = "A virtual patient (preset name or patient file) replacing the config's [patient] table."
 
 
 def _step_options(step: Optional[float], steps: int, excitation: float) -> tuple:
@@ -127,28 +128,32 @@ def bench_offline(
     runs: Annotated[int, typer.Option(help="Runs back to back, each timed on its own.")] = 7,
     record: Annotated[bool, typer.Option(help="Record each run, as hil run --offline does (to a temporary "
                                               "file).")] = True,
+    patient: Annotated[Optional[str], typer.Option(help=PATIENT_HELP)] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Time offline runs (hil run --offline) of a config on one CPU: each run's real-time factor, the median and
     the best, and the steal (goal for the DAS3 elbow hold at 4 ms: >= 100x)."""
     from hil.bench.loop import loop_cpu
     from hil.bench.offline import DEFAULT_CONFIG, offline_bench
+    from hil.patients import patient_override
 
     with user_errors():
         check_duration(duration)
         if runs < 1:
             raise BadInputError(f"--runs must be >= 1, not {runs}")
-        doc = offline_bench(config or DEFAULT_CONFIG, duration, runs, record, cpu=loop_cpu())
+        doc = offline_bench(config or DEFAULT_CONFIG, duration, runs, record, cpu=loop_cpu(),
+                            patient=patient_override(patient))
     if json_out:
         print_json(doc)
         return
     console = out_console()
     factors = " / ".join(f"{f:.1f}" for f in doc["realtime_factors"])
     console.print(f"hil bench offline: {runs} runs of {doc['simulated_s']:g} s of {Path(doc['config']).name} at "
-                  f"{doc['period_s'] * 1e3:g} ms, {'recording' if record else 'not recording'}, pinned to CPU "
+                  f"{doc['period_s'] * 1e3:g} ms, patient {doc['patient']}, {'recording' if record else 'not recording'}, "
+                  "pinned to CPU "
                   f"{doc['pinned_cpu']}")
     console.print(f"real-time factor: {factors}x; median {doc['median_factor']:.1f}x, best {doc['best_factor']:.1f}x")
-    if config is None:
+    if config is None and patient is None:
         verdict = "met" if doc["median_factor"] >= doc["goal_factor"] else "missed"
         console.print(f"goal (median): >= {doc['goal_factor']:g}x, {verdict}")
     console.print(f"steal on CPU {doc['pinned_cpu']} over the runs: {doc['steal_ms']} ms")
@@ -168,11 +173,13 @@ def bench_loop(
                                                "latency, for comparison.")] = False,
     view: Annotated[Optional[int], typer.Option(help="Serve the live view on this TCP port during the run (open "
                                                     "it in a browser to measure the loop with a viewer).")] = None,
+    patient: Annotated[Optional[str], typer.Option(help=PATIENT_HELP)] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Loopback run at the given period while this process scrapes the metrics endpoint; prints tick
     lateness percentiles, misses > 1 ms and CPU use of the real-time process."""
     from hil.bench.loop import loop_bench, loop_cpu
+    from hil.patients import load_patient, patient_override
 
     with user_errors():
         if not (0.001 <= period <= 0.010):
@@ -182,10 +189,12 @@ def bench_loop(
             raise BadInputError(f"--spin-us must be between 0 and 5000, not {spin_us!r}")
         if view is not None:
             check_port("--view", view)
+        if patient is not None:
+            load_patient(patient)              # one error line for a bad preset or file, before the run
     cpu = loop_cpu()
     floor = _platform_baseline(cpu, period, duration) if baseline else None
     with err_console().status(f"loop at {period * 1e3:g} ms for {duration:g} s, scraping every {scrape_interval:g} s"):
-        doc = loop_bench(period, duration, scrape_interval, spin_us, cpu, view)
+        doc = loop_bench(period, duration, scrape_interval, spin_us, cpu, view, patient_override(patient))
     if "error" in doc:
         error(doc["error"])
         raise typer.Exit(ExitCode.ERROR)

@@ -40,13 +40,22 @@ def model_info(
     json_out: Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")] = False,
     model_config: Annotated[Optional[Path], typer.Option(
         help="Model options TOML (default: the published model).")] = None,
+    patient: Annotated[Optional[str], typer.Option(
+        help="A virtual patient (preset name or patient file): list each muscle group's state and strength.")] = None,
 ) -> None:
     """The model options in effect (muscle model, passive shoulder moments, hand weight, glenoid rim, joint
-    stiffness), the DOFs with their ranges and the muscle elements with the DOFs they cross."""
+    stiffness), the DOFs with their ranges and the muscle elements with the DOFs they cross; with --patient,
+    each muscle group's state, strength and Fmax factor."""
     with user_errors():
+        from hil.patients import load_patient, patient_groups
         from sim.das3.model import load_model
+        from sim.patient import apply_patient
 
-        model = load_model(load_model_options(model_config))
+        who = None if patient is None else load_patient(patient)
+        config = load_model_options(model_config)
+        model = load_model(config if who is None else apply_patient(config, who))
+        groups = None if who is None else {"name": who.name, "sources": list(who.sources),
+                                           "groups": patient_groups(who, model)}
     options = model_options(model.config)
     dof_names = model.dof_names
     ranges_deg = np.degrees(model.dof_ranges)
@@ -64,6 +73,7 @@ def model_info(
                       "range_rad": model.dof_ranges[i].tolist()} for i, name in enumerate(dof_names)],
             "muscles": muscles,
             "muscles_crossing_gh": gh_names,
+            **({} if groups is None else {"patient": groups}),
         })
         return
 
@@ -91,6 +101,18 @@ def model_info(
     for m in muscles:
         table.add_row(str(m["index"]), m["name"], " ".join(m["dofs"]), "yes" if m["crosses_gh"] else "")
     console.print(table)
+    if groups is not None:
+        console.print(_patient_table(groups))
+
+
+def _patient_table(patient: dict) -> Table:
+    table = Table(title=f"Patient {patient['name']}: muscle groups")
+    for column in ("group", "state", "strength", "Fmax factor", "stimulable", "elements"):
+        table.add_column(column)
+    for g in patient["groups"]:
+        table.add_row(g["group"], g["state"], f"{g['strength']:g}", ", ".join(f"{f:g}" for f in g["fmax_factor"]),
+                      "yes" if g["stimulable"] else "no", str(len(g["elements"])))
+    return table
 
 
 @app.command("equilibrium")

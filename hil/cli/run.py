@@ -151,6 +151,9 @@ def run(
     plant: Annotated[Optional[str], typer.Option(
         help="Override [plant] type: das3 (the full model) or mtg (the reduced muscle-torque-generator arm; its "
              "stimulation map must name MTGs, e.g. configs/stimulation-mtg.toml).")] = None,
+    patient: Annotated[Optional[str], typer.Option(
+        help="The virtual patient: a preset (able-bodied, c5-tetraplegia, c6-tetraplegia, stroke-hemiparesis; "
+             "configs/patients/) or a patient file; replaces the config's [patient] table.")] = None,
     offline: Annotated[bool, typer.Option("--offline", help="Run the same ticks without the clock, as fast as the "
                                                             "CPU allows, in this process (loopback controllers "
                                                             "only; needs --duration); records as usual.")] = False,
@@ -166,9 +169,11 @@ def run(
     Exit status: 0 done, 1 error, 2 bad config, 4 stopped by a safety 'stop' action."""
     from hil.service import build as service
     with user_errors():
-        from hil.config import load_service_config, with_plant_type
+        from hil.config import ConfigOverrides, load_service_config
+        from hil.patients import patient_override
 
-        cfg = with_plant_type(load_service_config(config), plant)
+        overrides = ConfigOverrides(plant, patient_override(patient))
+        cfg = overrides.apply(load_service_config(config))
         if duration is not None:
             check_duration(duration)
         elif offline:
@@ -212,7 +217,7 @@ def run(
         progress.refresh()
 
     with progress:
-        summary = supervise(str(config), duration, record, on_poll=on_poll, port_file=port_file, plant_type=plant,
+        summary = supervise(str(config), duration, record, on_poll=on_poll, port_file=port_file, overrides=overrides,
                             view=view_options, metrics_port=port_choice)
     if json_out and summary.stalls:      # a stalled run's summary says how long it stalled
         print_json(summary.to_dict())

@@ -30,7 +30,7 @@ from drivers.core.contract import COMMAND_DTYPE, REJECT_REASONS
 from drivers.ipc.link import LinkDriver
 from drivers.ipc.process import die_with_parent, poll_report, start_helper, stop_process
 from drivers.ipc.shm_ring import ShmRing
-from hil.config import load_service_config, with_plant_type
+from hil.config import ConfigOverrides, load_service_config
 from hil.recording.hilrec import AUX_WRITTEN, RecorderSpec, dtype_descr, run_recorder
 from hil.rt.loop import RealtimeLoop
 from hil.rt.stimulation import fatigue_channel_names
@@ -52,7 +52,7 @@ class RtSpec:
     port_file: str | None = None
     metrics_shm: str | None = None      # the supervisor's metrics block (None: metrics off)
     parent_pid: int | None = None       # None: the process that calls rt_main's parent
-    plant_type: str | None = None       # ``hil run --plant``: overrides [plant] type
+    overrides: ConfigOverrides = ConfigOverrides()   # ``hil run --plant``, ``--patient``
     listeners: tuple = ()               # picklable factories of extra tick listeners, called with the config
                                         # (the live view's writer): each has close(orphaned)
     metrics_address: str | None = None  # host:port of the exporter, announced in the port file
@@ -182,7 +182,7 @@ class RealtimeRun:
         import multiprocessing as mp
 
         self.status.state = service.STATE_WARMING
-        self.cfg = cfg = with_plant_type(load_service_config(self.spec.config_path), self.spec.plant_type)
+        self.cfg = cfg = self.spec.overrides.apply(load_service_config(self.spec.config_path))
         self.n_ticks = service.ticks_for(self.spec.duration_s, cfg.loop.period_s)
         counters = self._counters()
         with reporting_compilation(cfg.plant.type, self.status):

@@ -19,7 +19,7 @@ import traceback
 
 from drivers.core.contract import REJECT_REASONS
 from drivers.ipc.process import stop_process
-from hil.config import load_service_config, with_plant_type
+from hil.config import ConfigOverrides, load_service_config
 from hil.rt.stimulation import fatigue_channel_names
 from hil.safety.production import TICK_STALL
 from hil.safety.table import StopReason
@@ -226,14 +226,14 @@ class ServiceRun:
     (:class:`hil.view.host.ViewHost`): ``start(spec)`` returns a picklable factory of a tick listener the
     real-time process adds (called with the run's config), ``check()`` restarts it, ``close()`` ends it."""
 
-    def __init__(self, config_path: str, duration, record=None, port_file=None, plant_type=None,
-                 view=None, metrics_port=None) -> None:
+    def __init__(self, config_path: str, duration, record=None, port_file=None,
+                 overrides: ConfigOverrides = ConfigOverrides(), view=None, metrics_port=None) -> None:
         self.ctx = mp.get_context("spawn")
         self.status = service.RunStatus.create(self.ctx)
         self.results = self.ctx.Queue()
-        self.cfg = with_plant_type(load_service_config(config_path), plant_type)
+        self.cfg = overrides.apply(load_service_config(config_path))
         self.spec = RtSpec(str(config_path), duration, None if record is None else str(record),
-                           None if port_file is None else str(port_file), None, os.getpid(), plant_type)
+                           None if port_file is None else str(port_file), None, os.getpid(), overrides)
         self.metrics_port = metrics_port or MetricsPort(self.cfg.metrics.port)   # default: hil run's choice
         self.metrics, self.view = None, view
         self.proc = self.orphan_watch = None
@@ -325,11 +325,11 @@ class ServiceRun:
 
 
 def supervise(config_path: str, duration, record, on_poll=None, notify: bool = False, port_file=None,
-              plant_type=None, view=None, metrics_port=None) -> dict:
+              overrides: ConfigOverrides = ConfigOverrides(), view=None, metrics_port=None) -> dict:
     """Run the real-time process to completion; returns its summary dict (``ok`` False on errors).
     ``metrics_port``: a :class:`hil.telemetry.metrics_port.MetricsPort` (default: ``[metrics] port``, or any free port
     when it is taken)."""
-    run = ServiceRun(config_path, duration, record, port_file, plant_type, view, metrics_port)
+    run = ServiceRun(config_path, duration, record, port_file, overrides, view, metrics_port)
     status = run.status
     notifier = Notifier() if notify else None
 

@@ -60,7 +60,7 @@ class ViewHost:
         self.block = ViewBlock.create()
         started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
         self.spec = ViewSpec(self.block.name, self.options.host, self.options.port, run_spec.config_path,
-                             run_spec.plant_type, run_spec.record_path, started)
+                             run_spec.overrides, run_spec.record_path, started)
         self._serve()
         return functools.partial(attach_view_writer, self.block.name)
 

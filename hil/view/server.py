@@ -26,7 +26,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 
 from drivers.ipc.process import HelperStartError, die_with_parent, start_helper
-from hil.config import load_service_config, with_plant_type
+from hil.config import ConfigOverrides, load_service_config
 from hil.telemetry.connection_slots import ConnectionSlots
 from hil.view.block import ViewBlock
 from hil.view.scene import Scene
@@ -209,7 +209,7 @@ class ViewSpec:
     host: str
     port: int
     config_path: str
-    plant_type: str | None
+    overrides: ConfigOverrides
     record_path: str | None
     start_time_utc: str
 
@@ -228,7 +228,7 @@ def lower_priority(loop_cpu: int | None) -> None:
 
 
 def _live_source(spec: ViewSpec):
-    cfg = with_plant_type(load_service_config(spec.config_path), spec.plant_type)
+    cfg = spec.overrides.apply(load_service_config(spec.config_path))
     identity = {"config_path": spec.config_path, "start_time": spec.start_time_utc, "recording": spec.record_path}
     return cfg, LiveSource(ViewBlock.attach(spec.shm_name), Scene(cfg, identity))
 

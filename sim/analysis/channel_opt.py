@@ -2,12 +2,13 @@
 stable, and whether any can with these electrodes.
 
 The unknowns are one level per channel, l_c in [0, 1] (recruitment x frequency factor of the stimulation
-map, ``hil.rt.stimulation``). The excitation of element k is u_k = min(1, max_c G_ck l_c) (the map's rule,
-:mod:`sim.stimulation_map`; elements under no electrode stay at 0: a paralysed arm's muscles act only
-passively) and, at rest, a = u. For given levels the arm's rest state is the plant's own static equilibrium
-x(l), f(x, 0, u) = 0 with every DOF free (:func:`sim.das3.equilibrium.solve_equilibrium`, warm-started from the last one), so the
-answer is what the arm does, girdle included. Its derivative follows from the implicit function
-theorem on the plant's exact Jacobian: dx/du = -(df/dx restricted to q and s)^-1 df/da.
+map, ``hil.rt.stimulation``). The excitation of element k is u_k = g_k min(1, max_c G_ck l_c) (the map's rule,
+:mod:`sim.stimulation_map`, times the plant's excitation gate g_k, 0 on a denervated element; elements under no
+electrode stay at 0: a paralysed arm's muscles act only passively) and, at rest, a = u. For given levels the
+arm's rest state is the plant's own static equilibrium x(l), f(x, 0, u) = 0 with every DOF free
+(:func:`sim.das3.equilibrium.solve_equilibrium`, warm-started from the last one), so the answer is what the arm
+does, girdle included. Its derivative follows from the implicit function theorem on the plant's exact Jacobian:
+dx/du = -(df/dx restricted to q and s)^-1 df/da.
 
 Stage 1, the smallest violation: min |posture error|² over the levels within [0, 1] (thoracohumeral
 angles, elbow and pronation, rad; bounded Gauss-Newton, scipy ``least_squares``). If the error does not
@@ -29,7 +30,7 @@ from sim.das3.dynamics import jacobians
 from sim.das3.equilibrium import EquilibriumError, solve_equilibrium
 from sim.das3.kernels.outputs import compute_outputs
 from sim.das3.kernels.step import IA, IQ, IQD, IS, new_plant_work
-from sim.das3.model import HUMERUS_FRAME, N_DOF, N_MUS, N_STATES, Das3Model
+from sim.das3.model import HUMERUS_FRAME, MUS_EXCITATION_GATE, N_DOF, N_MUS, N_STATES, Das3Model
 from sim.stimulation_map import excitations_of_levels
 
 ELBOW, PRONATION = so.ELBOW, so.PRONATION
@@ -43,12 +44,14 @@ class ChannelEquilibria:
     def __init__(self, model: Das3Model, gains: np.ndarray, posture: so.Posture, loads: np.ndarray) -> None:
         self.model, self.gains, self.posture, self.loads = model, np.asarray(gains, float), posture, loads
         self.W = new_plant_work(model.arrays)
+        self.gate = np.array(model.arrays.mus[:, MUS_EXCITATION_GATE])
         self.x = np.array(model.equilibrium_state)
         self._key = None
 
     def excitation(self, levels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(u (138,), du/dl (138, n_ch)): u by the map's rule (:func:`sim.stimulation_map.excitations_of_levels`),
-        its derivative through the channel that sets each max (ties at 0: the muscle's own channel)."""
+        """(u (138,), du/dl (138, n_ch)): u by the map's rule (:func:`sim.stimulation_map.excitations_of_levels`)
+        times the plant's excitation gate, its derivative through the channel that sets each max (ties at 0: the
+        muscle's own channel)."""
         levels = np.asarray(levels, float)
         u = excitations_of_levels(self.gains, levels, np.empty(N_MUS))
         best = np.argmax(self.gains * levels[:, None] + 1e-12 * self.gains, axis=0)
@@ -56,7 +59,7 @@ class ChannelEquilibria:
         du = np.zeros((N_MUS, len(levels)))
         inside = u < 1.0
         du[k[inside], best[inside]] = self.gains[best[inside], k[inside]]
-        return u, du
+        return u * self.gate, du * self.gate[:, None]
 
     def at(self, levels: np.ndarray) -> "ChannelEquilibria":
         key = np.asarray(levels, float).tobytes()

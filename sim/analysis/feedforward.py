@@ -9,7 +9,8 @@ exactly under the DAS3 activation dynamics (Chadwick et al. 2014 eq. 1) with u c
     da/dt = (u - a)(c1 u + c2)  =>  a(t_k + dt) = u + (a_k - u) exp(-(c1 u + c2) dt),
 
 solved for u in [0, 1] by bisection (the right side increases with u); where the target is out of
-reach the excitation saturates. Inertia is ignored (quasi-static), so the movement lags a little.
+reach the excitation saturates; a denervated element's excitation is multiplied by its gate, 0 (as the plant
+does). Inertia is ignored (quasi-static), so the movement lags a little.
 
 :func:`play` runs a schedule open loop in the plant, as the loopback playback does, to compare the movement
 with Chadwick et al. 2014 Fig. 3 (the ``FIG3_*`` constants).
@@ -24,7 +25,7 @@ import numpy as np
 from sim.analysis import static_opt as so
 from sim.analysis.passive_limits import PassiveLimits
 from sim.das3.kernels.step import IA
-from sim.das3.model import MUS_C1, MUS_C1_FALL, MUS_C2, MUS_C2_FALL, N_DOF, Das3Model
+from sim.das3.model import MUS_C1, MUS_C1_FALL, MUS_C2, MUS_C2_FALL, MUS_EXCITATION_GATE, N_DOF, Das3Model
 from sim.das3.plant import Plant
 
 DEG = np.pi / 180.0
@@ -61,7 +62,7 @@ def minimum_jerk(t: np.ndarray, start: float, stop: float, duration: float) -> n
 
 
 def excitation_between(model: Das3Model, a_now: np.ndarray, a_next: np.ndarray, dt: float) -> np.ndarray:
-    """The constant excitation (138,) in [0, 1] that takes a_now to a_next in dt (module docstring)."""
+    """The constant excitation (138,) in [0, gate] that takes a_now to a_next in dt (module docstring)."""
     mus = np.asarray(model.arrays.mus)
 
     def reached(u):
@@ -75,7 +76,7 @@ def excitation_between(model: Das3Model, a_now: np.ndarray, a_next: np.ndarray, 
         mid = 0.5 * (lo + hi)
         low = reached(mid) < a_next
         lo, hi = np.where(low, mid, lo), np.where(low, hi, mid)
-    return 0.5 * (lo + hi)
+    return 0.5 * (lo + hi) * mus[:, MUS_EXCITATION_GATE]
 
 
 @dataclass

@@ -20,6 +20,7 @@ from sim.das3.kernels.outputs import compute_outputs
 from sim.das3.kernels.step import FIBRE_MIN, IA, IQ, IQD, IS, evaluate, new_plant_work
 from sim.das3.model import (
     HUMERUS_FRAME,
+    MUS_EXCITATION_GATE,
     MUS_FMAX,
     MUS_LCEOPT,
     MUS_SEESLACK,
@@ -147,6 +148,7 @@ class RestModel:
         self.q_template = np.array(q_template, float)
         self.fmax = np.array(self.A.mus[:, MUS_FMAX])
         self.lceopt = np.array(self.A.mus[:, MUS_LCEOPT])
+        self.gate = np.array(self.A.mus[:, MUS_EXCITATION_GATE])   # 0: denervated, no active range
         self.shortest_path = shortest_valid_path(model)
         self.path_rows = np.flatnonzero(crosses_any(model, layout.free_dofs))
         self.xd = np.zeros(N_STATES)
@@ -172,10 +174,10 @@ class RestModel:
         return x
 
     def _rest_force(self, q, L, level: float, s_min: float):
-        """(F (138,), dF/dL (138,)) of every muscle at rest with a = ``level`` (0 or 1) at posture q (muscle
-        lengths L); a muscle whose fibre would get shorter than ``s_min`` is held there (the most force
-        it may carry)."""
-        a = np.full(N_MUS, level)
+        """(F (138,), dF/dL (138,)) of every muscle at rest with a = ``level`` (0 or 1) times its excitation gate
+        at posture q (muscle lengths L); a muscle whose fibre would get shorter than ``s_min`` is held there (the
+        most force it may carry)."""
+        a = level * self.gate
         s = self._s_guess[level]
         solve_rest_lengths(self.A, L, a, s, s_min, 1e-13, 200)
         self._evaluate(q, s, a, self.loads)
@@ -191,7 +193,7 @@ class RestModel:
         L = self.W.mu.L.copy()
         Fp, dFp = self._rest_force(q, L, 0.0, FIBRE_MIN)
         Ff, dFf = self._rest_force(q, L, 1.0, REST_FIBRE_MIN)
-        short = Ff < Fp                  # passive fibre already below REST_FIBRE_MIN: no active range
+        short = (Ff < Fp) | (self.gate == 0.0)     # fibre below REST_FIBRE_MIN, or denervated: no active range
         Ff[short], dFf[short] = Fp[short], dFp[short]
         span = Ff - Fp
         self._rest_parts = (q.copy(), L, Fp, dFp, dFf, span, np.array(loads))

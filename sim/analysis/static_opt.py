@@ -63,7 +63,7 @@ from sim.das3.dynamics import residual
 from sim.das3.kernels.outputs import compute_outputs
 from sim.das3.kernels.step import IA, IQ, IQD, IS, evaluate, new_plant_work
 from sim.das3.layout import GIRDLE_NAMES
-from sim.das3.model import DOF_NAMES, HUMERUS_FRAME, N_LOADS, N_MUS, N_STATES, Das3Model
+from sim.das3.model import DOF_NAMES, HUMERUS_FRAME, MUS_EXCITATION_GATE, N_LOADS, N_MUS, N_STATES, Das3Model
 from sim.errors import UserInputError
 
 CRITERIA = ("a", "b", "c", "d")
@@ -243,12 +243,13 @@ def _criterion(rest: RestModel, criterion: str):
 
 
 def bounds(model: Das3Model, layout: Layout, limits: PassiveLimits) -> list[tuple]:
-    """Free DOFs within their ranges (the limits' girdle ranges, never widened), 0 <= alpha <= 1, moments
-    and extra variables free. Beyond the ranges, in the girdle's corners, muscle paths become shorter than
-    their tendons: no valid rest state."""
+    """Free DOFs within their ranges (the limits' girdle ranges, never widened), 0 <= alpha <= gate (1, or 0 on
+    a denervated element: ``MUS_EXCITATION_GATE``), moments and extra variables free. Beyond the ranges, in the
+    girdle's corners, muscle paths become shorter than their tendons: no valid rest state."""
     ranges = dof_ranges(model, limits)
     b = [(ranges[j, 0], ranges[j, 1]) for j in layout.free_dofs]
-    return b + [(0.0, 1.0)] * N_MUS + [(None, None)] * (layout.n_moments + layout.n_extra)
+    gate = np.asarray(model.arrays.mus[:, MUS_EXCITATION_GATE], float)
+    return b + [(0.0, float(g)) for g in gate] + [(None, None)] * (layout.n_moments + layout.n_extra)
 
 
 @dataclass

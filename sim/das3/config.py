@@ -84,6 +84,8 @@ class ModelConfig:
         strength: (muscle element or group, factor) pairs: the factor multiplies the elements' Fmax (a weak,
             atrophied or strong muscle of a patient variant); unnamed elements keep the published Fmax. The
             rest posture is re-solved for the changed passive forces.
+        denervated: muscle elements or groups (as ``strength`` names them) whose excitation the plant gates to 0:
+            lower-motor-neuron damage, no response to any stimulation. Set by a patient, not a ``[model]`` key.
     """
 
     hand_weight: bool = MODEL_SCHEMA.default("hand_weight")
@@ -95,12 +97,16 @@ class ModelConfig:
     muscle_model: str = MODEL_SCHEMA.default("muscle_model")
     shoulder_passive: str = MODEL_SCHEMA.default("shoulder_passive")
     strength: tuple[tuple[str, float], ...] = MODEL_SCHEMA.default("strength")
+    denervated: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for key in MODEL_SCHEMA.keys:
             reason = _check(key, getattr(self, key.field), in_file_units=False)
             if reason is not None:
                 raise ConfigError(reason, key=key.field)
+        reason = _check_denervated(self.denervated)
+        if reason is not None:
+            raise ConfigError(reason, key="denervated")
 
 
 _FIELD_KEYS = {key.field: key for key in MODEL_SCHEMA.keys}
@@ -138,6 +144,17 @@ def _check_strength(value: object, in_file_units: bool) -> str | None:
             return unknown_muscle(key, names)
         if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 0.0 < factor <= STRENGTH_MAX:
             return f"factor of {key!r} must be a number in (0, {STRENGTH_MAX:g}], not {factor!r}"
+    return None
+
+
+def _check_denervated(value: object) -> str | None:
+    """Why ``denervated`` (a tuple of muscle element or group names) is not valid, or None."""
+    if not isinstance(value, tuple) or not all(isinstance(name, str) for name in value):
+        return f"must be a tuple of muscle element or group names, not {value!r}"
+    names = muscle_element_names()
+    for name in value:
+        if element_indices(name, names) is None:
+            return unknown_muscle(name, names)
     return None
 
 

@@ -64,7 +64,7 @@ class ModelArrays(NamedTuple):
     joint_hi: np.ndarray
     joint_mid: np.ndarray
     joint_k: np.ndarray        # (3,) K1 [Nm/rad], K2 [Nm/rad^2], B [Nms/rad]
-    mus: np.ndarray            # (138, 12) per-muscle constants, see MUS_* indices
+    mus: np.ndarray            # (138, N_MUS_COLUMNS) per-muscle constants, see MUS_* indices
     mus_ndof: np.ndarray       # (138,) int, number of DOFs crossed
     mus_dofs: np.ndarray       # (138, 9) int, DOFs crossed: one contiguous range, mus_dofs[i, 0] + k (padded with -1)
     mono_parent: np.ndarray    # (NM,) int: monomial m = monomial[mono_parent[m]] * q[mono_dof[m]]
@@ -91,10 +91,11 @@ class ModelArrays(NamedTuple):
 
 
 # Column indices of ModelArrays.mus. Activation: da/dt = (u - a)(c1 u + c2) with (MUS_C1, MUS_C2) while
-# u >= a and (MUS_C1_FALL, MUS_C2_FALL) while u < a; MUS_KIND selects the contraction model.
+# u >= a and (MUS_C1_FALL, MUS_C2_FALL) while u < a; MUS_KIND selects the contraction model; the plant
+# applies g * clip(u, 0, 1) with g = MUS_EXCITATION_GATE (1, or 0 on a denervated element).
 (MUS_FMAX, MUS_LCEOPT, MUS_SEESLACK, MUS_PEESLACK, MUS_PENN_B, MUS_VMAX, MUS_C1, MUS_C2,
- MUS_KSEE, MUS_KPEE, MUS_K1PEE, MUS_K1SEE, MUS_C1_FALL, MUS_C2_FALL, MUS_KIND) = range(15)
-N_MUS_COLUMNS = 15
+ MUS_KSEE, MUS_KPEE, MUS_K1PEE, MUS_K1SEE, MUS_C1_FALL, MUS_C2_FALL, MUS_KIND, MUS_EXCITATION_GATE) = range(16)
+N_MUS_COLUMNS = 16
 MUSCLE_DAS3, MUSCLE_THELEN2003 = 0, 1
 THELEN_TAU_ACT, THELEN_TAU_DEACT = 0.010, 0.040   # s (John, "Complete Description ...", activation dynamics)
 

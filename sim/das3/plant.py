@@ -29,7 +29,7 @@ from sim.das3.kernels.step import (
     new_plant_work,
     plant_steps,
 )
-from sim.das3.layout import N_MUS, N_STATES, Das3Model
+from sim.das3.layout import MUS_EXCITATION_GATE, N_MUS, N_STATES, Das3Model
 from sim.jit.bundle import new_bundle
 from sim.plants import FixedStepPlant, InvalidInputError, PlantDivergedError
 
@@ -147,7 +147,7 @@ class Plant(ArmPlant):
             raise InvalidInputError(f"initial excitation must be {N_MUS} finite values")
         self._x[:] = x0
         self._xd[:] = xd0
-        self._u[:] = np.clip(u0, 0.0, 1.0)
+        self._u[:] = np.clip(u0, 0.0, 1.0) * self.model.arrays.mus[:, MUS_EXCITATION_GATE]   # as plant_steps
         self.steps = 0
         self.failed = False
         r = bundle_prime(self._bundle, self._x, self._xd, self._u, self._loads)

@@ -18,7 +18,8 @@ import shutil
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
+"""The project directory (this file is sim/jit/cache.py)."""
 PACKAGES = ("sim", "drivers", "hil")
 KERNEL_MARKERS = (b"njit(", b"@kernel", b"@entry")
 KEY_LENGTH = 16

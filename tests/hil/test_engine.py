@@ -3,7 +3,7 @@ import math
 
 import numpy as np
 import pytest
-from helpers import loopback_driver
+from helpers import closed_loop_elbow, loopback_driver
 
 from drivers.controllers.builtin import PlaybackController
 from drivers.controllers.loopback import LoopbackDriver
@@ -359,26 +359,14 @@ def test_elbow_hold_closed_loop_through_the_stimulation_model():
     from pathlib import Path
 
     from hil.config import load_service_config
-    from hil.service.build import build_engine
 
     cfg = load_service_config(Path(__file__).resolve().parents[2] / "configs/elbow-hold.toml")
-    model, engine, drivers = build_engine(cfg)
+    elbow, engine = closed_loop_elbow(cfg, 750)         # 3 s
     assert engine.n_channels == 8
-    elbow = np.zeros(750)   # 3 s
-    for tick in range(elbow.size):
-        engine.begin(tick)
-        for d in drivers:
-            d.fetch(tick, tick, engine)
-        result = engine.step()
-        for d in drivers:
-            d.publish(result.frame)
-        elbow[tick] = math.degrees(float(result.frame["elbow_flexion"][0]))
     assert elbow[0] < 40.0 and elbow.max() < 100.0                       # overshoot under 10 deg
     assert np.all(np.abs(elbow[500:] - 90.0) < 1.0), (elbow[500:].min(), elbow[500:].max())
     assert engine.gh.unstable_ticks == 0
     assert engine.watchdog.trips == 0 and not engine.rejected
-    for d in drivers:
-        d.shutdown()
 
 
 def test_clamped_commands_are_applied_counted_apart_and_logged_as_requested(model):

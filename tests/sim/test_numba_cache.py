@@ -2,6 +2,7 @@
 another file, a cached caller runs the new callee, not the machine code compiled with the old one."""
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
@@ -83,6 +84,14 @@ def test_the_key_follows_kernel_modules_only(tmp_path):
     assert source_key(tmp_path, ("pkg",)) == key
     (tmp_path / "pkg" / "callee.py").write_text(CALLEE.format(3))
     assert source_key(tmp_path, ("pkg",)) != key
+
+
+def test_the_project_key_covers_the_plant_and_tick_kernels():
+    """The default root is the project directory: the key hashes the kernels the tick is compiled with (the
+    tick in hil/rt/plants.py calls the step in sim/das3/kernels/step.py), not an empty list."""
+    found = {p.relative_to(ROOT).as_posix() for p in kernel_sources()}
+    assert {"sim/das3/kernels/step.py", "sim/das3/kernels/muscles.py", "hil/rt/plants.py"} <= found
+    assert source_key() != hashlib.sha256().hexdigest()[:len(source_key())]
 
 
 def test_the_service_processes_share_one_keyed_directory(tmp_path):

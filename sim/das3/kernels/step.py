@@ -33,7 +33,7 @@ from sim.das3.kernels.muscles import (
     solve_contraction,
 )
 from sim.das3.kernels.outputs import OutputWork, compute_outputs, new_output_work
-from sim.das3.layout import MUS_FMAX, N_DOF, N_MUS, N_STATES
+from sim.das3.layout import MUS_EXCITATION_GATE, MUS_FMAX, N_DOF, N_MUS, N_STATES
 from sim.jit.bundle import borrowed_items
 from sim.jit.kernel import entry, kernel
 
@@ -379,6 +379,13 @@ def clip_excitation(u_in, u_out):
 
 
 @kernel
+def gate_excitation(A, u):
+    """u_i <- u_i * MUS_EXCITATION_GATE of muscle i, in place (1.0 leaves u bit for bit)."""
+    for i in range(u.shape[0]):
+        u[i] *= A.mus[i, MUS_EXCITATION_GATE]
+
+
+@kernel
 def prime(bundle, x, xd, u0, loads):
     """Evaluate at (x, xd, u0) and compute the outputs (after a reset or a change of loads); returns the
     largest residual."""
@@ -396,12 +403,14 @@ def bundle_prime(bundle, x, xd, u0, loads):
 
 @kernel
 def plant_steps(A, W, x, xd, u0, u_in, loads, h, residual_limit, scheme, stale, n):
-    """``n`` steps holding u_in (zero-order hold): validate/clip u_in, (re-)evaluate first if stale, then
+    """``n`` steps holding u_in (zero-order hold): validate/clip u_in, gate it (u_i <- g_i u_i with g_i =
+    MUS_EXCITATION_GATE: 0 on a denervated element, whatever drives it), (re-)evaluate first if stale, then
     Rosenbrock steps until one fails. Returns (status, excitations clipped over the steps done, steps
-    done). After each good step u0 <- the applied (clipped) excitation."""
+    done). After each good step u0 <- the applied (clipped, gated) excitation."""
     n_clipped = clip_excitation(u_in, W.st.u_next)
     if n_clipped < 0:
         return STEP_BAD_INPUT, 0, 0
+    gate_excitation(A, W.st.u_next)
     if stale:
         evaluate_step(A, x, xd, u0, loads, W)
     for k in range(n):

@@ -1,0 +1,132 @@
+"""The ``[patient]`` table of a config: presets (``configs/patients/NAME.toml``), patient files and the groups
+given in the config itself, resolved to one :class:`sim.patient.Patient` and the complete table the run records
+(every group's state and strength, no ``preset`` key), so a replay never reads a preset file."""
+from __future__ import annotations
+
+import copy
+import os
+from pathlib import Path
+
+from drivers.core.config_table import ConfigTable
+from sim.das3.config import ConfigError, read_toml_document, unknown_name
+from sim.das3.model import fmax_scale
+from sim.das3.muscle_groups import group_members, group_of
+from sim.das3.release import muscle_element_names
+from sim.patient import GROUP_SCHEMA, PATIENT_SCHEMA, GroupState, Patient, muscle_group_names
+
+PRESET_DIR = Path(__file__).resolve().parents[1] / "configs" / "patients"
+"""The shipped presets (a source checkout's ``configs/patients``)."""
+
+
+def preset_names() -> tuple[str, ...]:
+    return tuple(sorted(p.stem for p in PRESET_DIR.glob("*.toml")))
+
+
+def preset_path(value, base_dir: str, file: str, key: str) -> str:
+    """The file a ``preset`` value names: a shipped preset's name, or a ``.toml`` file relative to ``base_dir``."""
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"must be a preset name or a patient file, not {value!r}", file=file, key=key)
+    if value.endswith(".toml") or os.sep in value or "/" in value:
+        return os.path.join(base_dir, value)
+    if value not in preset_names():
+        raise ConfigError(unknown_name("preset", value, preset_names()), file=file, key=key)
+    return str(PRESET_DIR / f"{value}.toml")
+
+
+def preset_table(path: str, file: str, key: str) -> dict:
+    """The ``[patient]`` table of a preset or patient file (which names no other preset)."""
+    doc = read_toml_document(path)
+    extra = [k for k in doc if k != "patient"]
+    if extra or not isinstance(doc.get("patient"), dict):
+        raise ConfigError(f"{path}: a patient file holds one [patient] table and nothing else", file=file, key=key)
+    if "preset" in doc["patient"]:
+        raise ConfigError(f"{path}: a patient file cannot name another preset", file=file, key=key)
+    return doc["patient"]
+
+
+def merged_patient_table(table: dict, file: str) -> dict:
+    """``table`` over the preset it names (key by key; a group's keys over the preset's group), without ``preset``."""
+    if not isinstance(table, dict):
+        raise ConfigError("must be a table ([patient])", file=file, key="patient")
+    if "preset" not in table:
+        return copy.deepcopy(table)
+    base_dir = os.path.dirname(os.path.abspath(file)) if file else os.getcwd()
+    merged = copy.deepcopy(preset_table(preset_path(table["preset"], base_dir, file, "patient.preset"), file,
+                                        "patient.preset"))
+    for name, value in table.items():
+        if name == "groups" and isinstance(value, dict) and isinstance(merged.get("groups"), dict):
+            for group, spec in value.items():
+                base = merged["groups"].get(group)
+                merged["groups"][group] = {**base, **spec} if isinstance(base, dict) and isinstance(spec, dict) \
+                    else copy.deepcopy(spec)
+        elif name != "preset":
+            merged[name] = copy.deepcopy(value)
+    return merged
+
+
+def read_patient(table: dict | None, file: str) -> tuple[Patient, dict | None]:
+    """(the patient, its resolved table to record) from a config's ``[patient]`` table; (able-bodied, None)
+    without one."""
+    if table is None:
+        return Patient(groups=tuple((g, GroupState()) for g in muscle_group_names())), None
+    reader = ConfigTable(merged_patient_table(table, file), "patient", file)
+    values = reader.read(PATIENT_SCHEMA)
+    reader.done()
+    groups = _read_groups(values["groups"], values["default_state"], file)
+    patient = Patient(name=values["name"], sources=values["sources"], groups=groups)
+    return patient, resolved_table(patient)
+
+
+def _read_groups(table: dict, default_state: str, file: str) -> tuple[tuple[str, GroupState], ...]:
+    """Every DAS3 group's state (``default_state`` where the table does not list it) and strength."""
+    known = muscle_group_names()
+    for name in table:
+        if name not in known:
+            raise ConfigError(_not_a_group(name, known), file=file, key=f"patient.groups.{name}")
+    groups = []
+    for group in known:
+        reader = ConfigTable(table.get(group, {}), f"patient.groups.{group}", file)
+        read: dict = {}
+        for key in GROUP_SCHEMA.keys:
+            read[key.name] = reader.key(key, read, default=default_state if key.name == "state" else None)
+        reader.done()
+        groups.append((group, GroupState(state=read["state"], strength=float(read["strength"]))))
+    return tuple(groups)
+
+
+def _not_a_group(name: str, known) -> str:
+    if name in muscle_element_names():
+        return f"{name!r} is a muscle element; a patient's states are per group ({group_of(name)})"
+    return unknown_name("muscle group", name, known)
+
+
+def resolved_table(patient: Patient) -> dict:
+    """The complete ``[patient]`` table of a patient (every group listed), as recorded in a run's header."""
+    return {"name": patient.name, "sources": list(patient.sources),
+            "groups": {group: {"state": g.state, "strength": g.strength} for group, g in patient.groups}}
+
+
+def patient_override(value: str | None) -> dict | None:
+    """The ``[patient]`` table of ``hil run --patient NAME|FILE`` (a file relative to the working directory)."""
+    if value is None:
+        return None
+    is_file = value.endswith(".toml") or os.sep in value or "/" in value
+    return {"preset": os.path.abspath(value) if is_file else value}
+
+
+def load_patient(value: str) -> Patient:
+    """The patient of a command-line ``--patient NAME|FILE`` (a file relative to the working directory)."""
+    return read_patient(patient_override(value), os.path.join(os.getcwd(), "command line"))[0]
+
+
+def patient_groups(patient: Patient, model) -> list[dict]:
+    """Each group's state, the patient's strength, the resulting factors on its elements' Fmax (with
+    ``[model] strength``), whether stimulation excites it and its elements, for ``hil model info --patient``."""
+    scale = fmax_scale(model.config.strength, model.muscle_names)
+    rows = []
+    for group, idx in group_members(model.muscle_names).items():
+        g = patient.state_of(group)
+        rows.append({"group": group, "state": g.state, "strength": g.strength,
+                     "fmax_factor": sorted({float(f) for f in scale[idx]}),
+                     "stimulable": g.state != "denervated", "elements": [model.muscle_names[i] for i in idx]})
+    return rows

@@ -1,0 +1,107 @@
+"""Virtual patients (issue 37): the state and strength of each DAS3 muscle group, applied to the model.
+
+Each of the 28 muscle groups (an element's name without its number, ``bicb`` = ``bicb1``, ``bicb2``) is in one
+state, after the upper- and lower-motor-neuron distinction of FES practice (Bryden et al. 2016, Arch Phys Med
+Rehabil 97(6 Suppl 2):S97-S104; ISNCSCI levels, Kirshblum et al. 2011, J Spinal Cord Med 34:535-546):
+
+- ``voluntary``: innervated from above the lesion, under the patient's own control. Surface stimulation
+  excites it as well (its lower motor neurons are intact);
+- ``paralysed``: an upper-motor-neuron lesion: no voluntary control, the lower motor neurons intact, so it
+  responds to stimulation;
+- ``denervated``: the lower motor neurons are lost (damage at the lesion level): no response to surface
+  stimulation at normal pulse widths. The plant gates its excitation to 0 (``ModelConfig.denervated``).
+
+``strength`` multiplies the group's Fmax (disuse atrophy, weakness; active, passive and tendon force scale
+together, :func:`sim.das3.model.fmax_scale`), on top of ``[model] strength`` (the subject's own strength).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from sim.config_schema import Derived, Key, Section
+from sim.das3.config import STRENGTH_MAX, ModelConfig
+from sim.das3.model import fmax_scale
+from sim.das3.muscle_groups import group_members
+from sim.das3.release import muscle_element_names
+
+STATES = ("voluntary", "paralysed", "denervated")
+ABLE_BODIED = "able-bodied"
+
+PATIENT_SCHEMA = Section("patient", "The virtual patient: each muscle group's state and strength (a preset by "
+                         "name or file, and/or groups given here; the run records the resolved table).", (
+    Key("preset", "value", None, "a preset name (`hil patients`, `configs/patients/NAME.toml`) or a patient file "
+        "(relative to this file); this table's own keys apply over it"),
+    Key("name", "string", ABLE_BODIED, "the patient's label (recorded, shown by `hil model info`)"),
+    Key("sources", "strings", [], "the publications the patient's states and strengths come from (text)"),
+    Key("default_state", "string", "voluntary", "state of every group not listed", choices=STATES),
+    Key("groups", "table", {}, "muscle group -> its state and strength ([patient.groups.<group>])",
+        why="muscle group -> {state, strength}"),
+))
+
+GROUP_SCHEMA = Section("patient.groups.<group>", "One DAS3 muscle group of the patient (a group name: `bicb`, "
+                       "`deltscap`, ...; `hil model info --json` lists them).", (
+    Key("state", "string", Derived("the patient's `default_state`", lambda read: None), "voluntary, paralysed "
+        "(no voluntary control, stimulable) or denervated (no response to stimulation)", choices=STATES),
+    Key("strength", "number", 1.0, "factor on the group's Fmax (atrophy, weakness), times [model] strength",
+        lo=0.0, lo_exclusive=True, hi=STRENGTH_MAX),
+))
+
+
+@dataclass(frozen=True)
+class GroupState:
+    state: str = "voluntary"
+    strength: float = 1.0
+
+
+@dataclass(frozen=True)
+class Patient:
+    """A patient: its label, sources and every DAS3 muscle group's state, in the model's group order."""
+
+    name: str = ABLE_BODIED
+    sources: tuple[str, ...] = ()
+    groups: tuple[tuple[str, GroupState], ...] = ()
+
+    @property
+    def able_bodied(self) -> bool:
+        """Every group voluntary at full strength: the published model unchanged."""
+        return all(g == GroupState() for _, g in self.groups)
+
+    def state_of(self, group: str) -> GroupState:
+        return dict(self.groups).get(group, GroupState())
+
+    def in_state(self, state: str) -> tuple[str, ...]:
+        return tuple(group for group, g in self.groups if g.state == state)
+
+
+def muscle_group_names() -> tuple[str, ...]:
+    """The 28 DAS3 muscle groups, in the model's order."""
+    return tuple(group_members(muscle_element_names()))
+
+
+def apply_patient(model: ModelConfig, patient: Patient) -> ModelConfig:
+    """``model`` with the patient's strengths multiplied into its Fmax factors and its denervated groups gated;
+    ``model`` itself (unchanged, so bit-identical) when the patient is able-bodied."""
+    if patient.able_bodied:
+        return model
+    names = muscle_element_names()
+    scale = fmax_scale(model.strength, names)
+    members = group_members(names)
+    for group, g in patient.groups:
+        scale[members[group]] *= g.strength
+    return replace(model, strength=strength_pairs(scale, names),
+                   denervated=model.denervated + patient.in_state("denervated"))
+
+
+def strength_pairs(scale: np.ndarray, names: tuple[str, ...]) -> tuple[tuple[str, float], ...]:
+    """(group or element, factor) pairs of the factors ≠ 1: one pair per group whose elements share a factor,
+    else one per element."""
+    pairs = []
+    for group, idx in group_members(names).items():
+        factors = scale[idx]
+        if np.all(factors == factors[0]):
+            pairs += [(group, float(factors[0]))] if factors[0] != 1.0 else []
+        else:
+            pairs += [(names[i], float(scale[i])) for i in idx if scale[i] != 1.0]
+    return tuple(pairs)

@@ -1,0 +1,170 @@
+"""Virtual patients (issue 37): the [patient] table, its presets, what it does to the model, its errors, the CLI
+and its recording and replay."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import closed_loop_elbow, hil
+
+from hil.config import load_service_config, with_patient
+from hil.patients import PRESET_DIR, preset_names, read_patient, resolved_table
+from hil.recording.hilrec import RecordingReader
+from hil.sweep.runner import preflight, tasks
+from hil.sweep.spec import load_sweep, variants
+from sim.das3.config import ConfigError, ModelConfig
+from sim.das3.model import load_model
+from sim.das3.muscle_groups import group_members
+from sim.patient import apply_patient, muscle_group_names
+
+REPO = Path(__file__).resolve().parents[2]
+ELBOW_HOLD = REPO / "configs" / "elbow-hold.toml"
+
+
+def _config(tmp_path, patient_toml: str, base: Path = ELBOW_HOLD) -> Path:
+    path = tmp_path / "patient.toml"
+    path.write_text(f'include = ["{base}"]\n{patient_toml}\n')
+    return path
+
+
+def test_the_four_presets_are_shipped_and_resolve_to_every_group():
+    assert preset_names() == ("able-bodied", "c5-tetraplegia", "c6-tetraplegia", "stroke-hemiparesis")
+    for name in preset_names():
+        patient, table = read_patient({"preset": name}, str(REPO / "configs" / "x.toml"))
+        assert patient.name == name and [g for g, _ in patient.groups] == list(muscle_group_names())
+        assert patient.sources and read_patient(table, "recorded") == (patient, table)    # replays as recorded
+
+
+def test_able_bodied_leaves_the_model_untouched(tmp_path):
+    """No [patient] table and the able-bodied preset both give the published model (so runs stay bit-identical)."""
+    plain = load_service_config(ELBOW_HOLD)
+    preset = load_service_config(_config(tmp_path, '[patient]\npreset = "able-bodied"'))
+    assert plain.model == preset.model == ModelConfig() and "patient" not in plain.raw
+    assert preset.patient.able_bodied and preset.raw["patient"]["name"] == "able-bodied"
+
+
+def test_c5_states_and_atrophy_reach_the_model(tmp_path):
+    cfg = load_service_config(_config(tmp_path, '[patient]\npreset = "c5-tetraplegia"'))
+    states = {g: cfg.patient.state_of(g) for g in muscle_group_names()}
+    assert states["bicb"].state == "voluntary" and states["bicb"].strength == 1.0      # C5 key muscle
+    assert states["triclong"].state == "paralysed" and states["triclong"].strength == 0.6   # C7, below the lesion
+    published, model = load_model(ModelConfig()), load_model(cfg.model)
+    ratio = model.arrays.mus[:, 0] / published.arrays.mus[:, 0]
+    for group, idx in group_members(model.muscle_names).items():
+        np.testing.assert_allclose(ratio[idx], states[group].strength, rtol=1e-15)
+
+
+def test_config_keys_apply_over_the_preset_and_model_strength_multiplies(tmp_path):
+    path = _config(tmp_path, '[model.strength]\ntriclong = 0.5\n[patient]\npreset = "c5-tetraplegia"\n'
+                             'name = "c5, stronger triceps"\n[patient.groups.triclat]\nstrength = 0.9')
+    cfg = load_service_config(path)
+    assert cfg.patient.name == "c5, stronger triceps"
+    assert cfg.patient.state_of("triclat").state == "paralysed" and cfg.patient.state_of("triclat").strength == 0.9
+    assert dict(cfg.model.strength)["triclong"] == pytest.approx(0.5 * 0.6, rel=1e-15)
+
+
+def test_a_denervated_group_is_gated_in_the_model(tmp_path):
+    cfg = load_service_config(_config(tmp_path, '[patient.groups.bicb]\nstate = "denervated"\nstrength = 0.5'))
+    assert cfg.model.denervated == ("bicb",) and dict(cfg.model.strength) == {"bicb": 0.5}
+    assert apply_patient(ModelConfig(), cfg.patient) == cfg.model
+
+
+@pytest.mark.parametrize("patient_toml, key, message", [
+    ('[patient]\npreset = "c7-tetraplegia"', "patient.preset", "unknown preset 'c7-tetraplegia' (did you mean"),
+    ('[patient.groups.bicb1]\nstate = "paralysed"', "patient.groups.bicb1", "is a muscle element; a patient's states "
+                                                                            "are per group (bicb)"),
+    ('[patient.groups.bicps]\nstate = "paralysed"', "patient.groups.bicps", "unknown muscle group 'bicps'"),
+    ('[patient.groups.bicb]\nstate = "paralyzed"', "patient.groups.bicb.state", "must be one of voluntary, paralysed"),
+    ('[patient.groups.bicb]\nstrength = 0', "patient.groups.bicb.strength", "must be a finite number in (0, 10]"),
+    ('[patient.groups.bicb]\nstrenght = 0.5', "patient.groups.bicb.strenght", "did you mean 'strength'"),
+    ('[patient]\nnmae = "x"', "patient.nmae", "did you mean 'name'"),
+])
+def test_a_bad_patient_is_one_error_line(tmp_path, patient_toml, key, message):
+    with pytest.raises(ConfigError) as err:
+        load_service_config(_config(tmp_path, patient_toml))
+    assert err.value.key == key and message in err.value.reason
+
+
+def test_a_patient_file_holds_only_its_table_and_no_other_preset(tmp_path):
+    (tmp_path / "p.toml").write_text('[patient]\npreset = "c5-tetraplegia"\n')
+    with pytest.raises(ConfigError, match="cannot name another preset"):
+        load_service_config(_config(tmp_path, '[patient]\npreset = "p.toml"'))
+    (tmp_path / "p.toml").write_text('[patient]\nname = "x"\n[loop]\nperiod_ms = 4\n')
+    with pytest.raises(ConfigError, match="holds one \\[patient\\] table and nothing else"):
+        load_service_config(_config(tmp_path, '[patient]\npreset = "p.toml"'))
+
+
+def test_the_mtg_plant_refuses_a_patient_but_takes_able_bodied(tmp_path):
+    mtg = REPO / "configs" / "elbow-hold-mtg.toml"
+    assert load_service_config(_config(tmp_path, '[patient]\npreset = "able-bodied"', mtg)).patient.able_bodied
+    with pytest.raises(ConfigError) as err:
+        load_service_config(_config(tmp_path, '[patient]\npreset = "c5-tetraplegia"', mtg))
+    assert err.value.key == "patient" and "the mtg plant takes no patient but able-bodied" in err.value.reason
+
+
+def test_check_config_shows_a_bad_preset_as_one_line(tmp_path):
+    out = hil("check-config", _config(tmp_path, '[patient]\npreset = "c7"'))
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1 and "unknown preset 'c7'" in out.stderr
+
+
+def test_model_info_lists_each_groups_state(tmp_path):
+    out = hil("model", "info", "--patient", "c6-tetraplegia", "--json")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)["patient"]
+    groups = {g["group"]: g for g in doc["groups"]}
+    assert doc["name"] == "c6-tetraplegia" and len(groups) == 28
+    assert groups["triclong"]["state"] == "paralysed" and groups["triclong"]["fmax_factor"] == [0.36]
+    assert groups["supinator"]["state"] == "voluntary" and groups["supinator"]["stimulable"]
+    bad = hil("model", "info", "--patient", "nobody")
+    assert bad.returncode == 2 and "unknown preset 'nobody'" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_a_patient_run_is_recorded_and_replays_without_its_file(tmp_path):
+    """hil run --patient FILE: the header holds the resolved table, the replay is bit-identical after the file
+    is gone, and the arm moves otherwise than the able-bodied one under the same controller."""
+    patient_file = tmp_path / "weak.toml"
+    patient_file.write_text('[patient]\nname = "weak flexors"\n[patient.groups]\nbicl = {strength = 0.4}\n'
+                            'bicb = {strength = 0.4}\nbrachialis = {strength = 0.4, state = "paralysed"}\n')
+    rec, plain = tmp_path / "run.hilrec", tmp_path / "plain.hilrec"
+    out = hil("run", "--config", ELBOW_HOLD, "--duration", "1", "--offline", "--patient", patient_file,
+              "--record", rec)
+    assert out.returncode == 0, out.stderr
+    assert hil("run", "--config", ELBOW_HOLD, "--duration", "1", "--offline", "--record", plain).returncode == 0
+    patient_file.unlink()
+    header = RecordingReader(rec).header["config"]["patient"]
+    assert header["name"] == "weak flexors" and header["groups"]["brachialis"] == {"state": "paralysed",
+                                                                                   "strength": 0.4}
+    rep = hil("replay", rec, "--json")
+    assert rep.returncode == 0 and json.loads(rep.stdout)["identical"], rep.stdout + rep.stderr
+    elbow = [RecordingReader(r).read("ticks")["frame"]["q"][:, 9] for r in (rec, plain)]
+    assert np.max(np.abs(elbow[0] - elbow[1])) > 1e-3
+
+
+def test_with_patient_replaces_the_table(tmp_path):
+    cfg = with_patient(load_service_config(ELBOW_HOLD), {"preset": "stroke-hemiparesis"})
+    assert cfg.patient.name == "stroke-hemiparesis" and cfg.raw["patient"] == resolved_table(cfg.patient)
+    assert PRESET_DIR.is_dir()
+
+
+def test_the_patient_sweep_example_is_accepted_by_hil_sweep(tmp_path):
+    spec = load_sweep(str(REPO / "examples" / "sweeps" / "elbow-hold-patients.toml"))
+    runs = variants(spec)
+    valid, errors = preflight(tasks(spec, runs, str(tmp_path)))
+    assert errors == [] and len(valid) == len(runs) == 8
+    presets = {run.values["patient.preset"] for run in runs}
+    assert presets == set(preset_names())
+
+
+@pytest.mark.parametrize("flexors", ["voluntary", "denervated"])
+def test_the_elbow_hold_controller_cannot_lift_a_forearm_whose_flexors_are_denervated(tmp_path, flexors):
+    """configs/elbow-hold.toml's PID controller brings the able-bodied elbow from 37.6 deg to 90 deg and holds it;
+    with bicl, bicb and brachialis denervated its biceps channel moves nothing and the elbow stays near rest."""
+    groups = "".join(f'[patient.groups.{g}]\nstate = "{flexors}"\n' for g in ("bicl", "bicb", "brachialis"))
+    elbow, _ = closed_loop_elbow(load_service_config(_config(tmp_path, groups)), 750)
+    if flexors == "denervated":
+        assert elbow.max() < elbow[0] + 5.0, (elbow[0], elbow.max())
+    else:
+        assert np.all(np.abs(elbow[500:] - 90.0) < 1.0), (elbow[500:].min(), elbow[500:].max())
