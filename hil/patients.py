@@ -12,7 +12,7 @@ from sim.das3.config import ConfigError, read_toml_document, unknown_name
 from sim.das3.model import fmax_scale
 from sim.das3.muscle_groups import group_members, group_of
 from sim.das3.release import muscle_element_names
-from sim.patient import GROUP_SCHEMA, PATIENT_SCHEMA, GroupState, Patient, muscle_group_names
+from sim.patient import GROUP_SCHEMA, PATIENT_SCHEMA, SPASTICITY_SCHEMA, GroupState, Patient, muscle_group_names
 
 PRESET_DIR = Path(__file__).resolve().parents[1] / "configs" / "patients"
 """The shipped presets (a source checkout's ``configs/patients``)."""
@@ -90,8 +90,19 @@ def _read_groups(table: dict, default_state: str, file: str) -> tuple[tuple[str,
         for key in GROUP_SCHEMA.keys:
             read[key.name] = reader.key(key, read, default=default_state if key.name == "state" else None)
         reader.done()
-        groups.append((group, GroupState(state=read["state"], strength=float(read["strength"]))))
+        groups.append((group, GroupState(state=read["state"], strength=float(read["strength"]),
+                                         spasticity=_read_spasticity(read["spasticity"], group, file))))
     return tuple(groups)
+
+
+def _read_spasticity(table: dict, group: str, file: str) -> tuple[float, float, float] | None:
+    """(gain, threshold, delay s) of a group's ``spasticity`` table, None if it has none."""
+    if not table:
+        return None
+    reader = ConfigTable(table, f"patient.groups.{group}.spasticity", file)
+    values = reader.read(SPASTICITY_SCHEMA)
+    reader.done()
+    return float(values["gain"]), float(values["threshold"]), float(values["delay_s"])
 
 
 def _not_a_group(name: str, known) -> str:
@@ -103,7 +114,15 @@ def _not_a_group(name: str, known) -> str:
 def resolved_table(patient: Patient) -> dict:
     """The complete ``[patient]`` table of a patient (every group listed), as recorded in a run's header."""
     return {"name": patient.name, "sources": list(patient.sources),
-            "groups": {group: {"state": g.state, "strength": g.strength} for group, g in patient.groups}}
+            "groups": {group: _group_table(g) for group, g in patient.groups}}
+
+
+def _group_table(g: GroupState) -> dict:
+    table = {"state": g.state, "strength": g.strength}
+    if g.spasticity is not None:
+        gain, threshold, delay_s = g.spasticity
+        table["spasticity"] = {"gain": gain, "threshold_lceopt_per_s": threshold, "delay_ms": delay_s * 1e3}
+    return table
 
 
 def patient_override(value: str | None) -> dict | None:
@@ -128,5 +147,6 @@ def patient_groups(patient: Patient, model) -> list[dict]:
         g = patient.state_of(group)
         rows.append({"group": group, "state": g.state, "strength": g.strength,
                      "fmax_factor": sorted({float(f) for f in scale[idx]}),
-                     "stimulable": g.state != "denervated", "elements": [model.muscle_names[i] for i in idx]})
+                     "stimulable": g.state != "denervated", "elements": [model.muscle_names[i] for i in idx],
+                     "spasticity": _group_table(g).get("spasticity")})
     return rows

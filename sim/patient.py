@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from sim.config_schema import Derived, Key, Section
+from sim.config_schema import REQUIRED, Derived, Key, Section, from_ms
 from sim.das3.config import STRENGTH_MAX, ModelConfig
 from sim.das3.model import fmax_scale
 from sim.das3.muscle_groups import group_members
@@ -46,6 +46,19 @@ GROUP_SCHEMA = Section("patient.groups.<group>", "One DAS3 muscle group of the p
         "(no voluntary control, stimulable) or denervated (no response to stimulation)", choices=STATES),
     Key("strength", "number", 1.0, "factor on the group's Fmax (atrophy, weakness), times [model] strength",
         lo=0.0, lo_exclusive=True, hi=STRENGTH_MAX),
+    Key("spasticity", "table", {}, "the group's stretch reflex ([patient.groups.<group>.spasticity]); none if "
+        "absent", why="gain, threshold_lceopt_per_s, delay_ms"),
+))
+
+SPASTICITY_SCHEMA = Section("patient.groups.<group>.spasticity", "A spastic group's velocity-dependent stretch "
+                            "reflex, e = gain max(0, v(t - delay) - threshold), v the muscle-tendon lengthening "
+                            "velocity in optimal fibre lengths per second (docs: virtual patients).", (
+    Key("gain", "number", REQUIRED, "excitation per Lceopt/s of lengthening velocity above the threshold",
+        lo=0.0, hi=100.0),
+    Key("threshold_lceopt_per_s", "number", REQUIRED, "lengthening velocity (Lceopt/s) above which the reflex "
+        "fires", lo=0.0, hi=100.0, field="threshold"),
+    Key("delay_ms", "number", REQUIRED, "reflex delay (rounded to whole plant steps, at least one)", lo=0.0,
+        hi=1000.0, field="delay_s", to_si=from_ms),
 ))
 
 
@@ -53,6 +66,7 @@ GROUP_SCHEMA = Section("patient.groups.<group>", "One DAS3 muscle group of the p
 class GroupState:
     state: str = "voluntary"
     strength: float = 1.0
+    spasticity: tuple[float, float, float] | None = None     # (gain, threshold Lceopt/s, delay s)
 
 
 @dataclass(frozen=True)
@@ -81,8 +95,8 @@ def muscle_group_names() -> tuple[str, ...]:
 
 
 def apply_patient(model: ModelConfig, patient: Patient) -> ModelConfig:
-    """``model`` with the patient's strengths multiplied into its Fmax factors and its denervated groups gated;
-    ``model`` itself (unchanged, so bit-identical) when the patient is able-bodied."""
+    """``model`` with the patient's strengths multiplied into its Fmax factors, its denervated groups gated and
+    its spastic groups' reflexes; ``model`` itself (unchanged, so bit-identical) when the patient is able-bodied."""
     if patient.able_bodied:
         return model
     names = muscle_element_names()
@@ -90,8 +104,10 @@ def apply_patient(model: ModelConfig, patient: Patient) -> ModelConfig:
     members = group_members(names)
     for group, g in patient.groups:
         scale[members[group]] *= g.strength
+    reflexes = tuple((group, *g.spasticity) for group, g in patient.groups if g.spasticity is not None)
     return replace(model, strength=strength_pairs(scale, names),
-                   denervated=model.denervated + patient.in_state("denervated"))
+                   denervated=model.denervated + patient.in_state("denervated"),
+                   spasticity=model.spasticity + reflexes)
 
 
 def strength_pairs(scale: np.ndarray, names: tuple[str, ...]) -> tuple[tuple[str, float], ...]:

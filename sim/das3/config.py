@@ -86,6 +86,8 @@ class ModelConfig:
             rest posture is re-solved for the changed passive forces.
         denervated: muscle elements or groups (as ``strength`` names them) whose excitation the plant gates to 0:
             lower-motor-neuron damage, no response to any stimulation. Set by a patient, not a ``[model]`` key.
+        spasticity: (muscle element or group, gain per Lceopt/s, threshold Lceopt/s, delay s) of each spastic
+            muscle's stretch reflex (``sim.das3.kernels.reflex``). Set by a patient, not a ``[model]`` key.
     """
 
     hand_weight: bool = MODEL_SCHEMA.default("hand_weight")
@@ -98,15 +100,17 @@ class ModelConfig:
     shoulder_passive: str = MODEL_SCHEMA.default("shoulder_passive")
     strength: tuple[tuple[str, float], ...] = MODEL_SCHEMA.default("strength")
     denervated: tuple[str, ...] = ()
+    spasticity: tuple[tuple[str, float, float, float], ...] = ()
 
     def __post_init__(self) -> None:
         for key in MODEL_SCHEMA.keys:
             reason = _check(key, getattr(self, key.field), in_file_units=False)
             if reason is not None:
                 raise ConfigError(reason, key=key.field)
-        reason = _check_denervated(self.denervated)
-        if reason is not None:
-            raise ConfigError(reason, key="denervated")
+        for key, check in (("denervated", _check_denervated), ("spasticity", _check_spasticity)):
+            reason = check(getattr(self, key))
+            if reason is not None:
+                raise ConfigError(reason, key=key)
 
 
 _FIELD_KEYS = {key.field: key for key in MODEL_SCHEMA.keys}
@@ -155,6 +159,20 @@ def _check_denervated(value: object) -> str | None:
     for name in value:
         if element_indices(name, names) is None:
             return unknown_muscle(name, names)
+    return None
+
+
+def _check_spasticity(value: object) -> str | None:
+    """Why ``spasticity`` ((name, gain, threshold, delay) tuples) is not valid, or None."""
+    if not isinstance(value, tuple) or not all(isinstance(v, tuple) and len(v) == 4 for v in value):
+        return f"must be a tuple of (muscle, gain, threshold, delay) tuples, not {value!r}"
+    names = muscle_element_names()
+    for name, *numbers in value:
+        if not isinstance(name, str) or element_indices(name, names) is None:
+            return unknown_muscle(str(name), names)
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+                   for v in numbers):
+            return f"gain, threshold and delay of {name!r} must be finite numbers >= 0, not {tuple(numbers)!r}"
     return None
 
 

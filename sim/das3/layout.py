@@ -92,10 +92,13 @@ class ModelArrays(NamedTuple):
 
 # Column indices of ModelArrays.mus. Activation: da/dt = (u - a)(c1 u + c2) with (MUS_C1, MUS_C2) while
 # u >= a and (MUS_C1_FALL, MUS_C2_FALL) while u < a; MUS_KIND selects the contraction model; the plant
-# applies g * clip(u, 0, 1) with g = MUS_EXCITATION_GATE (1, or 0 on a denervated element).
+# applies g * clip(u, 0, 1) with g = MUS_EXCITATION_GATE (1, or 0 on a denervated element); a spastic element
+# (MUS_REFLEX_GAIN > 0) adds its stretch reflex (sim.das3.kernels.reflex: gain per Lceopt/s, threshold in
+# Lceopt/s, delay in s).
 (MUS_FMAX, MUS_LCEOPT, MUS_SEESLACK, MUS_PEESLACK, MUS_PENN_B, MUS_VMAX, MUS_C1, MUS_C2,
- MUS_KSEE, MUS_KPEE, MUS_K1PEE, MUS_K1SEE, MUS_C1_FALL, MUS_C2_FALL, MUS_KIND, MUS_EXCITATION_GATE) = range(16)
-N_MUS_COLUMNS = 16
+ MUS_KSEE, MUS_KPEE, MUS_K1PEE, MUS_K1SEE, MUS_C1_FALL, MUS_C2_FALL, MUS_KIND, MUS_EXCITATION_GATE,
+ MUS_REFLEX_GAIN, MUS_REFLEX_THRESHOLD, MUS_REFLEX_DELAY) = range(19)
+N_MUS_COLUMNS = 19
 MUSCLE_DAS3, MUSCLE_THELEN2003 = 0, 1
 THELEN_TAU_ACT, THELEN_TAU_DEACT = 0.010, 0.040   # s (John, "Complete Description ...", activation dynamics)
 

@@ -43,6 +43,9 @@ from sim.das3.layout import (
     MUS_LCEOPT,
     MUS_PEESLACK,
     MUS_PENN_B,
+    MUS_REFLEX_DELAY,
+    MUS_REFLEX_GAIN,
+    MUS_REFLEX_THRESHOLD,
     MUS_SEESLACK,
     MUS_VMAX,
     MUSCLE_DAS3,
@@ -71,10 +74,12 @@ __all__ = [  # the layout's names (sim.das3.layout) are this module's public nam
     "BODY_FRAMES", "BODY_SEGMENTS", "CLAVICLE_FRAME", "DOF_NAMES", "Das3Model", "ECC_FORCE_MAX", "FL_WIDTH",
     "GLENOID_X", "HILL_A", "HUMERUS_FRAME", "LINEAR_STIFFNESS", "LOAD_NAMES", "MUSCLE_DAS3", "MUSCLE_THELEN2003",
     "MUS_C1", "MUS_C1_FALL", "MUS_C2", "MUS_C2_FALL", "MUS_EXCITATION_GATE", "MUS_FMAX", "MUS_K1PEE", "MUS_K1SEE",
-    "MUS_KIND", "MUS_KPEE", "MUS_KSEE", "MUS_LCEOPT", "MUS_PEESLACK", "MUS_PENN_B", "MUS_SEESLACK", "MUS_VMAX",
+    "MUS_KIND", "MUS_KPEE", "MUS_KSEE", "MUS_LCEOPT", "MUS_PEESLACK", "MUS_PENN_B", "MUS_REFLEX_DELAY",
+    "MUS_REFLEX_GAIN", "MUS_REFLEX_THRESHOLD", "MUS_SEESLACK", "MUS_VMAX",
     "ModelArrays", "N_DOF", "N_FRAMES", "N_LOADS", "N_MUS", "N_MUS_COLUMNS", "N_STATES", "PEE_REL_FORCE",
     "RADIUS_FRAME", "SCAPULA_FRAME", "SDOT_DAMPING", "SEE_STRAIN_AT_FMAX", "THELEN_TAU_ACT", "THELEN_TAU_DEACT",
     "ULNA_FRAME", "excitation_gate", "fmax_scale", "joint_location", "load_model", "muscle_element_names",
+    "reflex_parameters",
 ]
 
 
@@ -117,10 +122,12 @@ def _bodies(m: dict, config: ModelConfig) -> tuple[list, list, list, list]:
     return body_mass, body_com, body_inertia, body_weight
 
 
-def _muscle_constants(muscles: list, table: MonomialTable, muscle_model: str = "das3", fmax_scale=None, gate=None):
+def _muscle_constants(muscles: list, table: MonomialTable, muscle_model: str = "das3", fmax_scale=None, gate=None,
+                      reflex=None):
     """Per-muscle constants (MUS_* columns), DOFs crossed and path-length terms; adds their monomials.
     ``fmax_scale``: a factor on each element's Fmax (:attr:`ModelConfig.strength`); ``gate``: each element's
-    excitation gate (:attr:`ModelConfig.denervated`), 1 when None."""
+    excitation gate (:attr:`ModelConfig.denervated`), 1 when None; ``reflex``: (138, 3) stretch-reflex gain,
+    threshold and delay (:attr:`ModelConfig.spasticity`), none when None."""
     if len(muscles) != N_MUS:
         raise ValueError(f"expected {N_MUS} muscles, found {len(muscles)}")
     mus = np.zeros((N_MUS, N_MUS_COLUMNS))
@@ -137,7 +144,8 @@ def _muscle_constants(muscles: list, table: MonomialTable, muscle_model: str = "
                                 PEE_REL_FORCE / FL_WIDTH ** 2,                 # kPEE
                                 LINEAR_STIFFNESS * lceopt / fmax,              # k1 of PEE, normalised
                                 LINEAR_STIFFNESS / fmax)                       # k1 of SEE, 1/m
-        mus[i, MUS_C1_FALL:] = (c1, c2, MUSCLE_DAS3, 1.0 if gate is None else gate[i])
+        mus[i, MUS_C1_FALL:MUS_REFLEX_GAIN] = (c1, c2, MUSCLE_DAS3, 1.0 if gate is None else gate[i])
+        mus[i, MUS_REFLEX_GAIN:] = 0.0 if reflex is None else reflex[i]
         if muscle_model == "thelen2003":     # da/dt = (u - a)/tau_act or (u - a)/tau_deact
             mus[i, [MUS_C1, MUS_C2, MUS_C1_FALL, MUS_C2_FALL, MUS_KIND]] = (
                 0.0, 1.0 / THELEN_TAU_ACT, 0.0, 1.0 / THELEN_TAU_DEACT, MUSCLE_THELEN2003)
@@ -202,7 +210,8 @@ def _build_model(config: ModelConfig) -> Das3Model:
     names = tuple(mu["name"] for mu in muscles)
     mus, mus_ndof, mus_dofs, terms = _muscle_constants(muscles, table, config.muscle_model,
                                                        fmax_scale(config.strength, names),
-                                                       excitation_gate(config.denervated, names))
+                                                       excitation_gate(config.denervated, names),
+                                                       reflex_parameters(config.spasticity, names))
     crosses = np.array([bool(mu["crossesGH"]) for mu in muscles])
     gh_muscle, loa_dofs, loa_rows = _loa_fits(loa, names, crosses, table)
     arrays = ModelArrays(
@@ -243,6 +252,15 @@ def fmax_scale(strength: tuple[tuple[str, float], ...], names: tuple[str, ...]) 
     for key, factor in strength:
         scale[element_indices(key, names)] = factor
     return scale
+
+
+def reflex_parameters(spasticity: tuple, names: tuple[str, ...]) -> np.ndarray:
+    """(138, 3) [gain, threshold, delay] of each element's stretch reflex (0: none) from (name, gain, threshold,
+    delay) tuples."""
+    reflex = np.zeros((len(names), 3))
+    for key, *parameters in spasticity:
+        reflex[element_indices(key, names)] = parameters
+    return reflex
 
 
 def excitation_gate(denervated: tuple[str, ...], names: tuple[str, ...]) -> np.ndarray:

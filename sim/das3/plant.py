@@ -128,7 +128,7 @@ class Plant(ArmPlant):
         self.scheme = scheme
         self._scheme_code = SCHEMES[scheme]
         self.residual_limit = float(residual_limit)
-        self._work = new_plant_work(model.arrays)
+        self._work = new_plant_work(model.arrays, step_s)
         self._bundle = new_bundle((model.arrays, self._work))
         self._xd = np.zeros(N_STATES)
         self.outputs = PlantOutputs(self._x, self._work)
@@ -148,6 +148,8 @@ class Plant(ArmPlant):
         self._x[:] = x0
         self._xd[:] = xd0
         self._u[:] = np.clip(u0, 0.0, 1.0) * self.model.arrays.mus[:, MUS_EXCITATION_GATE]   # as plant_steps
+        self._work.rx.ring[:] = 0.0                  # the stretch reflex starts from a still arm
+        self._work.rx.cursor[:] = 0
         self.steps = 0
         self.failed = False
         r = bundle_prime(self._bundle, self._x, self._xd, self._u, self._loads)
@@ -180,7 +182,7 @@ class Plant(ArmPlant):
         return what
 
     def state_arrays(self) -> tuple:
-        return self._x, self._xd, self._u
+        return self._x, self._xd, self._u, self._work.rx.ring, self._work.rx.cursor
 
     def refresh_outputs(self) -> None:
         bundle_prime(self._bundle, self._x, self._xd, self._u, self._loads)

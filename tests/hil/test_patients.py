@@ -168,3 +168,25 @@ def test_the_elbow_hold_controller_cannot_lift_a_forearm_whose_flexors_are_dener
         assert elbow.max() < elbow[0] + 5.0, (elbow[0], elbow.max())
     else:
         assert np.all(np.abs(elbow[500:] - 90.0) < 1.0), (elbow[500:].min(), elbow[500:].max())
+
+
+def test_a_spastic_group_is_read_recorded_and_applied(tmp_path):
+    spec = '[patient.groups.bicb.spasticity]\ngain = 0.2\nthreshold_lceopt_per_s = 0.1\ndelay_ms = 40'
+    cfg = load_service_config(_config(tmp_path, spec))
+    assert cfg.model.spasticity == (("bicb", 0.2, 0.1, 0.04),)
+    recorded = cfg.raw["patient"]["groups"]["bicb"]["spasticity"]
+    assert recorded == {"gain": 0.2, "threshold_lceopt_per_s": 0.1, "delay_ms": 40.0}
+    assert read_patient(cfg.raw["patient"], "recorded")[0] == cfg.patient
+    with pytest.raises(ConfigError) as err:
+        load_service_config(_config(tmp_path, '[patient.groups.bicb.spasticity]\ngain = 0.2'))
+    assert err.value.key == "patient.groups.bicb.spasticity.threshold_lceopt_per_s" and "is required" in err.value.reason
+
+
+def test_analyze_catch_shows_the_stroke_presets_catch_at_the_fast_stretch_only(tmp_path):
+    out = hil("analyze", "catch", "--patient", "stroke-hemiparesis", "--json", "--out", tmp_path / "catch")
+    assert out.returncode == 0, out.stderr
+    peaks = json.loads(out.stdout)["peak_reflex_moment_Nm"]
+    assert peaks["5"] == 0.0 and peaks["100"] == pytest.approx(3.46, abs=0.01)
+    assert (tmp_path / "catch" / "catch.png").stat().st_size > 10_000
+    none = hil("analyze", "catch", "--patient", "c5-tetraplegia")
+    assert none.returncode == 2 and "has no spastic group" in none.stderr and "Traceback" not in none.stderr

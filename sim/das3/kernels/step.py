@@ -33,6 +33,7 @@ from sim.das3.kernels.muscles import (
     solve_contraction,
 )
 from sim.das3.kernels.outputs import OutputWork, compute_outputs, new_output_work
+from sim.das3.kernels.reflex import ReflexWork, add_reflex, new_reflex_work, record_velocity
 from sim.das3.layout import MUS_EXCITATION_GATE, MUS_FMAX, N_DOF, N_MUS, N_STATES
 from sim.jit.bundle import borrowed_items
 from sim.jit.kernel import entry, kernel
@@ -88,9 +89,12 @@ class PlantWork(NamedTuple):
     mu: MuscleWork
     st: StepWork
     out: OutputWork
+    rx: ReflexWork
 
 
-def new_plant_work(A) -> PlantWork:
+def new_plant_work(A, step_s: float | None = None) -> PlantWork:
+    """The workspace of model arrays ``A`` (``step_s``: the plant's step, for the reflex delays; None where
+    nothing steps)."""
     st = StepWork(
         f=np.zeros(N_STATES), rate=np.zeros(N_MUS), rate_da=np.zeros(N_MUS), rate_du=np.zeros(N_MUS),
         Aq=np.zeros((N_DOF, N_DOF)), Av=np.zeros((N_DOF, N_DOF)), K=np.zeros((N_DOF, N_DOF)),
@@ -99,7 +103,8 @@ def new_plant_work(A) -> PlantWork:
         u_next=np.zeros(N_MUS), failed_muscle=np.zeros(1, np.int64), x_prev=np.zeros(N_STATES), xd_prev=np.zeros(N_STATES),
     )
     out = new_output_work(A)
-    return PlantWork(mb=new_multibody_work(), mu=new_muscle_work(A.mono_parent.shape[0]), st=st, out=out)
+    return PlantWork(mb=new_multibody_work(), mu=new_muscle_work(A.mono_parent.shape[0]), st=st, out=out,
+                     rx=new_reflex_work(A, step_s))
 
 
 @kernel
@@ -405,18 +410,26 @@ def bundle_prime(bundle, x, xd, u0, loads):
 def plant_steps(A, W, x, xd, u0, u_in, loads, h, residual_limit, scheme, stale, n):
     """``n`` steps holding u_in (zero-order hold): validate/clip u_in, gate it (u_i <- g_i u_i with g_i =
     MUS_EXCITATION_GATE: 0 on a denervated element, whatever drives it), (re-)evaluate first if stale, then
-    Rosenbrock steps until one fails. Returns (status, excitations clipped over the steps done, steps
-    done). After each good step u0 <- the applied (clipped, gated) excitation."""
+    Rosenbrock steps until one fails, a spastic element's stretch reflex added before each step and its
+    velocity recorded after it (:mod:`sim.das3.kernels.reflex`). Returns (status, excitations clipped over the
+    steps done, steps done). After each good step u0 <- the applied (clipped, gated) excitation."""
     n_clipped = clip_excitation(u_in, W.st.u_next)
     if n_clipped < 0:
         return STEP_BAD_INPUT, 0, 0
     gate_excitation(A, W.st.u_next)
+    spastic = W.rx.idx.shape[0] > 0
+    if spastic:
+        copy_into(W.rx.u_base, W.st.u_next)
     if stale:
         evaluate_step(A, x, xd, u0, loads, W)
     for k in range(n):
+        if spastic:
+            add_reflex(A, W.rx, W.st.u_next)
         status = plant_step(A, x, xd, u0, W.st.u_next, loads, h, residual_limit, scheme, W)
         if status != STEP_OK:
             return status, k * n_clipped, k
+        if spastic:
+            record_velocity(A, W.rx, W.mu.G, x)
         copy_into(u0, W.st.u_next)
     return STEP_OK, n * n_clipped, n
 
