@@ -190,3 +190,14 @@ def test_analyze_catch_shows_the_stroke_presets_catch_at_the_fast_stretch_only(t
     assert (tmp_path / "catch" / "catch.png").stat().st_size > 10_000
     none = hil("analyze", "catch", "--patient", "c5-tetraplegia")
     assert none.returncode == 2 and "has no spastic group" in none.stderr and "Traceback" not in none.stderr
+
+
+def test_a_real_time_run_takes_the_patient_in_its_loop_process(tmp_path):
+    """hil run --patient (not offline): the real-time process applies the override too, records the patient and
+    the recording replays bit-identically."""
+    rec = tmp_path / "rt.hilrec"
+    out = hil("run", "--config", ELBOW_HOLD, "--duration", "0.5", "--patient", "stroke-hemiparesis", "--record", rec)
+    assert out.returncode == 0, out.stderr
+    assert RecordingReader(rec).header["config"]["patient"]["name"] == "stroke-hemiparesis"
+    rep = hil("replay", rec, "--json")
+    assert rep.returncode == 0 and json.loads(rep.stdout)["identical"], rep.stdout + rep.stderr
