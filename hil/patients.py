@@ -91,7 +91,8 @@ def _read_groups(table: dict, default_state: str, file: str) -> tuple[tuple[str,
             read[key.name] = reader.key(key, read, default=default_state if key.name == "state" else None)
         reader.done()
         groups.append((group, GroupState(state=read["state"], strength=float(read["strength"]),
-                                         spasticity=_read_spasticity(read["spasticity"], group, file))))
+                                         spasticity=_read_spasticity(read["spasticity"], group, file),
+                                         contracture=float(read["contracture_lceopt"]))))
     return tuple(groups)
 
 
@@ -119,6 +120,8 @@ def resolved_table(patient: Patient) -> dict:
 
 def _group_table(g: GroupState) -> dict:
     table = {"state": g.state, "strength": g.strength}
+    if g.contracture > 0.0:
+        table["contracture_lceopt"] = g.contracture
     if g.spasticity is not None:
         gain, threshold, delay_s = g.spasticity
         table["spasticity"] = {"gain": gain, "threshold_lceopt_per_s": threshold, "delay_ms": delay_s * 1e3}
@@ -148,5 +151,5 @@ def patient_groups(patient: Patient, model) -> list[dict]:
         rows.append({"group": group, "state": g.state, "strength": g.strength,
                      "fmax_factor": sorted({float(f) for f in scale[idx]}),
                      "stimulable": g.state != "denervated", "elements": [model.muscle_names[i] for i in idx],
-                     "spasticity": _group_table(g).get("spasticity")})
+                     "spasticity": _group_table(g).get("spasticity"), "contracture_lceopt": g.contracture})
     return rows

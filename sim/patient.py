@@ -48,6 +48,9 @@ GROUP_SCHEMA = Section("patient.groups.<group>", "One DAS3 muscle group of the p
         lo=0.0, lo_exclusive=True, hi=STRENGTH_MAX),
     Key("spasticity", "table", {}, "the group's stretch reflex ([patient.groups.<group>.spasticity]); none if "
         "absent", why="gain, threshold_lceopt_per_s, delay_ms"),
+    Key("contracture_lceopt", "number", 0.0, "contracture: the group's passive slack length shortened by this many "
+        "optimal fibre lengths (its passive force rises at shorter lengths; the joints it crosses lose range)",
+        lo=0.0, hi=0.9, field="contracture"),
 ))
 
 SPASTICITY_SCHEMA = Section("patient.groups.<group>.spasticity", "A spastic group's velocity-dependent stretch "
@@ -67,6 +70,7 @@ class GroupState:
     state: str = "voluntary"
     strength: float = 1.0
     spasticity: tuple[float, float, float] | None = None     # (gain, threshold Lceopt/s, delay s)
+    contracture: float = 0.0                                   # passive slack length shortened by, Lceopt
 
 
 @dataclass(frozen=True)
@@ -95,8 +99,8 @@ def muscle_group_names() -> tuple[str, ...]:
 
 
 def apply_patient(model: ModelConfig, patient: Patient) -> ModelConfig:
-    """``model`` with the patient's strengths multiplied into its Fmax factors, its denervated groups gated and
-    its spastic groups' reflexes; ``model`` itself (unchanged, so bit-identical) when the patient is able-bodied."""
+    """``model`` with the patient's strengths multiplied into its Fmax factors, its denervated groups gated, its
+    spastic groups' reflexes and its contractures; ``model`` itself (unchanged, so bit-identical) when the patient is able-bodied."""
     if patient.able_bodied:
         return model
     names = muscle_element_names()
@@ -105,9 +109,10 @@ def apply_patient(model: ModelConfig, patient: Patient) -> ModelConfig:
     for group, g in patient.groups:
         scale[members[group]] *= g.strength
     reflexes = tuple((group, *g.spasticity) for group, g in patient.groups if g.spasticity is not None)
+    contracted = tuple((group, g.contracture) for group, g in patient.groups if g.contracture > 0.0)
     return replace(model, strength=strength_pairs(scale, names),
                    denervated=model.denervated + patient.in_state("denervated"),
-                   spasticity=model.spasticity + reflexes)
+                   spasticity=model.spasticity + reflexes, contracture=model.contracture + contracted)
 
 
 def strength_pairs(scale: np.ndarray, names: tuple[str, ...]) -> tuple[tuple[str, float], ...]:

@@ -34,6 +34,8 @@ class ConfigError(UserInputError, ValueError):
 
 
 STRENGTH_MAX = 10.0
+CONTRACTURE_MAX = 1.0
+"""Largest shortening of a passive slack length, Lceopt (the published PEE slack lengths are 1.0-1.6 Lceopt)."""
 MUSCLE_MODEL_NAMES = ("das3", "thelen2003")
 SHOULDER_PASSIVE_NAMES = ("das3", "das3+engin")
 
@@ -88,6 +90,9 @@ class ModelConfig:
             lower-motor-neuron damage, no response to any stimulation. Set by a patient, not a ``[model]`` key.
         spasticity: (muscle element or group, gain per Lceopt/s, threshold Lceopt/s, delay s) of each spastic
             muscle's stretch reflex (``sim.das3.kernels.reflex``). Set by a patient, not a ``[model]`` key.
+        contracture: (muscle element or group, shift) pairs: the passive element's slack length is shorter by
+            ``shift`` optimal fibre lengths (a contracted muscle: its passive force rises at shorter lengths); DAS3
+            Hill elements only. The rest posture is re-solved. Set by a patient, not a ``[model]`` key.
     """
 
     hand_weight: bool = MODEL_SCHEMA.default("hand_weight")
@@ -101,16 +106,21 @@ class ModelConfig:
     strength: tuple[tuple[str, float], ...] = MODEL_SCHEMA.default("strength")
     denervated: tuple[str, ...] = ()
     spasticity: tuple[tuple[str, float, float, float], ...] = ()
+    contracture: tuple[tuple[str, float], ...] = ()
 
     def __post_init__(self) -> None:
         for key in MODEL_SCHEMA.keys:
             reason = _check(key, getattr(self, key.field), in_file_units=False)
             if reason is not None:
                 raise ConfigError(reason, key=key.field)
-        for key, check in (("denervated", _check_denervated), ("spasticity", _check_spasticity)):
+        for key, check in (("denervated", _check_denervated), ("spasticity", _check_spasticity),
+                           ("contracture", _check_contracture)):
             reason = check(getattr(self, key))
             if reason is not None:
                 raise ConfigError(reason, key=key)
+        if self.contracture and self.muscle_model != "das3":
+            raise ConfigError("a contracture shortens the DAS3 Hill element's passive slack length; "
+                              f"muscle_model {self.muscle_model!r} has none", key="contracture")
 
 
 _FIELD_KEYS = {key.field: key for key in MODEL_SCHEMA.keys}
@@ -173,6 +183,19 @@ def _check_spasticity(value: object) -> str | None:
         if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
                    for v in numbers):
             return f"gain, threshold and delay of {name!r} must be finite numbers >= 0, not {tuple(numbers)!r}"
+    return None
+
+
+def _check_contracture(value: object) -> str | None:
+    """Why ``contracture`` ((name, shift) pairs, 0 <= shift < CONTRACTURE_MAX Lceopt) is not valid, or None."""
+    if not isinstance(value, tuple) or not all(isinstance(v, tuple) and len(v) == 2 for v in value):
+        return f"must be a tuple of (muscle, shift) pairs, not {value!r}"
+    names = muscle_element_names()
+    for name, shift in value:
+        if not isinstance(name, str) or element_indices(name, names) is None:
+            return unknown_muscle(str(name), names)
+        if isinstance(shift, bool) or not isinstance(shift, (int, float)) or not 0.0 <= shift < CONTRACTURE_MAX:
+            return f"shift of {name!r} must be a number in [0, {CONTRACTURE_MAX:g}) Lceopt, not {shift!r}"
     return None
 
 

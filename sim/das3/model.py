@@ -79,7 +79,7 @@ __all__ = [  # the layout's names (sim.das3.layout) are this module's public nam
     "ModelArrays", "N_DOF", "N_FRAMES", "N_LOADS", "N_MUS", "N_MUS_COLUMNS", "N_STATES", "PEE_REL_FORCE",
     "RADIUS_FRAME", "SCAPULA_FRAME", "SDOT_DAMPING", "SEE_STRAIN_AT_FMAX", "THELEN_TAU_ACT", "THELEN_TAU_DEACT",
     "ULNA_FRAME", "excitation_gate", "fmax_scale", "joint_location", "load_model", "muscle_element_names",
-    "reflex_parameters",
+    "pee_slack_shift", "reflex_parameters",
 ]
 
 
@@ -212,6 +212,7 @@ def _build_model(config: ModelConfig) -> Das3Model:
                                                        fmax_scale(config.strength, names),
                                                        excitation_gate(config.denervated, names),
                                                        reflex_parameters(config.spasticity, names))
+    mus[:, MUS_PEESLACK] -= pee_slack_shift(config.contracture, names)        # a contracted passive element
     crosses = np.array([bool(mu["crossesGH"]) for mu in muscles])
     gh_muscle, loa_dofs, loa_rows = _loa_fits(loa, names, crosses, table)
     arrays = ModelArrays(
@@ -241,7 +242,7 @@ def _build_model(config: ModelConfig) -> Das3Model:
     )
     if config.muscle_model != "das3":
         model = replace(model, equilibrium_state=readonly(_fibres_at_rest(model, x_eq)))
-    if config.shoulder_passive != "das3" or config.strength:
+    if config.shoulder_passive != "das3" or config.strength or config.contracture:
         model = replace(model, equilibrium_state=readonly(_posture_at_rest(model)))
     return model
 
@@ -252,6 +253,14 @@ def fmax_scale(strength: tuple[tuple[str, float], ...], names: tuple[str, ...]) 
     for key, factor in strength:
         scale[element_indices(key, names)] = factor
     return scale
+
+
+def pee_slack_shift(contracture: tuple, names: tuple[str, ...]) -> np.ndarray:
+    """Each element's shortening of its passive slack length (Lceopt) from (name, shift) pairs; 0 where unnamed."""
+    shift = np.zeros(len(names))
+    for key, value in contracture:
+        shift[element_indices(key, names)] = value
+    return shift
 
 
 def reflex_parameters(spasticity: tuple, names: tuple[str, ...]) -> np.ndarray:

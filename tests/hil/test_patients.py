@@ -201,3 +201,14 @@ def test_a_real_time_run_takes_the_patient_in_its_loop_process(tmp_path):
     assert RecordingReader(rec).header["config"]["patient"]["name"] == "stroke-hemiparesis"
     rep = hil("replay", rec, "--json")
     assert rep.returncode == 0 and json.loads(rep.stdout)["identical"], rep.stdout + rep.stderr
+
+
+def test_a_contracture_is_read_recorded_and_applied(tmp_path):
+    cfg = load_service_config(_config(tmp_path, '[patient.groups.brachialis]\ncontracture_lceopt = 0.1'))
+    assert cfg.model.contracture == (("brachialis", 0.1),)
+    assert cfg.raw["patient"]["groups"]["brachialis"] == {"state": "voluntary", "strength": 1.0,
+                                                           "contracture_lceopt": 0.1}
+    assert read_patient(cfg.raw["patient"], "recorded")[0] == cfg.patient
+    with pytest.raises(ConfigError) as err:
+        load_service_config(_config(tmp_path, '[patient.groups.brachialis]\ncontracture_lceopt = 0.95'))
+    assert err.value.key == "patient.groups.brachialis.contracture_lceopt"

@@ -25,8 +25,8 @@ def test_defaults_are_the_published_values():
     assert c.muscle_model == "das3" and c.shoulder_passive == "das3"
     assert [f.name for f in dataclasses.fields(c)] == [
         "hand_weight", "gh_rim_theta", "gh_rim_phi", "joint_k1", "joint_k2", "joint_damping", "muscle_model",
-        "shoulder_passive", "strength", "denervated", "spasticity"]
-    assert c.strength == () and c.denervated == () and c.spasticity == ()
+        "shoulder_passive", "strength", "denervated", "spasticity", "contracture"]
+    assert c.strength == () and c.denervated == () and c.spasticity == () and c.contracture == ()
 
 
 def test_model_config_is_frozen_and_hashable():
