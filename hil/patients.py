@@ -22,11 +22,16 @@ def preset_names() -> tuple[str, ...]:
     return tuple(sorted(p.stem for p in PRESET_DIR.glob("*.toml")))
 
 
+def names_a_file(value: str) -> bool:
+    """Whether a ``preset`` value is a patient file (``.toml`` or a path), not a shipped preset's name."""
+    return value.endswith(".toml") or os.sep in value or "/" in value
+
+
 def preset_path(value, base_dir: str, file: str, key: str) -> str:
     """The file a ``preset`` value names: a shipped preset's name, or a ``.toml`` file relative to ``base_dir``."""
     if not isinstance(value, str) or not value:
         raise ConfigError(f"must be a preset name or a patient file, not {value!r}", file=file, key=key)
-    if value.endswith(".toml") or os.sep in value or "/" in value:
+    if names_a_file(value):
         return os.path.join(base_dir, value)
     if value not in preset_names():
         raise ConfigError(unknown_name("preset", value, preset_names()), file=file, key=key)
@@ -132,13 +137,12 @@ def patient_override(value: str | None) -> dict | None:
     """The ``[patient]`` table of ``hil run --patient NAME|FILE`` (a file relative to the working directory)."""
     if value is None:
         return None
-    is_file = value.endswith(".toml") or os.sep in value or "/" in value
-    return {"preset": os.path.abspath(value) if is_file else value}
+    return {"preset": os.path.abspath(value) if names_a_file(value) else value}
 
 
 def load_patient(value: str) -> Patient:
     """The patient of a command-line ``--patient NAME|FILE`` (a file relative to the working directory)."""
-    return read_patient(patient_override(value), os.path.join(os.getcwd(), "command line"))[0]
+    return read_patient(patient_override(value), "--patient")[0]
 
 
 def patient_groups(patient: Patient, model) -> list[dict]:

@@ -22,7 +22,7 @@ from drivers.controllers.plugin import ControllerSettings
 from drivers.stimulators.sensor_stream import SensorStreamReader
 from hil.service.build import build_engine
 from sim.analysis.static_opt import Posture
-from sim.das3.model import DOF_NAMES
+from sim.das3.model import DOF_NAMES, N_MUS
 
 ROOT = Path(__file__).resolve().parents[1]
 """The repository (the working directory of every `hil` subprocess)."""
@@ -196,3 +196,14 @@ def closed_loop_elbow(cfg, ticks: int):
     for d in drivers:
         d.shutdown()
     return elbow, engine
+
+
+def angles_under_elbow_moment(plant, moment_nm: float, steps: int) -> np.ndarray:
+    """(steps, 11) joint angles of a plant stepped ``steps`` times, unstimulated, under a constant elbow moment
+    (N m, positive flexing)."""
+    plant.set_loads(moments=(0.0, 0.0, 0.0, moment_nm, 0.0))
+    angles = np.zeros((steps, len(DOF_NAMES)))
+    for k in range(steps):
+        plant.step(np.zeros(N_MUS))
+        angles[k] = plant.x[:len(DOF_NAMES)]
+    return angles

@@ -39,6 +39,12 @@ DUAL_TOLERANCE = 1e-11
 LINE_SEARCH_ITERATIONS = 30
 
 
+def active_range(span: np.ndarray) -> np.ndarray:
+    """The muscles with an active range at a posture: span = Ff - Fp above 1e-9 of the largest (the rest model
+    sets span 0 where full activation adds no force or the element is denervated)."""
+    return span > 1e-9 * max(float(np.max(span)), 1e-300)
+
+
 def force_weight(fmax: np.ndarray, key: str) -> np.ndarray:
     """w of criteria (a), Σ F², and (b), Σ (F/PCSA)², PCSA = Fmax / SPECIFIC_TENSION_N_PER_CM2."""
     return np.ones(np.size(fmax)) if key == "a" else SPECIFIC_TENSION_N_PER_CM2 / np.asarray(fmax, float)

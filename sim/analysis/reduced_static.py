@@ -20,7 +20,14 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import minimize
 
-from sim.analysis.muscle_problem import ActivationCost, ForceCost, das3_muscles_only, force_weight, min_max_fractions
+from sim.analysis.muscle_problem import (
+    ActivationCost,
+    ForceCost,
+    active_range,
+    das3_muscles_only,
+    force_weight,
+    min_max_fractions,
+)
 from sim.analysis.passive_limits import dof_ranges, limit_constraints
 from sim.analysis.rest_model import RestModel, angle_error, glenoid_stability, unit_rows
 from sim.analysis.solver import OBJECTIVE_FLOOR, SolverSettings, one_blas_thread
@@ -97,8 +104,7 @@ class ReducedProblem:
         self.contact_e, self.J_contact_e = r.contact_e.copy(), r.J_contact_e[:, :n].copy()
         self.path_margin, self.J_path = r.path_margin.copy(), r.J_path[:, :n].copy()
         span = r.span.copy()
-        self.criterion.prepare(rest.muscle_lengths(), r.force.copy(), span,
-                               span > 1e-9 * max(float(np.max(span)), 1e-300))
+        self.criterion.prepare(rest.muscle_lengths(), r.force.copy(), span, active_range(span))
         qp, gh = self._inner(r.J_eom[:, rest.layout.alpha].copy(), r.f_eom.copy())
         self.alpha, self.y, self.residual = qp.alpha, qp.y[:N_DOF], qp.residual[:N_DOF]
         self.gh_multiplier = float(qp.y[N_DOF]) if gh is not None else 0.0
@@ -228,7 +234,7 @@ def min_max_start(rest: RestModel, z: np.ndarray, gh_limit: float | None) -> np.
         alpha = z[rest.layout.alpha]
         value, g = gh_stability_of_alpha(rest, np.zeros(N_MUS))(alpha)
         row = (g, gh_limit - value + g @ alpha)
-    hi = np.where(span > 1e-9 * max(float(np.max(span)), 1e-300), 1.0, 0.0)
+    hi = np.where(active_range(span), 1.0, 0.0)
     alpha = min_max_fractions(C, k, Fp, span, force_weight(rest.fmax, "b"), hi, row)
     return z if alpha is None else np.concatenate([z[:rest.layout.n_q], alpha])
 

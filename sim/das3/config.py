@@ -152,34 +152,35 @@ def _check_strength(value: object, in_file_units: bool) -> str | None:
     if in_file_units and not isinstance(value, dict):
         return "must be a table of muscle element or group -> factor on Fmax, e.g. {bicb = 0.5}"
     pairs = value.items() if in_file_units else value
-    names = muscle_element_names()
     for key, factor in pairs:
-        if element_indices(key, names) is None:
-            return unknown_muscle(key, names)
+        if (reason := _not_a_muscle(key)) is not None:
+            return reason
         if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 0.0 < factor <= STRENGTH_MAX:
             return f"factor of {key!r} must be a number in (0, {STRENGTH_MAX:g}], not {factor!r}"
     return None
+
+
+def _not_a_muscle(key) -> str | None:
+    """The error for ``key`` if it is no muscle element or group name, else None."""
+    names = muscle_element_names()
+    return unknown_muscle(str(key), names) if not isinstance(key, str) or element_indices(key, names) is None \
+        else None
 
 
 def _check_denervated(value: object) -> str | None:
     """Why ``denervated`` (a tuple of muscle element or group names) is not valid, or None."""
     if not isinstance(value, tuple) or not all(isinstance(name, str) for name in value):
         return f"must be a tuple of muscle element or group names, not {value!r}"
-    names = muscle_element_names()
-    for name in value:
-        if element_indices(name, names) is None:
-            return unknown_muscle(name, names)
-    return None
+    return next((reason for reason in map(_not_a_muscle, value) if reason is not None), None)
 
 
 def _check_spasticity(value: object) -> str | None:
     """Why ``spasticity`` ((name, gain, threshold, delay) tuples) is not valid, or None."""
     if not isinstance(value, tuple) or not all(isinstance(v, tuple) and len(v) == 4 for v in value):
         return f"must be a tuple of (muscle, gain, threshold, delay) tuples, not {value!r}"
-    names = muscle_element_names()
     for name, *numbers in value:
-        if not isinstance(name, str) or element_indices(name, names) is None:
-            return unknown_muscle(str(name), names)
+        if (reason := _not_a_muscle(name)) is not None:
+            return reason
         if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
                    for v in numbers):
             return f"gain, threshold and delay of {name!r} must be finite numbers >= 0, not {tuple(numbers)!r}"
@@ -190,10 +191,9 @@ def _check_contracture(value: object) -> str | None:
     """Why ``contracture`` ((name, shift) pairs, 0 <= shift < CONTRACTURE_MAX Lceopt) is not valid, or None."""
     if not isinstance(value, tuple) or not all(isinstance(v, tuple) and len(v) == 2 for v in value):
         return f"must be a tuple of (muscle, shift) pairs, not {value!r}"
-    names = muscle_element_names()
     for name, shift in value:
-        if not isinstance(name, str) or element_indices(name, names) is None:
-            return unknown_muscle(str(name), names)
+        if (reason := _not_a_muscle(name)) is not None:
+            return reason
         if isinstance(shift, bool) or not isinstance(shift, (int, float)) or not 0.0 <= shift < CONTRACTURE_MAX:
             return f"shift of {name!r} must be a number in [0, {CONTRACTURE_MAX:g}) Lceopt, not {shift!r}"
     return None

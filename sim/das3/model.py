@@ -78,7 +78,7 @@ __all__ = [  # the layout's names (sim.das3.layout) are this module's public nam
     "MUS_REFLEX_GAIN", "MUS_REFLEX_THRESHOLD", "MUS_SEESLACK", "MUS_VMAX",
     "ModelArrays", "N_DOF", "N_FRAMES", "N_LOADS", "N_MUS", "N_MUS_COLUMNS", "N_STATES", "PEE_REL_FORCE",
     "RADIUS_FRAME", "SCAPULA_FRAME", "SDOT_DAMPING", "SEE_STRAIN_AT_FMAX", "THELEN_TAU_ACT", "THELEN_TAU_DEACT",
-    "ULNA_FRAME", "excitation_gate", "fmax_scale", "joint_location", "load_model", "muscle_element_names",
+    "ULNA_FRAME", "element_values", "excitation_gate", "fmax_scale", "joint_location", "load_model", "muscle_element_names",
     "pee_slack_shift", "reflex_parameters",
 ]
 
@@ -247,37 +247,34 @@ def _build_model(config: ModelConfig) -> Das3Model:
     return model
 
 
+def element_values(pairs, names: tuple[str, ...], default: float, width: int = 0) -> np.ndarray:
+    """Per-element values from (element or group, value...) pairs, ``default`` where unnamed; a later pair over an
+    earlier one. ``width`` 0: one value per element, (n,); else ``width`` values, (n, width)."""
+    values = np.full((len(names), width) if width else len(names), default, float)
+    for key, *value in pairs:
+        values[element_indices(key, names)] = value if width else value[0]
+    return values
+
+
 def fmax_scale(strength: tuple[tuple[str, float], ...], names: tuple[str, ...]) -> np.ndarray:
     """The factor on each element's Fmax from (element or group, factor) pairs; 1 where unnamed."""
-    scale = np.ones(len(names))
-    for key, factor in strength:
-        scale[element_indices(key, names)] = factor
-    return scale
+    return element_values(strength, names, 1.0)
 
 
 def pee_slack_shift(contracture: tuple, names: tuple[str, ...]) -> np.ndarray:
     """Each element's shortening of its passive slack length (Lceopt) from (name, shift) pairs; 0 where unnamed."""
-    shift = np.zeros(len(names))
-    for key, value in contracture:
-        shift[element_indices(key, names)] = value
-    return shift
+    return element_values(contracture, names, 0.0)
 
 
 def reflex_parameters(spasticity: tuple, names: tuple[str, ...]) -> np.ndarray:
     """(138, 3) [gain, threshold, delay] of each element's stretch reflex (0: none) from (name, gain, threshold,
     delay) tuples."""
-    reflex = np.zeros((len(names), 3))
-    for key, *parameters in spasticity:
-        reflex[element_indices(key, names)] = parameters
-    return reflex
+    return element_values(spasticity, names, 0.0, width=3)
 
 
 def excitation_gate(denervated: tuple[str, ...], names: tuple[str, ...]) -> np.ndarray:
     """Each element's excitation gate: 0 on the elements of the denervated elements or groups, else 1."""
-    gate = np.ones(len(names))
-    for key in denervated:
-        gate[element_indices(key, names)] = 0.0
-    return gate
+    return element_values(((key, 0.0) for key in denervated), names, 1.0)
 
 
 def _posture_at_rest(model: Das3Model) -> np.ndarray:

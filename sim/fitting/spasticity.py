@@ -20,10 +20,10 @@ from dataclasses import replace
 import numpy as np
 
 from sim.das3.kernels.polynomials import readonly
-from sim.das3.model import MUS_REFLEX_GAIN, N_MUS, Das3Model, reflex_parameters
+from sim.das3.model import DOF_NAMES, MUS_REFLEX_GAIN, N_DOF, N_MUS, Das3Model, reflex_parameters
 from sim.das3.plant import Plant
 
-ELBOW = 9                       # ELx in the state's q block
+ELBOW = DOF_NAMES.index("ELx")
 SERVO_STIFFNESS = 200.0         # N m/rad
 SERVO_DAMPING = 5.0             # N m s/rad
 START_DEG, END_DEG = 90.0, 40.0
@@ -44,7 +44,7 @@ def servo_moments(model: Das3Model, speed_deg_s: float, step_s: float = STEP_S) 
     for k in range(n):
         t = k * step_s
         q_ref, v_ref = _reference(t, q_rest, start, end, ramp_s)
-        moment[k] = SERVO_STIFFNESS * (q_ref - plant.x[ELBOW]) + SERVO_DAMPING * (v_ref - plant.x[11 + ELBOW])
+        moment[k] = SERVO_STIFFNESS * (q_ref - plant.x[ELBOW]) + SERVO_DAMPING * (v_ref - plant.x[N_DOF + ELBOW])
         plant.set_loads(moments=(0.0, 0.0, 0.0, moment[k], 0.0))
         plant.step(u)
         angle[k] = plant.x[ELBOW]

@@ -6,9 +6,10 @@ import math
 
 import numpy as np
 import pytest
+from helpers import angles_under_elbow_moment
 
 from sim.das3.config import ConfigError, ModelConfig
-from sim.das3.model import MUS_PEESLACK, N_MUS, load_model
+from sim.das3.model import MUS_PEESLACK, load_model
 from sim.das3.muscle_groups import element_indices
 from sim.das3.plant import Plant
 
@@ -23,10 +24,7 @@ def _contracted(shift: float):
 def _elbow_after(model, moment_nm: float, seconds: float = 3.0) -> float:
     """Elbow flexion (deg) after ``seconds`` of a constant elbow moment, muscles unstimulated."""
     plant = Plant(model)
-    plant.set_loads(moments=(0.0, 0.0, 0.0, moment_nm, 0.0))
-    for _ in range(int(round(seconds / plant.step_s))):
-        plant.step(np.zeros(N_MUS))
-    return math.degrees(plant.x[ELBOW])
+    return math.degrees(angles_under_elbow_moment(plant, moment_nm, int(round(seconds / plant.step_s)))[-1, ELBOW])
 
 
 def test_the_passive_slack_of_the_contracted_groups_is_shorter(model):

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import angles_under_elbow_moment
 
 from hil.patients import read_patient
 from sim.das3.config import ConfigError, ModelConfig
-from sim.das3.model import N_MUS, load_model
+from sim.das3.model import load_model
 from sim.das3.plant import Plant
 from sim.fitting import spasticity as sp
 from sim.patient import apply_patient
@@ -57,12 +58,7 @@ def test_a_denervated_spastic_group_has_no_reflex(model, still_fast):
 
 def _fast_stretch(plant: Plant, steps: int = 120) -> np.ndarray:
     """Joint angles over a passive elbow extension driven by a constant moment (the reflex fires)."""
-    plant.set_loads(moments=(0.0, 0.0, 0.0, -15.0, 0.0))
-    out = np.zeros((steps, 11))
-    for k in range(steps):
-        plant.step(np.zeros(N_MUS))
-        out[k] = plant.x[:11]
-    return out
+    return angles_under_elbow_moment(plant, -15.0, steps)
 
 
 def test_reset_and_warmup_leave_the_reflex_as_a_fresh_plant_has_it(model):
