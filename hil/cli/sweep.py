@@ -93,3 +93,10 @@ def _report_rows(table, doc: dict) -> None:
     table.add_row("report", f"{len(doc['figures'])} figure(s) and summary.json in {doc['report_dir']}")
     table.add_row("plotted", f"{rows['ok']} ok run(s); {rows['error']} error row(s) left out, "
                              f"{rows['not_run']} run(s) not run yet")
+    fails = doc["failures"]
+    by_preset = ", ".join(f"{p} {c['failed']}/{c['runs']}" for p, c in fails["by_preset"].items() if p)
+    table.add_row("failures", f"{fails['failed']} of {fails['judged']} run(s) fail the \\[failure] criteria"
+                              + (f" ({by_preset})" if by_preset else ""))
+    if fails["failed"]:
+        worst = fails["ranking"][0]
+        table.add_row("worst", f"{worst.get('patient') or worst['id']}: {'; '.join(worst['failed'])}")

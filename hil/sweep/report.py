@@ -9,8 +9,10 @@ not, written to ``DIR/report/``.
 - ``heatmap_<key>__<key>.png``, one per pair of grid keys: the headline metrics (RMS error, settling time,
   overshoot, GH margin) over that 2-D grid, each cell the mean over its ok runs (the random samples and the
   other grid keys) and annotated; a cell without an ok run is hatched and says why (error, not run).
-- ``summary.json``: the figures, the ok / error / not-run counts, n, min, median and max of every metric over
-  the ok runs, and each heat map's grids of values and counts.
+- ``failures.png``: the runs ranked by how they fail the sweep's ``[failure]`` criteria (:mod:`hil.sweep.failures`),
+  worst first, with their RMS tracking error and the reasons.
+- ``summary.json``: the figures, the failure ranking (``failures``), the ok / error / not-run counts, n, min,
+  median and max of every metric over the ok runs, and each heat map's grids of values and counts.
 
 Rows with status "error" are counted and never plotted.
 """
@@ -27,6 +29,8 @@ from itertools import combinations
 import numpy as np
 
 from hil.reports.run_report import pyplot_agg, save_png
+from hil.sweep.failures import plot_failures, rank_failures
+from hil.sweep.population import sample_patients
 from hil.sweep.runner import json_lines
 from hil.sweep.spec import SweepSpec, variants
 from sim.errors import UserInputError
@@ -127,6 +131,12 @@ class Axis:
     def of(cls, spec: SweepSpec, key: str) -> Axis:
         if key in spec.grid:
             levels = _unique(spec.grid[key])
+        elif key == "patient_preset":
+            levels = list(spec.population.presets)
+        elif key == "patient":
+            levels = [p.label for p in sample_patients(spec.population)]
+        elif key == "patient_strength_factor":
+            levels = None
         else:
             dist = spec.random[key]
             levels = _unique(dist[1]) if dist[0] == "choice" else None
@@ -347,7 +357,7 @@ def _figures(plt, spec: SweepSpec, rows: list[dict], ok: list[dict], report_dir:
         return [], []
     n_error = len(rows) - len(ok)
     figures = [{"file": plot_metrics_vs_key(plt, spec, key, ok, metrics, report_dir, n_error),
-                "kind": "metrics_vs_key", "keys": [key]} for key in spec.keys]
+                "kind": "metrics_vs_key", "keys": [key]} for key in spec.keys if key != "patient"]
     headline = [m for m in HEADLINE if m in metrics]
     maps = [heat_map(spec, rows, a, b, headline) for a, b in combinations(spec.grid, 2)] if headline else []
     for hm in maps:
@@ -366,14 +376,20 @@ def sweep_report(spec: SweepSpec, out_dir: str) -> dict:
                                f"{n_runs - len(rows)} of {n_runs} runs not run yet); nothing to plot")
     report_dir = os.path.join(out_dir, "report")
     os.makedirs(report_dir, exist_ok=True)
-    figures, maps = _figures(pyplot_agg(), spec, rows, ok, report_dir)
+    plt = pyplot_agg()
+    figures, maps = _figures(plt, spec, rows, ok, report_dir)
+    failures = rank_failures(rows, spec.failure, spec.keys)
+    failures["file"] = plot_failures(plt, failures, os.path.join(report_dir, "failures.png"), save_png,
+                                     os.path.basename(spec.path))
+    figures.append({"file": failures["file"], "kind": "failures", "keys": []})
     charge = sorted({k for r in ok for k in r if k.startswith("charge_") and k.endswith("_uc")})
     errors = Counter(str(r.get("error", "")) for r in rows if r.get("status") != "ok")
     doc = {"sweep": spec.path, "results": os.path.join(out_dir, "results.jsonl"), "report_dir": report_dir,
            "runs": n_runs, "rows": {"ok": len(ok), "error": len(rows) - len(ok), "not_run": n_runs - len(rows)},
            "error_reasons": dict(errors.most_common(10)),
            "metrics": {m: metric_stats(ok, m) for m in [*METRICS, *charge]},
-           "figures": figures, "heat_maps": maps, "summary": os.path.join(report_dir, "summary.json")}
+           "failures": failures, "figures": figures, "heat_maps": maps,
+           "summary": os.path.join(report_dir, "summary.json")}
     with open(doc["summary"], "w", encoding="utf-8") as f:
         json.dump(doc, f, indent=2, default=str)
     return doc

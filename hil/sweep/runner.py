@@ -166,7 +166,7 @@ def _collect(client, todo: list[RunTask], on_row) -> None:
             row = future.result()
         except KilledWorker as exc:           # its workers died allowed-failures + 1 times: a row, not a crash
             v = by_key[future.key].variant
-            row = {"id": v.id, **v.values, "status": "error", "error": f"KilledWorker: {exc}"}
+            row = {"id": v.id, **v.columns, "status": "error", "error": f"KilledWorker: {exc}"}
         future.release()
         on_row(row)
 

@@ -16,6 +16,16 @@ random samples, over any key of the config by its dotted path.
     "driver.0.target_deg" = {uniform = [60, 120]}
     "sensor.angle_noise_deg" = {choice = [0.0, 0.5, 1.0]}
 
+    [population]                              # patients sampled around presets (hil.sweep.population)
+    presets = ["c5-tetraplegia", "stroke-hemiparesis"]
+    n = 10
+    strength_cv = 0.3
+
+    [failure]                                 # when a run is a failure of the controller (hil.sweep.failures)
+    max_rms_error_deg = 10.0
+
+Each grid point runs with each random sample and each patient of the population.
+
 A run's id is a hash of its parameter values, so a sweep restarted into the same directory skips the runs it
 finished (:mod:`hil.sweep.runner`).
 """
@@ -32,6 +42,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from hil.sweep.failures import read_failure
+from hil.sweep.population import Population, SampledPatient, read_population, sample_patients
 from sim.das3.config import ConfigError
 from sim.input_file import InputFileError, read_input_file
 
@@ -42,6 +54,15 @@ MAX_RUNS = 100_000
 class Variant:
     id: str
     values: dict          # dotted key -> value
+    patient: SampledPatient | None = None     # a population's sampled patient
+
+    @property
+    def columns(self) -> dict:
+        """The variant's columns of a results row: the swept values, and the patient of a population."""
+        if self.patient is None:
+            return dict(self.values)
+        return {**self.values, "patient_preset": self.patient.preset, "patient": self.patient.label,
+                "patient_strength_factor": self.patient.strength_factor}
 
 
 @dataclass(frozen=True)
@@ -55,10 +76,14 @@ class SweepSpec:
     random: dict = field(default_factory=dict)        # key -> ("uniform", lo, hi) | ("choice", values)
     random_n: int = 0
     random_seed: int = 0
+    population: Population | None = None
+    failure: dict = field(default_factory=lambda: read_failure({}, ""))
 
     @property
     def keys(self) -> list[str]:
-        return [*self.grid, *self.random]
+        """The columns that tell runs apart: the swept keys, and a population's preset and patient."""
+        return [*self.grid, *self.random,
+                *(("patient_preset", "patient", "patient_strength_factor") if self.population else ())]
 
 
 def _error(path, key, reason):
@@ -70,11 +95,17 @@ def _distribution(path, key, value):
             and len(value["uniform"]) == 2 and all(isinstance(v, (int, float)) for v in value["uniform"]):
         lo, hi = (float(v) for v in value["uniform"])
         if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
-            raise _error(path, f"random.{key}", "uniform needs two finite numbers, low < high")
+            raise _error(path, key, "uniform needs two finite numbers, low < high")
         return ("uniform", lo, hi)
+    if isinstance(value, dict) and set(value) == {"normal"} and isinstance(value["normal"], list) \
+            and len(value["normal"]) == 2 and all(isinstance(v, (int, float)) for v in value["normal"]):
+        mean, sd = (float(v) for v in value["normal"])
+        if not (math.isfinite(mean) and math.isfinite(sd) and sd > 0.0):
+            raise _error(path, key, "normal needs a finite mean and a standard deviation > 0")
+        return ("normal", mean, sd)
     if isinstance(value, dict) and set(value) == {"choice"} and isinstance(value["choice"], list) and value["choice"]:
         return ("choice", list(value["choice"]))
-    raise _error(path, f"random.{key}", "must be {uniform = [low, high]} or {choice = [values]}")
+    raise _error(path, key, "must be {uniform = [low, high]}, {normal = [mean, sd]} or {choice = [values]}")
 
 
 def load_sweep(path: str) -> SweepSpec:
@@ -85,7 +116,8 @@ def load_sweep(path: str) -> SweepSpec:
         raise _error(path, None, exc.reason) from None
     except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise _error(path, None, f"cannot read the sweep file: {exc}") from None
-    unknown = set(doc) - {"base", "duration_s", "keep_recordings", "settling_band_deg", "grid", "random"}
+    unknown = set(doc) - {"base", "duration_s", "keep_recordings", "settling_band_deg", "grid", "random",
+                          "population", "failure"}
     if unknown:
         raise _error(path, sorted(unknown)[0], "unknown key")
     base = doc.get("base")
@@ -109,16 +141,20 @@ def load_sweep(path: str) -> SweepSpec:
     n, seed = rnd.pop("n", 0), rnd.pop("seed", 0)
     if not (isinstance(n, int) and n >= 0 and isinstance(seed, int) and seed >= 0):
         raise _error(path, "random", "n and seed must be integers >= 0")
-    _check_run_count(path, grid, n if rnd else 1)
-    dists = {k: _distribution(path, k, v) for k, v in rnd.items()}
+    population = read_population(doc, path, lambda key, value: _distribution(path, key, value))
+    _check_run_count(path, grid, (n if rnd else 1) * (population.size if population else 1))
+    dists = {k: _distribution(path, f"random.{k}", v) for k, v in rnd.items()}
     if rnd and n == 0:
         raise _error(path, "random.n", "random parameters need n >= 1 samples")
     if set(grid) & set(dists):
         raise _error(path, "random", "a key cannot be both in [grid] and in [random]")
+    if population and any(k == "patient" or k.startswith("patient.") for k in [*grid, *dists]):
+        raise _error(path, "population", "a sweep with a [population] cannot also vary patient keys in [grid] or "
+                                         "[random] (use [population.spread])")
     return SweepSpec(path=str(path), base=base, duration_s=float(duration),
                      keep_recordings=bool(doc.get("keep_recordings", False)),
                      settling_band_rad=math.radians(float(band)), grid=grid, random=dists, random_n=n,
-                     random_seed=seed)
+                     random_seed=seed, population=population, failure=read_failure(doc, path))
 
 
 def _check_run_count(path: str, grid: dict, samples: int) -> None:
@@ -137,8 +173,9 @@ def variant_id(values: dict) -> str:
 
 def variants(spec: SweepSpec) -> list[Variant]:
     """Every grid point with each of the ``random_n`` seeded samples of the random keys, the same samples at every
-    grid point (a paired design); one run if neither is given."""
-    _check_run_count(spec.path, spec.grid, spec.random_n if spec.random else 1)
+    grid point (a paired design), each with every patient of the population; one run if none is given."""
+    patients = sample_patients(spec.population) if spec.population else []
+    _check_run_count(spec.path, spec.grid, (spec.random_n if spec.random else 1) * max(len(patients), 1))
     points = [dict(zip(spec.grid, combo)) for combo in itertools.product(*spec.grid.values())] or [{}]
     rng = np.random.default_rng(spec.random_seed)
     samples = []
@@ -150,7 +187,10 @@ def variants(spec: SweepSpec) -> list[Variant]:
             else:
                 sample[key] = dist[1][int(rng.integers(len(dist[1])))]
         samples.append(sample)
-    return [Variant(variant_id({**p, **s}), {**p, **s}) for p in points for s in samples]
+    if not patients:
+        return [Variant(variant_id({**p, **s}), {**p, **s}) for p in points for s in samples]
+    return [Variant(variant_id({**p, **s, "patient": pt.table}), {**p, **s}, pt)
+            for p in points for s in samples for pt in patients]
 
 
 def apply_overrides(raw: dict, values: dict, path: str) -> dict:

@@ -32,8 +32,10 @@ class RunTask:
     @property
     def raw(self) -> dict:
         """The run's config document: a copy of the base with the variant's values set (built when needed, so
-        a sweep holds one document, not one per run)."""
-        return apply_overrides(self.base, self.variant.values, self.sweep_path)
+        a sweep holds one document, not one per run); a population's patient replaces the base's [patient]."""
+        patient = self.variant.patient
+        base = self.base if patient is None else {**self.base, "patient": patient.table}
+        return apply_overrides(base, self.variant.values, self.sweep_path)
 
 
 def blamed_key(exc: BaseException, swept: list[str]) -> str | None:
@@ -55,7 +57,7 @@ def error_row(task: RunTask, exc: BaseException) -> dict:
         text = f"{task.sweep_path}, swept key {key!r}: {reason}{where}"
     else:
         text = f"{type(exc).__name__}: {exc}"
-    return {"id": task.variant.id, **task.variant.values, "status": "error", "error": text,
+    return {"id": task.variant.id, **task.variant.columns, "status": "error", "error": text,
             "error_key": key or "", "input_error": isinstance(exc, UserInputError)}
 
 
@@ -78,7 +80,7 @@ def _degrees(value):
 
 def run_task(task: RunTask) -> dict:
     """Run one variant offline and return its results row (a worker's task)."""
-    row = {"id": task.variant.id, **task.variant.values}
+    row = {"id": task.variant.id, **task.variant.columns}
     try:
         cfg = service_config_from_dict(task.raw, task.config_path)
         n_ticks = ticks_for(task.duration_s, cfg.loop.period_s)

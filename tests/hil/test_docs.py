@@ -102,3 +102,11 @@ def test_example_sweep_is_accepted_by_hil_sweep(tmp_path):
         "driver.0.kp_ma_per_rad", "sensor.angle_noise_deg", "driver.0.target_deg"}
     valid, errors = preflight(tasks(spec, runs, str(tmp_path)))
     assert errors == [] and len(valid) == len(runs)
+
+
+@pytest.mark.parametrize("name", ["elbow-hold-patients.toml", "elbow-hold-population.toml"])
+def test_every_patient_example_sweep_is_accepted(tmp_path, name):
+    spec = load_sweep(str(EXAMPLE_SWEEP.with_name(name)))
+    runs = variants(spec)
+    valid, errors = preflight(tasks(spec, runs, str(tmp_path)))
+    assert errors == [] and len(valid) == len(runs) > 1

@@ -36,7 +36,7 @@ def test_variants_are_the_grid_times_the_same_random_samples(tmp_path):
 @pytest.mark.parametrize("body, key", [
     ('colour = "red"\n', "colour"),
     ('[grid]\n"sensor.seed" = []\n', "grid"),
-    ('[random]\nn = 2\n"sensor.seed" = {normal = [0, 1]}\n', "random.sensor.seed"),
+    ('[random]\nn = 2\n"sensor.seed" = {lognormal = [0, 1]}\n', "random.sensor.seed"),
     ('[random]\nn = 0\n"sensor.seed" = {choice = [1]}\n', "random.n"),
 ])
 def test_bad_sweep_files_name_the_key(tmp_path, body, key):

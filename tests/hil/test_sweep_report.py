@@ -66,7 +66,7 @@ def test_report_of_a_2x2_grid_from_the_command_line(tmp_path):
     assert doc == json.loads((out / "report" / "summary.json").read_text())
     assert doc["rows"] == {"ok": 4, "error": 0, "not_run": 0}
     kinds = sorted((f["kind"], tuple(f["keys"])) for f in doc["figures"])
-    assert kinds == [("heat_map", (KP, KI)), ("metrics_vs_key", (KI,)), ("metrics_vs_key", (KP,))]
+    assert kinds == [("failures", ()), ("heat_map", (KP, KI)), ("metrics_vs_key", (KI,)), ("metrics_vs_key", (KP,))]
     for f in doc["figures"]:
         assert Path(f["file"]).parent == out / "report"
         _assert_png(f["file"])
