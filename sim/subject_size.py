@@ -12,8 +12,9 @@ fraction of body mass. With a length scale s_L and a mass scale s_m:
 - segment masses x s_m, inertias x s_m s_L^2;
 - Fmax x s_F by the strength rule (:data:`STRENGTH_RULES`), with the passive and tendon force through the
   existing Fmax factor (``sim.das3.model``: kSEE and kPEE are per Fmax); the passive structures scale as the
-  muscles do: ligament and contact stiffness x s_F / s_L (force x s_F at the same strain), the passive joint
-  moments (K1, K2, B) and Engin's moments x s_F s_L.
+  muscles do (*proposal*: keeps the passive behaviour in proportion to the strength): ligament and contact stiffness
+  x s_F / s_L (force x s_F at the same strain), the passive joint moments (K1, K2, B) and Engin's moments x s_F s_L;
+  the 10 N/m linear muscle terms and gravity stay absolute.
 
 Geometric similarity (lengths ~ s, cross-sections ~ s^2) gives Fmax ~ s_L^2 and maximum moments ~ s_L^3;
 measured strength follows it: force ~ m^0.67 ~ H^2 (Jaric 2002, Sports Med 32:615-631; Markovic & Jaric 2004,
@@ -46,6 +47,7 @@ LENGTH_SCALE_RANGE = (0.5, 1.5)
 MASS_SCALE_RANGE = (0.25, 4.0)
 """Valid mass scales (*proposal*)."""
 
+# The ranges of height_m and body_mass_kg below are a *proposal*: a sanity bound, like the scale ranges.
 SIZE_SCHEMA = Section("patient.size", "The patient's size: the DAS3 arm scaled uniformly (lengths, masses, "
                       "inertias, muscle paths, Fmax by the strength rule). Give height_m or length_scale, and "
                       "body_mass_kg or mass_scale; one not given stays at the reference (docs: virtual patients).", (
