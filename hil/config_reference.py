@@ -11,6 +11,7 @@ from hil.safety.table import section as safety_section
 from sim.config_schema import Section, sections_markdown
 from sim.das3.config import MODEL_SCHEMA
 from sim.patient import GROUP_SCHEMA, PATIENT_SCHEMA, SPASTICITY_SCHEMA
+from sim.subject_size import SIZE_SCHEMA
 
 INTRO = """Every table and key a service config (`hil run`, `hil serve`, `hil check-config`) accepts, generated
 from the schemas the parser reads with. Units are in the key names (`period_ms`, `rom_margin_deg`) and
@@ -32,7 +33,7 @@ def driver_sections() -> list[Section]:
 
 def config_sections() -> tuple[Section, ...]:
     """Every config table's schema, in file order (with the plant types, rules and drivers registered now)."""
-    return (LOOP_SCHEMA, plant_section(), MODEL_SCHEMA, PATIENT_SCHEMA, GROUP_SCHEMA, SPASTICITY_SCHEMA,
+    return (LOOP_SCHEMA, plant_section(), MODEL_SCHEMA, PATIENT_SCHEMA, GROUP_SCHEMA, SPASTICITY_SCHEMA, SIZE_SCHEMA,
             STIMULATION_SCHEMA, CHANNEL_SCHEMA,
             safety_section(), SENSOR_SCHEMA, METRICS_SCHEMA, RECORDING_SCHEMA, *driver_sections())
 

@@ -9,10 +9,12 @@ from pathlib import Path
 
 from drivers.core.config_table import ConfigTable
 from sim.das3.config import ConfigError, read_toml_document, unknown_name
+from sim.das3.kinematics import segment_sizes
 from sim.das3.model import fmax_scale
 from sim.das3.muscle_groups import group_members, group_of
 from sim.das3.release import muscle_element_names
 from sim.patient import GROUP_SCHEMA, PATIENT_SCHEMA, SPASTICITY_SCHEMA, GroupState, Patient, muscle_group_names
+from sim.subject_size import REFERENCE_HEIGHT_M, REFERENCE_MASS_KG, SIZE_SCHEMA, SubjectSize, size_from_values
 
 PRESET_DIR = Path(__file__).resolve().parents[1] / "configs" / "patients"
 """The shipped presets (a source checkout's ``configs/patients``)."""
@@ -78,8 +80,24 @@ def read_patient(table: dict | None, file: str) -> tuple[Patient, dict | None]:
     values = reader.read(PATIENT_SCHEMA)
     reader.done()
     groups = _read_groups(values["groups"], values["default_state"], file)
-    patient = Patient(name=values["name"], sources=values["sources"], groups=groups)
+    patient = Patient(name=values["name"], sources=values["sources"], groups=groups,
+                      size=_read_size(values["size"], file))
     return patient, resolved_table(patient)
+
+
+def _read_size(table: dict, file: str) -> SubjectSize:
+    """The size of a ``[patient.size]`` table (the reference without one); a height with a length scale, or a
+    body mass with a mass scale, is one error naming the second key."""
+    reader = ConfigTable(table, "patient.size", file)
+    values = {key.name: reader.key(key) if key.name in table or key.default is not None else None
+              for key in SIZE_SCHEMA.keys}
+    reader.used.update(SIZE_SCHEMA.by_name)         # the optional keys not given, for the error's suggestions
+    reader.done()
+    size, conflict = size_from_values(values)
+    if size is None:
+        other = {"length_scale": "height_m", "mass_scale": "body_mass_kg"}[conflict]
+        raise ConfigError(f"give {other} or {conflict}, not both", file=file, key=f"patient.size.{conflict}")
+    return size
 
 
 def _read_groups(table: dict, default_state: str, file: str) -> tuple[tuple[str, GroupState], ...]:
@@ -119,8 +137,11 @@ def _not_a_group(name: str, known) -> str:
 
 def resolved_table(patient: Patient) -> dict:
     """The complete ``[patient]`` table of a patient (every group listed), as recorded in a run's header."""
-    return {"name": patient.name, "sources": list(patient.sources),
-            "groups": {group: _group_table(g) for group, g in patient.groups}}
+    table = {"name": patient.name, "sources": list(patient.sources),
+             "groups": {group: _group_table(g) for group, g in patient.groups}}
+    if not patient.size.reference:          # the keys as given: a replay derives the same scales
+        table["size"] = dict(patient.size.given)
+    return table
 
 
 def _group_table(g: GroupState) -> dict:
@@ -157,3 +178,13 @@ def patient_groups(patient: Patient, model) -> list[dict]:
                      "stimulable": g.state != "denervated", "elements": [model.muscle_names[i] for i in idx],
                      "spasticity": _group_table(g).get("spasticity"), "contracture_lceopt": g.contracture})
     return rows
+
+
+def patient_size(patient: Patient, model) -> dict:
+    """The patient's size for ``hil model info --patient``: the model's scales (with ``[model]``'s, which are 1),
+    the strength rule, the assumed reference subject and each body segment's length and mass."""
+    config = model.config
+    return {"length_scale": config.length_scale, "mass_scale": config.mass_scale, "force_scale": config.force_scale,
+            "strength_rule": patient.size.strength_rule, "given": dict(patient.size.given),
+            "reference_height_m": REFERENCE_HEIGHT_M, "reference_body_mass_kg": REFERENCE_MASS_KG,
+            "segments": segment_sizes(model.arrays, config.length_scale)}

@@ -13,6 +13,7 @@ Rehabil 97(6 Suppl 2):S97-S104; ISNCSCI levels, Kirshblum et al. 2011, J Spinal 
 
 ``strength`` multiplies the group's Fmax (disuse atrophy, weakness; active, passive and tendon force scale
 together, :func:`sim.das3.model.fmax_scale`), on top of ``[model] strength`` (the subject's own strength).
+``[patient.size]`` scales the whole arm to the patient's height and mass (:mod:`sim.subject_size`).
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from sim.das3.config import STRENGTH_MAX, ModelConfig
 from sim.das3.model import fmax_scale
 from sim.das3.muscle_groups import group_members
 from sim.das3.release import muscle_element_names
+from sim.subject_size import SubjectSize
 
 STATES = ("voluntary", "paralysed", "denervated")
 ABLE_BODIED = "able-bodied"
@@ -38,6 +40,8 @@ PATIENT_SCHEMA = Section("patient", "The virtual patient: each muscle group's st
     Key("default_state", "string", "voluntary", "state of every group not listed", choices=STATES),
     Key("groups", "table", {}, "muscle group -> its state and strength ([patient.groups.<group>])",
         why="muscle group -> {state, strength}"),
+    Key("size", "table", {}, "the patient's height and body mass, or length and mass scales ([patient.size]); "
+        "the published arm if absent", why="height_m, body_mass_kg, length_scale, mass_scale, strength_rule"),
 ))
 
 GROUP_SCHEMA = Section("patient.groups.<group>", "One DAS3 muscle group of the patient (a group name: `bicb`, "
@@ -80,11 +84,12 @@ class Patient:
     name: str = ABLE_BODIED
     sources: tuple[str, ...] = ()
     groups: tuple[tuple[str, GroupState], ...] = ()
+    size: SubjectSize = SubjectSize()
 
     @property
     def able_bodied(self) -> bool:
-        """Every group voluntary at full strength: the published model unchanged."""
-        return all(g == GroupState() for _, g in self.groups)
+        """Every group voluntary at full strength, at the reference size: the published model unchanged."""
+        return all(g == GroupState() for _, g in self.groups) and self.size.reference
 
     def state_of(self, group: str) -> GroupState:
         return dict(self.groups).get(group, GroupState())
@@ -100,7 +105,7 @@ def muscle_group_names() -> tuple[str, ...]:
 
 def apply_patient(model: ModelConfig, patient: Patient) -> ModelConfig:
     """``model`` with the patient's strengths multiplied into its Fmax factors, its denervated groups gated, its
-    spastic groups' reflexes and its contractures; ``model`` itself (unchanged, so bit-identical) when the patient is able-bodied."""
+    spastic groups' reflexes, its contractures and its size; ``model`` itself (unchanged, so bit-identical) when the patient is able-bodied."""
     if patient.able_bodied:
         return model
     names = muscle_element_names()
@@ -110,9 +115,13 @@ def apply_patient(model: ModelConfig, patient: Patient) -> ModelConfig:
         scale[members[group]] *= g.strength
     reflexes = tuple((group, *g.spasticity) for group, g in patient.groups if g.spasticity is not None)
     contracted = tuple((group, g.contracture) for group, g in patient.groups if g.contracture > 0.0)
+    size = patient.size
+    sized = {} if size.reference else dict(length_scale=model.length_scale * size.length_scale,
+                                           mass_scale=model.mass_scale * size.mass_scale,
+                                           force_scale=model.force_scale * size.force_scale)
     return replace(model, strength=strength_pairs(scale, names),
                    denervated=model.denervated + patient.in_state("denervated"),
-                   spasticity=model.spasticity + reflexes, contracture=model.contracture + contracted)
+                   spasticity=model.spasticity + reflexes, contracture=model.contracture + contracted, **sized)
 
 
 def strength_pairs(scale: np.ndarray, names: tuple[str, ...]) -> tuple[tuple[str, float], ...]:

@@ -47,7 +47,7 @@ def model_info(
     stiffness), the DOFs with their ranges and the muscle elements with the DOFs they cross; with --patient,
     each muscle group's state, strength and Fmax factor."""
     with user_errors():
-        from hil.patients import load_patient, patient_groups
+        from hil.patients import load_patient, patient_groups, patient_size
         from sim.das3.model import load_model
         from sim.patient import apply_patient
 
@@ -55,7 +55,7 @@ def model_info(
         config = load_model_options(model_config)
         model = load_model(config if who is None else apply_patient(config, who))
         groups = None if who is None else {"name": who.name, "sources": list(who.sources),
-                                           "groups": patient_groups(who, model)}
+                                           "groups": patient_groups(who, model), "size": patient_size(who, model)}
     options = model_options(model.config)
     dof_names = model.dof_names
     ranges_deg = np.degrees(model.dof_ranges)
@@ -103,6 +103,7 @@ def model_info(
     console.print(table)
     if groups is not None:
         console.print(_patient_table(groups))
+        console.print(_size_table(groups["size"]))
 
 
 def _patient_table(patient: dict) -> Table:
@@ -112,6 +113,17 @@ def _patient_table(patient: dict) -> Table:
     for g in patient["groups"]:
         table.add_row(g["group"], g["state"], f"{g['strength']:g}", ", ".join(f"{f:g}" for f in g["fmax_factor"]),
                       "yes" if g["stimulable"] else "no", str(len(g["elements"])))
+    return table
+
+
+def _size_table(size: dict) -> Table:
+    table = Table(title=f"Size: length x{size['length_scale']:.4g}, mass x{size['mass_scale']:.4g}, Fmax "
+                        f"x{size['force_scale']:.4g} ({size['strength_rule']}); reference (assumed) "
+                        f"{size['reference_height_m']:g} m, {size['reference_body_mass_kg']:g} kg")
+    for column in ("segment", "between", "length (m)", "mass (kg)"):
+        table.add_column(column)
+    for seg in size["segments"]:
+        table.add_row(seg["segment"], seg["between"], f"{seg['length_m']:.4f}", f"{seg['mass_kg']:.4f}")
     return table
 
 

@@ -177,6 +177,8 @@ def _mtg_check(cfg_plant, cfg_model) -> tuple[str, str] | None:
     if cfg_model.strength:
         return "model.strength", ("scales the DAS3 muscles; the mtg plant's strength is its parameter file "
                                   "(plant.mtg_parameters, e.g. from hil fit mtg)")
+    if cfg_model.sized:
+        return "patient.size", "scales the DAS3 arm; the mtg plant's arm is its parameter file (plant.mtg_parameters)"
     return None
 
 

@@ -51,8 +51,10 @@ class Scene:
 
     def __init__(self, cfg, identity: dict) -> None:
         self.cfg = cfg
-        # the joint geometry is the release's for every model option; only the rim comes from the config
-        self.arrays = load_model().arrays
+        # the joint geometry is the release's for every model option but a patient's size (sim.subject_size); only
+        # the rim comes from the config
+        self.length_scale = cfg.model.length_scale
+        self.arrays = load_model(cfg.model).arrays if cfg.model.sized else load_model().arrays
         self.glenoid = np.asarray(self.arrays.glenoid)
         self.has_gh = plant_type(cfg.plant.type).has_glenohumeral
         self.channels = channel_table(cfg.stimulation)
@@ -73,7 +75,7 @@ class Scene:
         ``max_lateness_s``, ``compute_s``, ``deadline_misses`` and ``counts`` (n, 3: watchdog trips,
         GH-unstable and ROM-alarm ticks)."""
         q = np.asarray(c["q"], np.float64)
-        pts = _finite(landmarks(self.arrays, q).reshape(len(q), -1), 5)
+        pts = _finite(landmarks(self.arrays, q, self.length_scale).reshape(len(q), -1), 5)
         axis = _finite(glenoid_axis(self.arrays, q), 4)
         gh = self._glenoid(c)
         rows = zip(np.asarray(c["tick"]).tolist(), _finite(c["time_s"], 6), _finite(q, 6),

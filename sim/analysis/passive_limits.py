@@ -116,7 +116,7 @@ def passive_load_history(model: Das3Model, q: np.ndarray) -> PassiveLoadHistory:
     origin, insertion = conoid_attachments(model.arrays, q)
     elongation = np.linalg.norm(insertion - origin, axis=1) - rest_reference(model).conoid_length_m
     return PassiveLoadHistory(contact_e, elongation, float(contact_bound(model, MAXIMAL_EFFORT)),
-                              float(MAXIMAL_EFFORT.conoid_elongation_max_m))
+                              conoid_elongation_max(model, MAXIMAL_EFFORT))
 
 
 def contact_bound(model: Das3Model, limits: PassiveLimits) -> float | None:
@@ -126,13 +126,20 @@ def contact_bound(model: Das3Model, limits: PassiveLimits) -> float | None:
     return limits.contact_e_min
 
 
+def conoid_elongation_max(model: Das3Model, limits: PassiveLimits) -> float:
+    """The conoid's allowed elongation, m: the limit's (a reference-size ligament's) x the model's length scale (a
+    scaled subject's ligament fails at the same strain, ``sim.subject_size``)."""
+    elongation = float(limits.conoid_elongation_max_m)
+    return elongation if not model.config.sized else elongation * model.config.length_scale
+
+
 def conoid_force_cap(model: Das3Model, limits: PassiveLimits) -> float | None:
     """Force of eq. 5 at the rest length plus the allowed elongation (None: off):
     F = k/2 (d + sqrt(d^2 + eps^2)), d = L_rest + dL_max - L_slack."""
     if limits.conoid_elongation_max_m is None:
         return None
     slack, stiffness, eps = (float(v) for v in model.arrays.conoid[6:9])
-    d = rest_reference(model).conoid_length_m + limits.conoid_elongation_max_m - slack
+    d = rest_reference(model).conoid_length_m + conoid_elongation_max(model, limits) - slack
     return 0.5 * stiffness * (d + math.sqrt(d * d + eps * eps))
 
 

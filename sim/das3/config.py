@@ -36,6 +36,8 @@ class ConfigError(UserInputError, ValueError):
 STRENGTH_MAX = 10.0
 CONTRACTURE_MAX = 1.0
 """Largest shortening of a passive slack length, Lceopt (the published PEE slack lengths are 1.0-1.6 Lceopt)."""
+SIZE_SCALE_MAX = 10.0
+"""Largest size factor a ModelConfig takes (the patient's size keys are bounded tighter, ``sim.subject_size``)."""
 MUSCLE_MODEL_NAMES = ("das3", "thelen2003")
 SHOULDER_PASSIVE_NAMES = ("das3", "das3+engin")
 
@@ -93,6 +95,9 @@ class ModelConfig:
         contracture: (muscle element or group, shift) pairs: the passive element's slack length is shorter by
             ``shift`` optimal fibre lengths (a contracted muscle: its passive force rises at shorter lengths); DAS3
             Hill elements only. The rest posture is re-solved. Set by a patient, not a ``[model]`` key.
+        length_scale, mass_scale, force_scale: the subject's size (``sim.subject_size``): factors on every length,
+            on every segment mass, and on Fmax and the passive structures' forces; all 1 (the default) leave the
+            published model untouched. The rest posture is re-solved. Set by a patient, not a ``[model]`` key.
     """
 
     hand_weight: bool = MODEL_SCHEMA.default("hand_weight")
@@ -107,6 +112,14 @@ class ModelConfig:
     denervated: tuple[str, ...] = ()
     spasticity: tuple[tuple[str, float, float, float], ...] = ()
     contracture: tuple[tuple[str, float], ...] = ()
+    length_scale: float = 1.0
+    mass_scale: float = 1.0
+    force_scale: float = 1.0
+
+    @property
+    def sized(self) -> bool:
+        """Whether any size factor is not 1 (the model is scaled, ``sim.subject_size``)."""
+        return self.length_scale != 1.0 or self.mass_scale != 1.0 or self.force_scale != 1.0
 
     def __post_init__(self) -> None:
         for key in MODEL_SCHEMA.keys:
@@ -118,6 +131,10 @@ class ModelConfig:
             reason = check(getattr(self, key))
             if reason is not None:
                 raise ConfigError(reason, key=key)
+        for key in ("length_scale", "mass_scale", "force_scale"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 < value <= SIZE_SCALE_MAX:
+                raise ConfigError(f"must be a number in (0, {SIZE_SCALE_MAX:g}], not {value!r}", key=key)
         if self.contracture and self.muscle_model != "das3":
             raise ConfigError("a contracture shortens the DAS3 Hill element's passive slack length; "
                               f"muscle_model {self.muscle_model!r} has none", key="contracture")

@@ -16,7 +16,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.das3.model import CLAVICLE_FRAME, N_DOF, N_FRAMES, RADIUS_FRAME, SCAPULA_FRAME, ModelArrays, joint_location
+from sim.das3.model import (
+    BODY_SEGMENTS,
+    CLAVICLE_FRAME,
+    N_DOF,
+    N_FRAMES,
+    RADIUS_FRAME,
+    SCAPULA_FRAME,
+    ModelArrays,
+    joint_location,
+)
 
 #: The points of :func:`landmarks`, in order: SC and AC joints, the scapula's TS and AI, GH centre, elbow,
 #: proximal radioulnar joint, wrist, hand (centre of mass).
@@ -47,13 +56,36 @@ def _at(R: np.ndarray, P: np.ndarray, frame: int, point: np.ndarray) -> np.ndarr
     return P[:, frame] + R[:, frame] @ np.asarray(point, np.float64)
 
 
-def landmarks(arrays: ModelArrays, q: np.ndarray) -> np.ndarray:
-    """The :data:`LANDMARKS` of each posture, thorax frame, m: (n, 9, 3)."""
+def landmarks(arrays: ModelArrays, q: np.ndarray, length_scale: float = 1.0) -> np.ndarray:
+    """The :data:`LANDMARKS` of each posture, thorax frame, m: (n, 9, 3); ``length_scale``: the model's
+    (``ModelConfig.length_scale``), for the wrist, which the arrays do not hold."""
     R, P = frames(arrays, q)
     ts, ai = arrays.contact_points
     return np.stack([P[:, 1], P[:, 4], _at(R, P, SCAPULA_FRAME, ts), _at(R, P, SCAPULA_FRAME, ai), P[:, 7],
-                     P[:, 10], P[:, 11], _at(R, P, RADIUS_FRAME, joint_location("rc")),
+                     P[:, 10], P[:, 11], _at(R, P, RADIUS_FRAME, wrist(length_scale)),
                      _at(R, P, RADIUS_FRAME, arrays.hand_com_radius)], axis=1)
+
+
+def wrist(length_scale: float = 1.0) -> np.ndarray:
+    """The wrist (the release's ``rc`` joint) in the radius frame, m, of a model of ``length_scale``."""
+    rc = joint_location("rc")
+    return rc if length_scale == 1.0 else rc * length_scale
+
+
+SEGMENT_ENDS = (("clavicle", "SC", "AC", 3), ("scapula", "AC", "GH", 6), ("humerus", "GH", "EL", 9),
+                ("ulna", "EL", "PRU", 10), ("radius", "PRU", "WR", None))
+"""Each bone's length for ``hil model info``: (bone, from, to, the DOF whose joint centre ``to`` is)."""
+
+
+def segment_sizes(arrays: ModelArrays, length_scale: float = 1.0) -> list[dict]:
+    """Each body's mass (kg) and length (m, between the joint centres of :data:`SEGMENT_ENDS`; the hand: wrist to
+    its centre of mass), in the order of ``sim.das3.layout.BODY_SEGMENTS``."""
+    lengths = [float(np.linalg.norm(arrays.joint_loc[j])) if j is not None
+               else float(np.linalg.norm(wrist(length_scale))) for *_, j in SEGMENT_ENDS]
+    lengths.append(float(np.linalg.norm(np.asarray(arrays.hand_com_radius) - wrist(length_scale))))
+    ends = [f"{a}-{b}" for _, a, b, _ in SEGMENT_ENDS] + ["WR-HAND"]
+    return [{"segment": name, "mass_kg": float(mass), "length_m": length, "between": between}
+            for name, mass, length, between in zip(BODY_SEGMENTS, arrays.body_mass, lengths, ends)]
 
 
 def glenoid_axis(arrays: ModelArrays, q: np.ndarray) -> np.ndarray:

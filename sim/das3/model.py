@@ -69,6 +69,7 @@ from sim.das3.layout import (
 )
 from sim.das3.muscle_groups import element_indices
 from sim.das3.release import joint_location, muscle_element_names, read_model_data
+from sim.subject_size import scaled_engin, scaled_model_data, scaled_moments
 
 __all__ = [  # the layout's names (sim.das3.layout) are this module's public names too
     "BODY_FRAMES", "BODY_SEGMENTS", "CLAVICLE_FRAME", "DOF_NAMES", "Das3Model", "ECC_FORCE_MAX", "FL_WIDTH",
@@ -203,6 +204,9 @@ def load_model(config: ModelConfig | None = None) -> Das3Model:
 def _build_model(config: ModelConfig) -> Das3Model:
     """Build the model from the shipped data files and ``config``."""
     m, eq, loa, digest = read_model_data()
+    sized = config.sized                             # scale 1 takes none of the size path: bit-identical
+    if sized:
+        m = scaled_model_data(m, config.length_scale, config.mass_scale, config.force_scale)
     dof_names, ranges, joint_loc, joint_axis = _joints(m)
     body_mass, body_com, body_inertia, body_weight = _bodies(m, config)
     muscles = m["muscles"]
@@ -225,11 +229,12 @@ def _build_model(config: ModelConfig) -> Das3Model:
         contact=readonly([*m["thorax_center"], *m["thorax_radii"], m["scap_thorax_k"], m["scap_thorax_eps"]]),
         hand_com_radius=readonly(body_com[-1]),
         joint_lo=readonly(ranges[:, 0]), joint_hi=readonly(ranges[:, 1]), joint_mid=readonly(ranges.mean(axis=1)),
-        joint_k=readonly([config.joint_k1, config.joint_k2, config.joint_damping]),
+        joint_k=readonly(_passive_moments([config.joint_k1, config.joint_k2, config.joint_damping], config, sized)),
         mus=readonly(mus), mus_ndof=readonly(mus_ndof, np.int64), mus_dofs=readonly(mus_dofs, np.int64),
         gh_muscle=readonly(gh_muscle, np.int64), glenoid=readonly(_glenoid_axes()),
         gh_rim=readonly([config.gh_rim_theta, config.gh_rim_phi]),
-        engin=engin_parameters(config.shoulder_passive == "das3+engin", joint_loc[9], joint_axis[9]),
+        engin=_passive_moments(engin_parameters(config.shoulder_passive == "das3+engin", joint_loc[9], joint_axis[9]),
+                               config, sized),
         **polynomial_arrays(muscles, terms, loa_dofs, loa_rows, table, N_DOF),
     )
     x_eq = np.asarray(eq["x"], np.float64)
@@ -242,9 +247,18 @@ def _build_model(config: ModelConfig) -> Das3Model:
     )
     if config.muscle_model != "das3":
         model = replace(model, equilibrium_state=readonly(_fibres_at_rest(model, x_eq)))
-    if config.shoulder_passive != "das3" or config.strength or config.contracture:
+    if config.shoulder_passive != "das3" or config.strength or config.contracture or sized:
         model = replace(model, equilibrium_state=readonly(_posture_at_rest(model)))
     return model
+
+
+def _passive_moments(values, config: ModelConfig, sized: bool):
+    """The passive joint moments' parameters (K1, K2, B, or Engin's vector) of a scaled subject x s_F s_L
+    (``sim.subject_size``); ``values`` unchanged at scale 1."""
+    if not sized:
+        return values
+    moment_scale = config.force_scale * config.length_scale
+    return scaled_moments(values, moment_scale) if isinstance(values, list) else scaled_engin(values, moment_scale)
 
 
 def element_values(pairs, names: tuple[str, ...], default: float, width: int = 0) -> np.ndarray:

@@ -25,8 +25,10 @@ def test_defaults_are_the_published_values():
     assert c.muscle_model == "das3" and c.shoulder_passive == "das3"
     assert [f.name for f in dataclasses.fields(c)] == [
         "hand_weight", "gh_rim_theta", "gh_rim_phi", "joint_k1", "joint_k2", "joint_damping", "muscle_model",
-        "shoulder_passive", "strength", "denervated", "spasticity", "contracture"]
+        "shoulder_passive", "strength", "denervated", "spasticity", "contracture",
+        "length_scale", "mass_scale", "force_scale"]
     assert c.strength == () and c.denervated == () and c.spasticity == () and c.contracture == ()
+    assert (c.length_scale, c.mass_scale, c.force_scale) == (1.0, 1.0, 1.0) and not c.sized
 
 
 def test_model_config_is_frozen_and_hashable():
