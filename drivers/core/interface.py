@@ -86,6 +86,7 @@ class DriverContext:
     loop_sched_fifo: bool = False
     loop_priority: int = 0
     loop_cpu: int | None = None
+    role: str = "controller"            # "voluntary": the patient's own input (hil.rt.voluntary), not a controller
 
     @property
     def key(self) -> str:

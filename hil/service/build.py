@@ -90,7 +90,7 @@ def driver_context(cfg: ServiceConfig, model, engine, index: int) -> DriverConte
         dof_names=tuple(model.dof_names), muscle_names=tuple(model.muscle_names), group_names=tuple(engine.groups),
         channel_names=tuple(c.name for c in engine.stim.channels) if engine.stim is not None else (),
         frame_dtype=engine.sensor.dtype, loop_sched_fifo=cfg.loop.sched_fifo, loop_priority=cfg.loop.priority,
-        loop_cpu=cfg.loop.cpu)
+        loop_cpu=cfg.loop.cpu, role=driver_role(cfg.drivers[index]))
 
 
 def parse_drivers(cfg: ServiceConfig, model, engine) -> list[tuple[type, object, DriverContext]]:

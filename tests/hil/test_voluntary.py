@@ -217,3 +217,54 @@ def test_without_a_voluntary_source_nothing_changes(tmp_path):
     assert run_offline(cfg, 10).ticks == 10
     _, engine, rec = run(path, 10)
     assert "u_voluntary" not in rec.dtype.names and engine.voluntary_drive.values.shape == (0,)
+
+
+def test_an_lsl_stream_is_a_voluntary_source(tmp_path, lsl_config):
+    """A real LSL outlet with one excitation per configured group drives the patient's groups; a paralysed group
+    in it is refused as not_voluntary, an out-of-range sample is counted, and a lost stream lets go."""
+    import time
+    import uuid
+
+    import pylsl
+
+    name = f"patient-{uuid.uuid4().hex[:8]}"
+    driver = (f'[[driver]]\ntype = "lsl"\nrole = "voluntary"\ngroups = ["trapclav", "levscap", "triclong"]\n'
+              f'[driver.inlet]\nname = "{name}"\n')
+    model, engine, drivers = build_engine(load_service_config(write_config(tmp_path, driver)))
+    body, tick = TickBody(engine, drivers), 0
+    names = np.array([n.rstrip("0123456789") for n in model.muscle_names])
+    shrug = np.isin(names, ["trapclav", "levscap"])
+
+    def run_until(condition, timeout_s=20.0):
+        nonlocal tick
+        t_end = time.monotonic() + timeout_s
+        while not condition():
+            assert time.monotonic() < t_end, "timed out"
+            body.step(tick, time.monotonic_ns())
+            tick += 1
+            time.sleep(0.004)
+    try:
+        outlet = pylsl.StreamOutlet(pylsl.StreamInfo(name, "FESCommand", 3, 0, "float32", name))
+        run_until(drivers[0].connected)
+        outlet.push_sample([0.4, 0.4, 0.3])
+        run_until(lambda: engine.voluntary_drive.values[shrug].min() == np.float32(0.4))
+        assert not engine.voluntary_drive.values[~shrug].any()
+        assert engine.rejected.get((0, "not_voluntary"), 0) >= 1
+        outlet.push_sample([1.5, 0.2, 0.0])
+        run_until(lambda: engine.rejected.get((0, "out_of_range"), 0) == 1)
+        assert engine.voluntary_drive.values[shrug].min() == np.float32(0.4)     # the bad sample is not applied
+        del outlet                                                              # the stream is lost: zeros
+        run_until(lambda: not engine.voluntary_drive.values.any())
+    finally:
+        for d in drivers:
+            d.shutdown()
+
+
+@pytest.mark.parametrize("driver, words", [
+    ('type = "lsl"\nrole = "voluntary"\n', "needs the muscle groups"),
+    ('type = "lsl"\nrole = "voluntary"\ngroups = ["trapclav", "shrug"]\n', "distinct muscle groups"),
+    ('type = "lsl"\ngroups = ["trapclav"]\n', "voluntary source only"),
+])
+def test_lsl_voluntary_config_errors_name_the_key(tmp_path, lsl_config, driver, words):
+    out = hil("check-config", write_config(tmp_path, f"[[driver]]\n{driver}"))
+    assert out.returncode == 2 and "driver[0].groups" in out.stderr and words in out.stderr, out.stderr
