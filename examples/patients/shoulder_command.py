@@ -11,7 +11,8 @@ shoulder command for grasp; here the output is the elbow-flexor channel, so the 
     command c = clip((elevation - neutral - deadband) / full_scale, 0, 1)
     amplitude = 0 if c = 0, else threshold + c (max_amplitude - threshold)
 
-``neutral`` is the elevation of the first frame (the user at rest when the run starts). Load it from a service
+``neutral`` is the elevation of the first frame (the user at rest when the run starts). The dead band, full
+scale and amplitudes are this example's choices (*proposal*), not published values. Load it from a service
 config (configs/c5-shoulder-command.toml)::
 
     [[driver]]

@@ -11,7 +11,8 @@ Load it from a service config (configs/c5-shoulder-command.toml)::
     peak = 0.4
 
 The pattern, repeated every ``rest_s + rise_s + hold_s + fall_s``: rest, a linear rise to ``peak``, a hold,
-a linear fall (the shoulder depresses under gravity as the elevators relax). The upper trapezius and levator
+a linear fall (the shoulder depresses under gravity as the elevators relax); its timing and level are this
+example's choices (*proposal*). The upper trapezius and levator
 scapulae elevate the shoulder girdle (innervation C3-C4 and XI: docs/concepts/patients.md, roots table).
 """
 from __future__ import annotations
