@@ -20,6 +20,7 @@ from hil.patients import read_patient
 from hil.rt.loop import LOOP_SCHEMA, LoopConfig
 from hil.rt.plants import file_option_names, option_keys, plant_names, plant_type
 from hil.rt.sensor import SENSOR_SCHEMA, SensorModelConfig
+from hil.rt.voluntary import ROLE_KEY, driver_role
 from hil.safety.table import SafetyConfig
 from hil.safety.table import section as safety_section
 from sim.config_schema import Key, Section, from_ms
@@ -330,6 +331,12 @@ def service_config_from_dict(merged: dict, path: str) -> ServiceConfig:
         if d["type"] not in driver_names():
             raise ConfigError(f"unknown driver type {d['type']!r}; available: {', '.join(driver_names())}",
                               file=path, key=f"driver[{i}].type")
+        if driver_role(d) not in ROLE_KEY.choices:
+            raise ConfigError(f"must be one of {', '.join(ROLE_KEY.choices)}, not {d[ROLE_KEY.name]!r}", file=path,
+                              key=f"driver[{i}].{ROLE_KEY.name}")
+        if driver_role(d) == "voluntary" and not patient.in_state("voluntary"):
+            raise ConfigError(f"the patient {patient.name!r} has no voluntary muscle group for the voluntary "
+                              "driver to drive", file=path, key=f"driver[{i}].{ROLE_KEY.name}")
     stimulation = merged.get("stimulation", {})
     if not isinstance(stimulation, dict):
         raise ConfigError("must be a table", file=path, key="stimulation")

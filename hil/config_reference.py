@@ -7,6 +7,7 @@ from hil.config import METRICS_SCHEMA, RECORDING_SCHEMA, plant_section
 from hil.rt.loop import LOOP_SCHEMA
 from hil.rt.sensor import SENSOR_SCHEMA
 from hil.rt.stimulation import CHANNEL_SCHEMA, STIMULATION_SCHEMA
+from hil.rt.voluntary import ROLE_SCHEMA
 from hil.safety.table import section as safety_section
 from sim.config_schema import Section, sections_markdown
 from sim.das3.config import MODEL_SCHEMA
@@ -35,7 +36,7 @@ def config_sections() -> tuple[Section, ...]:
     """Every config table's schema, in file order (with the plant types, rules and drivers registered now)."""
     return (LOOP_SCHEMA, plant_section(), MODEL_SCHEMA, PATIENT_SCHEMA, GROUP_SCHEMA, SPASTICITY_SCHEMA, SIZE_SCHEMA,
             STIMULATION_SCHEMA, CHANNEL_SCHEMA,
-            safety_section(), SENSOR_SCHEMA, METRICS_SCHEMA, RECORDING_SCHEMA, *driver_sections())
+            safety_section(), SENSOR_SCHEMA, METRICS_SCHEMA, RECORDING_SCHEMA, ROLE_SCHEMA, *driver_sections())
 
 
 def config_reference_markdown(title: str = "Keys by table") -> str:

@@ -59,6 +59,8 @@ KIND_HEARTBEAT = 3
 KIND_DRIVER_LOST = 4  # the driver's transport died: what it latched was set to zero at this tick
 KIND_TICK_STALL = 5   # the loop stopped ticking (safety.tick_stall_timeout_ms): the run ended with stimulation
 #                       stopped; tick = the tick in which it stalled, values[0] = how long it had not ticked, s
+KIND_VOLUNTARY = 6    # the patient's own drive (a driver with role "voluntary"): index = muscle element (or group,
+#                       negative: -1 - group index); values[0] = u; latched apart from stimulation, never zeroed by safety
 
 COMMAND_DTYPE = np.dtype([
     ("tick", "<i8"),        # tick at which the command was latched
@@ -75,4 +77,4 @@ REJECT_REASONS = ("pulse_width_limit", "amplitude_limit", "frequency_limit", "mo
                   "non_finite", "unknown_channel", "unknown_muscle", "bad_frame", "bad_checksum",
                   "bad_length", "unknown_id", "stale_counter", "wrong_mode", "excitation_clipped",
                   "duplicate_counter", "out_of_range", "unknown_command", "controller_error",
-                  "controller_malformed", "wrong_stream")
+                  "controller_malformed", "wrong_stream", "not_voluntary")

@@ -60,6 +60,8 @@ class CommandSink(Protocol):
 
     def group_excitation(self, driver: int, receive_ns: int, group: str, value: float) -> bool: ...
 
+    def voluntary(self, driver: int, receive_ns: int, muscle: int, value: float) -> bool: ...
+
     def heartbeat(self, driver: int, receive_ns: int) -> None: ...
 
     def reject(self, driver: int, receive_ns: int, reason: str) -> None: ...
@@ -84,6 +86,7 @@ class DriverContext:
     loop_sched_fifo: bool = False
     loop_priority: int = 0
     loop_cpu: int | None = None
+    role: str = "controller"            # "voluntary": the patient's own input (hil.rt.voluntary), not a controller
 
     @property
     def key(self) -> str:

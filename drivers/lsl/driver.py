@@ -11,6 +11,10 @@ one outlet sample per tick. The loop's side costs O(1) per tick: ``fetch`` hands
 sample that arrived before the tick's start (older ones are superseded, counted), and the finished tick
 record (:meth:`LslDriver.on_tick`, a :class:`hil.rt.tick.TickListener`) is one copy into the outbound ring.
 Sample timestamps are LSL's clock at the tick's start, so an XDF file aligns the arm with EEG and EMG.
+
+With ``role = "voluntary"`` (hil.rt.voluntary) the stream is the patient's own movement instead: one float32
+excitation (0..1) per muscle group of ``groups`` (:class:`drivers.lsl.inlet.ExcitationInlet`), and the driver opens
+no outlets (a run's controller, LSL or not, publishes the arm).
 """
 from __future__ import annotations
 
@@ -37,7 +41,7 @@ from drivers.ipc.link import (
     LinkSpec,
     link_scheduling_keys,
 )
-from drivers.lsl.inlet import AUX_DROPPED, AUX_SUPERSEDED, CommandInlet
+from drivers.lsl.inlet import AUX_DROPPED, AUX_SUPERSEDED, CommandInlet, ExcitationInlet
 from drivers.lsl.streams import (
     ARM_STREAM,
     ARM_TYPE,
@@ -105,8 +109,10 @@ class LslEndpoint(LinkEndpoint):
     poll_interval_s = 0.02      # a pull waits at most this long: the receiver thread stops within it
 
     def __init__(self, dof_names: list[str], channel_names: list[str], period_s: float, predicate: str,
-                 arm_every: int = 1, api_config: str | None = None) -> None:
+                 arm_every: int = 1, api_config: str | None = None, groups: list[str] | None = None,
+                 group_index: list[int] | None = None) -> None:
         self.dof_names, self.channel_names = list(dof_names), list(channel_names)
+        self.groups, self.group_index = groups, group_index     # a voluntary source's groups (no outlets)
         self.period_s, self.predicate, self.arm_every = period_s, predicate, arm_every
         self.api_config = api_config
         self.events: collections.deque = collections.deque()      # (LSL time, marker) from the receiver thread
@@ -119,6 +125,9 @@ class LslEndpoint(LinkEndpoint):
         if self.api_config:
             os.environ["LSLAPICFG"] = self.api_config      # read by liblsl at its first use, in this process
         import pylsl
+        if self.groups:
+            self.inlet = ExcitationInlet(pylsl, self.predicate, self.groups, self.group_index, self.events)
+            return {"inlet": self.predicate}
         self.offset_s = clock_offset(pylsl.local_clock)
         rate, host = 1.0 / self.period_s, socket.gethostname()
         arm, stim = arm_channels(self.dof_names), stim_channels(self.channel_names)
@@ -146,6 +155,9 @@ class LslEndpoint(LinkEndpoint):
 
     def send_feedback(self, records: np.ndarray, stats: np.ndarray) -> None:
         """The ticks' samples and markers; a failed tick's ``plant_error`` marker; the inlet's markers."""
+        if not self.outlets:       # a voluntary source: nothing to publish
+            self.events.clear()
+            return
         while self.events:
             self._marker(*self.events.popleft())
         done = records[records["failed"] == 0]
@@ -185,14 +197,13 @@ class LslEndpoint(LinkEndpoint):
 
     def close(self) -> None:
         """``run_stop`` (at the end of the last tick), a moment for the inlets to take it, then release."""
-        if not self.outlets:
-            return
-        while self.events:
-            self._marker(*self.events.popleft())
-        if self.last_tick is not None:
-            self._marker(self.last_ts + self.period_s, f"run_stop tick={self.last_tick}")
-        if any(o.have_consumers() for o in self.outlets):
-            time.sleep(LINGER_S)
+        if self.outlets:
+            while self.events:
+                self._marker(*self.events.popleft())
+            if self.last_tick is not None:
+                self._marker(self.last_ts + self.period_s, f"run_stop tick={self.last_tick}")
+            if any(o.have_consumers() for o in self.outlets):
+                time.sleep(LINGER_S)
         if self.inlet is not None:
             self.inlet.close()
         self.outlets = []
@@ -207,6 +218,8 @@ CONFIG_SCHEMA = Section("driver (lsl)", "A Lab Streaming Layer controller: comma
     Key("api_config", "value", None, "a liblsl config file, relative to the config file"),
     Key("inlet", "table", None, "`[driver.inlet]`: the controller's stream", why="the controller's stream (name, type, "
         "source_id)"),
+    Key("groups", "strings", [], "`role = \"voluntary\"` only: the muscle groups the patient's stream drives, one "
+        "float32 excitation (0..1) each, in this order"),
     PRIORITY_KEY,
 ), array=True)
 KEYS = CONFIG_SCHEMA.by_name
@@ -227,19 +240,21 @@ class LslDriver(LinkDriver):
     fetch_records = INBOUND_CAPACITY      # the whole ring: the newest sample is always the last one taken
 
     def __init__(self, endpoint_args: dict, frame_dtype: np.dtype, n_channels: int, index: int = 0,
-                 priority: int | None = None, loop_cpu: int | None = None) -> None:
+                 priority: int | None = None, loop_cpu: int | None = None, group_names: tuple[str, ...] = ()) -> None:
         self.n_channels = n_channels
+        self.per_sample = len(endpoint_args.get("groups") or ()) or n_channels     # link records per sample
         self.superseded = 0                 # samples the loop never applied: a newer one came before the tick
         self._fetched_tick = self._listened_tick = -1
         self._fetched_ns = 0
         super().__init__(LslEndpoint, endpoint_args, frame_dtype, index=index, priority=priority, loop_cpu=loop_cpu,
-                         out_dtype=tick_record(frame_dtype, n_channels))
+                         out_dtype=tick_record(frame_dtype, n_channels), group_names=group_names)
 
     @classmethod
     def parse_config(cls, table: dict, ctx: DriverContext) -> LinkSpec:
         t = ConfigTable(table, ctx.key, ctx.file)
         t.get("type")
-        if not ctx.channel_names:
+        voluntary = ctx.role == "voluntary"
+        if not ctx.channel_names and not voluntary:
             raise t.error("type", "an LSL controller commands stimulation channels: set [stimulation] mode = "
                                   "\"channels\"")
         if importlib.util.find_spec("pylsl") is None:
@@ -248,19 +263,25 @@ class LslDriver(LinkDriver):
         api_config = _api_config(t, ctx)
         predicate = _inlet_predicate(t, ctx)
         priority, loop_cpu = link_scheduling_keys(t, ctx)
+        groups = _voluntary_groups(t, ctx, voluntary)
         t.done()
         args = dict(dof_names=list(ctx.dof_names), channel_names=list(ctx.channel_names), period_s=ctx.period_s,
                     predicate=predicate, arm_every=arm_every, api_config=api_config)
+        if groups:
+            args.update(groups=groups, group_index=[ctx.group_names.index(g) for g in groups])
         return LinkSpec(args, priority, loop_cpu)
 
     @classmethod
     def open(cls, spec: LinkSpec, ctx: DriverContext) -> "LslDriver":
         return cls(spec.endpoint_args, ctx.frame_dtype, len(ctx.channel_names), index=ctx.index,
-                   priority=spec.priority, loop_cpu=spec.loop_cpu)
+                   priority=spec.priority, loop_cpu=spec.loop_cpu,
+                   group_names=tuple(ctx.group_names) if spec.endpoint_args.get("groups") else ())
 
     def max_log_entries(self, largest_group: int) -> int:
-        """One sample (a command per channel), a count per reject reason and a lost link."""
-        return self.n_channels + len(REJECT_REASONS) + 1
+        """One sample (a command per channel, or per group of a voluntary source, each up to ``largest_group``
+        elements), a count per reject reason and a lost link."""
+        per_command = max(1, largest_group) if self.group_names else 1
+        return self.per_sample * per_command + len(REJECT_REASONS) + 1
 
     def fetch(self, tick: int, now_ns: int, sink: CommandSink) -> None:
         """The newest sample that arrived before this tick's start (the link pushes whole samples)."""
@@ -268,8 +289,8 @@ class LslDriver(LinkDriver):
         self._report_link(now_ns, sink)
         n = self._in.pop_into(self._buf)
         if n:
-            lo = max(0, n - self.n_channels)
-            self.superseded += lo // self.n_channels
+            lo = max(0, n - self.per_sample)
+            self.superseded += lo // self.per_sample
             self._hand_over(lo, n, sink)
             self.frames_received += n - lo
 
@@ -302,6 +323,22 @@ class LslDriver(LinkDriver):
             out["frame"]["tick"][0] = self._fetched_tick
             self._send_out()
         super()._shutdown()
+
+
+def _voluntary_groups(t: ConfigTable, ctx: DriverContext, voluntary: bool) -> list[str]:
+    """``groups``: the muscle groups of a voluntary source's stream (required then, refused otherwise)."""
+    groups = t.key(KEYS["groups"])
+    if not voluntary:
+        if groups:
+            raise t.error("groups", "is for a voluntary source only (role = \"voluntary\")")
+        return []
+    if not groups:
+        raise t.error("groups", "a voluntary LSL source needs the muscle groups its stream drives, e.g. "
+                                "groups = [\"trapclav\", \"levscap\"]")
+    unknown = [g for g in groups if g not in ctx.group_names]
+    if unknown or len(set(groups)) != len(groups):
+        raise t.error("groups", f"must be distinct muscle groups of the model, not {unknown or groups}")
+    return list(groups)
 
 
 def _api_config(t: ConfigTable, ctx: DriverContext) -> str | None:

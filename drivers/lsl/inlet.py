@@ -25,7 +25,7 @@ import time
 
 import numpy as np
 
-from drivers.core.contract import KIND_CHANNEL
+from drivers.core.contract import KIND_CHANNEL, KIND_EXCITATION
 from drivers.ipc.link import LINK_RECORD, Inbound
 from drivers.lsl.streams import COMMAND_RANGES, STIM_FIELDS
 
@@ -200,3 +200,37 @@ class CommandInlet:
         if self.inlet is not None:
             self.inlet.close_stream()
             self.inlet = None
+
+
+class ExcitationInlet(CommandInlet):
+    """The inlet of a voluntary LSL source (``role = "voluntary"``, hil.rt.voluntary): one float32 excitation
+    (0..1) per configured muscle group, in their order; the newest valid sample goes to the loop as one group
+    excitation per group (index -1 - the group's position in the model), and a lost stream sends zeros (the
+    patient lets go). Resolution, refusal and validation are the command inlet's."""
+
+    def __init__(self, pylsl, predicate: str, groups, group_index, events) -> None:
+        super().__init__(pylsl, predicate, (), events)
+        self.channel_names = tuple(groups)
+        self.n_values = len(self.channel_names)
+        self.lo, self.hi = np.zeros(self.n_values, np.float32), np.ones(self.n_values, np.float32)
+        self.buf = np.zeros((MAX_CHUNK, self.n_values), np.float32)
+        self.records = np.zeros(self.n_values, LINK_RECORD)
+        self.records["kind"] = KIND_EXCITATION
+        self.records["index"] = -1 - np.asarray(group_index)
+
+    @property
+    def expected(self) -> str:
+        return (f"{self.n_values} float32 channels: the excitation (0..1) of the muscle groups "
+                f"{', '.join(self.channel_names)}")
+
+    def _push(self, sample: np.ndarray, now: int, inbound: Inbound) -> None:
+        """One group excitation per group, all in one ring push (or none: ring full, counted)."""
+        r = self.records
+        r["receive_ns"], r["seq"] = now, self.seq
+        r["values"][:, 0] = sample
+        self.seq = (self.seq + 1) & 0x7FFFFFFF
+        ring = inbound.ring
+        if ring.capacity - ring.pending < r.shape[0]:
+            ring.aux[AUX_DROPPED] += 1
+            return
+        ring.push_many(r, r.shape[0])

@@ -396,15 +396,19 @@ def _drain_until_done(spec: RecorderSpec, rings: dict, writer: RecordingWriter, 
 def export_csv(reader: RecordingReader, out_path: str, muscle_names, dof_names, channel_names) -> int:
     """One row per tick, each column named with its unit: tick, t_s, q_<dof>_rad, gh_stability, status (the
     frame's status bits, ``drivers.core.contract.STATUS_BITS``), u_<muscle> (excitation 0..1; these three are
-    unitless), and per channel the applied <channel>_pw_us, _amp_ma and _freq_hz. Returns the number of rows."""
+    unitless), and per channel the applied <channel>_pw_us, _amp_ma and _freq_hz; a run with a voluntary source
+    (``hil.rt.voluntary``) adds the patient's own drive, u_voluntary_<muscle>, last. Returns the number of rows."""
     ticks = reader.read("ticks")
     frame = ticks["frame"]
     cols = ["tick", "t_s", *[f"q_{d}_rad" for d in dof_names], "gh_stability", "status",
             *[f"u_{m}" for m in muscle_names]]
     for ch in channel_names:
         cols += [f"{ch}_pw_us", f"{ch}_amp_ma", f"{ch}_freq_hz"]
+    voluntary = [ticks["u_voluntary"]] if "u_voluntary" in ticks.dtype.names else []
+    cols += [f"u_voluntary_{m}" for m in muscle_names] if voluntary else []
     table = np.column_stack([ticks["tick"].astype(float), frame["time"], frame["q"], frame["gh_stability"],
-                             frame["status"].astype(float), ticks["u"], *[ticks["applied"][:, c, :3] for c in range(len(channel_names))]])
+                             frame["status"].astype(float), ticks["u"], *[ticks["applied"][:, c, :3] for c in range(len(channel_names))],
+                             *voluntary])
     with open(out_path, "w", encoding="utf-8") as fh:
         fh.write(",".join(cols) + "\n")
         np.savetxt(fh, table, delimiter=",", fmt="%.17g")

@@ -6,7 +6,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from drivers.core.contract import KIND_CHANNEL, KIND_DRIVER_LOST, KIND_EXCITATION, KIND_HEARTBEAT, STATUS_OVERRUN
+from drivers.core.contract import (
+    KIND_CHANNEL,
+    KIND_DRIVER_LOST,
+    KIND_EXCITATION,
+    KIND_HEARTBEAT,
+    KIND_VOLUNTARY,
+    STATUS_OVERRUN,
+)
 from drivers.core.interface import CommandSink, Driver
 from hil.config import service_config_from_dict
 from hil.recording.hilrec import RecordingError, read_run_recording
@@ -45,6 +52,8 @@ class ReplayDriver(Driver):
             return                                   # rejected: had no effect
         elif kind == KIND_EXCITATION:
             sink.excitation(drv, ns, idx, float(v[0]))
+        elif kind == KIND_VOLUNTARY:
+            sink.voluntary(drv, ns, idx, float(v[0]))
         elif kind == KIND_HEARTBEAT:
             sink.heartbeat(drv, ns)
         elif kind == KIND_DRIVER_LOST:

@@ -23,11 +23,13 @@ from drivers.core.contract import (
     KIND_EXCITATION,
     KIND_HEARTBEAT,
     KIND_REJECTS,
+    KIND_VOLUNTARY,
 )
 from hil.rt.plants import plant_type
 from hil.rt.sensor import ELBOW, SensorModel
 from hil.rt.stimulation import no_delay_line, no_fatigue, no_stimulation_params
 from hil.rt.tick_kernel import direct_call, tick_arrays
+from hil.rt.voluntary import VoluntaryLatch
 from hil.safety.functions import SafetyFunctions
 from hil.safety.table import SafetyConfig
 from hil.telemetry.counters import RunCounters
@@ -39,10 +41,13 @@ COMMAND_ENTRY = struct.Struct("<qqHBBh4d")
 """One command-log entry as COMMAND_DTYPE lays it out (little-endian, packed)."""
 
 
-def tick_dtype(n_channels: int, n_muscles: int, frame: np.dtype, fatigue: bool = False) -> np.dtype:
+def tick_dtype(n_channels: int, n_muscles: int, frame: np.dtype, fatigue: bool = False,
+               voluntary: bool = False) -> np.dtype:
     """The per-tick record of a run (recorded every tick; the recording's ``ticks`` stream); runs with a
-    fatigue model add each channel's fitness (:mod:`hil.rt.fatigue`) before the frame."""
+    fatigue model add each channel's fitness (:mod:`hil.rt.fatigue`) before the frame, runs with a voluntary
+    source the patient's own drive (:mod:`hil.rt.voluntary`) after ``u``."""
     fitness = [("fitness", "<f8", (max(n_channels, 1),))] if fatigue else []
+    own = [("u_voluntary", "<f8", (n_muscles,))] if voluntary else []
     return np.dtype([
         ("tick", "<i8"),
         ("deadline_ns", "<i8"),     # CLOCK_MONOTONIC
@@ -53,7 +58,8 @@ def tick_dtype(n_channels: int, n_muscles: int, frame: np.dtype, fatigue: bool =
         ("skipped_deadlines", "<i8"),
         ("commands_unrecorded", "<i8"),   # this tick's command-log entries missing from the commands stream
         ("applied", "<f8", (max(n_channels, 1), 4)),  # pw us, amp mA, freq Hz, mode, after safety
-        ("u", "<f8", (n_muscles,)),  # applied excitations
+        ("u", "<f8", (n_muscles,)),  # applied excitations (the stimulation's)
+        *own,
         *fitness,
         ("frame", frame),
     ])
@@ -76,7 +82,8 @@ class TickEngine:
     def __init__(self, plant: FixedStepPlant, stimulation, safety: SafetyConfig, sensor: SensorModel,
                  period_s: float, substeps: int, reject_reasons: tuple[str, ...],
                  group_index: dict[str, np.ndarray] | None = None,
-                 log_capacity: int = DEFAULT_LOG_CAPACITY, counters: RunCounters | None = None) -> None:
+                 log_capacity: int = DEFAULT_LOG_CAPACITY, counters: RunCounters | None = None,
+                 voluntary: VoluntaryLatch | None = None) -> None:
         if substeps < 1 or not math.isclose(plant.step_s * substeps, period_s, rel_tol=1e-12):
             raise ValueError("plant step x substeps must equal the loop period")
         self.plant = plant
@@ -91,6 +98,9 @@ class TickEngine:
         n_mus = plant.model.n_muscles
         stim_params = no_stimulation_params(n_mus) if stimulation is None else stimulation.kernel_params
         self.emd = no_delay_line() if stimulation is None else stimulation.delay_line(period_s)
+        self.voluntary_drive = voluntary if voluntary is not None else VoluntaryLatch(frozenset(), np.zeros(n_mus))
+        self.voluntary_drivers = self.voluntary_drive.drivers
+        self._group_code = {g: -1 - i for i, g in enumerate(self.groups)}
         self._own_record(n_mus, no_fatigue() if stimulation is None else stimulation.fatigue_state(period_s))
         # latched commands (zero-order hold); what was applied this tick is in the record
         self.latched = np.zeros((self.n_channels, 4))   # pw us, amp mA, freq Hz, mode (0/1/2 pulses-1)
@@ -117,14 +127,17 @@ class TickEngine:
         self._tick_arrays = tick_arrays(plant, self.latched, self.direct, self.applied, self.u, stim_params,
                                         self.emd, self.fatigue, stimulation is not None,
                                         self.safety.tick_rules,
-                                        sensor.frame_views, sensor.status_view, substeps)
+                                        sensor.frame_views, sensor.status_view, substeps,
+                                        self.voluntary_drive.kernel_arrays(self.u_voluntary))
 
     def _own_record(self, n_muscles: int, fatigue: tuple) -> None:
         """The tick record, and the applied channels, excitations, fitness and sensor frame as views of it."""
         has_fatigue = fatigue[0].shape[0] > 0
-        self.record = np.zeros(1, tick_dtype(self.n_channels, n_muscles, self.sensor.dtype, has_fatigue))
+        has_voluntary = self.voluntary_drive.active
+        self.record = np.zeros(1, tick_dtype(self.n_channels, n_muscles, self.sensor.dtype, has_fatigue, has_voluntary))
         self.applied = self.record["applied"][0, :self.n_channels]
         self.u = self.record["u"][0]
+        self.u_voluntary = self.record["u_voluntary"][0] if has_voluntary else None
         if has_fatigue:
             fitness = self.record["fitness"][0, :self.n_channels]
             fitness[:] = fatigue[2]
@@ -194,6 +207,9 @@ class TickEngine:
 
     def channel(self, driver: int, receive_ns: int, channel: int, pulse_width_us: float,
                 amplitude_ma: float, frequency_hz: float, mode: int) -> bool:
+        if driver in self.voluntary_drivers:     # the patient's own input drives muscles, not channels
+            return self._reject_cmd(driver, receive_ns, KIND_CHANNEL, channel, "wrong_mode", pulse_width_us,
+                                    amplitude_ma, frequency_hz, mode)
         if self.stim is None or not 0 <= channel < self.n_channels:
             return self._reject_cmd(driver, receive_ns, KIND_CHANNEL, channel,
                                     "unknown_channel", pulse_width_us, amplitude_ma, frequency_hz, mode)
@@ -213,6 +229,8 @@ class TickEngine:
         return True
 
     def excitation(self, driver: int, receive_ns: int, muscle: int, value: float) -> bool:
+        if driver in self.voluntary_drivers:
+            return self.voluntary(driver, receive_ns, muscle, value)
         if self.stim is not None:    # channel mode: excitations come from the stimulation model only
             return self._reject_cmd(driver, receive_ns, KIND_EXCITATION, muscle, "wrong_mode", value)
         if not 0 <= muscle < self.direct.shape[0]:
@@ -229,6 +247,8 @@ class TickEngine:
         return True
 
     def group_excitation(self, driver: int, receive_ns: int, group: str, value: float) -> bool:
+        if driver in self.voluntary_drivers:
+            return self.group_voluntary(driver, receive_ns, group, value)
         if self.stim is not None:    # one rejection for the command, not one per element
             return self._reject_cmd(driver, receive_ns, KIND_EXCITATION, -1, "wrong_mode", value)
         members = self.groups.get(group)
@@ -239,9 +259,46 @@ class TickEngine:
             ok = self.excitation(driver, receive_ns, int(m), value) and ok
         return ok
 
+    def voluntary(self, driver: int, receive_ns: int, muscle: int, value: float) -> bool:
+        """The patient's own drive of a muscle element (:mod:`hil.rt.voluntary`): latched apart from the
+        stimulation, logged as KIND_VOLUNTARY; no sign of life for the controller watchdog."""
+        drive = self.voluntary_drive
+        if not 0 <= muscle < self.direct.shape[0]:
+            return self._reject_cmd(driver, receive_ns, KIND_VOLUNTARY, muscle, "unknown_muscle", value)
+        if not math.isfinite(value):
+            return self._reject_cmd(driver, receive_ns, KIND_VOLUNTARY, muscle, "non_finite", value)
+        if muscle >= drive.accepts.shape[0] or not drive.accepts[muscle]:
+            return self._reject_cmd(driver, receive_ns, KIND_VOLUNTARY, muscle, "not_voluntary", value)
+        clipped = min(1.0, max(0.0, value))
+        if clipped != value:
+            self.counters.clamped(driver, "excitation_clipped")
+        drive.values[muscle] = clipped
+        drive.latched_by[muscle] = driver
+        self._record(driver, receive_ns, KIND_VOLUNTARY, 0, muscle, value)
+        self.counters.received(driver)
+        return True
+
+    def group_voluntary(self, driver: int, receive_ns: int, group: str, value: float) -> bool:
+        """:meth:`voluntary` for each element of ``group``; a group the patient does not control is rejected
+        once (``not_voluntary``, index -1 - the group's position)."""
+        members = self.groups.get(group)
+        if members is None:
+            return self._reject_cmd(driver, receive_ns, KIND_VOLUNTARY, -1, "unknown_muscle", value)
+        accepts = self.voluntary_drive.accepts
+        if accepts.shape[0] == 0 or not accepts[members].all():
+            return self._reject_cmd(driver, receive_ns, KIND_VOLUNTARY, self._group_code[group], "not_voluntary",
+                                    value)
+        ok = True
+        for m in members:
+            ok = self.voluntary(driver, receive_ns, int(m), value) and ok
+        return ok
+
     def heartbeat(self, driver: int, receive_ns: int) -> None:
         self._record(driver, receive_ns, KIND_HEARTBEAT, 0, -1)
-        self._accept(driver)
+        if driver in self.voluntary_drivers:
+            self.counters.received(driver)
+        else:
+            self._accept(driver)
 
     def reject(self, driver: int, receive_ns: int, reason: str) -> None:
         self._reject_cmd(driver, receive_ns, 0, -1, reason)
@@ -256,6 +313,7 @@ class TickEngine:
         """The driver's transport died: what it latched goes to zero now (logged, so replay does the same)."""
         self.latched[self.latched_by == driver] = 0.0
         self.direct[self.direct_by == driver] = 0.0
+        self.voluntary_drive.lose(driver)
         if driver not in self.drivers_lost:
             self.drivers_lost[driver] = self.tick
             self.counters.driver_failed(driver)
@@ -275,7 +333,8 @@ class TickEngine:
         """Compile (or load from numba's cache) and run the tick's kernel without changing any state: a
         tick with zero stimulation, after which the plant (:meth:`sim.plants.FixedStepPlant.warmup`) and the engine's
         applied channels and excitations are restored. Later ticks call the compiled overload directly."""
-        live = (self.applied, self.u, self.emd[0], self.emd[2], self.fatigue[0], self.fatigue[2])
+        live = (self.applied, self.u, self.emd[0], self.emd[2], self.fatigue[0], self.fatigue[2],
+                *(() if self.u_voluntary is None else (self.u_voluntary,)))
         saved = [a.copy() for a in live]
         self.plant.warmup(lambda: self._compiled_tick(self._tick_arrays, self.plant.begin_steps(), 0, 0.0, False, True))
         for array, copy in zip(live, saved):

@@ -11,6 +11,10 @@ measurement model, the operator's message after a stop.
 A plant type's compiled tick (:mod:`hil.rt.plants`) is :func:`tick_inputs`, its plant's step kernel over the
 sub-steps, then :func:`tick_outputs`, inside one numba entry.
 
+The patient's own drive (a driver with role ``voluntary``, :mod:`hil.rt.voluntary`) is latched apart from
+the stimulation: the plant gets u_plant = max(u, u_voluntary) per element, while the record's ``u`` stays the
+stimulation's. Safety zeroes the stimulation only, never the patient's own drive.
+
 Everything the call touches is preallocated and fixed for the run, and held in one StructRef
 (:func:`tick_arrays`), so a call unboxes one object and five scalars. After the first call the engine calls
 the compiled overload directly (:func:`direct_call`): numba types a StructRef argument in the interpreter on
@@ -28,16 +32,17 @@ from sim.jit.kernel import kernel
 
 
 def tick_arrays(plant, latched, direct, applied, u, stim_params, emd, fatigue, use_stim: bool, rules: tuple,
-                frame_views, frame_status, n_steps: int) -> Bundle:
+                frame_views, frame_status, n_steps: int, voluntary: tuple) -> Bundle:
     """Bundle an engine's tick: the plant's kernel arguments (its ``kernel_args``, :mod:`sim.plants`), the
     latched and applied channel rows and direct excitations, the excitation ``u``, the stimulation map's
     parameters, its electromechanical delay line and fatigue state, the safety rules' state and parameters
-    (:func:`hil.safety.rules.tick_rules`), the views of plant outputs and of the sensor's frame and its status."""
+    (:func:`hil.safety.rules.tick_rules`), the views of plant outputs and of the sensor's frame and its status, and
+    the patient's own drive (latched, recorded, the plant's excitation; :func:`hil.rt.voluntary.voluntary_arrays`)."""
     out = plant.outputs
     outputs = (out.q, out.qdot, out.th_angles, out.hand_position, out.gh_force, out.st_contact_force,
                out.gh_stability_cell)
     return new_bundle((plant.kernel_args, n_steps, latched, direct, applied, u, stim_params, emd, fatigue, use_stim,
-                       rules, outputs, frame_views, frame_status))
+                       rules, outputs, frame_views, frame_status, voluntary))
 
 
 @kernel
@@ -55,14 +60,30 @@ def _excitation(zero, use_stim, latched, direct, applied, u, stim, emd, fatigue)
 
 
 @kernel
+def _voluntary_drive(u, latch, u_voluntary, u_plant):
+    """With a voluntary source (a non-empty latch): u_voluntary <- the latched drive (recorded) and u_plant =
+    max(u, u_voluntary) per element, u left as the stimulation's; returns whether there is a source."""
+    if latch.shape[0] == 0:
+        return False
+    for k in range(u.shape[0]):
+        u_voluntary[k] = latch[k]
+        u_plant[k] = max(u[k], latch[k])
+    return True
+
+
+@kernel
 def tick_inputs(arrays, tick, warm):
     """The tick up to the plant: the rules before the step, the applied stimulation and the excitation ``u``;
-    returns (the plant's kernel arguments, sub-steps, u, status bits so far). ``warm``: a warm-up call, with
-    zero stimulation and the safety state left alone."""
+    returns (the plant's kernel arguments, sub-steps, the plant's excitation, status bits so far): ``u``, or
+    max(u, the patient's own drive) with a voluntary source. ``warm``: a warm-up call, with zero stimulation and
+    the safety state left alone."""
     (plant, n_steps, latched, direct, applied, u, stim, emd, fatigue, use_stim, rules, outputs, frame,
-     frame_status) = borrowed_items(arrays)
+     frame_status, voluntary) = borrowed_items(arrays)
     zero, bits = _before_step(rules, tick, latched, direct, warm)
     _excitation(zero, use_stim, latched, direct, applied, u, stim, emd, fatigue)
+    latch, u_voluntary, u_plant = voluntary
+    if _voluntary_drive(u, latch, u_voluntary, u_plant):
+        return plant, n_steps, u_plant, bits
     return plant, n_steps, u, bits
 
 
@@ -71,7 +92,7 @@ def tick_outputs(arrays, tick, time_s, all_done, bits, overrun, warm):
     """The tick after the plant: when every sub-step succeeded (``all_done``), the true frame and its status,
     classified by the rules after the step; returns the STOP_* code."""
     (plant, n_steps, latched, direct, applied, u, stim, emd, fatigue, use_stim, rules, outputs, frame,
-     frame_status) = borrowed_items(arrays)
+     frame_status, voluntary) = borrowed_items(arrays)
     return _after_step(rules, outputs, frame, frame_status, tick, time_s, all_done, bits, overrun, warm)
 
 

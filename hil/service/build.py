@@ -30,6 +30,7 @@ from hil.rt.loop import tick_timing_us
 from hil.rt.plants import config_file, plant_type
 from hil.rt.sensor import SensorModel
 from hil.rt.stimulation import StimulationModel, load_stimulation_config
+from hil.rt.voluntary import VoluntaryLatch, driver_role, voluntary_elements, without_role
 from hil.service.run_result import RunResult
 from hil.telemetry.counters import RunCounters
 from sim.das3.muscle_groups import group_members
@@ -70,8 +71,16 @@ def build_tick_engine(cfg: ServiceConfig, counters=None):
     stimulation = None if stim_cfg.mode == "direct" else StimulationModel(stim_cfg, model.muscle_names, cfg.path)
     engine = TickEngine(plant, stimulation, cfg.safety, SensorModel(cfg.sensor), cfg.loop.period_s,
                         cfg.loop.substeps, REJECT_REASONS, muscle_groups(model.muscle_names),
-                        counters=counters if counters is not None else RunCounters.private(driver_names(cfg) or None))
+                        counters=counters if counters is not None else RunCounters.private(driver_names(cfg) or None),
+                        voluntary=voluntary_latch(cfg, model))
     return model, engine
+
+
+def voluntary_latch(cfg: ServiceConfig, model) -> VoluntaryLatch:
+    """The run's voluntary drive (:mod:`hil.rt.voluntary`): its drivers (``role = "voluntary"``) and the elements
+    of the patient's voluntary groups."""
+    drivers = frozenset(i for i, d in enumerate(cfg.drivers) if driver_role(d) == "voluntary")
+    return VoluntaryLatch(drivers, voluntary_elements(model.muscle_names, cfg.patient))
 
 
 def driver_context(cfg: ServiceConfig, model, engine, index: int) -> DriverContext:
@@ -81,7 +90,7 @@ def driver_context(cfg: ServiceConfig, model, engine, index: int) -> DriverConte
         dof_names=tuple(model.dof_names), muscle_names=tuple(model.muscle_names), group_names=tuple(engine.groups),
         channel_names=tuple(c.name for c in engine.stim.channels) if engine.stim is not None else (),
         frame_dtype=engine.sensor.dtype, loop_sched_fifo=cfg.loop.sched_fifo, loop_priority=cfg.loop.priority,
-        loop_cpu=cfg.loop.cpu)
+        loop_cpu=cfg.loop.cpu, role=driver_role(cfg.drivers[index]))
 
 
 def parse_drivers(cfg: ServiceConfig, model, engine) -> list[tuple[type, object, DriverContext]]:
@@ -90,7 +99,7 @@ def parse_drivers(cfg: ServiceConfig, model, engine) -> list[tuple[type, object,
     for i, table in enumerate(cfg.drivers):
         cls = driver_class(table["type"])
         ctx = driver_context(cfg, model, engine, i)
-        parsed.append((cls, cls.parse_config(table, ctx), ctx))
+        parsed.append((cls, cls.parse_config(without_role(table), ctx), ctx))
     return parsed
 
 
