@@ -250,12 +250,13 @@ def channels(
         stim = load_stimulation_config(service.stimulation, model.muscle_names, str(config))
         if stim.mode != "channels":
             raise BadInputError(f"{config}: [stimulation] mode must be 'channels' for a channel optimisation")
-        gains = StimulationModel(stim, model.muscle_names).gains
+        stim_model = StimulationModel(stim, model.muscle_names)
         posture = Posture(*(math.radians(v) for v in (plane, elevation, axial_rotation, elbow, pronation)))
-        res = solve_channels(model, posture, gains, parse_loads(load), gh_limit, starts=starts)
+        res = solve_channels(model, posture, stim_model.gains, parse_loads(load), gh_limit, starts=starts,
+                             spill=(stim_model.spill_gains, stim_model.spill_onset))
         out.mkdir(parents=True, exist_ok=True)
-        rows = []
-        for ch, level in zip(stim.channels, np.where(res.levels < 1e-6, 0.0, res.levels)):
+        rows = []   # amplitudes at this session's thresholds
+        for ch, level in zip(stim_model.channels, np.where(res.levels < 1e-6, 0.0, res.levels)):
             amp = amplitude_for_level(ch, float(level), pulse_width_us * 1e-6, frequency_hz)
             rows.append({"channel": ch.name, "level": float(level), "pulse_width_us": pulse_width_us,
                          "frequency_hz": frequency_hz, "amplitude_mA": None if amp is None else amp * 1e3})

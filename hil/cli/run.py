@@ -136,6 +136,22 @@ def check_config(
         f"{cfg.loop.substeps} sub-steps, {engine.n_channels or 'direct'} "
         f"{'channels' if engine.n_channels else 'excitation mode'}, "
         f"{len(cfg.drivers)} driver(s): {', '.join(d['type'] for d in cfg.drivers) or 'none'}", soft_wrap=True)
+    for line in electrode_lines(engine):
+        (err_console() if show else out_console()).print(line, soft_wrap=True, markup=False)
+
+
+def electrode_lines(engine) -> list[str]:
+    """check-config's lines on the electrodes: each channel's spill-over and the session's threshold draw."""
+    stim = engine.stim
+    if stim is None:
+        return []
+    lines = [f"  {ch.name} spills to {', '.join(f'{k} {v:g}' for k, v in ch.spill.items())} from "
+             f"{ch.spill_charge_c * 1e6:.3g} uC" for ch in stim.channels if ch.spill]
+    session = stim.config.session_header()
+    if session is not None:
+        lines.append(f"  session seed {session['seed']}, threshold CV {session['threshold_cv']:g}: thresholds x " +
+                     ", ".join(f"{k} {v:.3f}" for k, v in session["threshold_factors"].items()))
+    return lines
 
 
 def run(

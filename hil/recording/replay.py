@@ -95,6 +95,10 @@ def replay_recording(path: str) -> dict:
     model, engine = build_tick_engine(cfg)
     if model.data_sha256 != header["model_data_sha256"]:
         raise RecordingError(f"{path}: recorded with other model data ({header['model_data_sha256'][:12]}…)")
+    session = None if engine.stim is None else engine.stim.config.session_header()
+    if header.get("stimulation_session") != session:     # the draw is the run's; a changed generator is refused
+        raise RecordingError(f"{path}: the session's threshold factors drawn now differ from the recorded ones "
+                             f"({header.get('stimulation_session')} vs {session})")
     ticks = reader.read("ticks")
     clamping = frozenset(i for i, ch in enumerate(engine.stim.channels if engine.stim is not None else ())
                          if ch.limit_policy == "clamp")

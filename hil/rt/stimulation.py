@@ -15,6 +15,16 @@ For channel c with pulse width PW, amplitude I, frequency f and pulse mode m (Sc
     u_k   = clip(max_c G_ck r_c phi_c, 0, 1)                       gains G_ck in [0, 1] per channel
                                                                   (:mod:`sim.stimulation_map`)
 
+Electrodes as they behave (both off by default):
+
+- spill-over: a channel's current also recruits neighbouring muscles from a higher charge on (``spill``,
+  ``spill_threshold_charge_uc``): r^s_c is r_c's curve shifted to Q_spill, with the channel's phi, delay and
+  fitness, through its own gains S_ck (:mod:`sim.stimulation_map`);
+- a session ("day") draw: every charge of channel c (Q_th, Q_sat, Q_spill) times F_c = exp(sigma z_c), z_c
+  standard normal from the seed and the channel's index, sigma = sqrt(ln(1 + CV^2)) (log-normal with median 1
+  and coefficient of variation CV): electrode placement and skin impedance change from day to day, which scales
+  the current a given recruitment needs.
+
 Default numbers (surface electrodes over arm muscles; see the README): Q_th = 5 uC (about 20 mA at
 250 us), Q_sat = 24 uC (about 80 mA at 300 us), f_c = 12 Hz and f_fuse = 50 Hz (half force near 10 Hz,
 fusion at 40-50 Hz), g_d = 0.5. They are modelling choices to be tuned per subject, not measured data.
@@ -25,7 +35,7 @@ or clamp it, per channel policy; reasons are entries of ``drivers.core.contract.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from numba import njit
@@ -36,7 +46,7 @@ from sim.config_schema import Derived, Key, Section, from_micro, from_milli
 from sim.das3.config import ConfigError
 from sim.das3.muscle_groups import element_indices, unknown_muscle
 from sim.jit.kernel import kernel
-from sim.stimulation_map import clip_unit, raise_to_level
+from sim.stimulation_map import clip_unit, raise_to_level, recruit
 
 HW_MAX_PULSE_WIDTH_US = 500.0   # RehaStim2 range
 HW_MAX_AMPLITUDE_MA = 130.0
@@ -54,6 +64,10 @@ STIMULATION_SCHEMA = Section("stimulation", "How commands become muscle excitati
         "`direct`: commands set muscle excitations", choices=("channels", "direct")),
     Key("fatigue", "string", "none", "fatigue model of the stimulated muscles (hil.rt.fatigue)", choices=FATIGUE_MODELS),
     Key("fatigue_rate_scale", "number", 1.0, "multiplies the fatigue coefficients (1: published)", lo=0.0, hi=100.0),
+    Key("session_seed", "integer", 0, "seed of the session's draw of recruitment thresholds (one 'day')",
+        lo=0, hi=2**32 - 1),
+    Key("session_threshold_cv", "number", 0.0, "coefficient of variation of the session's log-normal factor on "
+        "each channel's charges (0: no draw)", lo=0.0, hi=1.0, field="session_cv"),
     Key("channel", "value", [], f"the channels, `[[stimulation.channel]]` (at most {MAX_CHANNELS}; channel mode "
         "needs one)", field="channels"),
 ))
@@ -81,6 +95,12 @@ CHANNEL_SCHEMA = Section("stimulation.channel", "One stimulation channel, `[[sti
     Key("doublet_gain", "number", 0.5, "extra rate of a doublet pulse", lo=0.0, hi=2.0),
     Key("emd_ms", "number", 0.0, "electromechanical delay: stimulation -> excitation", lo=0.0, hi=MAX_EMD_MS,
         field="emd_s", to_si=from_milli),
+    Key("spill", "value", {}, "spill-over: neighbouring muscle element or group -> gain in [0, 1], recruited "
+        "from spill_threshold_charge_uc on, e.g. {brachiorad = 0.3}", to_si=dict),
+    Key("spill_threshold_charge_uc", "number", Derived("the channel's `saturation_charge_uc`",
+                                                       lambda read: read.get("saturation_charge_uc")),
+        "charge per pulse where the spill-over starts (>= threshold_charge_uc)", lo=0.0, hi=100.0,
+        field="spill_threshold_charge_c", to_si=from_micro),
 ), array=True)
 
 
@@ -100,6 +120,13 @@ class ChannelConfig:
     fusion_frequency_hz: float = CHANNEL_SCHEMA.default("fusion_frequency_hz")
     doublet_gain: float = CHANNEL_SCHEMA.default("doublet_gain")
     emd_s: float = CHANNEL_SCHEMA.default("emd_s")
+    spill: dict[str, float] = field(default_factory=dict)   # neighbouring element or group -> gain in [0, 1]
+    spill_threshold_charge_c: float | None = None             # None: the saturation charge
+
+    @property
+    def spill_charge_c(self) -> float:
+        """Q_spill: where the spill-over starts (module docstring)."""
+        return self.saturation_charge_c if self.spill_threshold_charge_c is None else self.spill_threshold_charge_c
 
 
 @dataclass(frozen=True)
@@ -108,6 +135,34 @@ class StimulationConfig:
     channels: tuple[ChannelConfig, ...] = field(default_factory=tuple)
     fatigue: str = STIMULATION_SCHEMA.default("fatigue")
     fatigue_rate_scale: float = STIMULATION_SCHEMA.default("fatigue_rate_scale")
+    session_seed: int = STIMULATION_SCHEMA.default("session_seed")
+    session_cv: float = STIMULATION_SCHEMA.default("session_cv")
+
+    def threshold_factors(self) -> np.ndarray:
+        """F_c of every channel (module docstring): deterministic for (seed, channel index); ones without a draw."""
+        factors = np.ones(len(self.channels))
+        if self.session_cv > 0.0:
+            sigma = math.sqrt(math.log1p(self.session_cv ** 2))
+            for c in range(len(self.channels)):
+                factors[c] = math.exp(sigma * np.random.default_rng((self.session_seed, c)).standard_normal())
+        return factors
+
+    def session_channels(self) -> tuple[ChannelConfig, ...]:
+        """The channels of this session: every charge times its F_c (the channels themselves without a draw)."""
+        if self.session_cv == 0.0:
+            return self.channels
+        return tuple(replace(ch, threshold_charge_c=ch.threshold_charge_c * f,
+                             saturation_charge_c=ch.saturation_charge_c * f,
+                             spill_threshold_charge_c=None if ch.spill_threshold_charge_c is None
+                             else ch.spill_threshold_charge_c * f)
+                     for ch, f in zip(self.channels, self.threshold_factors()))
+
+    def session_header(self) -> dict | None:
+        """The draw as a recording header records it (None without a draw): seed, CV and each channel's F_c."""
+        if self.session_cv == 0.0:
+            return None
+        return {"seed": self.session_seed, "threshold_cv": self.session_cv,
+                "threshold_factors": {ch.name: float(f) for ch, f in zip(self.channels, self.threshold_factors())}}
 
 
 def expand_gains(gains: dict[str, float], muscle_names, where: str, file=None) -> np.ndarray:
@@ -123,16 +178,35 @@ def expand_gains(gains: dict[str, float], muscle_names, where: str, file=None) -
     return row
 
 
+def spill_arrays(channels, muscle_names, file=None) -> tuple[np.ndarray, np.ndarray]:
+    """(spill gains S (n_channels, n_muscles), onsets d_c = (Q_spill - Q_th) / (Q_sat - Q_th), inf for a channel
+    without spill-over) of ``channels``; no rows when no channel spills (the tick then runs no spill code)."""
+    n = len(muscle_names)
+    if not any(ch.spill for ch in channels):
+        return np.zeros((0, n)), np.zeros(0)
+    gains, onset = np.zeros((len(channels), n)), np.full(len(channels), math.inf)
+    for c, ch in enumerate(channels):
+        if ch.spill:
+            gains[c] = expand_gains(ch.spill, muscle_names, f"stimulation.channel[{c}].spill", file)
+            onset[c] = (ch.spill_charge_c - ch.threshold_charge_c) / (ch.saturation_charge_c - ch.threshold_charge_c)
+    return gains, onset
+
+
 PW_SCALE, AMP_SCALE = 1e-6, 1e-3
 """s per µs and A per mA: the loop's channel rows are in µs and mA, the map's equations in s and A."""
 
 
 @kernel
+def charge_fraction(applied, c, pw_scale, amp_scale, q_th, q_sat):
+    """x_c (module docstring, not clipped) from channel c's row of ``applied`` (pw * pw_scale in s, amp *
+    amp_scale in A)."""
+    return (applied[c, 0] * pw_scale * applied[c, 1] * amp_scale - q_th[c]) / (q_sat[c] - q_th[c])
+
+
+@kernel
 def recruitment(applied, c, pw_scale, amp_scale, q_th, q_sat):
     """r_c (module docstring) from channel c's row of ``applied`` (pw * pw_scale in s, amp * amp_scale in A)."""
-    x = (applied[c, 0] * pw_scale * applied[c, 1] * amp_scale - q_th[c]) / (q_sat[c] - q_th[c])
-    x = min(1.0, max(0.0, x))
-    return x * x * (3.0 - 2.0 * x)
+    return recruit(charge_fraction(applied, c, pw_scale, amp_scale, q_th, q_sat))
 
 
 @kernel
@@ -156,13 +230,18 @@ def channel_level(applied, c, pw_scale, amp_scale, q_th, q_sat, f_c, fuse_norm, 
 
 
 @njit(cache=True, nogil=True)
-def excitation_kernel(applied, pw_scale, amp_scale, q_th, q_sat, f_c, fuse_norm, g_d, gains, out):
+def excitation_kernel(applied, pw_scale, amp_scale, q_th, q_sat, f_c, fuse_norm, g_d, gains, spill_onset,
+                      spill_gains, out):
     """The module docstring's equations for every channel (rows of ``applied``: pulse width, amplitude,
     frequency, mode; pw * pw_scale in s, amp * amp_scale in A) and muscle element, into ``out``."""
     out[:] = 0.0
     for c in range(gains.shape[0]):
         raise_to_level(gains, c, channel_level(applied, c, pw_scale, amp_scale, q_th, q_sat, f_c, fuse_norm, g_d),
                        out)
+        if spill_gains.shape[0]:
+            x = charge_fraction(applied, c, pw_scale, amp_scale, q_th, q_sat)
+            raise_to_level(spill_gains, c, recruit(x - spill_onset[c]) * force_frequency(
+                pulse_rate(applied, c, g_d), c, f_c, fuse_norm), out)
     clip_unit(out)
     return out
 
@@ -174,23 +253,35 @@ def delayed_excitation(applied, pw_scale, amp_scale, stim, emd, fatigue, out):
     this tick's level is written at the cursor and the level of ``delay`` ticks ago drives the muscles.
     ``fatigue`` = (state, parameters, fitness, tick length (1,)) of :mod:`hil.rt.fatigue`, or a state with
     no rows (no fatigue): the fitness at the start of the tick scales the level, then the state advances
-    under this tick's stimulation. Call once per tick."""
-    q_th, q_sat, f_c, fuse_norm, g_d, gains = stim
+    under this tick's stimulation. With spill-over the ring has a second block of n_channels rows, the
+    spill levels, delayed and scaled alike. Call once per tick."""
+    q_th, q_sat, f_c, fuse_norm, g_d, gains, spill_onset, spill_gains = stim
     ring, delay, cursor = emd
     state, params, fitness, dt = fatigue
     depth = ring.shape[1]
+    n_ch = gains.shape[0]
+    spill = ring.shape[0] > n_ch
     now = cursor[0]
     out[:] = 0.0
-    for c in range(gains.shape[0]):
-        r = recruitment(applied, c, pw_scale, amp_scale, q_th, q_sat)
+    for c in range(n_ch):
+        x = charge_fraction(applied, c, pw_scale, amp_scale, q_th, q_sat)
+        r = recruit(x)
         rate = pulse_rate(applied, c, g_d)
-        ring[c, now] = r * force_frequency(rate, c, f_c, fuse_norm)
+        phi = force_frequency(rate, c, f_c, fuse_norm)
+        ring[c, now] = r * phi
         level = ring[c, (now - delay[c]) % depth]
+        spill_level = 0.0
+        if spill:
+            ring[n_ch + c, now] = recruit(x - spill_onset[c]) * phi
+            spill_level = ring[n_ch + c, (now - delay[c]) % depth]
         if state.shape[0]:
             fitness[c] = channel_fitness(state, c, params)
             level *= fitness[c]
+            spill_level *= fitness[c]
             fatigue_tick(state, params, c, r, rate, dt[0])
         raise_to_level(gains, c, level, out)
+        if spill:
+            raise_to_level(spill_gains, c, spill_level, out)
     clip_unit(out)
     cursor[0] = (now + 1) % depth
 
@@ -198,7 +289,7 @@ def delayed_excitation(applied, pw_scale, amp_scale, stim, emd, fatigue, out):
 def no_stimulation_params(n_muscles: int) -> tuple:
     """:attr:`StimulationModel.kernel_params` of a map with no channels (direct excitation mode)."""
     empty = np.zeros(0)
-    return empty, empty, empty, empty, empty, np.zeros((0, n_muscles))
+    return empty, empty, empty, empty, empty, np.zeros((0, n_muscles)), empty, np.zeros((0, n_muscles))
 
 
 def no_delay_line() -> tuple:
@@ -222,7 +313,10 @@ class StimulationModel:
         self.gains = np.zeros((self.n_channels, n))
         for c, ch in enumerate(config.channels):
             self.gains[c] = expand_gains(ch.gains, muscle_names, f"stimulation.channel[{c}].muscles", file)
-        p = lambda attr: np.array([getattr(ch, attr) for ch in config.channels], float)  # noqa: E731
+        self.threshold_factors = config.threshold_factors()
+        self.channels = config.session_channels()            # this session's charges
+        self.spill_gains, self.spill_onset = spill_arrays(self.channels, muscle_names, file)
+        p = lambda attr: np.array([getattr(ch, attr) for ch in self.channels], float)  # noqa: E731
         self.q_th, self.q_sat = p("threshold_charge_c"), p("saturation_charge_c")
         self.f_c, self.f_fuse, self.g_d = p("frequency_constant_hz"), p("fusion_frequency_hz"), p("doublet_gain")
         self._fuse_norm = -np.expm1(-self.f_fuse / self.f_c)
@@ -253,13 +347,15 @@ class StimulationModel:
         electromechanical delay rounded to whole loop periods."""
         delay = np.array([round(ch.emd_s / period_s) for ch in self.channels], np.int64)
         depth = int(delay.max(initial=0)) + 1
-        return np.zeros((self.n_channels, depth)), delay, np.zeros(1, np.int64)
+        rows = self.n_channels * (2 if self.spill_gains.shape[0] else 1)   # the spill levels' block
+        return np.zeros((rows, depth)), delay, np.zeros(1, np.int64)
 
     @property
     def kernel_params(self) -> tuple:
-        """(q_th, q_sat, f_c, fusion normaliser, g_d, gains): the map's parameters as
-        :func:`excitation_kernel` takes them after the scales."""
-        return self.q_th, self.q_sat, self.f_c, self._fuse_norm, self.g_d, self.gains
+        """(q_th, q_sat, f_c, fusion normaliser, g_d, gains, spill onsets d_c, spill gains): the map's
+        parameters as :func:`excitation_kernel` takes them after the scales (no spill rows without spill-over)."""
+        return (self.q_th, self.q_sat, self.f_c, self._fuse_norm, self.g_d, self.gains, self.spill_onset,
+                self.spill_gains)
 
     def check_command(self, channel: int, pw_us: float, amp_ma: float, freq_hz: float, mode: int):
         """((pw, amp, freq, mode), reason): reason None if within limits; with policy 'reject' an
@@ -322,6 +418,8 @@ def _channel_config(ch: ConfigTable, index: int, names: set[str], muscle_names) 
             raise ch.error(*reason)
     ch.done()
     names.add(read["name"])
+    if "spill_threshold_charge_uc" not in ch.values:       # follows the (session's) saturation charge
+        read["spill_threshold_charge_uc"] = None
     return ChannelConfig(**{key.field: key.si(read[key.name]) for key in CHANNEL_SCHEMA.keys})
 
 
@@ -334,6 +432,8 @@ def _channel_key_problem(name: str, read: dict, names: set[str], muscle_names, c
         if not isinstance(muscles, dict) or not muscles:
             return "muscles", "must be a table of muscle element or group -> gain"
         expand_gains(muscles, muscle_names, f"{ch.name}.muscles", ch.file)  # validates names and gains
+    if name == "spill":
+        return _spill_problem(read, muscle_names, ch)
     modes = read.get("modes")
     if name == "modes" and (not isinstance(modes, list) or not modes
                             or not all(m in (0, 1, 2) and not isinstance(m, bool) for m in modes)):
@@ -342,6 +442,21 @@ def _channel_key_problem(name: str, read: dict, names: set[str], muscle_names, c
         return "threshold_charge_uc", "threshold_charge_uc must be below saturation_charge_uc"
     if name == "max_frequency_hz" and read["min_frequency_hz"] > read[name]:
         return "min_frequency_hz", "min_frequency_hz must not exceed max_frequency_hz"
+    if name == "spill_threshold_charge_uc" and read[name] < read["threshold_charge_uc"]:
+        return name, "must not be below threshold_charge_uc (the spill-over starts at a higher charge)"
+    return None
+
+
+def _spill_problem(read: dict, muscle_names, ch: ConfigTable):
+    """(key, reason) when ``spill`` is not a table of neighbours -> gains, or names a muscle the channel drives."""
+    spill = read["spill"]
+    if not isinstance(spill, dict):
+        return "spill", "must be a table of neighbouring muscle element or group -> gain"
+    own = expand_gains(read["muscles"], muscle_names, f"{ch.name}.muscles", ch.file) > 0.0
+    for key in spill:
+        row = expand_gains({key: spill[key]}, muscle_names, f"{ch.name}.spill", ch.file)
+        if np.any(own & (row > 0.0)):
+            return f"spill.{key}", "the channel drives it already (muscles); spill names its neighbours"
     return None
 
 

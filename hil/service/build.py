@@ -186,7 +186,15 @@ def recording_header(cfg: ServiceConfig, model, engine) -> dict:
         "dof_names": list(model.dof_names), "muscle_names": list(model.muscle_names),
         "channel_names": [] if engine.stim is None else [c.name for c in engine.stim.channels],
         "reject_reasons": list(REJECT_REASONS),
+        **session_entry(engine),
     }
+
+
+def session_entry(engine) -> dict:
+    """``{"stimulation_session": seed, CV and each channel's threshold factor}`` when the run draws its
+    thresholds (:meth:`hil.rt.stimulation.StimulationConfig.session_header`), else nothing."""
+    session = None if engine.stim is None else engine.stim.config.session_header()
+    return {} if session is None else {"stimulation_session": session}
 
 
 def announce_ports(drivers, port_file: str | None, metrics_address: str | None = None) -> dict:

@@ -4,7 +4,9 @@ stable, and whether any can with these electrodes.
 The unknowns are one level per channel, l_c in [0, 1] (recruitment x frequency factor of the stimulation
 map, ``hil.rt.stimulation``). The excitation of element k is u_k = g_k min(1, max_c G_ck l_c) (the map's rule,
 :mod:`sim.stimulation_map`, times the plant's excitation gate g_k, 0 on a denervated element; elements under no
-electrode stay at 0: a paralysed arm's muscles act only passively) and, at rest, a = u. For given levels the
+electrode stay at 0: a paralysed arm's muscles act only passively) and, at rest, a = u. With spill-over
+(``spill`` = (S, d), :mod:`sim.stimulation_map`) a channel also drives its neighbours, u_k = g_k min(1, max_c
+max(G_ck l_c, S_ck s(s^-1(l_c) - d_c))), the tick's rule at force-frequency factor 1. For given levels the
 arm's rest state is the plant's own static equilibrium x(l), f(x, 0, u) = 0 with every DOF free
 (:func:`sim.das3.equilibrium.solve_equilibrium`, warm-started from the last one), so the answer is what the arm
 does, girdle included. Its derivative follows from the implicit function theorem on the plant's exact Jacobian:
@@ -31,7 +33,7 @@ from sim.das3.equilibrium import EquilibriumError, solve_equilibrium
 from sim.das3.kernels.outputs import compute_outputs
 from sim.das3.kernels.step import IA, IQ, IQD, IS, new_plant_work
 from sim.das3.model import HUMERUS_FRAME, MUS_EXCITATION_GATE, N_DOF, N_MUS, N_STATES, Das3Model
-from sim.stimulation_map import excitations_of_levels
+from sim.stimulation_map import excitations_of_levels, excitations_with_spill, recruit, unrecruit
 
 ELBOW, PRONATION = so.ELBOW, so.PRONATION
 
@@ -41,8 +43,11 @@ class ChannelEquilibria:
 
     FD_STEP = 1e-6
 
-    def __init__(self, model: Das3Model, gains: np.ndarray, posture: so.Posture, loads: np.ndarray) -> None:
+    def __init__(self, model: Das3Model, gains: np.ndarray, posture: so.Posture, loads: np.ndarray,
+                 spill: tuple | None = None) -> None:
         self.model, self.gains, self.posture, self.loads = model, np.asarray(gains, float), posture, loads
+        self.spill = None if spill is None or not np.shape(spill[0])[0] else (np.asarray(spill[0], float),
+                                                                              np.asarray(spill[1], float))
         self.W = new_plant_work(model.arrays)
         self.gate = np.array(model.arrays.mus[:, MUS_EXCITATION_GATE])
         self.x = np.array(model.equilibrium_state)
@@ -53,12 +58,33 @@ class ChannelEquilibria:
         times the plant's excitation gate, its derivative through the channel that sets each max (ties at 0: the
         muscle's own channel)."""
         levels = np.asarray(levels, float)
+        if self.spill is not None:
+            return self._excitation_with_spill(levels)
         u = excitations_of_levels(self.gains, levels, np.empty(N_MUS))
         best = np.argmax(self.gains * levels[:, None] + 1e-12 * self.gains, axis=0)
         k = np.arange(N_MUS)
         du = np.zeros((N_MUS, len(levels)))
         inside = u < 1.0
         du[k[inside], best[inside]] = self.gains[best[inside], k[inside]]
+        return u * self.gate, du * self.gate[:, None]
+
+    def _excitation_with_spill(self, levels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`excitation` with spill-over: the max over the direct and the spill terms of every channel,
+        the derivative through the term that sets it, dl^s/dl = s'(x - d) / s'(x) at x = s^-1(l)."""
+        spill_gains, onset = self.spill
+        n = len(levels)
+        u = excitations_with_spill(self.gains, levels, spill_gains, onset, np.empty(N_MUS))
+        x = np.array([unrecruit(v) for v in levels])
+        spill_levels = np.array([recruit(v) for v in x - onset])
+        slope = lambda v: np.where((v > 0.0) & (v < 1.0), 6.0 * v * (1.0 - v), 0.0)  # noqa: E731  s'(x)
+        d_spill = np.divide(slope(x - onset), slope(x), out=np.zeros(n), where=slope(x) > 0.0)
+        terms = np.vstack([self.gains * levels[:, None], spill_gains * spill_levels[:, None]])
+        slopes = np.vstack([self.gains, spill_gains * d_spill[:, None]])
+        best = np.argmax(terms + 1e-12 * np.vstack([self.gains, spill_gains]), axis=0)
+        k = np.arange(N_MUS)
+        du = np.zeros((N_MUS, n))
+        inside = u < 1.0
+        du[k[inside], best[inside] % n] = slopes[best[inside], k[inside]]
         return u * self.gate, du * self.gate[:, None]
 
     def at(self, levels: np.ndarray) -> "ChannelEquilibria":
@@ -116,11 +142,13 @@ POSTURE_KEYS = ("plane_of_elevation", "elevation", "axial_rotation", "elbow_flex
 
 
 def solve_channels(model: Das3Model, posture: so.Posture, gains: np.ndarray, loads=None, gh_limit: float = 0.0,
-                   tolerances: so.Tolerances = so.Tolerances(), starts: int = 4, seed: int = 0) -> ChannelSolution:
+                   tolerances: so.Tolerances = so.Tolerances(), starts: int = 4, seed: int = 0,
+                   spill: tuple | None = None) -> ChannelSolution:
     """Channel levels that make the arm rest at ``posture`` at least stimulation (module docstring).
     Stage 1 is a local method: it runs from all levels 0 and from ``starts - 1`` random level sets in
     [0, 0.3] (seeded), keeping the smallest violation; a start whose path leaves every static
-    equilibrium is skipped. Raises so.StaticOptError if every start is."""
+    equilibrium is skipped. Raises so.StaticOptError if every start is. ``spill``: (spill gains, onsets), the
+    stimulation map's spill-over (``StimulationModel.spill_gains``, ``spill_onset``), or None."""
     t_start = time.perf_counter()
     so.check_inputs(posture, gh_limit)
     loads = so.checked_loads(loads)
@@ -128,7 +156,7 @@ def solve_channels(model: Das3Model, posture: so.Posture, gains: np.ndarray, loa
     rng = np.random.default_rng(seed)
     best, best_error, failures = None, math.inf, []
     for start in [np.zeros(gains.shape[0])] + [rng.uniform(0.0, 0.3, gains.shape[0]) for _ in range(starts - 1)]:
-        eqs = ChannelEquilibria(model, gains, posture, loads)
+        eqs = ChannelEquilibria(model, gains, posture, loads, spill)
         try:
             levels = _least_violation(eqs, start)
             error = float(np.max(np.abs(eqs.at(levels).error)))
