@@ -23,7 +23,7 @@ import time
 import numpy as np
 
 from drivers.core.config_table import ConfigTable
-from drivers.core.contract import REJECT_REASONS
+from drivers.core.contract import REJECT_REASONS, lab_fields
 from drivers.core.interface import CommandSink, DriverContext
 from drivers.ipc.link import (
     AUX_FRAMES_OUT,
@@ -105,8 +105,9 @@ class LslEndpoint(LinkEndpoint):
     poll_interval_s = 0.02      # a pull waits at most this long: the receiver thread stops within it
 
     def __init__(self, dof_names: list[str], channel_names: list[str], period_s: float, predicate: str,
-                 arm_every: int = 1, api_config: str | None = None) -> None:
+                 arm_every: int = 1, api_config: str | None = None, lab: tuple[str, ...] = ()) -> None:
         self.dof_names, self.channel_names = list(dof_names), list(channel_names)
+        self.lab = tuple(lab)         # lab-sensor fields appended to the arm stream (streams.lab_fields)
         self.period_s, self.predicate, self.arm_every = period_s, predicate, arm_every
         self.api_config = api_config
         self.events: collections.deque = collections.deque()      # (LSL time, marker) from the receiver thread
@@ -121,7 +122,7 @@ class LslEndpoint(LinkEndpoint):
         import pylsl
         self.offset_s = clock_offset(pylsl.local_clock)
         rate, host = 1.0 / self.period_s, socket.gethostname()
-        arm, stim = arm_channels(self.dof_names), stim_channels(self.channel_names)
+        arm, stim = arm_channels(self.dof_names, self.lab, self.channel_names), stim_channels(self.channel_names)
         self.arm = pylsl.StreamOutlet(stream_info(pylsl, ARM_STREAM, ARM_TYPE, arm, rate / self.arm_every, "float32",
                                                   f"{ARM_STREAM}@{host}"))
         self.stim = pylsl.StreamOutlet(stream_info(pylsl, STIM_STREAM, STIM_TYPE, stim, rate, "float32",
@@ -162,7 +163,7 @@ class LslEndpoint(LinkEndpoint):
         keep = ticks % self.arm_every == 0
         try:
             if keep.any():
-                self.arm.push_chunk(arm_values(frames, self._arm_buf)[keep], ts[keep].tolist())
+                self.arm.push_chunk(arm_values(frames, self._arm_buf, self.lab)[keep], ts[keep].tolist())
             self.stim.push_chunk(stim_values(done["applied"], self._stim_buf), ts.tolist())
             stats[AUX_FRAMES_OUT] += int(keep.sum()) + done.shape[0]
         except (RuntimeError, ValueError):      # liblsl refused the push: counted, the link goes on
@@ -251,6 +252,8 @@ class LslDriver(LinkDriver):
         t.done()
         args = dict(dof_names=list(ctx.dof_names), channel_names=list(ctx.channel_names), period_s=ctx.period_s,
                     predicate=predicate, arm_every=arm_every, api_config=api_config)
+        if lab_fields(ctx.frame_dtype):
+            args["lab"] = lab_fields(ctx.frame_dtype)
         return LinkSpec(args, priority, loop_cpu)
 
     @classmethod
