@@ -60,23 +60,17 @@ ENCODER_PREFIX = "encoder_"
 
 def sensor_frame_dtype(base: np.dtype, imu: bool = False, encoder_joints=(), emg_channels: int = 0) -> np.dtype:
     """``base`` (a :func:`frame_dtype`) with the configured lab sensors' fields appended (``base`` itself when none
-    is): ``imu_quat`` (2, 4), ``imu_gyro`` (2, 3), ``encoder_<joint>`` each, ``emg_mwave`` (channels,); all float64,
-    the first at an offset on the 8-byte grid of the frame's float arrays (drivers read them as one block)."""
+    is): ``imu_quat`` (2, 4), ``imu_gyro`` (2, 3), ``encoder_<joint>`` each, ``emg_mwave`` (channels,); all float64.
+    A ``lab_pad`` field (zeros) first puts them on the 8-byte grid of the frame's float arrays (drivers read those as
+    one block), named so every byte of a frame is a field's (a copy carries no uninitialised padding)."""
     extra = [("imu_quat", (2, 4)), ("imu_gyro", (2, 3))] if imu else []
     extra += [(ENCODER_PREFIX + j, ()) for j in encoder_joints]
     extra += [("emg_mwave", (emg_channels,))] if emg_channels else []
     if not extra:
         return base
-    names = list(base.names)
-    formats = [base.fields[n][0] for n in names]
-    offsets = [base.fields[n][1] for n in names]
-    at = base.itemsize + (base.fields["q"][1] - base.itemsize) % 8
-    for name, shape in extra:
-        names.append(name)
-        formats.append(np.dtype(("<f8", shape)))
-        offsets.append(at)
-        at += formats[-1].itemsize
-    return np.dtype({"names": names, "formats": formats, "offsets": offsets, "itemsize": at})
+    gap = (base.fields["q"][1] - base.itemsize) % 8
+    pad = [("lab_pad", "u1", (gap,))] if gap else []
+    return np.dtype([*base.descr, *pad, *((name, "<f8", shape) for name, shape in extra)])
 
 
 def lab_fields(frame: np.dtype) -> tuple[str, ...]:

@@ -143,14 +143,19 @@ class LabSensorsConfig:
         return self.imu is not None or self.encoder is not None or self.emg is not None
 
 
-def read_lab_sensors(table, table_class) -> LabSensorsConfig:
-    """The ``[sensor.imu]``, ``[sensor.encoder]``, ``[sensor.emg]`` sub-tables of ``table`` (a ConfigTable of
-    ``[sensor]``; ``table_class`` builds one for a sub-table); an absent sub-table is no such sensor."""
+LAB_KEYS = tuple(Key(name, "value", None, f"`[sensor.{name}]`: {what} (absent: none)") for name, what in (
+    ("imu", "IMUs on the upper arm and forearm"), ("encoder", "joint encoders"), ("emg", "the evoked EMG")))
+"""The sub-tables as keys of ``[sensor]`` (read raw; :func:`read_lab_sensors` checks them)."""
+
+
+def read_lab_sensors(tables: dict, table_class, file) -> LabSensorsConfig:
+    """The ``[sensor.imu]``, ``[sensor.encoder]``, ``[sensor.emg]`` sub-tables (``tables``: name -> the raw table or
+    None; ``table_class`` reads one: ConfigTable); an absent sub-table is no such sensor."""
     made = {}
     for name, (section, cls) in {"imu": (IMU_SCHEMA, ImuConfig), "encoder": (ENCODER_SCHEMA, EncoderConfig),
                                  "emg": (EMG_SCHEMA, EmgConfig)}.items():
-        if table.get(name) is not None:
-            sub = table_class(table.values[name], f"{table.name}.{name}", table.file)
+        if tables.get(name) is not None:
+            sub = table_class(tables[name], f"sensor.{name}", file)
             made[name] = sub.build(section, cls)
             joints = getattr(made[name], "joints", ("x",))
             if not joints or len(set(joints)) < len(joints):

@@ -13,7 +13,7 @@ import numpy as np
 
 from drivers.core.config_table import ConfigTable
 from drivers.core.contract import frame_dtype
-from hil.rt.lab_sensors import LabSensors, LabSensorsConfig, lab_frame_dtype, read_lab_sensors
+from hil.rt.lab_sensors import LAB_KEYS, LabSensors, LabSensorsConfig, lab_frame_dtype, read_lab_sensors
 from sim.config_schema import Key, Section, from_deg, from_ms
 from sim.das3.model import DOF_NAMES
 from sim.jit.kernel import kernel
@@ -57,6 +57,7 @@ SENSOR_SCHEMA = Section("sensor", "The seeded measurement model of the frames a 
         lo=0.0, hi=45.0, field="angle_quantum_rad", to_si=from_deg),
     Key("delay_ms", "number", 0.0, "frames are delayed by this, rounded to whole ticks", lo=0.0, hi=1000.0,
         field="delay_s", to_si=from_ms),
+    *LAB_KEYS,
 ))
 
 
@@ -82,8 +83,8 @@ def sensor_config(doc: dict, file, period_s: float) -> SensorModelConfig:
     """``[sensor]`` of a config document with its lab-sensor sub-tables (:mod:`hil.rt.lab_sensors`)."""
     table = ConfigTable.section(doc, "sensor", file)
     values = table.read(SENSOR_SCHEMA)
-    lab = read_lab_sensors(table, ConfigTable)
     table.done()
+    lab = read_lab_sensors({key.name: values.pop(key.field) for key in LAB_KEYS}, ConfigTable, file)
     return SensorModelConfig.from_schema({**values, "lab": lab}, period_s)
 
 
