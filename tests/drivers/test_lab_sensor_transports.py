@@ -198,3 +198,44 @@ def test_can_driver_takes_the_run_frame_and_refuses_lab_feedback_without_the_sen
             CanDriver.parse_config({**table, "feedback": feedback}, context(imu_only if "Emg" in feedback[1]
                                                                             else frame_dtype()))
         assert err.value.key == "driver[0].feedback" and key in str(err.value)
+
+
+def test_hil_run_publishes_the_imus_on_the_lsl_arm_stream(pylsl, lsl_config, tmp_path, config_over):
+    """`hil run` (real time) on configs/lsl.toml with [sensor.imu]: the arm stream an inlet resolves has the 14 IMU
+    channels after the arm's 18, and its samples carry unit quaternions."""
+    import subprocess
+    import sys
+
+    from helpers import wait_for_port_file
+
+    name = f"none-{uuid.uuid4().hex[:8]}"
+    cfg = config_over("lsl.toml", f"""
+        [metrics]
+        enabled = false
+        [sensor.imu]
+        [[driver]]
+        type = "lsl"
+        api_config = "{lsl_config}"
+        [driver.inlet]
+        name = "{name}"
+        """)
+    ports = tmp_path / "ports.json"
+    hil = subprocess.Popen([sys.executable, "-m", "hil", "run", "--config", str(cfg), "--duration", "4", "--json",
+                            "--port-file", str(ports)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           cwd=ROOT)
+    try:
+        wait_for_port_file(ports, hil)
+        found = pylsl.resolve_byprop("name", ARM_STREAM, 1, 10.0)
+        inlet = pylsl.StreamInlet(found[0], recover=False)
+        inlet.open_stream(5.0)
+        assert inlet.info(5.0).channel_count() == 18 + 14
+        values, t_end = [], time.monotonic() + 10.0
+        while len(values) < 50 and time.monotonic() < t_end:
+            values += inlet.pull_chunk(timeout=0.1)[0]
+        got = np.array(values)
+        assert len(got) >= 50
+        quat = got[:, 18:26].reshape(-1, 2, 4)
+        assert np.allclose(np.linalg.norm(quat, axis=2), 1.0, atol=1e-5)
+    finally:
+        out, err = hil.communicate(timeout=120)
+    assert hil.returncode == 0, err[-2000:]
