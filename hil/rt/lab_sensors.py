@@ -12,8 +12,8 @@ w = R_f^T sum_(j<f) R_(j+1) a_j qdot_j. At the IMU's rate fs (sample and hold, t
     b[k+1] = exp(-dt/T) b[k] + sigma_b sqrt(1 - exp(-2 dt/T)) n      (first-order Gauss-Markov, dt = 1/fs)
     quat   = dq(theta) (x) q_true,  theta ~ N(0, diag(s_rp, s_h, s_rp)^2) about the thorax x, y (up), z
 
-The Gauss-Markov bias's Allan deviation peaks at 0.6174 sigma_b at tau = 1.89 T (Xing & Gebre-Egziabher 2008,
-GPS Solutions 12:3-15; computed in :func:`gauss_markov_sigma`): sigma_b is set so the peak equals the
+The Gauss-Markov bias's Allan deviation peaks at 0.6174 sigma_b at tau = 1.89 T (its Allan variance: Zhang 2008,
+Metrologia 45:549, for the AR(1) sampled process; :func:`gauss_markov_sigma`): sigma_b is set so the peak equals the
 datasheet's in-run bias stability, read as the Allan floor (a *proposal*; IEEE 952's coefficient B would be
 floor / 0.664). The orientation noise is white per sample (the datasheet's RMS accuracy; a real filter's
 error is correlated: *proposal*).
@@ -166,7 +166,8 @@ def read_lab_sensors(tables: dict, table_class, file) -> LabSensorsConfig:
 def gauss_markov_sigma(floor: float) -> float:
     """sigma_b of a first-order Gauss-Markov bias whose Allan deviation peaks at ``floor``. The Allan variance
     of the process (variance sigma^2, correlation time T) is sigma^2 (2/x) (1 - (3 - 4 e^-x + e^-2x)/(2x)),
-    x = tau/T (Xing & Gebre-Egziabher 2008); its maximum over x is GM_PEAK^2 at x = GM_PEAK_TAU."""
+    x = tau/T (the continuous-time limit of Zhang 2008, Metrologia 45:549, AR(1)); its maximum over x, found
+    numerically, is GM_PEAK^2 at x = GM_PEAK_TAU."""
     return floor / GM_PEAK
 
 
@@ -179,7 +180,8 @@ def lab_frame_dtype(base: np.dtype, config: LabSensorsConfig, n_channels: int) -
 # -- the compiled part ------------------------------------------------------------------------------
 @kernel
 def _uniform(rng):
-    """A uniform draw in (0, 1] from splitmix64 (Steele, Lea & Flood 2014) on the (1,) uint64 state ``rng``."""
+    """A uniform draw in (0, 1] on the (1,) uint64 state ``rng``: SplitMix's golden-gamma counter (Steele, Lea &
+    Flood 2014, OOPSLA, doi:10.1145/2660193.2660195) with the common splitmix64 finaliser constants."""
     rng[0] += np.uint64(0x9E3779B97F4A7C15)
     z = rng[0]
     z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
