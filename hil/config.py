@@ -19,7 +19,7 @@ from drivers.core.interface import driver_names
 from hil.patients import read_patient
 from hil.rt.loop import LOOP_SCHEMA, LoopConfig
 from hil.rt.plants import file_option_names, option_keys, plant_names, plant_type
-from hil.rt.sensor import SENSOR_SCHEMA, SensorModelConfig
+from hil.rt.sensor import SensorModelConfig, sensor_config
 from hil.rt.voluntary import ROLE_KEY, driver_role
 from hil.safety.table import SafetyConfig
 from hil.safety.table import section as safety_section
@@ -317,8 +317,10 @@ def service_config_from_dict(merged: dict, path: str) -> ServiceConfig:
         raise ConfigError(f"the {kind.name} plant has no glenohumeral model (its GH stability is NaN): gh_action "
                           "must be \"monitor\"", file=path, key="safety.gh_action")
 
-    sensor = ConfigTable.section(merged, "sensor", path).build(
-        SENSOR_SCHEMA, lambda **values: SensorModelConfig.from_schema(values, period))
+    sensor = sensor_config(merged, path, period)
+    if sensor.lab.imu is not None and kind.name != "das3":
+        raise ConfigError(f"the IMUs need the das3 plant's segment kinematics, not the {kind.name} plant", file=path,
+                          key="sensor.imu")
     metrics = ConfigTable.section(merged, "metrics", path).build(METRICS_SCHEMA, MetricsConfig)
     recording = ConfigTable.section(merged, "recording", path).build(RECORDING_SCHEMA, RecordingConfig)
 
@@ -340,6 +342,9 @@ def service_config_from_dict(merged: dict, path: str) -> ServiceConfig:
     stimulation = merged.get("stimulation", {})
     if not isinstance(stimulation, dict):
         raise ConfigError("must be a table", file=path, key="stimulation")
+    if sensor.lab.emg is not None and stimulation.get("mode", "channels") != "channels":
+        raise ConfigError("the evoked EMG needs stimulation channels ([stimulation] mode = \"channels\")", file=path,
+                          key="sensor.emg")
     return ServiceConfig(path=path, raw=merged, loop=loop, plant=plant, model=model, patient=patient,
                          stimulation=stimulation, safety=safety, sensor=sensor, metrics=metrics,
                          recording=recording, drivers=drivers)

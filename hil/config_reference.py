@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from drivers.core.interface import driver_class, driver_names
 from hil.config import METRICS_SCHEMA, RECORDING_SCHEMA, plant_section
+from hil.rt.lab_sensors import LAB_SECTIONS
 from hil.rt.loop import LOOP_SCHEMA
 from hil.rt.sensor import SENSOR_SCHEMA
 from hil.rt.stimulation import CHANNEL_SCHEMA, STIMULATION_SCHEMA
@@ -36,7 +37,8 @@ def config_sections() -> tuple[Section, ...]:
     """Every config table's schema, in file order (with the plant types, rules and drivers registered now)."""
     return (LOOP_SCHEMA, plant_section(), MODEL_SCHEMA, PATIENT_SCHEMA, GROUP_SCHEMA, SPASTICITY_SCHEMA, SIZE_SCHEMA,
             STIMULATION_SCHEMA, CHANNEL_SCHEMA,
-            safety_section(), SENSOR_SCHEMA, METRICS_SCHEMA, RECORDING_SCHEMA, ROLE_SCHEMA, *driver_sections())
+            safety_section(), SENSOR_SCHEMA, *LAB_SECTIONS.values(), METRICS_SCHEMA, RECORDING_SCHEMA, ROLE_SCHEMA,
+            *driver_sections())
 
 
 def config_reference_markdown(title: str = "Keys by table") -> str:

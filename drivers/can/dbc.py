@@ -20,6 +20,9 @@ HIL -> controller (every ``feedback_every`` ticks, ``HIL_Status`` first):
 - ``HIL_SensorFD`` (CAN FD, 64 bytes): tick, status bits, echo counter, GH stability, q, q̇ and the
   thoracohumeral angles in one frame, with the signal names and resolutions of the classic frames.
   One frame a tick instead of ten: what makes 1 kHz feedback fit a bus (and a link process).
+- Lab sensors (only with ``[sensor.imu]`` / ``[sensor.emg]``, listed in ``feedback``): ``HIL_ImuQuat`` (the two
+  IMUs' quaternions w, x, y, z, 2^-14), ``HIL_ImuGyro`` (their rates in the sensor frame, 1e-3 rad/s) and
+  ``HIL_Emg`` (each channel's M-wave amplitude, 1 µV), multiplexed like ``HIL_JointAngle``.
 
 A value outside a sensor signal's range is saturated to the range when encoding (documented per signal).
 """
@@ -27,7 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from drivers.core.contract import STATUS_BITS
+from drivers.core.contract import IMU_SEGMENTS, STATUS_BITS
 
 FRAME_ID_STIM = 0x200
 FRAME_ID_EXCITATION = 0x210
@@ -38,6 +41,9 @@ FRAME_ID_ANGLE = 0x301
 FRAME_ID_VELOCITY = 0x302
 FRAME_ID_ARM = 0x303
 FRAME_ID_FORCE = 0x304
+FRAME_ID_IMU_QUAT = 0x305
+FRAME_ID_IMU_GYRO = 0x306
+FRAME_ID_EMG = 0x307
 FRAME_ID_SENSOR_FD = 0x310
 FD_LENGTH = 64
 
@@ -166,6 +172,14 @@ def message_set(dof_names, muscle_names, group_names, n_channels: int = 8) -> li
                                                          ["ai_force_x", "ai_force_y", "ai_force_z"]], 0.1, "N",
                            "block 0: GH joint force on the scapula (scapula frame); blocks 1, 2: thorax contact "
                            "force at TS and AI (thorax frame); 0.1 N."))
+    imu = [f"imu_{seg}" for seg in IMU_SEGMENTS]
+    out.append(multiplexed(FRAME_ID_IMU_QUAT, "HIL_ImuQuat", chunks([f"{i}_q{c}" for i in imu for c in "wxyz"]),
+                           2.0 ** -14, "", "Lab IMUs ([sensor.imu]): orientation quaternions (w, x, y, z) of the upper "
+                           "arm and forearm sensors in the thorax frame, 2^-14."))
+    out.append(multiplexed(FRAME_ID_IMU_GYRO, "HIL_ImuGyro", chunks([f"{i}_gyro_{c}" for i in imu for c in "xyz"]),
+                           1e-3, "rad/s", "Lab IMUs ([sensor.imu]): angular rates in the sensor frames, 1e-3 rad/s."))
+    out.append(multiplexed(FRAME_ID_EMG, "HIL_Emg", chunks([f"mwave_{c + 1}" for c in range(n_channels)]), 1e-6, "V",
+                           "Evoked EMG ([sensor.emg]): M-wave amplitude of stimulation channels 1..n, 1 uV."))
     # CAN FD: the values a controller closes a loop on, one frame a tick
     fd = [_u("tick", 0, 32, 4294967295, comment="tick index of this frame"), *status_bits,
           *[_u(n, 40 + i, 1, 1, comment=f"status bit: {n}") for i, n in enumerate(STATUS_SIGNALS_HIGH)],

@@ -25,7 +25,7 @@ from drivers.can.dbc import FRAME_ID_EXCITATION, FRAME_ID_GROUP, FRAME_ID_HEARTB
 from drivers.can.feedback import FeedbackSet
 from drivers.can.local_bus import HOST_LOCAL_GROUP, HostLocalUdpMulticastBus, is_host_local_group
 from drivers.core.config_table import ConfigTable
-from drivers.core.contract import frame_dtype
+from drivers.core.contract import frame_dtype, lab_fields
 from drivers.core.interface import DriverContext
 from drivers.ipc.link import (
     AUX_FRAMES_OUT,
@@ -43,6 +43,8 @@ from sim.das3.config import unknown_name
 CONTROLLER_ID_BASE, CONTROLLER_ID_MASK = 0x200, 0x700
 FEEDBACK_MESSAGES = ("HIL_Status", "HIL_JointAngle", "HIL_JointVelocity", "HIL_Arm", "HIL_Force")
 FD_MESSAGES = ("HIL_SensorFD",)
+LAB_MESSAGES = ("HIL_ImuQuat", "HIL_ImuGyro", "HIL_Emg")
+"""Feedback of the lab sensors (drivers.core.contract.sensor_frame_dtype): only with the sensors configured."""
 
 DEFAULT_DBC = "fes-hil.dbc"
 _RANGE_TOL = 1e-9
@@ -59,7 +61,7 @@ CONFIG_SCHEMA = Section("driver (can)", "A CAN controller over python-can, frame
         "unless allow_lan (other interfaces: no default)"),
     Key("bus", "table", None, "`[driver.bus]`: python-can Bus keyword arguments", why="python-can Bus arguments"),
     Key("feedback", "strings", FEEDBACK_MESSAGES, "feedback messages sent every tick, each once",
-        choices=FEEDBACK_MESSAGES + FD_MESSAGES),
+        choices=FEEDBACK_MESSAGES + FD_MESSAGES + LAB_MESSAGES),
     Key("feedback_every", "integer", 1, "send the feedback set every Nth tick", lo=1, hi=1_000_000),
     Key("counter_reset_s", "number", 0.5, "a message silent this long accepts any rolling counter (a restarted "
         "controller)", lo=0.0, hi=60.0, lo_exclusive=True,
@@ -80,8 +82,9 @@ class CanEndpoint(LinkEndpoint):
     def __init__(self, interface: str, channel, dbc_path: str, muscle_names: list[str],
                  bus_kwargs: dict | None = None,
                  feedback: tuple[str, ...] = FEEDBACK_MESSAGES, feedback_every: int = 1,
-                 counter_reset_s: float = 0.5, connected_timeout_s: float = 1.0) -> None:
+                 counter_reset_s: float = 0.5, connected_timeout_s: float = 1.0, frame: np.dtype | None = None) -> None:
         self.interface, self.channel, self.dbc_path = interface, channel, dbc_path
+        self.frame = frame_dtype() if frame is None else frame     # the run's sensor frame (with lab sensors)
         self.muscle_index = {f"u_{m}": i for i, m in enumerate(muscle_names)}
         self.bus_kwargs = dict(bus_kwargs or {})
         self.feedback = tuple(feedback)
@@ -107,7 +110,7 @@ class CanEndpoint(LinkEndpoint):
             self.bus = can.Bus(interface=self.interface, channel=self.channel, can_filters=filters, **self.bus_kwargs)
         try:
             self.feedback_set = FeedbackSet([self._feedback_message(can, name) for name in self.feedback],
-                                            frame_dtype(), self.dbc_path)
+                                            self.frame, self.dbc_path)
         except (ValueError, TypeError):
             self.bus.shutdown()
             raise
@@ -263,6 +266,12 @@ class CanDriver(LinkDriver):
         args = dict(interface=interface, channel=_channel(t, interface), dbc_path=dbc_path,
                     muscle_names=list(ctx.muscle_names), bus_kwargs=_bus_arguments(t), feedback=_feedback_set(t),
                     feedback_every=t.key(KEYS["feedback_every"]), counter_reset_s=t.key(KEYS["counter_reset_s"]))
+        if lab_fields(ctx.frame_dtype):
+            args["frame"] = ctx.frame_dtype
+        for name in set(args["feedback"]) & set(LAB_MESSAGES):
+            need = "imu_quat" if name.startswith("HIL_Imu") else "emg_mwave"
+            if need not in ctx.frame_dtype.names:
+                raise t.error("feedback", f"{name} needs [sensor.{'imu' if need == 'imu_quat' else 'emg'}] in the config")
         priority, loop_cpu = link_scheduling_keys(t, ctx)
         t.done()
         return LinkSpec(args, priority, loop_cpu)

@@ -45,7 +45,12 @@ LAYOUT = {"HIL_Status": (_STATUS, ()),
           "HIL_JointVelocity": (("tick8",), ("qdot",)),
           "HIL_Arm": (("tick8",), ("th_angles", "hand_position")),
           "HIL_Force": (("tick8",), ("gh_force", "st_contact_force")),
-          "HIL_SensorFD": (_STATUS, ("q", "qdot", "th_angles"))}
+          "HIL_SensorFD": (_STATUS, ("q", "qdot", "th_angles")),
+          "HIL_ImuQuat": (("tick8",), ("imu_quat",)),
+          "HIL_ImuGyro": (("tick8",), ("imu_gyro",)),
+          "HIL_Emg": (("tick8",), ("emg_mwave",))}
+#: the lab sensors' arrays (``drivers.core.contract.sensor_frame_dtype``): in the value vector when the frame has them
+_LAB_ARRAYS = {"imu_quat": "[sensor.imu]", "imu_gyro": "[sensor.imu]", "emg_mwave": "[sensor.emg]"}
 _BLOCK_SIZE = 3
 
 
@@ -67,7 +72,7 @@ class FeedbackSet:
         at = len(_SCALARS)
         self._float_slice = slice(at, at + self._frame_floats[1])
         self.array_slice = {}
-        for name in (*_ARRAYS, "gh_stability"):
+        for name in (*_ARRAYS, "gh_stability", *(a for a in _LAB_ARRAYS if a in frame_dtype.names)):
             dtype, offset = frame_dtype.fields[name][:2]
             if dtype.base != np.dtype("<f8") or (offset - first) % 8:
                 raise TypeError(f"sensor frame field {name} is not a float64 in the block from offset {first}")
@@ -119,6 +124,9 @@ class FeedbackSet:
         if msg.name not in LAYOUT:
             raise ValueError(f"{msg.name} is not a feedback message (one of {', '.join(LAYOUT)})")
         named_values, arrays = LAYOUT[msg.name]
+        lacking_sensor = [_LAB_ARRAYS[a] for a in arrays if a not in self.array_slice]
+        if lacking_sensor:
+            raise ValueError(f"feedback {msg.name} needs {lacking_sensor[0]} in the config")
         positions = [i for a in arrays for i in range(self.array_slice[a].start, self.array_slice[a].stop)]
         if msg.is_multiplexed():
             positions = positions[_BLOCK_SIZE * block:_BLOCK_SIZE * block + _BLOCK_SIZE]

@@ -14,6 +14,7 @@ import os
 
 import numpy as np
 
+from drivers.controllers.imu_elbow import ImuElbow
 from drivers.controllers.plugin import ChannelCommand, Controller, ControllerSettings, ExcitationCommand
 from drivers.core.config_table import REQUIRED, ConfigTable
 from sim.das3.excitations import ExcitationFileError, load_excitation_csv
@@ -91,7 +92,8 @@ class ElbowHoldController(Controller):
 
     Keys: ``target_deg``, ``flexor_channel`` and ``extensor_channel`` (1-based), ``kp_ma_per_rad``,
     ``ki_ma_per_rad_s``, ``kd_ma_s_per_rad``, ``threshold_ma``, ``pulse_width_us``, ``frequency_hz``,
-    ``max_amplitude_ma``.
+    ``max_amplitude_ma``; ``elbow_sensor``: ``frame`` (the frame's elbow angle and velocity) or ``imu`` (both
+    from the lab IMUs, :class:`drivers.controllers.imu_elbow.ImuElbow`; needs ``[sensor.imu]``).
     """
 
     max_commands = 2
@@ -114,6 +116,7 @@ class ElbowHoldController(Controller):
         self.threshold = t.number("threshold_ma", 15.0, 0.0, self.max_amp, why="at most max_amplitude_ma")
         self.pw = t.number("pulse_width_us", 300.0, 0.0, 1000.0, lo_exclusive=True)
         self.freq = t.number("frequency_hz", 40.0, 0.0, 1000.0, lo_exclusive=True)
+        self.imu = ImuElbow() if t.string("elbow_sensor", "frame", ("frame", "imu")) == "imu" else None
         t.done()
         self.elbow = settings.dof_names.index("ELx")
         self.dt = settings.call_period_s
@@ -122,8 +125,11 @@ class ElbowHoldController(Controller):
     def step(self, tick: int, time_s: float, frame):
         if frame is None:
             return []                   # alive, nothing to command before the first frame
-        error = self.target - float(frame["elbow_flexion"][0])
-        velocity = float(frame["qdot"][0][self.elbow])
+        if self.imu is not None:
+            angle, velocity = self.imu.angle_rate(frame)
+        else:
+            angle, velocity = float(frame["elbow_flexion"][0]), float(frame["qdot"][0][self.elbow])
+        error = self.target - angle
         command = self.kp * error + self.ki * self.integral - self.kd * velocity
         headroom = self.max_amp - self.threshold
         if abs(command) < headroom or (command > 0) != (error > 0):

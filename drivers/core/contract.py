@@ -51,6 +51,33 @@ def frame_dtype(n_dofs: int = len(DOF_NAMES)) -> np.dtype:
     ])
 
 
+#: The lab sensors' frame fields (hil.rt.lab_sensors), appended to the frame only when configured: IMU
+#: quaternions (w, x, y, z) and gyro rates (rad/s, sensor frame) of these segments, one ``encoder_<DOF>`` (whole
+#: counts) per encoded joint, and each stimulation channel's M-wave amplitude (V).
+IMU_SEGMENTS = ("upper_arm", "forearm")
+ENCODER_PREFIX = "encoder_"
+
+
+def sensor_frame_dtype(base: np.dtype, imu: bool = False, encoder_joints=(), emg_channels: int = 0) -> np.dtype:
+    """``base`` (a :func:`frame_dtype`) with the configured lab sensors' fields appended (``base`` itself when none
+    is): ``imu_quat`` (2, 4), ``imu_gyro`` (2, 3), ``encoder_<joint>`` each, ``emg_mwave`` (channels,); all float64.
+    A ``lab_pad`` field (zeros) first puts them on the 8-byte grid of the frame's float arrays (drivers read those as
+    one block), named so every byte of a frame is a field's (a copy carries no uninitialised padding)."""
+    extra = [("imu_quat", (2, 4)), ("imu_gyro", (2, 3))] if imu else []
+    extra += [(ENCODER_PREFIX + j, ()) for j in encoder_joints]
+    extra += [("emg_mwave", (emg_channels,))] if emg_channels else []
+    if not extra:
+        return base
+    gap = (base.fields["q"][1] - base.itemsize) % 8
+    pad = [("lab_pad", "u1", (gap,))] if gap else []
+    return np.dtype([*base.descr, *pad, *((name, "<f8", shape) for name, shape in extra)])
+
+
+def lab_fields(frame: np.dtype) -> tuple[str, ...]:
+    """The lab sensors' fields of a sensor frame (:func:`sensor_frame_dtype`), in frame order (none: ())."""
+    return tuple(n for n in frame.names if n in ("imu_quat", "imu_gyro", "emg_mwave") or n.startswith(ENCODER_PREFIX))
+
+
 # Command kinds (recorded in the command log)
 KIND_REJECTS = 0      # frames a transport rejected: status = reason code, values[0] = how many (>= 1)
 KIND_CHANNEL = 1      # values = (pulse width us, amplitude mA, frequency Hz, pulse mode 0..2)

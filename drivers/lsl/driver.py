@@ -27,7 +27,7 @@ import time
 import numpy as np
 
 from drivers.core.config_table import ConfigTable
-from drivers.core.contract import REJECT_REASONS
+from drivers.core.contract import REJECT_REASONS, lab_fields
 from drivers.core.interface import CommandSink, DriverContext
 from drivers.ipc.link import (
     AUX_FRAMES_OUT,
@@ -110,9 +110,10 @@ class LslEndpoint(LinkEndpoint):
 
     def __init__(self, dof_names: list[str], channel_names: list[str], period_s: float, predicate: str,
                  arm_every: int = 1, api_config: str | None = None, groups: list[str] | None = None,
-                 group_index: list[int] | None = None) -> None:
+                 group_index: list[int] | None = None, lab: tuple[str, ...] = ()) -> None:
         self.dof_names, self.channel_names = list(dof_names), list(channel_names)
         self.groups, self.group_index = groups, group_index     # a voluntary source's groups (no outlets)
+        self.lab = tuple(lab)         # lab-sensor fields appended to the arm stream (streams.lab_fields)
         self.period_s, self.predicate, self.arm_every = period_s, predicate, arm_every
         self.api_config = api_config
         self.events: collections.deque = collections.deque()      # (LSL time, marker) from the receiver thread
@@ -130,7 +131,7 @@ class LslEndpoint(LinkEndpoint):
             return {"inlet": self.predicate}
         self.offset_s = clock_offset(pylsl.local_clock)
         rate, host = 1.0 / self.period_s, socket.gethostname()
-        arm, stim = arm_channels(self.dof_names), stim_channels(self.channel_names)
+        arm, stim = arm_channels(self.dof_names, self.lab, self.channel_names), stim_channels(self.channel_names)
         self.arm = pylsl.StreamOutlet(stream_info(pylsl, ARM_STREAM, ARM_TYPE, arm, rate / self.arm_every, "float32",
                                                   f"{ARM_STREAM}@{host}"))
         self.stim = pylsl.StreamOutlet(stream_info(pylsl, STIM_STREAM, STIM_TYPE, stim, rate, "float32",
@@ -174,7 +175,7 @@ class LslEndpoint(LinkEndpoint):
         keep = ticks % self.arm_every == 0
         try:
             if keep.any():
-                self.arm.push_chunk(arm_values(frames, self._arm_buf)[keep], ts[keep].tolist())
+                self.arm.push_chunk(arm_values(frames, self._arm_buf, self.lab)[keep], ts[keep].tolist())
             self.stim.push_chunk(stim_values(done["applied"], self._stim_buf), ts.tolist())
             stats[AUX_FRAMES_OUT] += int(keep.sum()) + done.shape[0]
         except (RuntimeError, ValueError):      # liblsl refused the push: counted, the link goes on
@@ -269,6 +270,8 @@ class LslDriver(LinkDriver):
                     predicate=predicate, arm_every=arm_every, api_config=api_config)
         if groups:
             args.update(groups=groups, group_index=[ctx.group_names.index(g) for g in groups])
+        if lab_fields(ctx.frame_dtype):
+            args["lab"] = lab_fields(ctx.frame_dtype)
         return LinkSpec(args, priority, loop_cpu)
 
     @classmethod

@@ -7,6 +7,9 @@ Layouts (float32; values in SI units, as the frame carries them, except the stim
 - ``fes-hil-arm`` (``MoCap``): the model's joint angles (``SCy`` ... ``PSy``, radians), the thoracohumeral
   angles (radians), the hand position ``hand_x``/``hand_y``/``hand_z`` (meters, thorax frame) and
   ``gh_stability`` (dimensionless; above ``[safety] gh_threshold`` the joint counts as unstable).
+  With lab sensors configured (``[sensor.imu]``, ``[sensor.encoder]``, ``[sensor.emg]``) their values follow, in
+  frame order: ``imu_<segment>_q<w|x|y|z>`` (dimensionless), ``imu_<segment>_gyro_<x|y|z>`` (radians/second,
+  sensor frame), ``encoder_<DOF>`` (counts), ``<channel>_mwave`` (volts).
 - ``fes-hil-stim`` (``Stimulation``): per ``[[stimulation.channel]]`` the applied current (mA), pulse width
   (us) and frequency (Hz), after limits and safety; the controller's ``FESCommand`` stream has the same
   layout.
@@ -19,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from drivers.core.contract import (
+    IMU_SEGMENTS,
     STATUS_BITS,
     STATUS_GH_UNSTABLE,
     STATUS_GH_ZEROED,
@@ -57,11 +61,25 @@ class Channel:
     type: str
 
 
-def arm_channels(dof_names) -> tuple[Channel, ...]:
-    """The ``fes-hil-arm`` layout for a model with these DOF names."""
+def _lab_channels(field: str, channel_names) -> tuple[Channel, ...]:
+    if field == "imu_quat":
+        return tuple(Channel(f"imu_{s}_q{c}", "dimensionless", f"Orientation{c.upper()}")
+                     for s in IMU_SEGMENTS for c in "wxyz")
+    if field == "imu_gyro":
+        return tuple(Channel(f"imu_{s}_gyro_{c}", "radians/second", f"AngularVelocity{c.upper()}")
+                     for s in IMU_SEGMENTS for c in "xyz")
+    if field == "emg_mwave":
+        return tuple(Channel(f"{c}_mwave", "volts", "EMG") for c in channel_names)
+    return (Channel(field, "counts", "EncoderCount"),)
+
+
+def arm_channels(dof_names, lab: tuple[str, ...] = (), channel_names=()) -> tuple[Channel, ...]:
+    """The ``fes-hil-arm`` layout for a model with these DOF names, then the ``lab`` fields (``lab_fields``;
+    ``channel_names`` label the M-waves)."""
     return (*(Channel(n, "radians", "JointAngle") for n in (*dof_names, *TH_LABELS)),
             *(Channel(n, "meters", f"Position{n[-1].upper()}") for n in HAND_LABELS),
-            Channel("gh_stability", "dimensionless", "GHStability"))
+            Channel("gh_stability", "dimensionless", "GHStability"),
+            *(c for field in lab for c in _lab_channels(field, channel_names)))
 
 
 def stim_channels(channel_names) -> tuple[Channel, ...]:
@@ -94,14 +112,20 @@ def desc_channels(info) -> list[Channel]:
     return out
 
 
-def arm_values(frames: np.ndarray, out: np.ndarray) -> np.ndarray:
-    """The ``fes-hil-arm`` samples of these sensor frames, written into ``out`` (rows >= len(frames))."""
+def arm_values(frames: np.ndarray, out: np.ndarray, lab: tuple[str, ...] = ()) -> np.ndarray:
+    """The ``fes-hil-arm`` samples of these sensor frames, written into ``out`` (rows >= len(frames)), with the
+    ``lab`` fields' values after the arm's."""
     n, nd = frames.shape[0], frames["q"].shape[1]
     v = out[:n]
     v[:, :nd] = frames["q"]
     v[:, nd:nd + 3] = frames["th_angles"]
     v[:, nd + 3:nd + 6] = frames["hand_position"]
     v[:, nd + 6] = frames["gh_stability"]
+    at = nd + 7
+    for field in lab:
+        values = frames[field].reshape(n, -1)
+        v[:, at:at + values.shape[1]] = values
+        at += values.shape[1]
     return v
 
 

@@ -102,6 +102,7 @@ class TickEngine:
         self.voluntary_drivers = self.voluntary_drive.drivers
         self._group_code = {g: -1 - i for i, g in enumerate(self.groups)}
         self._own_record(n_mus, no_fatigue() if stimulation is None else stimulation.fatigue_state(period_s))
+        sensor.bind_run(plant.model, stimulation, self.applied, self.fatigue[2], period_s)
         # latched commands (zero-order hold); what was applied this tick is in the record
         self.latched = np.zeros((self.n_channels, 4))   # pw us, amp mA, freq Hz, mode (0/1/2 pulses-1)
         self.direct = np.zeros(n_mus)

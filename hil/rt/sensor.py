@@ -11,7 +11,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from drivers.core.config_table import ConfigTable
 from drivers.core.contract import frame_dtype
+from hil.rt.lab_sensors import LAB_KEYS, LabSensors, LabSensorsConfig, lab_frame_dtype, read_lab_sensors
 from sim.config_schema import Key, Section, from_deg, from_ms
 from sim.das3.model import DOF_NAMES
 from sim.jit.kernel import kernel
@@ -55,6 +57,7 @@ SENSOR_SCHEMA = Section("sensor", "The seeded measurement model of the frames a 
         lo=0.0, hi=45.0, field="angle_quantum_rad", to_si=from_deg),
     Key("delay_ms", "number", 0.0, "frames are delayed by this, rounded to whole ticks", lo=0.0, hi=1000.0,
         field="delay_s", to_si=from_ms),
+    *LAB_KEYS,
 ))
 
 
@@ -66,6 +69,7 @@ class SensorModelConfig:
     force_noise_n: float = SENSOR_SCHEMA.default("force_noise_n")
     angle_quantum_rad: float = SENSOR_SCHEMA.default("angle_quantum_rad")
     delay_ticks: int = 0     # round(delay_ms / period): the schema's delay_ms default is 0
+    lab: LabSensorsConfig = LabSensorsConfig()    # [sensor.imu], [sensor.encoder], [sensor.emg]
 
     @classmethod
     def from_schema(cls, values: dict, period_s: float) -> "SensorModelConfig":
@@ -75,20 +79,31 @@ class SensorModelConfig:
         return cls(**fields, delay_ticks=int(round(delay_s / period_s)))
 
 
+def sensor_config(doc: dict, file, period_s: float) -> SensorModelConfig:
+    """``[sensor]`` of a config document with its lab-sensor sub-tables (:mod:`hil.rt.lab_sensors`)."""
+    table = ConfigTable.section(doc, "sensor", file)
+    values = table.read(SENSOR_SCHEMA)
+    table.done()
+    lab = read_lab_sensors({key.name: values.pop(key.field) for key in LAB_KEYS}, ConfigTable, file)
+    return SensorModelConfig.from_schema({**values, "lab": lab}, period_s)
+
+
 class SensorModel:
     """Fills frames from plant outputs and applies the configured measurement model (no allocation
     per tick beyond numpy's in-place random draws into preallocated buffers)."""
 
-    def __init__(self, config: SensorModelConfig, dtype: np.dtype | None = None) -> None:
+    def __init__(self, config: SensorModelConfig, dtype: np.dtype | None = None, n_channels: int = 0) -> None:
         self.config = config
-        self.dtype = dtype or frame_dtype()
+        self.dtype = dtype or lab_frame_dtype(frame_dtype(), config.lab, n_channels)
+        self.lab = LabSensors(config.lab, config.seed) if config.lab.any else None
+        """The lab sensors (IMU, encoders, evoked EMG), or None; :meth:`bind_run` before the first tick."""
         self.rng = np.random.Generator(np.random.PCG64(config.seed))
         self._history = np.zeros(config.delay_ticks + 1, self.dtype)
         self._nq = np.zeros(self.dtype["q"].shape[0])
         self._n3 = np.zeros(3)
         self._noisy = (config.angle_noise_rad > 0 or config.velocity_noise_rad_s > 0
                        or config.force_noise_n > 0 or config.angle_quantum_rad > 0)
-        self.ideal = not self._noisy and config.delay_ticks == 0
+        self.ideal = not self._noisy and config.delay_ticks == 0 and self.lab is None
         """No measurement model: the frame sent is the true frame as filled."""
         self.use_frame(np.zeros(1, self.dtype))
 
@@ -106,8 +121,16 @@ class SensorModel:
         self.status_view = f["status"]            # set by the compiled tick (hil.rt.tick_kernel) or measure
         self._elbow, self._pronation = f["elbow_flexion"], f["forearm_pronation"]
 
+    def bind_run(self, model, stimulation, applied: np.ndarray, fitness: np.ndarray, period_s: float) -> None:
+        """Give the lab sensors (if any) the run's model, stimulation, applied channels and fitness (views the
+        engine updates) after :meth:`use_frame`; ValueError on a lab sensor the run cannot have."""
+        if self.lab is not None:
+            self.lab.bind(self.true_frame, model, stimulation, applied, fitness, period_s)
+
     def reset(self) -> None:
         self.rng = np.random.Generator(np.random.PCG64(self.config.seed))
+        if self.lab is not None:
+            self.lab.reset()
         self._history[:] = np.zeros(1, self.dtype)
 
     def measure(self, tick: int, time_s: float, outputs, status: int) -> np.ndarray:
@@ -121,6 +144,8 @@ class SensorModel:
         """The measurement model (noise, quantisation, delay) on the frame :func:`fill_true_frame` filled for
         ``tick``, its status set (by the compiled tick, or :meth:`measure`). Returns the frame to send (a
         1-element view)."""
+        if self.lab is not None:      # from the true joint state, before the frame's own noise
+            self.lab.step(tick, self.frame_views[0], self.frame_views[1])
         if self._noisy:
             self._apply_noise()
         if self.config.delay_ticks == 0:

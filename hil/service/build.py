@@ -69,7 +69,7 @@ def build_tick_engine(cfg: ServiceConfig, counters=None):
     model, plant = build_plant(cfg)
     stim_cfg = load_stimulation_config(cfg.stimulation, model.muscle_names, file=cfg.path)
     stimulation = None if stim_cfg.mode == "direct" else StimulationModel(stim_cfg, model.muscle_names, cfg.path)
-    engine = TickEngine(plant, stimulation, cfg.safety, SensorModel(cfg.sensor), cfg.loop.period_s,
+    engine = TickEngine(plant, stimulation, cfg.safety, SensorModel(cfg.sensor, n_channels=0 if stimulation is None else stimulation.n_channels), cfg.loop.period_s,
                         cfg.loop.substeps, REJECT_REASONS, muscle_groups(model.muscle_names),
                         counters=counters if counters is not None else RunCounters.private(driver_names(cfg) or None),
                         voluntary=voluntary_latch(cfg, model))

@@ -33,3 +33,11 @@ def joint_location(name: str) -> np.ndarray:
     radiocarpal joint: the wrist, which no kernel needs)."""
     joints = {j["name"]: j for j in read_model_data()[0]["joints"]}
     return readonly(joints[name]["location"])
+
+
+@functools.cache
+def joint_axis(name: str, key: str = "r1_axis") -> np.ndarray:
+    """Unit rotation axis ``key`` of a joint of the release's joint table, in its parent segment's frame (e.g.
+    ``hu``: the elbow's flexion axis in the humerus frame; ``ur``: pronation in the ulna frame)."""
+    axis = np.asarray({j["name"]: j for j in read_model_data()[0]["joints"]}[name][key], np.float64)
+    return readonly(axis / np.linalg.norm(axis))
