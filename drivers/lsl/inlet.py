@@ -181,12 +181,17 @@ class CommandInlet:
         r["values"][:, 0] = v[:, 1]        # the record's order: pulse width us, current mA, frequency Hz, mode
         r["values"][:, 1] = v[:, 0]
         r["values"][:, 2] = v[:, 2]
+        self._send(inbound)
+
+    def _send(self, inbound: Inbound) -> None:
+        """The filled records to the loop in one ring push, the next sequence number taken (or none: ring full,
+        counted)."""
         self.seq = (self.seq + 1) & 0x7FFFFFFF
         ring = inbound.ring
-        if ring.capacity - ring.pending < r.shape[0]:
+        if ring.capacity - ring.pending < self.records.shape[0]:
             ring.aux[AUX_DROPPED] += 1
             return
-        ring.push_many(r, r.shape[0])
+        ring.push_many(self.records, self.records.shape[0])
 
     def _lost(self, inbound: Inbound) -> None:
         """The stream is gone: every channel to zero, disconnected, resolve again."""
@@ -228,9 +233,4 @@ class ExcitationInlet(CommandInlet):
         r = self.records
         r["receive_ns"], r["seq"] = now, self.seq
         r["values"][:, 0] = sample
-        self.seq = (self.seq + 1) & 0x7FFFFFFF
-        ring = inbound.ring
-        if ring.capacity - ring.pending < r.shape[0]:
-            ring.aux[AUX_DROPPED] += 1
-            return
-        ring.push_many(r, r.shape[0])
+        self._send(inbound)
