@@ -42,6 +42,9 @@ HOST_BUSES = {
     "test_lsl": None,
     "test_mtg_service": {"test_a_can_controller_process_flexes_the_mtg_elbow"},
     "test_network_exposure": None,
+    "test_lab_sensor_transports": {"test_lsl_arm_stream_carries_the_lab_sensors_after_the_arm",
+                                   "test_hil_run_publishes_the_imus_on_the_lsl_arm_stream"},
+    "test_voluntary": {"test_an_lsl_stream_is_a_voluntary_source"},
 }
 """Tests on a bus every process of the host shares: python-can's udp_multicast (one UDP port for every group, so
 a socket hears the groups other sockets joined) and LSL's stream discovery (module -> test functions, None: all)."""

@@ -413,7 +413,8 @@ def test_config_errors_name_the_key(config_over):
         electrode_fault_after_ms = 1500
         """))
     model, engine = build_tick_engine(service)
-    spec = P24Driver.parse_config(service.drivers[-1], driver_context(service, model, engine, 1))
+    spec = P24Driver.parse_config(service.drivers[-1], driver_context(service, model, engine,
+                                                                     len(service.drivers) - 1))
     args = spec.endpoint_args
     assert args["sensor_port"] is None and args["min_frequency_hz"][3] == 20.0 and args["electrode_faults"] == {4: 1.5}
 
