@@ -107,7 +107,11 @@ def read_population(doc: dict, path: str, distribution) -> Population | None:
     spread = tuple((k, distribution(f"population.spread.{k}", v)) for k, v in sorted(values["spread"].items()))
     population = Population(presets, tables, values["n"], values["seed"], values["strength_cv"],
                             values["group_strength_cv"], values["spasticity_gain_cv"], spread)
-    for patient in sample_patients(population):        # every sampled table is a valid patient, or one error line
+    try:
+        patients = sample_patients(population)
+    except ConfigError as exc:                           # a spread key that is not a path into the table
+        raise ConfigError(exc.reason, file=path, key=exc.key) from None
+    for patient in patients:                            # every sampled table is a valid patient, or one error line
         try:
             read_patient(patient.table, path)
         except ConfigError as exc:

@@ -91,6 +91,7 @@ def test_each_run_uses_its_sampled_patient(tmp_path):
     ('[population.spread]\n"groups.bicl.strength" = {gauss = [1, 0.1]}\n', "population.spread.groups.bicl.strength",
      "normal"),
     ('[grid]\n"patient.groups.bicl.strength" = [0.5]\n', "population", "[population.spread]"),
+    ('[population.spread]\n"name.first" = {choice = ["x"]}\n', "population.spread.name.first", "sweep.toml"),
     ('[failure]\nmax_rms_error_deg = -1\n', "failure.max_rms_error_deg", "[0, 360]"),
 ])
 def test_bad_population_and_failure_tables_name_the_key(tmp_path, extra, key, words):
