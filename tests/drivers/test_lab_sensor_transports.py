@@ -203,6 +203,7 @@ def test_can_driver_takes_the_run_frame_and_refuses_lab_feedback_without_the_sen
 def test_hil_run_publishes_the_imus_on_the_lsl_arm_stream(pylsl, lsl_config, tmp_path, config_over):
     """`hil run` (real time) on configs/lsl.toml with [sensor.imu]: the arm stream an inlet resolves has the 14 IMU
     channels after the arm's 18, and its samples carry unit quaternions."""
+    import signal
     import subprocess
     import sys
 
@@ -220,7 +221,7 @@ def test_hil_run_publishes_the_imus_on_the_lsl_arm_stream(pylsl, lsl_config, tmp
         name = "{name}"
         """)
     ports = tmp_path / "ports.json"
-    hil = subprocess.Popen([sys.executable, "-m", "hil", "run", "--config", str(cfg), "--duration", "4", "--json",
+    hil = subprocess.Popen([sys.executable, "-m", "hil", "run", "--config", str(cfg), "--duration", "60", "--json",
                             "--port-file", str(ports)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                            cwd=ROOT)
     try:
@@ -237,5 +238,6 @@ def test_hil_run_publishes_the_imus_on_the_lsl_arm_stream(pylsl, lsl_config, tmp
         quat = got[:, 18:26].reshape(-1, 2, 4)
         assert np.allclose(np.linalg.norm(quat, axis=2), 1.0, atol=1e-5)
     finally:
+        hil.send_signal(signal.SIGTERM)                 # a clean stop, however long the start took under load
         out, err = hil.communicate(timeout=120)
     assert hil.returncode == 0, err[-2000:]
