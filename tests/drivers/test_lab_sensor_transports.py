@@ -221,12 +221,13 @@ def test_hil_run_publishes_the_imus_on_the_lsl_arm_stream(pylsl, lsl_config, tmp
         name = "{name}"
         """)
     ports = tmp_path / "ports.json"
+    started = pylsl.local_clock()      # an arm stream made before this (an earlier test's, closing) is not this run's
     hil = subprocess.Popen([sys.executable, "-m", "hil", "run", "--config", str(cfg), "--duration", "60", "--json",
                             "--port-file", str(ports)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                            cwd=ROOT)
     try:
         wait_for_port_file(ports, hil)
-        found = pylsl.resolve_byprop("name", ARM_STREAM, 1, 10.0)
+        found = pylsl.resolve_bypred(f"name='{ARM_STREAM}' and created_at>{started}", 1, 10.0)
         inlet = pylsl.StreamInlet(found[0], recover=False)
         inlet.open_stream(5.0)
         assert inlet.info(5.0).channel_count() == 18 + 14
