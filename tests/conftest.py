@@ -52,7 +52,7 @@ a socket hears the groups other sockets joined) and LSL's stream discovery (modu
 SERIAL_GROUP = "serial"
 """The xdist group (``--dist loadgroup``) of the realtime and host-bus tests: one worker runs them in turn."""
 
-WARM_UP_CONFIGS = ("elbow-hold.toml", "elbow-hold-mtg.toml")
+WARM_UP_CONFIGS = ("elbow-hold.toml", "elbow-hold-mtg.toml", "elbow-hold-imu.toml")
 """Shipped configs whose offline run compiles the plants' kernels before parallel workers start."""
 
 
