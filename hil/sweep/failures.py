@@ -40,7 +40,8 @@ def read_failure(doc: dict, path: str) -> dict:
     return values
 
 
-def _number(value) -> float | None:
+def finite_number(value) -> float | None:
+    """``value`` as a finite float; None for null, text, booleans and NaN."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         return None
     return float(value)
@@ -53,25 +54,25 @@ def failed_criteria(row: dict, criteria: dict) -> list[str]:
     reasons = []
     if criteria["safety_stop"] and row.get("stopped_by") not in (None, "", StopReason.DURATION):
         reasons.append(f"safety stop ({row['stopped_by']})")
-    unstable = _number(row.get("gh_unstable_ticks")) or 0
+    unstable = finite_number(row.get("gh_unstable_ticks")) or 0
     if unstable > criteria["max_gh_unstable_ticks"]:
         reasons.append(f"GH unstable {int(unstable)} ticks")
-    margin = _number(row.get("gh_min_margin"))
+    margin = finite_number(row.get("gh_min_margin"))
     if margin is not None and margin < criteria["min_gh_margin"]:
         reasons.append(f"GH margin {margin:.3g}")
-    rms = _number(row.get("rms_error_deg"))
+    rms = finite_number(row.get("rms_error_deg"))
     if criteria["must_settle"] and rms is not None and row.get("settling_time_s") is None:
         reasons.append("never settled")
     if rms is not None and rms > criteria["max_rms_error_deg"]:
         reasons.append(f"RMS error {rms:.1f} deg")
-    final = _number(row.get("final_error_deg"))
+    final = finite_number(row.get("final_error_deg"))
     if final is not None and abs(final) > criteria["max_final_error_deg"]:
         reasons.append(f"final error {final:.1f} deg")
     return reasons
 
 
 def _rank_key(entry: dict) -> tuple:
-    rms = _number(entry["row"].get("rms_error_deg"))
+    rms = finite_number(entry["row"].get("rms_error_deg"))
     return (-len(entry["failed"]), -(rms if rms is not None else math.inf))
 
 
@@ -115,7 +116,7 @@ def plot_failures(plt, failures: dict, path: str, save_png, title: str, shown: i
 
 def _ranking_panel(ax, ranking: list[dict], limit: float) -> None:
     labels = [str(e.get("patient") or e["id"]) for e in ranking]
-    rms = [_number(e.get("rms_error_deg")) or 0.0 for e in ranking]
+    rms = [finite_number(e.get("rms_error_deg")) or 0.0 for e in ranking]
     y = list(range(len(ranking)))[::-1]
     ax.barh(y, rms, color=[FAIL if e["failed"] else PASS for e in ranking])
     for yi, value, e in zip(y, rms, ranking):
@@ -132,7 +133,7 @@ def _margin_panel(ax, ranking: list[dict]) -> None:
     presets = sorted({str(e.get("patient_preset")) for e in ranking})
     for k, preset in enumerate(presets):
         rows = [e for e in ranking if str(e.get("patient_preset")) == preset
-                and _number(e.get("gh_min_margin")) is not None]
+                and finite_number(e.get("gh_min_margin")) is not None]
         ax.scatter([e["patient_strength_factor"] for e in rows], [e["gh_min_margin"] for e in rows],
                    marker="osD^v<>p"[k % 8], c=[FAIL if e["failed"] else PASS for e in rows], label=preset,
                    edgecolors="k", linewidths=0.4)

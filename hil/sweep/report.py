@@ -29,7 +29,7 @@ from itertools import combinations
 import numpy as np
 
 from hil.reports.run_report import pyplot_agg, save_png
-from hil.sweep.failures import plot_failures, rank_failures
+from hil.sweep.failures import finite_number, plot_failures, rank_failures
 from hil.sweep.population import sample_patients
 from hil.sweep.runner import json_lines
 from hil.sweep.spec import SweepSpec, variants
@@ -63,13 +63,6 @@ def _canon(value) -> str:
     return json.dumps(value, sort_keys=True, default=float)
 
 
-def _number(value) -> float | None:
-    """``value`` as a finite float; None for null, text, booleans and NaN."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return None
-    return float(value)
-
-
 def _unique(values) -> list:
     seen = {}
     for v in values:
@@ -79,11 +72,11 @@ def _unique(values) -> list:
 
 def _never_settled(row: dict) -> bool:
     """A tracked run (it has an RMS error) without a settling time."""
-    return row.get(SETTLING) is None and _number(row.get("rms_error_deg")) is not None
+    return row.get(SETTLING) is None and finite_number(row.get("rms_error_deg")) is not None
 
 
 def _with_total_charge(row: dict) -> dict:
-    charges = [_number(v) for k, v in row.items() if k.startswith("charge_") and k.endswith("_uc")]
+    charges = [finite_number(v) for k, v in row.items() if k.startswith("charge_") and k.endswith("_uc")]
     charges = [q for q in charges if q is not None]
     return {**row, "total_charge_uc": float(sum(charges)) if charges else None}
 
@@ -111,7 +104,7 @@ def _key_label(key: str) -> str:
 def _tick_label(value) -> str:
     if isinstance(value, str):
         return value
-    return f"{value:g}" if _number(value) is not None else json.dumps(value, default=str)
+    return f"{value:g}" if finite_number(value) is not None else json.dumps(value, default=str)
 
 
 def _file_part(key: str) -> str:
@@ -140,7 +133,7 @@ class Axis:
         else:
             dist = spec.random[key]
             levels = _unique(dist[1]) if dist[0] == "choice" else None
-        return cls(key, levels, levels is not None and any(_number(v) is None for v in levels))
+        return cls(key, levels, levels is not None and any(finite_number(v) is None for v in levels))
 
     def x(self, value) -> float:
         if not self.categorical:
@@ -174,7 +167,7 @@ def _colour_groups(spec: SweepSpec, key: str, rows: list[dict]) -> tuple[str | N
 
 
 def _points(axis: Axis, rows: list[dict], metric: str, dx: float = 0.0) -> tuple[list, list]:
-    pts = [(axis.x(r[axis.key]) + dx, _number(r.get(metric))) for r in rows]
+    pts = [(axis.x(r[axis.key]) + dx, finite_number(r.get(metric))) for r in rows]
     return [x for x, y in pts if y is not None], [y for x, y in pts if y is not None]
 
 
@@ -238,7 +231,7 @@ def plot_metrics_vs_key(plt, spec: SweepSpec, key: str, ok_rows: list[dict], met
 
 
 def _mean(rows: list[dict], metric: str) -> float | None:
-    values = [v for v in (_number(r.get(metric)) for r in rows) if v is not None]
+    values = [v for v in (finite_number(r.get(metric)) for r in rows) if v is not None]
     return float(np.mean(values)) if values else None
 
 
@@ -334,7 +327,7 @@ def plot_heat_map(plt, hm: dict, report_dir: str) -> str:
 def metric_stats(ok_rows: list[dict], metric: str) -> dict:
     """n, min, median and max of ``metric`` over the ok runs, the runs without a number (``null``) and, for the
     settling time, those that never settled."""
-    values = [v for v in (_number(r.get(metric)) for r in ok_rows) if v is not None]
+    values = [v for v in (finite_number(r.get(metric)) for r in ok_rows) if v is not None]
     doc = {"n": len(values), "null": len(ok_rows) - len(values),
            "min": float(np.min(values)) if values else None,
            "median": float(np.median(values)) if values else None,
@@ -347,7 +340,7 @@ def metric_stats(ok_rows: list[dict], metric: str) -> dict:
 def _plotted_metrics(ok_rows: list[dict]) -> list[str]:
     """The metrics with a number in some ok run (the settling time also when a run never settled)."""
     return [m for m in METRICS
-            if any(_number(r.get(m)) is not None or (m == SETTLING and _never_settled(r)) for r in ok_rows)]
+            if any(finite_number(r.get(m)) is not None or (m == SETTLING and _never_settled(r)) for r in ok_rows)]
 
 
 def _figures(plt, spec: SweepSpec, rows: list[dict], ok: list[dict], report_dir: str) -> tuple[list, list]:
