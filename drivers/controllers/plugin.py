@@ -118,7 +118,8 @@ class Controller(ABC):
 
 
 BUILTIN = {"playback": "drivers.controllers.builtin:PlaybackController",
-           "elbow_hold": "drivers.controllers.builtin:ElbowHoldController"}
+           "elbow_hold": "drivers.controllers.builtin:ElbowHoldController",
+           "policy": "drivers.controllers.policy:PolicyController"}
 """The built-in controllers by name, as ``module:Class`` like their entry points (found here when the package is
 not installed); loaded by name as any plug-in is, since :mod:`drivers.controllers.builtin` builds on this module."""
 

@@ -353,10 +353,23 @@ class TickEngine:
     def step(self) -> TickResult:
         """Safety, stimulation -> excitation, plant sub-steps, sensor frame (the compiled tick, then what
         raises or has no fixed size: a failed step, the measurement model, a stop's message)."""
-        tick, plant = self.tick, self.plant
+        tick = self.tick
         plant_status, n_clipped, n_done, stop = self._compute_tick(
-            self._tick_arrays, plant.begin_steps(), tick, (tick + 1) * self.period_s, self.overrun, False)
-        plant.finish_steps(plant_status, n_clipped, n_done, self.u)
+            self._tick_arrays, self.plant.begin_steps(), tick, (tick + 1) * self.period_s, self.overrun, False)
+        return self.finish(plant_status, n_clipped, n_done, stop)
+
+    @property
+    def tick_arrays(self):
+        """The compiled tick's arguments (:func:`hil.rt.tick_kernel.tick_arrays`): what a batched caller
+        (:mod:`hil.rt.batch`) hands to the plant type's tick for this engine."""
+        return self._tick_arrays
+
+    def finish(self, plant_status: int, n_clipped: int, n_done: int, stop: int) -> TickResult:
+        """The tick after its compiled part returned (plant status, excitations clipped, steps done, STOP_*
+        code): book the plant's steps (raises as :meth:`sim.plants.FixedStepPlant.finish_steps` says), the
+        extension rules, the measurement model, the result."""
+        tick = self.tick
+        self.plant.finish_steps(plant_status, n_clipped, n_done, self.u)
         if self._extension_rules:
             by_extension = self.safety.after_step(self.sensor.status_view)
             stop = stop or by_extension

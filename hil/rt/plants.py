@@ -11,6 +11,10 @@ and its config checks. The compiled tick is one numba entry written with the pub
     status, n_clipped, n_done = <the plant's step kernel>(<its kernel_args unpacked>, u, ..., n_steps)
     return status, n_clipped, n_done, tick_outputs(arrays, tick, time_s, n_done == n_steps, bits, overrun, warm)
 
+A plant type's batched tick (``batch_tick``) runs the compiled tick of N engines of the same layout in one call
+(:mod:`hil.rt.batch`): each engine's tick is the same compiled code on its own arrays, so each trajectory is the
+single engine's bit for bit, whichever thread runs it.
+
 This is the one place in ``hil`` that names a plant's step kernel (``STEP_KERNEL`` of its ``sim`` package).
 """
 from __future__ import annotations
@@ -18,6 +22,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from typing import Callable
+
+from numba import njit, prange
 
 from hil.rt.tick_kernel import tick_inputs, tick_outputs
 from sim.config_schema import Key, Section
@@ -36,7 +42,8 @@ class PlantType:
     """One plant. ``model_class``: its model's class (``kind`` is the name); ``load_model(cfg)``: its model from
     the service config; ``make_plant(model, cfg, step_s, initial_state)``: the plant (``initial_state`` None: the
     model's resting state); ``tick``: its compiled tick (``tick(arrays, stale, tick, time_s, overrun, warm)`` ->
-    (plant status, excitations clipped, steps done, STOP_* code)); ``options``: the ``[plant]`` keys only it reads
+    (plant status, excitations clipped, steps done, STOP_* code)); ``batch_tick``: the same for N engines
+    (:func:`das3_ticks`); ``options``: the ``[plant]`` keys only it reads
     (``cfg.plant.options``), ``file_options`` those of them that name files; ``check(cfg_plant, cfg_model)``:
     (key, reason) of a config it cannot run, or None."""
 
@@ -46,6 +53,7 @@ class PlantType:
     load_model: Callable
     make_plant: Callable
     tick: Callable
+    batch_tick: Callable | None = None
     options: Section | None = None
     file_options: tuple[str, ...] = ()
     check: Callable | None = None
@@ -133,13 +141,27 @@ def compute_tick(arrays, stale, tick, time_s, overrun, warm):
     return das3_tick(arrays, stale, tick, time_s, overrun, warm)
 
 
+batch = njit(cache=True, nogil=True, parallel=True, error_model="numpy")
+"""The batched ticks: numba's threads run the engines of a batch (``numba.set_num_threads`` sets how many)."""
+
+
+@batch
+def das3_ticks(arrays, stale, ticks, times, results):
+    """:func:`das3_tick` of engine i = 0..N-1 (``arrays``: a typed list of their tick arrays; ``stale``,
+    ``ticks``, ``times``: per engine) into ``results[i]`` = (plant status, clipped, steps done, STOP_* code)."""
+    for i in prange(ticks.shape[0]):
+        status, n_clipped, n_done, stop = das3_tick(arrays[i], stale[i], ticks[i], times[i], False, False)
+        results[i, 0], results[i, 1], results[i, 2], results[i, 3] = status, n_clipped, n_done, stop
+
+
 def _das3_plant(model, cfg, step_s: float, initial_state):
     return Plant(model, step_s=step_s, initial_state=initial_state, scheme=cfg.plant.scheme)
 
 
 DAS3 = register_plant(PlantType(
     name="das3", doc="the full DAS3 arm (sim.das3.plant)", model_class=Das3Model,
-    load_model=lambda cfg: load_model(cfg.model), make_plant=_das3_plant, tick=compute_tick))
+    load_model=lambda cfg: load_model(cfg.model), make_plant=_das3_plant, tick=compute_tick,
+    batch_tick=das3_ticks))
 
 
 # -- the reduced MTG arm ---------------------------------------------------------------------------------
@@ -157,6 +179,14 @@ def mtg_tick(arrays, stale, tick, time_s, overrun, warm):
 def compute_tick_mtg(arrays, stale, tick, time_s, overrun, warm):
     """:func:`mtg_tick` from Python."""
     return mtg_tick(arrays, stale, tick, time_s, overrun, warm)
+
+
+@batch
+def mtg_ticks(arrays, stale, ticks, times, results):
+    """:func:`das3_ticks` with the MTG arm's tick."""
+    for i in prange(ticks.shape[0]):
+        status, n_clipped, n_done, stop = mtg_tick(arrays[i], stale[i], ticks[i], times[i], False, False)
+        results[i, 0], results[i, 1], results[i, 2], results[i, 3] = status, n_clipped, n_done, stop
 
 
 MTG_OPTIONS = Section("plant (mtg)", "Keys only the reduced MTG arm (`type = \"mtg\"`) reads.", (
@@ -184,5 +214,6 @@ def _mtg_check(cfg_plant, cfg_model) -> tuple[str, str] | None:
 
 MTG = register_plant(PlantType(
     name="mtg", doc="the reduced muscle-torque-generator arm (sim.mtg.plant)", model_class=MtgModel,
-    load_model=_mtg_model, make_plant=_mtg_plant, tick=compute_tick_mtg, options=MTG_OPTIONS,
+    load_model=_mtg_model, make_plant=_mtg_plant, tick=compute_tick_mtg, batch_tick=mtg_ticks,
+    options=MTG_OPTIONS,
     file_options=("mtg_parameters",), check=_mtg_check))

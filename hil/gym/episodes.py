@@ -1,0 +1,121 @@
+"""The episodes of N arms on one task: targets, observations, rewards, endings; shared by the single environment
+(N = 1, :mod:`hil.gym.env`) and the vector environment (:mod:`hil.gym.vector`), so both compute the same thing.
+
+Seeding: arm i draws its episodes (target, hand load, sensor-noise seed) from its own generator, seeded by the
+``seed`` given to a reset (the vector environment gives arm i ``seed + i``, as Gymnasium's ``SyncVectorEnv`` gives
+its i-th environment) and continued by later resets without a seed.
+
+Reset options (all optional): ``patient`` (a preset name or patient file, :mod:`hil.patients`; the arm is built
+again when it changes), ``target`` (the task's target parameters: rad, or m for a point), ``target_deg`` (an
+angle target's first parameter in degrees), ``hand_load_kg``.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from gymnasium import spaces
+from gymnasium.utils import seeding
+
+from hil.config import load_service_config
+from hil.gym.arm_batch import ENDINGS, RUNNING, ArmBatch, ticks_per_action
+from hil.gym.tasks import TASKS, RewardWeights, Task
+from hil.patients import patient_override
+
+
+class Episodes:
+    """``n`` arms on ``task``; keyword arguments as :func:`hil.gym.env.make_kwargs` documents."""
+
+    def __init__(self, task: str | Task, n: int, plant: str = "das3", config: str | None = None,
+                 action_kind: str = "level", action_period_s: float | None = None,
+                 duration_s: float | None = None, observe=None, weights: RewardWeights | None = None,
+                 pulse_width_us: float = 300.0, frequency_hz: float = 40.0, threads: int = 1) -> None:
+        self.task = TASKS[task] if isinstance(task, str) else task
+        t = self.task
+        cfg = load_service_config(config or t.config_file(plant))
+        period = cfg.loop.period_s
+        self.ticks_per_action = ticks_per_action(action_period_s or t.action_period_s, period)
+        self.action_period_s = self.ticks_per_action * period
+        self.max_steps = max(1, int(round((duration_s or t.duration_s) / self.action_period_s)))
+        self.weights = weights or t.weights
+        self.arms = ArmBatch(cfg, n, t.channels[cfg.plant.type], tuple(observe or t.observe), t.n_target,
+                             self.ticks_per_action, action_kind, pulse_width_us, frequency_hz, threads)
+        self.n = n
+        low, high = self.arms.actions.bounds()
+        self.action_space = spaces.Box(low.astype(np.float32), high.astype(np.float32), dtype=np.float32)
+        size = self.arms.observation.size
+        self.observation_space = spaces.Box(-np.inf, np.inf, (size,), np.float32)
+        self.observation_labels = self.arms.observation.labels
+        self.rngs = [seeding.np_random(None)[0] for _ in range(n)]
+        n_params = len(t.target_range)
+        self.params, self.targets = np.zeros((n, n_params)), np.zeros((n, t.n_target))
+        self.start, self.steps = np.zeros(n), np.zeros(n, np.int64)
+        self.obs = np.zeros((n, size), np.float32)
+        self._obs64 = np.zeros((n, size))
+        self.errors, self.rewards = np.zeros(n), np.zeros(n)
+
+    # -- resets ------------------------------------------------------------------------------------------
+    def reset_arm(self, i: int, seed: int | None = None, options: dict | None = None) -> None:
+        """Arm ``i``'s next episode (a new generator when ``seed`` is given)."""
+        if seed is not None:
+            self.rngs[i] = seeding.np_random(seed)[0]
+        options = dict(options or {})
+        rng, t = self.rngs[i], self.task
+        patient = options.pop("patient", None)
+        noise_seed = int(rng.integers(2**63))
+        low, high = t.hand_load_kg
+        hand_kg = float(options.pop("hand_load_kg", rng.uniform(low, high) if high > low else low))
+        self.arms.reset_arm(i, noise_seed, hand_kg, patient_override(patient), patient)
+        params = t.sample_parameters(rng, self.arms.frames[i:i + 1])
+        if "target" in options:
+            params = np.broadcast_to(np.asarray(options.pop("target"), float), params.shape)
+        if "target_deg" in options:
+            params = params.copy()
+            params[0] = math.radians(float(options.pop("target_deg")))
+        if options:
+            raise ValueError(f"unknown reset option(s): {', '.join(options)} "
+                             "(patient, target, target_deg, hand_load_kg)")
+        self.params[i] = params
+        self.start[i] = t.start_values(self.arms.frames[i:i + 1])[0]
+        self.steps[i] = 0
+        self._observe(np.arange(i, i + 1))
+
+    # -- steps -------------------------------------------------------------------------------------------
+    def step(self, actions: np.ndarray, stepping: np.ndarray) -> None:
+        """One action step of the arms where ``stepping``: frames, observations, rewards, errors."""
+        self.arms.step(np.asarray(actions, np.float64), stepping)
+        self.steps[stepping] += 1
+        idx = np.flatnonzero(stepping)
+        self._observe(idx)
+        w = self.weights
+        unstable = self.arms.frames["gh_stability"][idx] > 0.0
+        self.rewards[idx] = (-self.errors[idx] / w.error_scale - w.effort * self.arms.effort[idx]
+                             - w.gh_unstable * unstable)
+
+    def _observe(self, idx: np.ndarray) -> None:
+        """Targets at the arms' times, tracking errors and observations of arms ``idx``."""
+        if idx.shape[0] == 0:
+            return
+        frames = self.arms.frames[idx]
+        targets = self.targets[idx]
+        self.task.targets(self.params[idx], self.steps[idx] * self.action_period_s, self.start[idx], targets)
+        self.targets[idx] = targets
+        errors = np.zeros(idx.shape[0])
+        self.task.errors(frames, targets, errors)
+        self.errors[idx] = errors
+        obs = self._obs64[idx]
+        self.arms.observation.fill(frames, targets, obs)
+        self.obs[idx] = obs
+
+    def terminated(self) -> np.ndarray:
+        return self.arms.statuses() != RUNNING
+
+    def truncated(self) -> np.ndarray:
+        return (self.steps >= self.max_steps) & ~self.terminated()
+
+    def info(self, i: int) -> dict:
+        """Arm ``i``'s step information: error (rad or m), effort, time (s), why its episode ended."""
+        arm = self.arms.arms[i]
+        return {"error": float(self.errors[i]), "effort": float(self.arms.effort[i]),
+                "time_s": float(arm.tick * self.arms.period_s), "termination": ENDINGS[arm.status],
+                "detail": arm.detail, "target": self.targets[i].copy()}

@@ -1,0 +1,66 @@
+"""Stable-Baselines3's ``VecEnv`` over the batched arms (``stable-baselines3`` is needed for this module only).
+
+SB3 resets an environment inside the step that ended its episode and hands the last observation over in
+``infos[i]["terminal_observation"]`` (``"TimeLimit.truncated"`` says a time limit ended it); this adapter does
+so on :class:`hil.gym.episodes.Episodes`, the same arms and episodes as the Gymnasium vector environment.
+"""
+from __future__ import annotations
+
+import numpy as np
+from stable_baselines3.common.vec_env import VecEnv
+
+from hil.gym.episodes import Episodes
+
+
+class FesArmSb3VecEnv(VecEnv):
+    """``num_envs`` arms on ``task`` (keyword arguments as :mod:`hil.gym.env`; ``seed``: of the first reset)."""
+
+    def __init__(self, task: str, num_envs: int = 1, seed: int | None = None, **kwargs) -> None:
+        self.episodes = Episodes(task, num_envs, **kwargs)
+        super().__init__(num_envs, self.episodes.observation_space, self.episodes.action_space)
+        self._seed = seed
+        self._actions = np.zeros((num_envs, self.episodes.action_space.shape[0]))
+        self._all = np.ones(num_envs, bool)
+
+    def reset(self):
+        seed, self._seed = self._seed, None
+        for i in range(self.num_envs):
+            self.episodes.reset_arm(i, None if seed is None else seed + i)
+        return self.episodes.obs.copy()
+
+    def step_async(self, actions) -> None:
+        self._actions[:] = actions
+
+    def step_wait(self):
+        ep = self.episodes
+        ep.step(self._actions, self._all)
+        terminated, truncated = ep.terminated(), ep.truncated()
+        rewards = ep.rewards.astype(np.float32)
+        infos = [ep.info(i) for i in range(self.num_envs)]
+        obs = ep.obs.copy()
+        for i in np.flatnonzero(terminated | truncated):
+            infos[i]["terminal_observation"] = obs[i].copy()
+            infos[i]["TimeLimit.truncated"] = bool(truncated[i])
+            ep.reset_arm(i)
+            obs[i] = ep.obs[i]
+        return obs, rewards, terminated | truncated, infos
+
+    def close(self) -> None:
+        pass
+
+    def get_attr(self, attr_name, indices=None):
+        return [getattr(self, attr_name) for _ in self._indices(indices)]
+
+    def set_attr(self, attr_name, value, indices=None) -> None:
+        setattr(self, attr_name, value)
+
+    def env_method(self, method_name, *args, indices=None, **kwargs):
+        return [getattr(self, method_name)(*args, **kwargs) for _ in self._indices(indices)]
+
+    def env_is_wrapped(self, wrapper_class, indices=None):
+        return [False for _ in self._indices(indices)]
+
+    def _indices(self, indices):
+        if indices is None:
+            return range(self.num_envs)
+        return [indices] if isinstance(indices, int) else indices

@@ -1,0 +1,59 @@
+"""The vector environment of a task: N arms in one batch (:mod:`hil.gym.arm_batch`), each arm's trajectory the
+single environment's bit for bit. Gymnasium 1.x next-step autoreset: the step after an arm's episode ends resets
+it (its action is ignored; reward 0, neither terminated nor truncated) and returns its first observation.
+
+``gymnasium.make_vec("fes_hil/ElbowHold-v0", num_envs=N, vectorization_mode="vector_entry_point", threads=T)``
+takes the single environment's keyword arguments (:mod:`hil.gym.env`) and ``threads``: numba threads stepping the
+arms (1 by default; more pay on a machine with more free cores than the batch's Python needs).
+"""
+from __future__ import annotations
+
+import numpy as np
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_space
+
+from hil.gym.episodes import Episodes
+
+
+class FesArmVectorEnv(VectorEnv):
+    metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP, "render_modes": []}
+
+    def __init__(self, task: str, num_envs: int = 1, **kwargs) -> None:
+        self.episodes = Episodes(task, num_envs, **kwargs)
+        self.num_envs = num_envs
+        self.single_action_space = self.episodes.action_space
+        self.single_observation_space = self.episodes.observation_space
+        self.action_space = batch_space(self.single_action_space, num_envs)
+        self.observation_space = batch_space(self.single_observation_space, num_envs)
+        self.observation_labels = self.episodes.observation_labels
+        self._autoreset = np.zeros(num_envs, bool)
+
+    def reset(self, *, seed=None, options: dict | None = None):
+        seeds = [None] * self.num_envs if seed is None else (
+            [seed + i for i in range(self.num_envs)] if isinstance(seed, int) else list(seed))
+        for i in range(self.num_envs):
+            self.episodes.reset_arm(i, seeds[i], options)
+        self._autoreset[:] = False
+        return self.episodes.obs.copy(), self._infos()
+
+    def step(self, actions):
+        ep = self.episodes
+        resetting = self._autoreset.copy()
+        for i in np.flatnonzero(resetting):
+            ep.reset_arm(i)
+        ep.step(actions, ~resetting)
+        terminated, truncated = ep.terminated(), ep.truncated()
+        rewards = ep.rewards.copy()
+        rewards[resetting] = 0.0
+        terminated[resetting] = truncated[resetting] = False
+        self._autoreset = terminated | truncated
+        return ep.obs.copy(), rewards, terminated, truncated, self._infos()
+
+    def _infos(self) -> dict:
+        ep = self.episodes
+        infos = [ep.info(i) for i in range(self.num_envs)]
+        out = {}
+        for key in ("error", "effort", "time_s", "termination"):
+            out[key] = np.array([info[key] for info in infos])
+            out["_" + key] = np.ones(self.num_envs, bool)
+        return out

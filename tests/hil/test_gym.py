@@ -1,0 +1,163 @@
+"""The Gymnasium environments (hil.gym): the env checker, seeds, resets in place, the batch against single
+environments bit for bit, next-step autoreset, reset options, and a random policy's long run."""
+from __future__ import annotations
+
+import warnings
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+import hil.gym
+from hil.gym.env import FesArmEnv
+from hil.gym.vector import FesArmVectorEnv
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::numba.NumbaTypeSafetyWarning")
+SHORT = {"duration_s": 0.2}
+
+
+def rollout(env, seed, actions, options=None):
+    """Observations and rewards of ``actions`` from ``reset(seed)`` (bytes: compared bit for bit)."""
+    obs, _ = env.reset(seed=seed, options=options)
+    seen, rewards = [obs.tobytes()], []
+    for a in actions:
+        obs, r, term, trunc, _ = env.step(a)
+        seen.append(obs.tobytes())
+        rewards.append(r)
+        if term or trunc:
+            break
+    return seen, np.array(rewards)
+
+
+def random_actions(space, n, seed=0):
+    space.seed(seed)
+    return [space.sample() for _ in range(n)]
+
+
+@pytest.mark.parametrize("env_id", hil.gym.environment_ids())
+def test_every_environment_passes_the_env_checker(env_id):
+    env = gym.make(env_id)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        check_env(env.unwrapped)
+    assert env.unwrapped.observation_space.shape[0] == len(env.unwrapped.observation_labels)
+
+
+def test_the_mtg_plant_passes_the_env_checker():
+    env = gym.make("fes_hil/ElbowHold-v0", plant="mtg")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        check_env(env.unwrapped)
+
+
+def test_a_seed_reproduces_the_trajectory_and_another_seed_does_not():
+    env_a, env_b = FesArmEnv("ElbowHold", **SHORT), FesArmEnv("ElbowHold", **SHORT)
+    actions = random_actions(env_a.action_space, 10)
+    first, r1 = rollout(env_a, 7, actions)
+    again, r2 = rollout(env_b, 7, actions)
+    other, _ = rollout(env_b, 8, actions)
+    assert first == again and np.array_equal(r1, r2)
+    assert first[0] != other[0]      # another target
+
+
+def test_a_reset_in_place_equals_a_fresh_environment():
+    used, fresh = FesArmEnv("ElbowHold", **SHORT), FesArmEnv("ElbowHold", **SHORT)
+    actions = random_actions(used.action_space, 10, seed=1)
+    rollout(used, 3, [np.ones(2, np.float32)] * 10)        # an episode that changes every state
+    (seen_used, r_used), (seen_fresh, r_fresh) = rollout(used, 5, actions), rollout(fresh, 5, actions)
+    assert seen_used == seen_fresh and r_used.tobytes() == r_fresh.tobytes()
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_the_batch_equals_single_environments_bit_for_bit(threads):
+    n, steps = 3, 14       # 10 steps per episode: the batch autoresets within the run
+    batch = FesArmVectorEnv("ElbowHold", num_envs=n, threads=threads, **SHORT)
+    singles = [FesArmEnv("ElbowHold", **SHORT) for _ in range(n)]
+    rng = np.random.default_rng(2)
+    actions = rng.uniform(0, 1, (steps, n, 2)).astype(np.float32)
+    obs, _ = batch.reset(seed=10)
+    batch_obs, batch_rewards = [obs], []
+    for t in range(steps):
+        obs, r, term, trunc, _ = batch.step(actions[t])
+        batch_obs.append(obs)
+        batch_rewards.append(r)
+    for i, env in enumerate(singles):
+        obs, _ = env.reset(seed=10 + i)
+        assert obs.tobytes() == batch_obs[0][i].tobytes()
+        reset_next = False
+        for t in range(steps):
+            if reset_next:        # next-step autoreset: the batch ignored this action and reset the arm
+                obs, _ = env.reset()
+                reward, reset_next = 0.0, False
+            else:
+                obs, reward, term, trunc, _ = env.step(actions[t, i])
+                reset_next = term or trunc
+            assert obs.tobytes() == batch_obs[t + 1][i].tobytes(), (i, t)
+            assert reward == batch_rewards[t][i]
+
+
+def test_make_vec_uses_the_batched_entry_point():
+    envs = gym.make_vec("fes_hil/ElbowHold-v0", num_envs=2, vectorization_mode="vector_entry_point", **SHORT)
+    assert isinstance(envs.unwrapped, FesArmVectorEnv)
+    obs, _ = envs.reset(seed=0)
+    assert obs.shape == (2, 3)
+
+
+def test_reset_options_set_target_load_and_patient():
+    env = FesArmEnv("ElbowHold", **SHORT)
+    obs, info = env.reset(seed=0, options={"target_deg": 75.0, "hand_load_kg": 0.4})
+    assert obs[-1] == np.float32(np.radians(75.0))
+    loads = env.episodes.arms.arms[0].engine.plant.loads
+    assert loads[list(env.episodes.arms.arms[0].model.load_names).index("hand_force_y")] == pytest.approx(-0.4 * 9.80665)
+    able = env.episodes.arms.arms[0].engine
+    env.reset(seed=0, options={"patient": "c5-tetraplegia"})
+    assert env.episodes.arms.arms[0].engine is not able
+    with pytest.raises(ValueError, match="unknown reset option"):
+        env.reset(options={"targte": 1.0})
+
+
+def test_level_actions_reach_the_channels_through_the_limits():
+    env = FesArmEnv("ElbowHold", **SHORT)
+    env.reset(seed=0)
+    env.step(np.array([0.5, 2.0], np.float32))      # triceps asked beyond its limit: the channel's policy rules
+    engine = env.episodes.arms.arms[0].engine
+    biceps, triceps = env.episodes.arms.actions.channels
+    assert engine.stim.channels[triceps].limit_policy == "reject"
+    assert engine.applied[biceps, 1] == pytest.approx(0.5 * engine.stim.channels[biceps].max_amplitude_ma)
+    assert engine.applied[triceps, 1] == 0.0
+    assert engine.rejected == {(0, "amplitude_limit"): 1}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("env_id", hil.gym.environment_ids())
+def test_a_random_policy_runs_ten_thousand_steps(env_id):
+    env = gym.make(env_id)
+    env.action_space.seed(0)
+    env.reset(seed=0)
+    episodes = 0
+    for _ in range(10_000):
+        obs, reward, term, trunc, info = env.step(env.action_space.sample())
+        assert np.isfinite(reward) and np.all(np.isfinite(obs))
+        if term or trunc:
+            episodes += 1
+            env.reset()
+    assert episodes >= 10_000 // env.unwrapped.episodes.max_steps - 1
+
+
+def test_stable_baselines3_trains_on_the_batched_arms():
+    """SB3's own vec-env checks and a short PPO run on the adapter; episodes end and reset inside SB3's step."""
+    from stable_baselines3 import PPO
+
+    from hil.gym.sb3 import FesArmSb3VecEnv
+
+    venv = FesArmSb3VecEnv("ElbowHold", num_envs=2, seed=0, **SHORT)
+    model = PPO("MlpPolicy", venv, n_steps=16, batch_size=16, n_epochs=1, seed=0, device="cpu")
+    model.learn(total_timesteps=64)
+    obs = venv.reset()
+    ended = []
+    for _ in range(12):
+        obs, rewards, dones, infos = venv.step(np.stack([venv.action_space.sample()] * 2))
+        ended += [info for info, done in zip(infos, dones) if done]
+    assert ended and all("terminal_observation" in info and info["TimeLimit.truncated"] for info in ended)
+    assert obs.shape == (2, 3) and rewards.dtype == np.float32

@@ -1,0 +1,94 @@
+"""A policy saved from a Gymnasium environment (hil.gym.policy_file) runs as the ``policy`` controller plug-in:
+the same observation and action layouts, the network's commands applied through the engine's limits; a policy
+file that is corrupt or does not fit gives one config error line."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from drivers.controllers.policy import read_policy
+from hil.config import load_service_config
+from hil.gym.env import FesArmEnv
+from hil.gym.policy_file import save_network
+from hil.rt.offline import run_offline
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIGS = ROOT / "configs"
+GAIN = 3.0     # level per rad of elbow error
+
+
+def proportional_layers():
+    """A linear network on (elbow, elbow velocity, target): biceps level = GAIN e, triceps = -GAIN e."""
+    return [(np.array([[-GAIN, 0.0, GAIN], [GAIN, 0.0, -GAIN]]), np.zeros(2))]
+
+
+def policy_config(tmp_path: Path, policy: Path, target: str = "80") -> Path:
+    cfg = tmp_path / "run.toml"
+    cfg.write_text(f'include = ["{CONFIGS / "gym" / "elbow-hold.toml"}"]\n[[driver]]\ntype = "loopback"\n'
+                   f'controller = "policy"\npolicy = "{policy}"\ntarget = {target}\nrate_hz = 50\n')
+    return cfg
+
+
+class Keep:
+    def __init__(self):
+        self.frames, self.applied = [], []
+
+    def on_tick(self, record, engine, actuation_ns):
+        self.frames.append(record[0]["frame"].copy())
+        self.applied.append(record[0]["applied"][:, 1].copy())
+
+
+def test_a_saved_policy_commands_what_the_network_says_in_a_run(tmp_path):
+    env = FesArmEnv("ElbowHold")
+    path = tmp_path / "policy.npz"
+    save_network(str(path), env.episodes, proportional_layers(), activation="tanh")
+    keep = Keep()
+    run_offline(load_service_config(policy_config(tmp_path, path)), 300, [keep])
+    elbow = np.array([f["elbow_flexion"] for f in keep.frames])
+    applied = np.array(keep.applied)
+    # the command applied at tick 5k + 1 came from the frame of tick 5k - 1 (50 Hz calls, 4 ms ticks)
+    k = 50
+    error = np.radians(80.0) - keep.frames[k - 1]["elbow_flexion"]
+    error /= np.sqrt(1.0 + 1e-8)      # the normalisation SB3's VecNormalize applies: (x - 0) / sqrt(1 + eps)
+    expected = np.clip([GAIN * error, -GAIN * error], 0.0, 1.0) * 100.0
+    assert applied[k + 1, [3, 4]] == pytest.approx(expected, rel=1e-12)
+    assert abs(np.degrees(elbow[-1]) - 80.0) < abs(np.degrees(elbow[0]) - 80.0) / 2
+
+
+def test_the_file_keeps_the_environment_layouts(tmp_path):
+    env = FesArmEnv("Reach")
+    path = tmp_path / "policy.npz"
+    n_obs, n_act = env.observation_space.shape[0], env.action_space.shape[0]
+    save_network(str(path), env.episodes, [(np.zeros((n_act, n_obs)), np.zeros(n_act))])
+    net = read_policy(str(path))
+    assert net.meta["observe"] == ["q", "qdot", "hand_position"] and net.meta["target_unit"] == "m"
+    assert net.meta["action"]["channels"] == list(env.episodes.arms.actions.channels)
+
+
+@pytest.mark.parametrize("damage, words", [
+    ("garbage", "not a policy saved by hil.gym"),
+    ("wrong_size", "do not take"),
+    ("nan", "do not take"),
+    ("target", "1 finite value(s) in deg"),
+])
+def test_a_bad_policy_file_is_one_config_error(tmp_path, damage, words):
+    env = FesArmEnv("ElbowHold")
+    path = tmp_path / "policy.npz"
+    layers = proportional_layers()
+    if damage == "wrong_size":
+        layers = [(np.zeros((2, 5)), np.zeros(2))]
+    if damage == "nan":
+        layers[0][0][0, 0] = np.nan
+    save_network(str(path), env.episodes, layers)
+    if damage == "garbage":
+        path.write_bytes(b"PK\x03\x04 not a zip at all")
+    cfg = policy_config(tmp_path, path, target='"ninety"' if damage == "target" else "80")
+    out = subprocess.run([sys.executable, "-m", "hil", "check-config", str(cfg)], capture_output=True, text=True,
+                         cwd=ROOT, timeout=300)
+    key = "driver[0].target" if damage == "target" else "driver[0].policy"
+    assert out.returncode == 2 and key in out.stderr and words in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
