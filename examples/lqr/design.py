@@ -36,7 +36,7 @@ TARGET_DEG = 90.0
 FLEXOR, EXTENSOR = "biceps", "triceps"
 PERIOD_S = 0.02                    # the plug-in's call period (rate_hz = 50)
 PULSE_WIDTH_US, FREQUENCY_HZ = 300.0, 40.0
-MAX_INTEGRAL, MAX_ERROR, MAX_VELOCITY = 0.05, 0.03, 1.0     # rad s, rad, rad/s (Bryson's rule, proposals)
+MAX_INTEGRAL, MAX_ERROR, MAX_VELOCITY = 0.02, 0.03, 0.4     # rad s, rad, rad/s (Bryson's rule, proposals)
 MAX_LEVEL_CHANGE = 0.3
 
 

@@ -4,7 +4,8 @@ its gain designed from the linearised DAS3 model by examples/lqr/design.py (docs
 Each call: z = [integral of e, e, qdot_ELx] with e = elbow - target; levels l = l0 - K z, clipped to [0, phi]; each
 level becomes an amplitude by inverting the recruitment curve l = phi (3 x^2 - 2 x^3), x = (PW I - Q_th) / (Q_sat -
 Q_th) (hil.rt.stimulation), x = 1/2 - sin(asin(1 - 2 l/phi) / 3), which removes the threshold dead zone. The integral
-stops while a level is clipped (conditional integration, an anti-windup).
+runs only while |e| < integration_band_deg and no level is at its top phi (conditional integration, an anti-windup:
+Astrom & Hagglund, Advanced PID Control, 2006, §3.5; a level clipped at 0 is the pair's normal flexor/extensor split).
 
     [[driver]]
     type = "loopback"
@@ -47,6 +48,7 @@ class LqrElbow(Controller):
         self.flexor = int(p.pop("flexor_channel"))
         self.extensor = int(p.pop("extensor_channel"))
         self.max_amp = float(p.pop("max_amplitude_ma", 80.0))
+        self.band = math.radians(float(p.pop("integration_band_deg", 5.0)))
         self.target = math.radians(float(p.pop("target_deg", g["target_deg"])))   # the design's by default
         if p:
             raise ValueError(f"unknown parameter(s) {sorted(p)}")
@@ -70,11 +72,12 @@ class LqrElbow(Controller):
         want = self.level0 - self.K @ z
         top = np.array([r["phi"] for r in self.rec])
         levels = np.clip(want, 0.0, top)
-        if np.all(levels == want):
+        if abs(e) < self.band and np.all(want < top):    # clipping at 0 is the pair's normal split
             self.integral += e * self.dt
         self.amps = [min(self.max_amp, amplitude_ma(float(lv), r, self.pw_us * 1e-6)) for lv, r in zip(levels, self.rec)]
         return [ChannelCommand(self.flexor, self.pw_us, self.amps[0], self.freq),
                 ChannelCommand(self.extensor, self.pw_us, self.amps[1], self.freq)]
 
     def state(self):
-        return {"integral_rad_s": self.integral, "amplitude_ma": list(self.amps)}
+        return {"integral_rad_s": self.integral, "flexor_amplitude_ma": self.amps[0],
+                "extensor_amplitude_ma": self.amps[1]}

@@ -81,6 +81,7 @@ def test_amplitude_slope_matches_the_recruitment_curve():
     ("bad_extension", ["--out", "{tmp}/model.txt"], "unknown extension '.txt'"),
     ("no_channels", ["--config", str(ROOT / "configs/loopback.toml"), "--inputs", "channels"],
      "--inputs channels needs stimulation channels"),
+    ("mtg_plant", ["--config", str(ROOT / "configs/elbow-hold-mtg.toml")], "the MTG plant has no exact Jacobians"),
 ])
 def test_bad_input_is_one_clear_line(tmp_path, case, args, message):
     short, nan = tmp_path / "short.json", tmp_path / "nan.csv"

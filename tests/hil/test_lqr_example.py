@@ -35,12 +35,13 @@ def test_saved_gain_is_the_designed_one():
     assert max(doc["closed_loop_poles_abs"]) < 1.0                  # the discrete closed loop is stable
 
 
-def test_lqr_plugin_holds_the_elbow_at_90_deg():
+def test_lqr_plugin_holds_the_elbow_at_90_deg(caplog):
     cfg = load_service_config(ROOT / "configs/elbow-lqr.toml")
     keep = Elbow()
     run_offline(cfg, round(5.0 / cfg.loop.period_s), [keep])
     angle = np.array(keep.angle)
     t = tracking(angle, math.radians(90.0), cfg.loop.period_s)
     assert math.degrees(angle[0]) < 45.0                               # from the passive posture
-    assert t["settling_time_s"] is not None and t["settling_time_s"] < 1.0
+    assert t["settling_time_s"] is not None and t["settling_time_s"] < 1.0 and math.degrees(t["overshoot_rad"]) < 2.0
     assert np.max(np.abs(np.degrees(angle[-round(2.0 / cfg.loop.period_s):]) - 90.0)) < 0.5   # stays for the last 2 s
+    assert "controller_" not in caplog.text                           # no call raised or returned garbage

@@ -22,7 +22,7 @@ from sim.linear.das3 import (
     output_matrices,
     parse_posture,
 )
-from sim.linear.reduce import frequency_response, relative_error, residualize, step_response
+from sim.linear.reduce import frequency_response, pade_delays, relative_error, residualize, step_response
 
 ELX = 9
 STEP_REL_ERROR = 0.02
@@ -131,3 +131,15 @@ def test_bad_operating_points_are_refused(model, biceps):
         parse_posture(model, "ELbow=90")
     with pytest.raises(LinearizeError, match="cannot hold"):
         hold_posture(model, biceps, {ELX: math.radians(170.0)})
+
+
+def test_pade_section_delays_the_input():
+    """A first-order lag 1/(s + 1) delayed by 20 ms: the Pade section is all-pass with phase -2 atan(w T / 2)
+    (~ -w T at low w)."""
+    A, B, C, D = np.array([[-1.0]]), np.array([[1.0]]), np.array([[1.0]]), np.zeros((1, 1))
+    Aa, Ba, Ca, Da = pade_delays(A, B, C, D, [0.02])
+    assert Aa.shape == (2, 2)
+    w = np.array([0.0, 1.0, 5.0])
+    G, Gd = frequency_response(A, B, C, D, w)[:, 0, 0], frequency_response(Aa, Ba, Ca, Da, w)[:, 0, 0]
+    np.testing.assert_allclose(np.abs(Gd), np.abs(G), rtol=1e-12)                 # all-pass
+    np.testing.assert_allclose(np.angle(Gd / G), -2.0 * np.arctan(w * 0.01), atol=1e-12)
