@@ -24,7 +24,6 @@ from hil import __version__
 from hil.config import ServiceConfig
 from hil.rt.stimulation import StimulationModel, amplitude_for_level, load_stimulation_config
 from sim.das3.layout import N_DOF, Das3Model
-from sim.das3.muscle_groups import element_indices
 from sim.linear.das3 import (
     Inputs,
     LinearizeError,
@@ -164,9 +163,6 @@ def build(model: Das3Model, cfg: ServiceConfig | None, *, x_state=None, posture:
         inp = channel_inputs(stim, select, frequency_hz)
     elif kind == "groups":
         inp = excitation_inputs(model, select, grouped=True)
-        for key in select or ():
-            if element_indices(key, model.muscle_names) is None:
-                raise LinearizeError(f"--inputs: unknown group {key!r}")
     else:
         inp = excitation_inputs(model, select)
     if posture is not None:

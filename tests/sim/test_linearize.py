@@ -65,8 +65,8 @@ def test_exact_a_and_b_match_finite_differences_of_f(model, biceps, held):
     assert lm.residual_max < 1e-8
     J = _fd_F(model, x0, x0[IA:].copy())
     rows = slice(0, 22)                                    # the joint rows: every coupling of the model enters here
-    assert np.max(np.abs(J[rows] - lm.A[rows])) < 1e-5 * np.max(np.abs(lm.A[rows]))
-    assert np.max(np.abs(J - lm.A)) < 1e-4 * np.max(np.abs(lm.A))
+    assert np.max(np.abs(J[rows] - lm.A[rows])) < 1e-7 * np.max(np.abs(lm.A[rows]))
+    assert np.max(np.abs(J - lm.A)) < 1e-6 * np.max(np.abs(lm.A))
     ref = ReferenceModel(model, lambda t: u)
     for k in (element_indices("bicl", model.muscle_names)[0], element_indices("triclong", model.muscle_names)[0]):
         u = x0[IA:].copy()
