@@ -1,0 +1,97 @@
+"""``hil model linearize``: the files it writes (.npz, .mat through scipy.io) with A, B, C, D and their names, the
+channel inputs (level and amplitude), and one clear error line for each bad input."""
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy.io import loadmat
+
+from hil.config import load_service_config
+from hil.linearize import channel_inputs, level_per_ma, stimulation_model
+from hil.rt.stimulation import amplitude_for_level
+from sim.das3.model import load_model
+
+ROOT = Path(__file__).resolve().parents[2]
+HOLD = str(ROOT / "configs/elbow-hold.toml")
+
+
+def _linearize(*args):
+    return subprocess.run([sys.executable, "-m", "hil", "model", "linearize", *args], capture_output=True, text=True,
+                          cwd=ROOT, timeout=600)
+
+
+def test_npz_at_a_channel_held_posture_with_reduced_and_discrete_forms(tmp_path):
+    out = tmp_path / "elbow.npz"
+    run = _linearize("--config", HOLD, "--posture", "ELx=90", "--inputs", "channels=biceps,triceps",
+                     "--outputs", "q:ELx,qdot:ELx,hand_position", "--reduce", "ELx", "--out", str(out), "--json")
+    assert run.returncode == 0, run.stderr
+    summary = json.loads(run.stdout)
+    assert summary["q0_deg"]["ELx"] == pytest.approx(90.0, abs=1e-6) and summary["residual_max"] < 1e-8
+    z = np.load(out)
+    assert z["A"].shape == (298, 298) and z["B"].shape == (298, 2) and z["C"].shape == (5, 298)
+    assert z["D"].shape == (5, 2) and list(z["input_names"]) == ["biceps", "triceps"]
+    assert list(z["output_names"][:2]) == ["q_ELx", "qdot_ELx"] and z["state_names"][9] == "q_ELx"
+    assert z["A_reduced"].shape[0] == len(z["reduced_state_names"]) and z["dt"] == pytest.approx(0.004)
+    assert z["A_discrete"].shape == (298, 298) and z["A_reduced_discrete"].shape == z["A_reduced"].shape
+    prov = json.loads(str(z["provenance"]))
+    assert prov["model_data_sha256"] == load_model().data_sha256 and prov["config"] == HOLD
+    assert np.max(np.linalg.eigvals(z["A"]).real) < 0.0              # the held posture is stable
+
+
+def test_mat_at_the_published_equilibrium_with_amplitude_inputs(tmp_path):
+    out = tmp_path / "rest.mat"
+    run = _linearize("--config", HOLD, "--inputs", "channels=biceps", "--channel-input", "amplitude",
+                     "--out", str(out), "--json")
+    assert run.returncode == 0, run.stderr
+    m = loadmat(out)
+    assert {"A", "B", "C", "D", "x0", "u0", "state_names", "provenance"} <= set(m)
+    assert m["A"].shape == (298, 298) and m["C"].shape == (22, 298)
+    np.testing.assert_array_equal(m["x0"].ravel(), load_model().equilibrium_state)
+    assert not np.any(m["B"])                     # at rest the channel is below threshold: the dead zone
+    assert any("flat" in n for n in json.loads(run.stdout)["notes"])
+
+
+def test_amplitude_slope_matches_the_recruitment_curve():
+    cfg = load_service_config(HOLD)
+    model = load_model(cfg.model)
+    stim = stimulation_model(cfg, model)
+    ch = stim.channels[3]
+    pw, f = 300e-6, 40.0
+    for level in (0.05, 0.3, 0.7):                           # dl/dI against the independent inverse I(l)
+        amp = amplitude_for_level(ch, level, pw, f) * 1e3
+        d = 1e-6
+        di_dl = (amplitude_for_level(ch, level + d, pw, f) - amplitude_for_level(ch, level - d, pw, f)) * 1e3 / (2 * d)
+        assert level_per_ma(ch, amp, pw, f) * di_dl == pytest.approx(1.0, rel=1e-5)
+    assert level_per_ma(ch, 10.0, pw, f) == 0.0                 # below the threshold (about 16.7 mA at 300 us)
+    u, J = channel_inputs(stim, ["biceps", "triceps"], f).excitation(np.array([0.2, 0.0]))
+    bicl = model.muscle_names.index("bicl")
+    assert u[bicl] == pytest.approx(0.2) and J[bicl, 0] == 1.0 and J[bicl, 1] == 0.0
+
+
+@pytest.mark.parametrize("case, args, message", [
+    ("short_state", ["--state", "{short}"], "expected 298 state values"),
+    ("nan_state", ["--state", "{nan}"], "not finite"),
+    ("unknown_dof", ["--posture", "ELbow=90"], "--posture: 'ELbow=90' is not DOF=deg"),
+    ("bad_extension", ["--out", "{tmp}/model.txt"], "unknown extension '.txt'"),
+    ("no_channels", ["--config", str(ROOT / "configs/loopback.toml"), "--inputs", "channels"],
+     "--inputs channels needs stimulation channels"),
+    ("mtg_plant", ["--config", str(ROOT / "configs/elbow-hold-mtg.toml")], "the MTG plant has no exact Jacobians"),
+])
+def test_bad_input_is_one_clear_line(tmp_path, case, args, message):
+    short, nan = tmp_path / "short.json", tmp_path / "nan.csv"
+    short.write_text(json.dumps({"x": [0.0] * 100}))
+    nan.write_text(",".join(["0.1"] * 297 + ["nan"]) + "\n")
+    args = [a.format(short=short, nan=nan, tmp=tmp_path) for a in args]
+    if "--out" not in args:
+        args += ["--out", str(tmp_path / "m.npz")]
+    run = _linearize(*args)
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    lines = [ln for ln in run.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and message in " ".join(run.stderr.split()), run.stderr
+    assert not (tmp_path / "m.npz").exists() and math.isfinite(0.0)
