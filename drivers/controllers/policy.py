@@ -8,8 +8,9 @@ trained with (mean, variance, clip; none: zero mean, unit variance), and the obs
 normalise -> network -> clip to the action's bounds -> channel commands, through the engine's limits as for
 any controller. The network runs in numpy: no deep-learning library is needed in the loop.
 
-Keys: ``policy`` (the file, relative to the config), ``target`` (the task's target in its edge units: degrees for
-an angle, a list of metres for a point).
+Keys: ``policy`` (the file, relative to the config) and the task's fixed target: ``target_deg`` for an angle task
+(ElbowHold: the elbow flexion; ForwardFlexion: the elevation), ``target_m`` (a list, thorax frame) for Reach;
+without it, the middle of the task's target range.
 """
 from __future__ import annotations
 
@@ -100,18 +101,18 @@ class PolicyController(Controller):
         t = ConfigTable(dict(settings.params), settings.config_key, settings.config_file)
         path = t.string("policy", REQUIRED)
         path = path if os.path.isabs(path) else os.path.join(settings.base_dir, path)
-        target = t.get("target", None)
-        t.done()
         try:
             self.net = read_policy(path)
             self.setup(settings)
         except (PolicyFileError, LayoutError, KeyError, TypeError, ValueError) as exc:
             raise t.error("policy", str(exc)) from None
+        key = "target_deg" if self.net.meta.get("target_unit", "deg") == "deg" else "target_m"
+        target = t.get(key, None)
+        t.done()
         try:
             self.target = policy_target(self.net.meta, target)
         except (PolicyFileError, TypeError, ValueError):
-            raise t.error("target", f"{self.net.meta['n_target']} finite value(s) in "
-                                    f"{self.net.meta.get('target_unit', 'deg')}, not {target!r}") from None
+            raise t.error(key, f"{self.net.meta['n_target']} finite value(s), not {target!r}") from None
 
     def setup(self, settings: ControllerSettings) -> None:
         """The layouts of the file against the run's channels (the frame's, at the first frame)."""

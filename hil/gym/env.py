@@ -31,6 +31,7 @@ class FesArmEnv(gym.Env):
         self.action_space = self.episodes.action_space
         self.observation_space = self.episodes.observation_space
         self.observation_labels = self.episodes.observation_labels
+        self.dt = self.episodes.action_period_s      # simulated seconds per step (MuJoCo environments' name)
         self._one = np.ones(1, bool)
         self._action = np.zeros((1, self.action_space.shape[0]))
 

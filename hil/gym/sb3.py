@@ -1,8 +1,8 @@
 """Stable-Baselines3's ``VecEnv`` over the batched arms (``stable-baselines3`` is needed for this module only).
 
 SB3 resets an environment inside the step that ended its episode and hands the last observation over in
-``infos[i]["terminal_observation"]`` (``"TimeLimit.truncated"`` says a time limit ended it); this adapter does
-so on :class:`hil.gym.episodes.Episodes`, the same arms and episodes as the Gymnasium vector environment.
+``infos[i]["terminal_observation"]`` (``"TimeLimit.truncated"`` says a time limit ended it) and the episode's
+return and length in ``infos[i]["episode"]`` (what SB3's ``Monitor`` adds, for its logs); this adapter does so on :class:`hil.gym.episodes.Episodes`, the same arms and episodes as the Gymnasium vector environment.
 """
 from __future__ import annotations
 
@@ -21,11 +21,13 @@ class FesArmSb3VecEnv(VecEnv):
         self._seed = seed
         self._actions = np.zeros((num_envs, self.episodes.action_space.shape[0]))
         self._all = np.ones(num_envs, bool)
+        self._returns, self._lengths = np.zeros(num_envs), np.zeros(num_envs, np.int64)
 
     def reset(self):
         seed, self._seed = self._seed, None
         for i in range(self.num_envs):
             self.episodes.reset_arm(i, None if seed is None else seed + i)
+        self._returns[:], self._lengths[:] = 0.0, 0
         return self.episodes.obs.copy()
 
     def step_async(self, actions) -> None:
@@ -38,9 +40,13 @@ class FesArmSb3VecEnv(VecEnv):
         rewards = ep.rewards.astype(np.float32)
         infos = [ep.info(i) for i in range(self.num_envs)]
         obs = ep.obs.copy()
+        self._returns += ep.rewards
+        self._lengths += 1
         for i in np.flatnonzero(terminated | truncated):
             infos[i]["terminal_observation"] = obs[i].copy()
             infos[i]["TimeLimit.truncated"] = bool(truncated[i])
+            infos[i]["episode"] = {"r": float(self._returns[i]), "l": int(self._lengths[i]), "t": 0.0}
+            self._returns[i], self._lengths[i] = 0.0, 0
             ep.reset_arm(i)
             obs[i] = ep.obs[i]
         return obs, rewards, terminated | truncated, infos

@@ -26,6 +26,7 @@ class FesArmVectorEnv(VectorEnv):
         self.action_space = batch_space(self.single_action_space, num_envs)
         self.observation_space = batch_space(self.single_observation_space, num_envs)
         self.observation_labels = self.episodes.observation_labels
+        self.dt = self.episodes.action_period_s      # simulated seconds per step (MuJoCo environments' name)
         self._autoreset = np.zeros(num_envs, bool)
 
     def reset(self, *, seed=None, options: dict | None = None):

@@ -160,4 +160,5 @@ def test_stable_baselines3_trains_on_the_batched_arms():
         obs, rewards, dones, infos = venv.step(np.stack([venv.action_space.sample()] * 2))
         ended += [info for info, done in zip(infos, dones) if done]
     assert ended and all("terminal_observation" in info and info["TimeLimit.truncated"] for info in ended)
+    assert all(info["episode"]["l"] == venv.episodes.max_steps for info in ended)
     assert obs.shape == (2, 3) and rewards.dtype == np.float32

@@ -29,7 +29,7 @@ def proportional_layers():
 def policy_config(tmp_path: Path, policy: Path, target: str = "80") -> Path:
     cfg = tmp_path / "run.toml"
     cfg.write_text(f'include = ["{CONFIGS / "gym" / "elbow-hold.toml"}"]\n[[driver]]\ntype = "loopback"\n'
-                   f'controller = "policy"\npolicy = "{policy}"\ntarget = {target}\nrate_hz = 50\n')
+                   f'controller = "policy"\npolicy = "{policy}"\ntarget_deg = {target}\nrate_hz = 50\n')
     return cfg
 
 
@@ -73,7 +73,7 @@ def test_the_file_keeps_the_environment_layouts(tmp_path):
     ("garbage", "not a policy saved by hil.gym"),
     ("wrong_size", "do not take"),
     ("nan", "do not take"),
-    ("target", "1 finite value(s) in deg"),
+    ("target", "1 finite value(s)"),
 ])
 def test_a_bad_policy_file_is_one_config_error(tmp_path, damage, words):
     env = FesArmEnv("ElbowHold")
@@ -89,6 +89,6 @@ def test_a_bad_policy_file_is_one_config_error(tmp_path, damage, words):
     cfg = policy_config(tmp_path, path, target='"ninety"' if damage == "target" else "80")
     out = subprocess.run([sys.executable, "-m", "hil", "check-config", str(cfg)], capture_output=True, text=True,
                          cwd=ROOT, timeout=300)
-    key = "driver[0].target" if damage == "target" else "driver[0].policy"
+    key = "driver[0].target_deg" if damage == "target" else "driver[0].policy"
     assert out.returncode == 2 and key in out.stderr and words in out.stderr, out.stderr
     assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
