@@ -5,8 +5,9 @@ read with the published DAS3 model (``das3.osim``, Chadwick et al. 2014).
 ``osim_name`` of the release's DOF table). The plant's angles are the coordinates of ``das3.osim`` unchanged:
 each DOF is the rotation of one CustomJoint about a body-fixed axis, chained thorax -> clavicle -> scapula ->
 humerus -> ulna -> radius in the order SC_y, SC_z, SC_x, AC_y, AC_z, AC_x, GH_y, GH_z, GH_yy, EL_x, PS_y with
-linear transform functions of slope 1 (the release's joint table, from which the plant's kinematics are built), so
-the export is a rename; ``inDegrees`` says whether the angles are written in degrees or radians.
+linear transform functions of slope 1 (Chadwick et al. 2014, Sect. II-A: three orthogonal hinges at SC, AC and
+GH; axes and order from the release's joint table, from which the plant's kinematics are built), so the export
+is a rename; ``inDegrees`` says whether the angles are written in degrees or radians.
 
 **.sto**: per muscle element its excitation (``/forceset/<muscle>``, 0..1, OpenSim's controls naming), and
 when recomputed its activation (``/forceset/<muscle>/activation``, OpenSim's state path) and force

@@ -2,8 +2,9 @@
 
 From coordinates (.mot/.sto) a DOF is the column of its ``das3.osim`` coordinate (``EL_x``) or of its own name
 (``ELx``): the OpenSim model's coordinates are this model's angles, same axes, order, sign and unit (each is the
-rotation of one CustomJoint of ``das3.osim`` about a body-fixed axis in the chain SC_y, SC_z, SC_x, AC_y, ... of
-Chadwick et al. 2014, Sect. II-A, the joint table of ``sim/data/das3_model.json``).
+rotation of one CustomJoint of ``das3.osim`` about a body-fixed axis in the chain SC_y, SC_z, SC_x, AC_y, ...: the
+three orthogonal hinges at SC, AC and GH of Chadwick et al. 2014, Sect. II-A, with the axes and order of the
+release's joint table, ``sim/data/das3_model.json``).
 
 From markers (.trc/.c3d) only the elbow has a simple inverse kinematics: the flexion angle is the angle between
 the upper arm (elbow to shoulder marker) and the forearm (elbow to wrist marker) subtracted from pi,
