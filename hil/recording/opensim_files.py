@@ -11,7 +11,8 @@ is a rename; ``inDegrees`` says whether the angles are written in degrees or rad
 
 **.sto**: per muscle element its excitation (``/forceset/<muscle>``, 0..1, OpenSim's controls naming), and
 when recomputed its activation (``/forceset/<muscle>/activation``, OpenSim's state path) and force
-(``/forceset/<muscle>|tendon_force``, N); the GH joint reaction on the scapula in the scapula frame
+(``/forceset/<muscle>|tendon_force``, N; for the reduced arm's MTGs, torque actuators under their own names, the
+torque ``/forceset/<mtg>|actuation``, N m, as OpenSim names an actuator's generalized force); the GH joint reaction on the scapula in the scapula frame
 (``GH_on_scapula_r_in_scapula_r_fx``/``fy``/``fz``, N, named as OpenSim's JointReaction analysis names its
 columns) and the GH stability (paper eq. 9, 1), left out for the reduced MTG arm, which has no GH joint. The recording holds excitations and the GH force; activations
 and muscle forces are recomputed by replaying the recording through the same plant
@@ -83,12 +84,14 @@ def export_sto(reader: RecordingReader, path: str, muscle_states: bool = True) -
     ticks = reader.read("ticks")
     frame, names = ticks["frame"], reader.header["muscle_names"]
     osim = opensim_names()[1]
-    muscles = [osim.get(m, m) for m in names]
+    das3 = all(m in osim for m in names)         # else the reduced arm's MTGs: torque actuators, N m
+    muscles = [osim[m] for m in names] if das3 else list(names)
     labels = ["time", *[f"/forceset/{m}" for m in muscles]]
     columns = [frame["time"], ticks["u"]]
     if muscle_states:
         activation, force = recomputed_muscle_states(reader.path, len(ticks))
-        labels += [f"/forceset/{m}/activation" for m in muscles] + [f"/forceset/{m}|tendon_force" for m in muscles]
+        output = "tendon_force" if das3 else "actuation"
+        labels += [f"/forceset/{m}/activation" for m in muscles] + [f"/forceset/{m}|{output}" for m in muscles]
         columns += [activation.reshape(len(ticks), -1), force.reshape(len(ticks), -1)]
     gh = np.column_stack([frame["gh_force"], frame["gh_stability"]])
     if np.all(np.isfinite(gh)):                  # the reduced MTG arm models no GH joint: its values are NaN

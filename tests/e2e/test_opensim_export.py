@@ -85,6 +85,25 @@ def test_sto_holds_excitations_recomputed_activations_forces_and_the_gh_reaction
     lo, hi = np.minimum(a[:-1], u[1:]), np.maximum(a[:-1], u[1:])
     assert np.all(a[1:] >= lo - 1e-12) and np.all(a[1:] <= hi + 1e-12)
     assert np.max(np.abs(a - u)) > 1e-3 and np.max(f) > 1.0     # DAS3 forces dip below 0 (linear SEE term, slack)
+    plain = tmp_path / "plain.sto"
+    assert hil("export", rec, "--sto", plain, "--no-muscle-states").returncode == 0
+    assert labels(osim.TimeSeriesTable(str(plain))) == ([f"/forceset/{m}" for m in muscles]
+                                                       + [f"GH_on_scapula_r_in_scapula_r_f{c}" for c in "xyz"]
+                                                       + ["GH_stability"])
+
+
+def test_mtg_run_exports_torque_actuators_and_no_gh_columns(tmp_path):
+    """The reduced MTG arm: its frame reports the 11 DAS3 angles (girdle frozen), its MTGs are torque actuators
+    (``|actuation``, N m) and it has no GH joint, so the .sto has no GH columns."""
+    rec, sto, mot = tmp_path / "mtg.hilrec", tmp_path / "mtg.sto", tmp_path / "mtg.mot"
+    assert hil("run", "--config", CONFIGS / "elbow-hold-mtg.toml", "--duration", "0.2", "--record", rec,
+               "--offline").returncode == 0
+    out = hil("export", rec, "--sto", sto, "--mot", mot)
+    assert out.returncode == 0, out.stderr
+    names = labels(osim.TimeSeriesTable(str(sto)))
+    assert "/forceset/elbow_flexor|actuation" in names and "/forceset/elbow_flexor/activation" in names
+    assert not [n for n in names if n.startswith("GH_") or n.endswith("|tendon_force")]
+    assert labels(osim.TimeSeriesTable(str(mot))) == COORDS
 
 
 def _chain_model():
