@@ -27,7 +27,9 @@ def fit_mtg(
     motion: Annotated[Path, typer.Option(help="Motion CSV: time (s) and th_plane_of_elevation, th_elevation, "
                                               "th_axial_rotation, ELx, PSy (rad; `hil simulate` output), optionally "
                                               "tau_<coordinate> joint torques (N m), else external loads in "
-                                              "columns named as the plant's loads (e.g. hand_force_y, N).")],
+                                              "columns named as the plant's loads (e.g. hand_force_y, N); or an "
+                                              "OpenSim .mot/.sto with these columns or the DAS3 coordinates "
+                                              "SC_y ... PS_y (docs/guides/opensim.md).")],
     amax: Annotated[float, typer.Option("--amax", help="Largest activation the subject reaches, a_max in (0, 1].")],
     tmax_pe: Annotated[float, typer.Option("--tmax-pe", help="Largest passive-torque multiplier, t_max^PE > 0.")],
     out: Annotated[Path, typer.Option(help="Output directory (created): mtg_fitted.json (load it with [plant] "

@@ -13,6 +13,7 @@ import typer
 from rich.table import Table
 
 from hil.cli.common import (
+    BadInputError,
     ExitCode,
     check_output_path,
     check_port,
@@ -27,26 +28,45 @@ from hil.cli.common import (
 
 def export(
     run_file: Annotated[Path, typer.Argument(help="Recording (.hilrec).")],
-    csv_out: Annotated[Path, typer.Option("--csv", help="Output CSV: one row per tick.")],
+    csv_out: Annotated[Optional[Path], typer.Option("--csv", help="Output CSV: one row per tick.")] = None,
+    mot_out: Annotated[Optional[Path], typer.Option("--mot", help="Output OpenSim motion (.mot): time and the DAS3 "
+                                                                 "model's coordinates SC_y ... PS_y.")] = None,
+    sto_out: Annotated[Optional[Path], typer.Option("--sto", help="Output OpenSim storage (.sto): muscle "
+                                                                 "excitations, activations, forces, GH reaction.")] = None,
+    degrees: Annotated[bool, typer.Option("--degrees", help="Write the .mot angles in degrees (inDegrees=yes); "
+                                                            "default radians (inDegrees=no).")] = False,
+    muscle_states: Annotated[bool, typer.Option(help="Recompute activations and muscle forces for the .sto by a "
+                                                     "bit-identical replay of the recording.")] = True,
 ) -> None:
     """Export a recording to CSV, each column named with its unit: tick, t_s, q_<dof>_rad for the 11 DOFs,
     gh_stability, status (bits: 1 watchdog, 2 GH unstable, 4 overrun, 8 ROM alarm, 16 GH zeroed, 32 stopping,
     64 ROM zeroed), u_<muscle> (excitation 0..1) per muscle element, and per stimulation channel its applied
     <channel>_pw_us, _amp_ma, _freq_hz. A controller plug-in's recorded state goes to
-    <CSV stem>.controller<i>.csv (tick and its state() keys)."""
+    <CSV stem>.controller<i>.csv (tick and its state() keys). --mot and --sto write OpenSim Storage files for
+    the published DAS3 OpenSim model (docs/guides/opensim.md)."""
     with user_errors():
         from hil.recording.hilrec import export_csv, export_driver_streams, read_run_recording
+        from hil.recording.opensim_files import export_mot, export_sto
 
+        if csv_out is None and mot_out is None and sto_out is None:
+            raise BadInputError("give at least one of --csv, --mot, --sto")
         reader = read_run_recording(str(run_file))
-        check_output_path(csv_out, "--csv")
-        h = reader.header
-        n = export_csv(reader, str(csv_out), h["muscle_names"], h["dof_names"], h["channel_names"])
-        extra = export_driver_streams(reader, str(csv_out))
+        for option, path in (("--csv", csv_out), ("--mot", mot_out), ("--sto", sto_out)):
+            if path is not None:
+                check_output_path(path, option)
+        written = {}
+        if csv_out is not None:
+            h = reader.header
+            written[csv_out] = export_csv(reader, str(csv_out), h["muscle_names"], h["dof_names"], h["channel_names"])
+            written.update(export_driver_streams(reader, str(csv_out)))
+        if mot_out is not None:
+            written[mot_out] = export_mot(reader, str(mot_out), degrees)
+        if sto_out is not None:
+            written[sto_out] = export_sto(reader, str(sto_out), muscle_states)
     for w in reader.warnings:
         warn(w)
-    out_console().print(f"{csv_out}: {n} ticks")
-    for path, rows in extra.items():
-        out_console().print(f"{path}: {rows} rows")
+    for path, rows in written.items():
+        out_console().print(f"{path}: {rows} {'ticks' if path in (csv_out, mot_out, sto_out) else 'rows'}")
 
 
 def _add_run_metrics(table: Table, m: dict) -> None:

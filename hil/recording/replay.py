@@ -88,7 +88,9 @@ class FrameComparison:
         self.k += 1
 
 
-def replay_recording(path: str) -> dict:
+def replay_recording(path: str, listeners=()) -> dict:
+    """Replay ``path`` and compare its frames; ``listeners`` (``on_tick(record, engine, actuation_ns)``) see every
+    replayed tick after the comparison (e.g. to read the plant's states the recording does not hold)."""
     reader = read_run_recording(path)
     header = reader.header
     cfg = service_config_from_dict(header["config"], header["config_path"])
@@ -105,7 +107,7 @@ def replay_recording(path: str) -> dict:
     driver = ReplayDriver(reader.read("commands"), clamping)
     engine.size_log([driver])
     comparison = FrameComparison(ticks["frame"])
-    body = TickBody(engine, [driver], [comparison])
+    body = TickBody(engine, [driver], [comparison, *listeners])
     for rec in ticks:
         body.step(int(rec["tick"]), int(rec["start_ns"]), bool(rec["frame"]["status"] & STATUS_OVERRUN))
         body.emit()

@@ -41,3 +41,11 @@ def joint_axis(name: str, key: str = "r1_axis") -> np.ndarray:
     ``hu``: the elbow's flexion axis in the humerus frame; ``ur``: pronation in the ulna frame)."""
     axis = np.asarray({j["name"]: j for j in read_model_data()[0]["joints"]}[name][key], np.float64)
     return readonly(axis / np.linalg.norm(axis))
+
+
+@functools.cache
+def opensim_names() -> tuple[dict[str, str], dict[str, str]]:
+    """The release's OpenSim names (``osim_name`` in ``das3_model.json``, the names of ``das3.osim``): DOF name ->
+    coordinate (``ELx`` -> ``EL_x``) and muscle element name -> muscle (``trapscap1`` -> ``trap_scap_1``)."""
+    m = read_model_data()[0]
+    return ({d["name"]: d["osim_name"] for d in m["dofs"]}, {mu["name"]: mu["osim_name"] for mu in m["muscles"]})

@@ -3,7 +3,9 @@
 dynamics of the reduced arm, and the fitted parameter set.
 
 Motion file: CSV with a ``time`` column (s) and the angles in the columns of ``hil simulate`` output (rad):
-``th_plane_of_elevation``, ``th_elevation``, ``th_axial_rotation``, ``ELx``, ``PSy``. Either the five joint
+``th_plane_of_elevation``, ``th_elevation``, ``th_axial_rotation``, ``ELx``, ``PSy``; or an OpenSim .mot/.sto
+with those columns or the 11 DAS3 coordinates (``SC_y`` ... ``PS_y``, e.g. from OpenSim's inverse kinematics or
+``hil export --mot``), from which the thoracohumeral angles follow by the model's kinematics. Either the five joint
 torques (``tau_<coordinate>``, N m, the MTG torques per coordinate: about the YZY axes for the shoulder) or, if
 absent, inverse dynamics of the reduced arm under the external loads given in columns named as
 ``sim.das3.model.LOAD_NAMES`` (e.g. ``hand_force_y`` in N, thorax frame; absent columns are zero). Velocities and accelerations are second-order finite differences of the angles (``numpy.gradient``),
@@ -22,6 +24,9 @@ import numpy as np
 from sim.das3.model import LOAD_NAMES
 from sim.errors import UserInputError
 from sim.fitting.mtg_fit import JointFit, fit_joint
+from sim.motion.data import MotionFileError
+from sim.motion.files import read_motion
+from sim.motion.reference import coordinate_column, thoracohumeral_angles
 from sim.mtg.model import COORDINATES, MtgModel, MtgParameters, MtgSpec
 
 ANGLE_COLUMNS = ("th_plane_of_elevation", "th_elevation", "th_axial_rotation", "ELx", "PSy")
@@ -62,6 +67,34 @@ def _read_columns(path: Path) -> dict[str, np.ndarray]:
     return {h: data[:, i] for i, h in enumerate(header)}
 
 
+MOTION_SUFFIXES = (".mot", ".sto", ".trc", ".c3d")
+
+
+def _motion_columns(path: Path, model: MtgModel) -> dict[str, np.ndarray]:
+    """The columns of an OpenSim .mot/.sto (SI, rad): the reduced arm's angles as written, or computed from the 11
+    DAS3 coordinates (thoracohumeral YZY angles of the humerus by the model's kinematics, ELx, PSy). Marker files
+    are refused: only the elbow has a marker inverse kinematics here (``sim.motion.reference``)."""
+    try:
+        motion = read_motion(path)
+    except MotionFileError as exc:
+        raise MotionError(str(exc)) from None
+    if motion.markers:
+        raise MotionError(f"{path}: markers give only the elbow angle here; the fit needs all five coordinates "
+                          "(thoracohumeral YZY, ELx, PSy): run OpenSim's inverse kinematics with the DAS3 model and "
+                          "give its .mot")
+    cols = {"time": motion.time, **{n: motion.values[:, j] for j, n in enumerate(motion.names)}}
+    if all(c in cols for c in ANGLE_COLUMNS):
+        return cols
+    try:
+        names = [coordinate_column(motion, d) for d in model.das3.dof_names]
+    except MotionFileError as exc:
+        raise MotionError(f"{exc} (or the columns {', '.join(ANGLE_COLUMNS)})") from None
+    q = np.column_stack([cols[n] for n in names])
+    th = thoracohumeral_angles(model.das3.arrays, q)
+    elbow, pronation = model.das3.dof_names.index("ELx"), model.das3.dof_names.index("PSy")
+    return {**cols, **dict(zip(ANGLE_COLUMNS, (*th.T, q[:, elbow], q[:, pronation])))}
+
+
 def derivatives(time: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(qd, qdd) by second-order finite differences (central inside, one-sided at the ends)."""
     qd = np.gradient(q, time, axis=0, edge_order=2)
@@ -83,7 +116,7 @@ def load_motion(path: str | Path, model: MtgModel) -> Motion:
     """The motion at ``path`` with its torques (from the file, or by the reduced arm's inverse dynamics under
     the file's loads)."""
     path = Path(path)
-    cols = _read_columns(path)
+    cols = _motion_columns(path, model) if path.suffix.lower() in MOTION_SUFFIXES else _read_columns(path)
     missing = [c for c in ("time", *ANGLE_COLUMNS) if c not in cols]
     if missing:
         raise MotionError(f"{path}: missing column(s) {', '.join(missing)} (angles in rad, as `hil simulate` "
