@@ -29,10 +29,12 @@ def main() -> None:
     parser.add_argument("--envs", type=int, default=8)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--plant", default="das3", choices=("das3", "mtg"))
+    parser.add_argument("--max-load-kg", type=float, default=0.5, help="hand loads drawn in 0..this")
     parser.add_argument("--out", default="examples/gym/elbow_ppo_policy.npz")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    arms = FesArmSb3VecEnv("ElbowHold", num_envs=args.envs, seed=args.seed, plant=args.plant)
+    arms = FesArmSb3VecEnv("ElbowHold", num_envs=args.envs, seed=args.seed, plant=args.plant,
+                           hand_load_kg=(0.0, args.max_load_kg))
     env = VecNormalize(arms, norm_obs=True, norm_reward=True, clip_obs=OBS_CLIP, gamma=0.99)
     model = PPO("MlpPolicy", env, n_steps=256, batch_size=256, n_epochs=10, learning_rate=3e-4, gamma=0.99,
                 gae_lambda=0.95, ent_coef=0.0, seed=args.seed, device="cpu", verbose=1)

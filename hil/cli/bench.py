@@ -445,3 +445,50 @@ def _print_analysis(doc: dict) -> None:
     console.print(f"CPU: {doc['cpu']} ({doc['cpu_count']} logical), load average "
                   f"{', '.join(f'{v:.2f}' for v in doc['load_average'])}, steal over the run: {doc['steal_ms']} ms; "
                   f"Python {doc['python']}, numpy {doc['numpy']}, numba {doc['numba']}")
+
+
+@app.command("gym")
+def bench_gym(
+    envs: Annotated[str, typer.Option(help="Numbers of environments, comma-separated.")] = "1,8,64",
+    steps: Annotated[int, typer.Option(help="Env steps measured per row (after a warm-up).")] = 4000,
+    plant: Annotated[str, typer.Option(help="das3, mtg or both.")] = "both",
+    threads: Annotated[int, typer.Option(help="Numba threads of the batched environments.")] = 1,
+    peer: Annotated[bool, typer.Option(help="Measure the MyoSuite peer in the same run.")] = True,
+    peer_setup: Annotated[bool, typer.Option(
+        help="Make the MyoSuite peer's virtual environment (runs/.venv-myosuite, from the package index) first.")]
+    = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Env steps per second of fes_hil/ElbowHold-v0, wall clock and per CPU-second (all threads), for 1, 8 and
+    64 environments: the batched vector environment against Gymnasium's SyncVectorEnv over the single one
+    (goal: >= 2x per core at 8 envs), beside MyoSuite's elbow environment; with the machine and its steal."""
+    from hil.bench.gym import gym_rows, speedups
+    from hil.bench.myo_peer import PeerUnavailable, measure_peer, setup_venv
+    from hil.bench.throughput import machine
+
+    with user_errors():
+        counts = tuple(int(n) for n in envs.split(",")) if envs.strip() else ()
+        if not counts or min(counts) < 1 or max(counts) > 1024:
+            raise BadInputError(f"--envs: numbers of environments 1..1024, not {envs!r}")
+        if steps < 1:
+            raise BadInputError(f"--steps must be >= 1, not {steps}")
+        plants = ("das3", "mtg") if plant == "both" else (plant,)
+        if any(p not in ("das3", "mtg") for p in plants):
+            raise BadInputError(f"--plant: das3, mtg or both, not {plant!r}")
+        rows = gym_rows(plants, counts, steps, threads)
+    peer_rows, models, peer_note = [], [], None
+    if peer:
+        try:
+            if peer_setup:
+                err_console().print(setup_venv())
+            result = measure_peer(counts, steps=steps)
+            peer_rows, models = result.rows, result.models
+        except PeerUnavailable as exc:
+            peer_note = str(exc)
+    doc = {"machine": machine().as_dict(), "rows": [r.as_dict() for r in rows + peer_rows],
+           "speedup_per_core": {f"{p} x{n}": round(v, 2) for (p, n), v in speedups(rows).items()},
+           "peer_models": [m.as_dict() for m in models], "peer_note": peer_note}
+    if json_out:
+        print_json(doc)
+        return
+    bench_tables.print_gym(doc, rows + peer_rows)

@@ -155,3 +155,28 @@ def print_sweep(doc: dict) -> None:
                   f"{cpu['this_process']:.1f} s{machine}; hypervisor steal {steal}")
     console.print(f"CPU: {doc['cpu']} ({doc['cpu_count']} logical), Python {doc['python']}, numba {doc['numba']}, "
                   f"distributed {doc['distributed']}")
+
+
+def print_gym(doc: dict, rows) -> None:
+    """The throughput table of ``hil bench gym``, the per-core speed-ups and the peer's models."""
+    table = Table(title="hil bench gym: fes_hil/ElbowHold-v0 and the MyoSuite peer")
+    for name in ("environment", "envs", "steps/s", "steps per CPU-s", "cores used", "sim s per wall s",
+                 "steal (s)"):
+        table.add_column(name, justify="left" if name == "environment" else "right")
+    for r in rows:
+        sim = r.sim_s_per_wall_s
+        table.add_row(r.label, str(r.num_envs), f"{r.steps_per_s:,.0f}", f"{r.steps_per_cpu_s:,.0f}",
+                      f"{r.cores_used:.2f}", "-" if sim is None else f"{sim:.1f}",
+                      "-" if r.steal_s is None else f"{r.steal_s:.2f}")
+    console = out_console()
+    console.print(table)
+    for key, value in doc["speedup_per_core"].items():
+        console.print(f"batched / SyncVectorEnv per core, {key}: {value:.2f}x (goal >= 2x, 4x)")
+    for m in doc["peer_models"]:
+        console.print(f"peer {m['env_id']}: {m['muscles']} muscles, {m['dofs']} DOFs, step {m['timestep_s'] * 1e3:g} ms "
+                      f"x {m['frame_skip']} = {m['control_period_s'] * 1e3:g} ms per env step ({m['versions']})")
+    if doc["peer_note"]:
+        console.print(f"MyoSuite peer: {doc['peer_note']}")
+    mach = doc["machine"]
+    console.print(f"CPU: {mach['cpu_model']} ({mach['cpus']} logical, {mach['cpus_allowed']} allowed), load "
+                  f"{mach['load_1min']:.2f}")

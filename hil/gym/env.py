@@ -9,7 +9,8 @@ Keyword arguments of ``make`` (and of the vector environment's ``make_vec``):
   pulse width and frequency of the first two kinds;
 - ``action_period_s`` (the task's default: 20 ms), ``duration_s``: the episode's length;
 - ``observe``: the frame items observed (the task's default, :mod:`hil.gym.tasks`);
-- ``weights``: the reward's :class:`hil.gym.tasks.RewardWeights`.
+- ``weights``: the reward's :class:`hil.gym.tasks.RewardWeights`;
+- ``hand_load_kg``: (low, high) of the hand load drawn each episode (the task's default range).
 """
 from __future__ import annotations
 

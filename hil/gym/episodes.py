@@ -7,7 +7,9 @@ its i-th environment) and continued by later resets without a seed.
 
 Reset options (all optional): ``patient`` (a preset name or patient file, :mod:`hil.patients`; the arm is built
 again when it changes), ``target`` (the task's target parameters: rad, or m for a point), ``target_deg`` (an
-angle target's first parameter in degrees), ``hand_load_kg``.
+angle target's first parameter in degrees), ``hand_load_kg``, ``reference`` (a recorded motion, .mot/.sto/.trc/.c3d:
+the target follows it, resampled at the action period and held at its last value; ElbowHold: the elbow flexion,
+ForwardFlexion: the thoracohumeral elevation of the 11 recorded coordinates; :mod:`sim.motion.reference`).
 """
 from __future__ import annotations
 
@@ -29,7 +31,8 @@ class Episodes:
     def __init__(self, task: str | Task, n: int, plant: str = "das3", config: str | None = None,
                  action_kind: str = "level", action_period_s: float | None = None,
                  duration_s: float | None = None, observe=None, weights: RewardWeights | None = None,
-                 pulse_width_us: float = 300.0, frequency_hz: float = 40.0, threads: int = 1) -> None:
+                 pulse_width_us: float = 300.0, frequency_hz: float = 40.0, threads: int = 1,
+                 hand_load_kg: tuple[float, float] | None = None) -> None:
         self.task = TASKS[task] if isinstance(task, str) else task
         t = self.task
         cfg = load_service_config(config or t.config_file(plant))
@@ -38,6 +41,9 @@ class Episodes:
         self.action_period_s = self.ticks_per_action * period
         self.max_steps = max(1, int(round((duration_s or t.duration_s) / self.action_period_s)))
         self.weights = weights or t.weights
+        self.hand_load_kg = tuple(hand_load_kg) if hand_load_kg is not None else t.hand_load_kg
+        if len(self.hand_load_kg) != 2 or not 0.0 <= self.hand_load_kg[0] <= self.hand_load_kg[1] <= 20.0:
+            raise ValueError(f"hand_load_kg: (low, high) with 0 <= low <= high <= 20 kg, not {hand_load_kg!r}")
         self.arms = ArmBatch(cfg, n, t.channels[cfg.plant.type], tuple(observe or t.observe), t.n_target,
                              self.ticks_per_action, action_kind, pulse_width_us, frequency_hz, threads)
         self.n = n
@@ -53,6 +59,7 @@ class Episodes:
         self.obs = np.zeros((n, size), np.float32)
         self._obs64 = np.zeros((n, size))
         self.errors, self.rewards = np.zeros(n), np.zeros(n)
+        self.references: list[np.ndarray | None] = [None] * n
 
     # -- resets ------------------------------------------------------------------------------------------
     def reset_arm(self, i: int, seed: int | None = None, options: dict | None = None) -> None:
@@ -63,7 +70,7 @@ class Episodes:
         rng, t = self.rngs[i], self.task
         patient = options.pop("patient", None)
         noise_seed = int(rng.integers(2**63))
-        low, high = t.hand_load_kg
+        low, high = self.hand_load_kg
         hand_kg = float(options.pop("hand_load_kg", rng.uniform(low, high) if high > low else low))
         self.arms.reset_arm(i, noise_seed, hand_kg, patient_override(patient), patient)
         params = t.sample_parameters(rng, self.arms.frames[i:i + 1])
@@ -72,9 +79,11 @@ class Episodes:
         if "target_deg" in options:
             params = params.copy()
             params[0] = math.radians(float(options.pop("target_deg")))
+        reference = options.pop("reference", None)
+        self.references[i] = None if reference is None else t.reference_targets(reference, self.action_period_s)
         if options:
             raise ValueError(f"unknown reset option(s): {', '.join(options)} "
-                             "(patient, target, target_deg, hand_load_kg)")
+                             "(patient, target, target_deg, hand_load_kg, reference)")
         self.params[i] = params
         self.start[i] = t.start_values(self.arms.frames[i:i + 1])[0]
         self.steps[i] = 0
@@ -99,6 +108,10 @@ class Episodes:
         frames = self.arms.frames[idx]
         targets = self.targets[idx]
         self.task.targets(self.params[idx], self.steps[idx] * self.action_period_s, self.start[idx], targets)
+        for k, i in enumerate(idx):
+            ref = self.references[i]
+            if ref is not None:
+                targets[k] = ref[min(self.steps[i], ref.shape[0] - 1)]
         self.targets[idx] = targets
         errors = np.zeros(idx.shape[0])
         self.task.errors(frames, targets, errors)

@@ -17,6 +17,9 @@ from pathlib import Path
 
 import numpy as np
 
+from sim.das3.model import DOF_NAMES, load_model
+from sim.motion.reference import reference_trajectory, thoracohumeral_angles
+
 CONFIG_DIR = Path(__file__).resolve().parents[1].parent / "configs" / "gym"
 """The environments' service configs (a source checkout's configs/gym)."""
 G = 9.80665
@@ -74,9 +77,16 @@ class Task:
         """What the target moves from (a task with a moving target), from the first frames."""
         return np.zeros(frames.shape[0])
 
+    def reference_targets(self, path: str, period_s: float) -> np.ndarray:
+        """The target at every action step from a recorded motion (:mod:`sim.motion`): (steps, n_target)."""
+        raise ValueError(f"{self.name} takes no reference trajectory")
+
 
 @dataclass(frozen=True)
 class ElbowHold(Task):
+    def reference_targets(self, path, period_s):
+        return reference_trajectory(path, period_s, dofs=("ELx",))[1]
+
     def errors(self, frames, targets, out):
         np.abs(frames["elbow_flexion"] - targets[:, 0], out=out)
 
@@ -104,6 +114,11 @@ class ForwardFlexion(Task):
 
     def start_values(self, frames):
         return frames["th_angles"][:, 1].copy()
+
+    def reference_targets(self, path, period_s):
+        """The thoracohumeral elevation of the recorded DAS3 coordinates (all 11), by the plant's definition."""
+        q = reference_trajectory(path, period_s, dofs=DOF_NAMES)[1]
+        return thoracohumeral_angles(load_model().arrays, q)[:, 1:2]
 
     def errors(self, frames, targets, out):
         np.abs(frames["th_angles"][:, 1] - targets[:, 0], out=out)

@@ -162,3 +162,28 @@ def test_stable_baselines3_trains_on_the_batched_arms():
     assert ended and all("terminal_observation" in info and info["TimeLimit.truncated"] for info in ended)
     assert all(info["episode"]["l"] == venv.episodes.max_steps for info in ended)
     assert obs.shape == (2, 3) and rewards.dtype == np.float32
+
+
+def write_mot(path, time_s, columns: dict) -> None:
+    """An OpenSim Storage (.mot) file in radians."""
+    names = ["time", *columns]
+    rows = np.column_stack([time_s, *columns.values()])
+    header = (f"reference\nversion=1\nnRows={rows.shape[0]}\nnColumns={rows.shape[1]}\ninDegrees=no\nendheader\n"
+              + "\t".join(names) + "\n")
+    path.write_text(header + "\n".join("\t".join(f"{v:.17g}" for v in row) for row in rows) + "\n")
+
+
+def test_a_recorded_motion_is_the_elbow_target(tmp_path):
+    t = np.linspace(0.0, 0.5, 51)
+    elbow = np.radians(60.0) + np.radians(30.0) * np.sin(2 * np.pi * t)
+    write_mot(tmp_path / "ref.mot", t, {"EL_x": elbow})
+    env = FesArmEnv("ElbowHold", **SHORT)
+    obs, _ = env.reset(seed=0, options={"reference": str(tmp_path / "ref.mot")})
+    targets = [obs[-1]]
+    for _ in range(9):
+        obs, *_ = env.step(np.zeros(2, np.float32))
+        targets.append(obs[-1])
+    step_times = np.arange(10) * env.dt
+    assert np.allclose(targets, np.interp(step_times, t, elbow), atol=1e-6)
+    with pytest.raises(ValueError, match="takes no reference"):
+        FesArmEnv("Reach", **SHORT).reset(options={"reference": str(tmp_path / "ref.mot")})
