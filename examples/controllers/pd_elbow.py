@@ -56,4 +56,4 @@ class PdElbow(Controller):
         return [ChannelCommand(ch, self.pw, a, self.freq) for ch, a in self.amp.items()]
 
     def state(self):
-        return {"amplitude_ma": dict(self.amp)}
+        return {"flexor_amplitude_ma": self.amp[self.flexor], "extensor_amplitude_ma": self.amp[self.extensor]}

@@ -21,6 +21,9 @@ from hil.gym.sb3 import FesArmSb3VecEnv
 
 OBS_CLIP = 10.0
 """VecNormalize's default observation clip (in standard deviations)."""
+LOG_STD_INIT = -1.5
+"""Initial log standard deviation of the Gaussian actions: 0.22 of a channel's range (SB3's default, 1, explores
+mostly at the limits of the [0, 1] levels, where the arm is driven to the end of its range)."""
 
 
 def main() -> None:
@@ -37,7 +40,8 @@ def main() -> None:
                            hand_load_kg=(0.0, args.max_load_kg))
     env = VecNormalize(arms, norm_obs=True, norm_reward=True, clip_obs=OBS_CLIP, gamma=0.99)
     model = PPO("MlpPolicy", env, n_steps=256, batch_size=256, n_epochs=10, learning_rate=3e-4, gamma=0.99,
-                gae_lambda=0.95, ent_coef=0.0, seed=args.seed, device="cpu", verbose=1)
+                gae_lambda=0.95, ent_coef=0.0, seed=args.seed, device="cpu", verbose=1,
+                policy_kwargs={"log_std_init": LOG_STD_INIT})
     start = time.perf_counter()
     model.learn(total_timesteps=args.timesteps)
     print(f"trained {args.timesteps} steps in {time.perf_counter() - start:.0f} s")

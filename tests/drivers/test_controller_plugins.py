@@ -278,3 +278,10 @@ def test_a_plugins_state_is_recorded_after_every_call_and_exported(tmp_path):
     assert out.returncode == 0, out.stderr
     exported = np.genfromtxt(tmp_path / "run.controller0.csv", delimiter=",", names=True)
     np.testing.assert_array_equal(exported["calls"][good], rows["calls"][good])
+
+
+def test_the_example_plugin_records_its_state_without_faults():
+    keep = Keep()
+    run_offline(load_service_config(CONFIGS / "elbow-pd-plugin.toml"), 100, [keep])
+    faults = {reason: n for (_, reason), n in keep.engine.rejected.items() if reason.startswith("controller")}
+    assert faults == {}
