@@ -1,14 +1,15 @@
 """The MyoSuite peer of ``hil bench gym``: a MuJoCo muscle-arm environment measured with the same functions
 (:mod:`hil.bench.throughput`) as ours, in the same run.
 
-MyoSuite 3.0.0 requires ``gymnasium<1.3`` (this project runs Gymnasium 1.4) and brings about 1 GB of
+MyoSuite 3.0.0 requires ``gymnasium<1.3`` (this project runs Gymnasium 1.4) and brings many large
 dependencies (onnxruntime, pandas, scikit-learn, imageio-ffmpeg, ...) that its arm and elbow environments
 do not import, so it lives in its own virtual environment, ``runs/.venv-myosuite``, made on demand by
-:func:`setup_venv`: ``python3 -m venv``, then :data:`PINS` from the package index (about 270 MB). Its models
-come in the ``myo-sim`` wheel; nothing is downloaded at import or ``make``. The measurement runs there in a subprocess that loads only :mod:`hil.bench.platform`,
-:mod:`hil.bench.throughput` and this module (package stubs instead of ``hil/__init__``, which imports the
-plant), and prints one JSON object a line: ``{"model": ...}`` per environment, ``{"row": ...}`` per
-measurement, or ``{"error": ...}``. No renderer is created (no ``render_mode``), so MuJoCo needs no GL.
+:func:`setup_venv`: ``python3 -m venv``, then :data:`PINS` from the package index with ``--no-deps``. Its
+models come in the ``myo-sim`` wheel; nothing is downloaded at import or ``make``. The measurement runs
+there in a subprocess that loads only :mod:`hil.bench.platform`, :mod:`hil.bench.throughput` and this module
+(package stubs instead of ``hil/__init__``, which imports the plant), and prints one JSON object a line:
+``{"model": ...}`` per environment, ``{"row": ...}`` per measurement, or ``{"error": ...}``. No renderer is
+created (no ``render_mode``), so MuJoCo needs no GL.
 """
 from __future__ import annotations
 
@@ -34,7 +35,8 @@ PINS = ("myosuite==3.0.0", "myo-sim==0.2.3", "mujoco==4.0.0", "mujoco-core==4.0.
 MyoSuite 3.0.0 with the newest MuJoCo and Gymnasium it accepts and MuJoCo's own requirements."""
 VENV = Path("runs") / ".venv-myosuite"
 ROOT = Path(__file__).resolve().parents[2]
-SETUP_HINT = "make it with `hil bench gym --peer-setup` (a virtual environment runs/.venv-myosuite, about 270 MB)"
+SETUP_HINT = ("make it with `hil bench gym --peer-setup` (a virtual environment runs/.venv-myosuite from the "
+              "package index)")
 
 _BOOTSTRAP = """
 import json, sys, types
@@ -110,8 +112,8 @@ def measure_peer(counts: tuple[int, ...] = (1, 8, 64), env_ids: tuple[str, ...] 
     python = venv_python(venv)
     if not python.exists():
         raise PeerUnavailable(f"MyoSuite peer not installed: {python} does not exist; {SETUP_HINT}")
-    spec = {"root": str(ROOT), "hint": SETUP_HINT, "counts": list(counts), "env_ids": list(env_ids), "steps": steps, "warmup": warmup,
-            "seed": seed, "modes": list(modes)}
+    spec = {"root": str(ROOT), "hint": SETUP_HINT, "counts": list(counts), "env_ids": list(env_ids),
+            "steps": steps, "warmup": warmup, "seed": seed, "modes": list(modes)}
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     try:
         out = subprocess.run([str(python), "-c", _BOOTSTRAP, json.dumps(spec)], capture_output=True, text=True,

@@ -1,6 +1,6 @@
 """The MyoSuite peer of ``hil bench gym``: one clear line when it cannot run; its JSON rows when it can (in a
-virtual environment made by the peer's own setup: about 270 MB and 20 s from the package index; skipped where
-the index cannot be reached)."""
+virtual environment made by the peer's own setup from the package index; skipped where the index cannot be
+reached)."""
 import json
 import subprocess
 import sys
