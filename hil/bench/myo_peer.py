@@ -116,8 +116,8 @@ def measure_peer(counts: tuple[int, ...] = (1, 8, 64), env_ids: tuple[str, ...] 
             "steps": steps, "warmup": warmup, "seed": seed, "modes": list(modes)}
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     try:
-        out = subprocess.run([str(python), "-c", _BOOTSTRAP, json.dumps(spec)], capture_output=True, text=True,
-                             timeout=timeout_s, env=env, cwd=str(ROOT))
+        out = subprocess.run([str(python.absolute()), "-c", _BOOTSTRAP, json.dumps(spec)], capture_output=True,
+                             text=True, timeout=timeout_s, env=env, cwd=str(venv.absolute()))  # MUJOCO_LOG.TXT there
     except subprocess.TimeoutExpired:
         raise PeerUnavailable(f"the MyoSuite peer did not finish within {timeout_s:g} s") from None
     return parse_output(out.stdout, out.stderr, out.returncode)
