@@ -453,6 +453,9 @@ def bench_gym(
     steps: Annotated[int, typer.Option(help="Env steps measured per row (after a warm-up).")] = 4000,
     plant: Annotated[str, typer.Option(help="das3, mtg or both.")] = "both",
     threads: Annotated[int, typer.Option(help="Numba threads of the batched environments.")] = 1,
+    rounds: Annotated[int, typer.Option(help="Alternating rounds per pair of rows; the median is shown.")] = 3,
+    action_period_ms: Annotated[Optional[float], typer.Option(
+        help="The environments' action period (default: the task's, 20 ms).")] = None,
     peer: Annotated[bool, typer.Option(help="Measure the MyoSuite peer in the same run.")] = True,
     peer_setup: Annotated[bool, typer.Option(
         help="Make the MyoSuite peer's virtual environment (runs/.venv-myosuite, from the package index) first.")]
@@ -462,12 +465,13 @@ def bench_gym(
     """Env steps per second of fes_hil/ElbowHold-v0, wall clock and per CPU-second (all threads), for 1, 8 and
     64 environments: the batched vector environment against Gymnasium's SyncVectorEnv over the single one
     (goal: >= 2x per core at 8 envs), beside MyoSuite's elbow environment; with the machine and its steal."""
-    from hil.bench.gym import gym_rows, speedups
-    from hil.bench.myo_peer import PeerUnavailable, measure_peer, setup_venv
-    from hil.bench.throughput import machine
+    from hil.gym.benchmark import gym_rows, with_peer
 
     with user_errors():
-        counts = tuple(int(n) for n in envs.split(",")) if envs.strip() else ()
+        try:
+            counts = tuple(int(n) for n in envs.split(","))
+        except ValueError:
+            counts = ()
         if not counts or min(counts) < 1 or max(counts) > 1024:
             raise BadInputError(f"--envs: numbers of environments 1..1024, not {envs!r}")
         if steps < 1:
@@ -475,19 +479,14 @@ def bench_gym(
         plants = ("das3", "mtg") if plant == "both" else (plant,)
         if any(p not in ("das3", "mtg") for p in plants):
             raise BadInputError(f"--plant: das3, mtg or both, not {plant!r}")
-        rows = gym_rows(plants, counts, steps, threads)
-    peer_rows, models, peer_note = [], [], None
-    if peer:
-        try:
-            if peer_setup:
-                err_console().print(setup_venv())
-            result = measure_peer(counts, steps=steps)
-            peer_rows, models = result.rows, result.models
-        except PeerUnavailable as exc:
-            peer_note = str(exc)
-    doc = {"machine": machine().as_dict(), "rows": [r.as_dict() for r in rows + peer_rows],
-           "speedup_per_core": {f"{p} x{n}": round(v, 2) for (p, n), v in speedups(rows).items()},
-           "peer_models": [m.as_dict() for m in models], "peer_note": peer_note}
+        if rounds < 1:
+            raise BadInputError(f"--rounds must be >= 1, not {rounds}")
+        if action_period_ms is not None and not 1.0 <= action_period_ms <= 1000.0:
+            raise BadInputError(f"--action-period-ms: 1..1000, not {action_period_ms}")
+        rows = gym_rows(plants, counts, steps, threads, rounds=rounds,
+                        action_period_s=None if action_period_ms is None else action_period_ms / 1e3)
+    doc, peer_rows = with_peer(rows, counts, steps, peer, peer_setup, err_console().print)
+    doc["action_period_ms"] = action_period_ms or 20.0
     if json_out:
         print_json(doc)
         return

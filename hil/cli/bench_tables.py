@@ -159,7 +159,8 @@ def print_sweep(doc: dict) -> None:
 
 def print_gym(doc: dict, rows) -> None:
     """The throughput table of ``hil bench gym``, the per-core speed-ups and the peer's models."""
-    table = Table(title="hil bench gym: fes_hil/ElbowHold-v0 and the MyoSuite peer")
+    table = Table(title=f"hil bench gym: fes_hil/ElbowHold-v0 (action every {doc['action_period_ms']:g} ms) and the "
+                        "MyoSuite peer")
     for name in ("environment", "envs", "steps/s", "steps per CPU-s", "cores used", "sim s per wall s",
                  "steal (s)"):
         table.add_column(name, justify="left" if name == "environment" else "right")

@@ -77,7 +77,6 @@ class ArmBatch:
         if n < 1:
             raise ValueError("a batch has at least one arm")
         self.cfg, self.n, self.ticks_per_action, self.threads = cfg, n, ticks_per_action, max(1, threads)
-        self._built: dict = {}
         self.arms = [self._arm(cfg, None) for _ in range(n)]
         engine = self.arms[0].engine
         self.period_s = engine.period_s
@@ -91,13 +90,19 @@ class ArmBatch:
         self.observation = ObservationLayout(observe, engine.sensor.dtype, self.arms[0].model.dof_names, n_target)
         self.frames = np.zeros(n, engine.sensor.dtype)
         self._limits = tuple(zip(self.actions.channels, self.actions.max_amplitude_ma))
+        self._channel_index = np.array(self.actions.channels, np.int64)
+        self._single_pulses = all(0 in stim.channels[c].modes for c in self.actions.channels)
         self._stale, self._ticks = np.zeros(n, np.bool_), np.zeros(n, np.int64)
-        self._times, self._results = np.zeros(n), np.zeros((n, 4), np.int64)
+        self._results = np.zeros((n, 5), np.int64)
         self.effort = np.zeros(n)
-        self._stepping = np.ones(n, bool)
         self._relist()
-        self.batch_tick(self._arrays, self._stale, self._ticks, self._times, self._results)    # compiles
-        self._call = direct_call(self.batch_tick, self._arrays, self._stale, self._ticks, self._times, self._results)
+
+    def _compile(self) -> None:
+        """The batched tick's compiled overload for this batch, called directly (:func:`direct_call`); zero
+        ticks run, so nothing changes."""
+        args = (self._arrays, self._stale, self._ticks, 0, self.period_s, self._results)
+        self.batch_tick(*args)
+        self._call = direct_call(self.batch_tick, *args)
 
     def _arm(self, cfg: ServiceConfig, patient_key) -> Arm:
         return Arm(cfg, patient_key)
@@ -109,7 +114,8 @@ class ArmBatch:
             arrays.append(arm.engine.tick_arrays)
         self._arrays = arrays
         if hasattr(self, "_results"):
-            self._call = direct_call(self.batch_tick, arrays, self._stale, self._ticks, self._times, self._results)
+            self._compile()
+        self._each_tick = any(arm.engine.finishes_each_tick for arm in self.arms)
         if len({arm.engine.record.dtype for arm in self.arms}) > 1:
             raise ValueError("the arms of a batch must have the same layout (channels, fatigue, sensors)")
 
@@ -136,61 +142,82 @@ class ArmBatch:
         for c, pw, amp, freq in self.actions.commands(action):
             channel(POLICY_DRIVER, 0, c, pw, amp, freq, 0)
 
-    def step(self, actions: np.ndarray, stepping: np.ndarray) -> None:
-        """One action step of the running arms where ``stepping``: commands, then ``ticks_per_action`` ticks; the
-        frames and the mean squared relative amplitude applied (``effort``) are updated, other arms keep theirs."""
-        self._stepping = stepping
-        for i in range(self.n):
-            if stepping[i] and self.arms[i].status == RUNNING:
+    def _command_all(self, running: list[int], actions: np.ndarray) -> None:
+        """The running arms' commands: an action whose every command the engine would accept unchanged (finite,
+        within the limits, mode 0 allowed) is latched at once (:meth:`TickEngine.latch_checked`), any other goes
+        command by command through :meth:`TickEngine.channel` (clamped or rejected and counted there)."""
+        rows = self.actions.rows(actions[running])
+        fast = self.actions.within(rows) & self._single_pulses
+        channels = self._channel_index
+        for j, i in enumerate(running):
+            if fast[j]:
+                arm = self.arms[i]
+                arm.engine.begin(arm.tick)
+                arm.engine.latch_checked(POLICY_DRIVER, channels, rows[j])
+            else:
                 self.command(i, actions[i])
-        self.effort[:] = 0.0
+
+    def step(self, actions: np.ndarray, stepping: np.ndarray) -> None:
+        """One action step of the running arms where ``stepping``: commands, then ``ticks_per_action`` ticks (all
+        in one compiled call, or one call per tick where an engine must finish each tick in Python); the frames
+        and ``effort``, the mean squared relative amplitude applied at the step's last tick, are updated, other
+        arms keep theirs."""
+        arms = self.arms
+        running = [i for i in range(self.n) if stepping[i] and arms[i].status == RUNNING]
+        self._command_all(running, actions)
         if self.threads != numba.get_num_threads():
             numba.set_num_threads(min(self.threads, numba.config.NUMBA_NUM_THREADS))
-        for k in range(self.ticks_per_action):
-            self._tick(first=k == 0)
-        self.effort /= self.ticks_per_action
+        if self._each_tick:
+            for k in range(self.ticks_per_action):
+                running = [i for i in running if arms[i].status == RUNNING]
+                self._run(running, 1, first=k == 0)
+        else:
+            self._run(running, self.ticks_per_action, first=True)
+        for i in running:
+            engine = arms[i].engine
+            self.effort[i] = sum((engine.applied[c, 1] / m) ** 2 for c, m in self._limits) / len(self._limits)
 
-    def _tick(self, first: bool) -> None:
-        arms, stale, ticks, times = self.arms, self._stale, self._ticks, self._times
-        running = [i for i in range(self.n) if self._stepping[i] and arms[i].status == RUNNING]
+    def _run(self, running: list[int], n_ticks: int, first: bool) -> None:
+        """``n_ticks`` ticks of the arms ``running`` in one compiled call, then each engine books them."""
         if not running:
             return
+        arms, stale, ticks = self.arms, self._stale, self._ticks
         for i in running:
             arm = arms[i]
-            engine = arm.engine
             if not first:
-                engine.begin(arm.tick)
-            stale[i] = engine.plant.begin_steps()
-            ticks[i], times[i] = arm.tick, (arm.tick + 1) * engine.period_s
+                arm.engine.begin(arm.tick)
+            stale[i] = arm.engine.plant.begin_steps()
+            ticks[i] = arm.tick
         if len(running) == self.n:
-            self._call(self._arrays, stale, ticks, times, self._results)
+            self._call(self._arrays, stale, ticks, n_ticks, self.period_s, self._results)
         else:
-            self._tick_some(running)
+            self._run_some(running, n_ticks)
         for i in running:
             self._finish(i)
 
-    def _tick_some(self, running: list[int]) -> None:
-        """The compiled tick of the running arms only (some have ended their episode)."""
+    def _run_some(self, running: list[int], n_ticks: int) -> None:
+        """The compiled ticks of some arms only (the others have ended their episode or are being reset)."""
         arrays = List()
         for i in running:
             arrays.append(self.arms[i].engine.tick_arrays)
         idx = np.array(running)
-        results = np.zeros((len(running), 4), np.int64)
-        self.batch_tick(arrays, self._stale[idx], self._ticks[idx], self._times[idx], results)
+        results = np.zeros((len(running), self._results.shape[1]), np.int64)
+        self.batch_tick(arrays, self._stale[idx], self._ticks[idx], n_ticks, self.period_s, results)
         self._results[idx] = results
-        self._call = direct_call(self.batch_tick, self._arrays, self._stale, self._ticks, self._times, self._results)
 
     def _finish(self, i: int) -> None:
+        """Arm i books the ticks it ran (:meth:`TickEngine.finish`); its frame, and its status if it ended."""
         arm = self.arms[i]
         engine = arm.engine
+        status, n_clipped, n_done, stop, n_ticks = self._results[i].tolist()
+        engine.tick = arm.tick + n_ticks - 1
         try:
-            result = engine.finish(*self._results[i].tolist())
+            result = engine.finish(status, n_clipped, n_done, stop)
         except PlantDivergedError as exc:
             arm.status, arm.detail = DIVERGED, str(exc)
             return
-        arm.tick += 1
+        arm.tick += n_ticks
         self.frames[i] = result.frame[0]
-        self.effort[i] += sum((engine.applied[c, 1] / m) ** 2 for c, m in self._limits) / len(self._limits)
         if result.stop:
             arm.status, arm.detail = STOPPED, engine.stop_detail or result.stop_reason
         elif engine.has_fatigue and float(engine.fitness[list(self.actions.channels)].max()) < FIBRE_COLLAPSE:

@@ -126,6 +126,12 @@ class Episodes:
     def truncated(self) -> np.ndarray:
         return (self.steps >= self.max_steps) & ~self.terminated()
 
+    def infos(self) -> dict:
+        """Every arm's step information as arrays (:meth:`info`'s numbers and ``termination``)."""
+        arms = self.arms.arms
+        return {"error": self.errors.copy(), "effort": self.arms.effort.copy(),
+                "time_s": self.arms.time_s(), "termination": np.array([ENDINGS[a.status] for a in arms])}
+
     def info(self, i: int) -> dict:
         """Arm ``i``'s step information: error (rad or m), effort, time (s), why its episode ended."""
         arm = self.arms.arms[i]

@@ -28,6 +28,7 @@ class FesArmVectorEnv(VectorEnv):
         self.observation_labels = self.episodes.observation_labels
         self.dt = self.episodes.action_period_s      # simulated seconds per step (MuJoCo environments' name)
         self._autoreset = np.zeros(num_envs, bool)
+        self._present = np.ones(num_envs, bool)
 
     def reset(self, *, seed=None, options: dict | None = None):
         seeds = [None] * self.num_envs if seed is None else (
@@ -51,10 +52,7 @@ class FesArmVectorEnv(VectorEnv):
         return ep.obs.copy(), rewards, terminated, truncated, self._infos()
 
     def _infos(self) -> dict:
-        ep = self.episodes
-        infos = [ep.info(i) for i in range(self.num_envs)]
-        out = {}
-        for key in ("error", "effort", "time_s", "termination"):
-            out[key] = np.array([info[key] for info in infos])
-            out["_" + key] = np.ones(self.num_envs, bool)
-        return out
+        """Gymnasium's vector info: each key's array and its mask ``_key`` (every arm has every key)."""
+        infos = self.episodes.infos()
+        infos.update({"_" + key: self._present for key in list(infos)})
+        return infos

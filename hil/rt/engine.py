@@ -229,6 +229,16 @@ class TickEngine:
         self._accept(driver)
         return True
 
+    def latch_checked(self, driver: int, channels, rows: np.ndarray) -> None:
+        """Commands to ``channels`` (rows of pulse width us, amplitude mA, frequency Hz, mode) that the caller has
+        checked to be finite, within every limit and of an allowed mode, i.e. what :meth:`channel` accepts
+        unchanged: latched and counted and fed to the watchdog as :meth:`channel` does, without command-log
+        entries (for an in-process caller that records no log: the Gymnasium batch, :mod:`hil.gym.arm_batch`)."""
+        self.latched[channels] = rows
+        self.latched_by[channels] = driver
+        for _ in range(len(channels)):
+            self._accept(driver)
+
     def excitation(self, driver: int, receive_ns: int, muscle: int, value: float) -> bool:
         if driver in self.voluntary_drivers:
             return self.voluntary(driver, receive_ns, muscle, value)
@@ -357,6 +367,12 @@ class TickEngine:
         plant_status, n_clipped, n_done, stop = self._compute_tick(
             self._tick_arrays, self.plant.begin_steps(), tick, (tick + 1) * self.period_s, self.overrun, False)
         return self.finish(plant_status, n_clipped, n_done, stop)
+
+    @property
+    def finishes_each_tick(self) -> bool:
+        """Whether :meth:`finish` must run after every tick (extension rules or a measurement model act per
+        tick); otherwise a batched caller may run several ticks and book them at once."""
+        return self._extension_rules or not self.sensor.ideal
 
     @property
     def tick_arrays(self):

@@ -11,9 +11,9 @@ and its config checks. The compiled tick is one numba entry written with the pub
     status, n_clipped, n_done = <the plant's step kernel>(<its kernel_args unpacked>, u, ..., n_steps)
     return status, n_clipped, n_done, tick_outputs(arrays, tick, time_s, n_done == n_steps, bits, overrun, warm)
 
-A plant type's batched tick (``batch_tick``) runs the compiled tick of N engines of the same layout in one call
-(:mod:`hil.rt.batch`): each engine's tick is the same compiled code on its own arrays, so each trajectory is the
-single engine's bit for bit, whichever thread runs it.
+A plant type's batched tick (``batch_tick``) runs ``n_ticks`` compiled ticks of each of N engines of the same
+layout in one call (:mod:`hil.gym.arm_batch`): each engine's tick is the same compiled code on its own arrays, so
+each trajectory is the single engine's bit for bit, whichever thread runs it.
 
 This is the one place in ``hil`` that names a plant's step kernel (``STEP_KERNEL`` of its ``sim`` package).
 """
@@ -42,7 +42,7 @@ class PlantType:
     """One plant. ``model_class``: its model's class (``kind`` is the name); ``load_model(cfg)``: its model from
     the service config; ``make_plant(model, cfg, step_s, initial_state)``: the plant (``initial_state`` None: the
     model's resting state); ``tick``: its compiled tick (``tick(arrays, stale, tick, time_s, overrun, warm)`` ->
-    (plant status, excitations clipped, steps done, STOP_* code)); ``batch_tick``: the same for N engines
+    (plant status, excitations clipped, steps done, STOP_* code)); ``batch_tick``: several ticks of N engines
     (:func:`das3_ticks`); ``options``: the ``[plant]`` keys only it reads
     (``cfg.plant.options``), ``file_options`` those of them that name files; ``check(cfg_plant, cfg_model)``:
     (key, reason) of a config it cannot run, or None."""
@@ -146,12 +146,18 @@ batch = njit(cache=True, nogil=True, parallel=True, error_model="numpy")
 
 
 @batch
-def das3_ticks(arrays, stale, ticks, times, results):
-    """:func:`das3_tick` of engine i = 0..N-1 (``arrays``: a typed list of their tick arrays; ``stale``,
-    ``ticks``, ``times``: per engine) into ``results[i]`` = (plant status, clipped, steps done, STOP_* code)."""
+def das3_ticks(arrays, stale, ticks, n_ticks, period_s, results):
+    """Up to ``n_ticks`` ticks of engine i = 0..N-1 (``arrays``: a typed list of their tick arguments; ``stale``:
+    whether its first step re-evaluates; ``ticks``: its first tick's index), each tick :func:`das3_tick` at time
+    (tick + 1) ``period_s``, stopping at a failed step or a safety stop. ``results[i]`` = (the last plant status,
+    excitations clipped, steps done, the STOP_* code, ticks run)."""
     for i in prange(ticks.shape[0]):
-        status, n_clipped, n_done, stop = das3_tick(arrays[i], stale[i], ticks[i], times[i], False, False)
-        results[i, 0], results[i, 1], results[i, 2], results[i, 3] = status, n_clipped, n_done, stop
+        first, clipped, done, status, stop, k = stale[i], 0, 0, 0, 0, 0
+        while k < n_ticks and status == 0 and stop == 0:
+            tick = ticks[i] + k
+            status, n_clipped, n_done, stop = das3_tick(arrays[i], first, tick, (tick + 1) * period_s, False, False)
+            first, clipped, done, k = False, clipped + n_clipped, done + n_done, k + 1
+        results[i, 0], results[i, 1], results[i, 2], results[i, 3], results[i, 4] = status, clipped, done, stop, k
 
 
 def _das3_plant(model, cfg, step_s: float, initial_state):
@@ -182,11 +188,15 @@ def compute_tick_mtg(arrays, stale, tick, time_s, overrun, warm):
 
 
 @batch
-def mtg_ticks(arrays, stale, ticks, times, results):
+def mtg_ticks(arrays, stale, ticks, n_ticks, period_s, results):
     """:func:`das3_ticks` with the MTG arm's tick."""
     for i in prange(ticks.shape[0]):
-        status, n_clipped, n_done, stop = mtg_tick(arrays[i], stale[i], ticks[i], times[i], False, False)
-        results[i, 0], results[i, 1], results[i, 2], results[i, 3] = status, n_clipped, n_done, stop
+        first, clipped, done, status, stop, k = stale[i], 0, 0, 0, 0, 0
+        while k < n_ticks and status == 0 and stop == 0:
+            tick = ticks[i] + k
+            status, n_clipped, n_done, stop = mtg_tick(arrays[i], first, tick, (tick + 1) * period_s, False, False)
+            first, clipped, done, k = False, clipped + n_clipped, done + n_done, k + 1
+        results[i, 0], results[i, 1], results[i, 2], results[i, 3], results[i, 4] = status, clipped, done, stop, k
 
 
 MTG_OPTIONS = Section("plant (mtg)", "Keys only the reduced MTG arm (`type = \"mtg\"`) reads.", (

@@ -1,0 +1,94 @@
+"""What ``hil bench gym`` measures of our environments: env steps per second of the Gymnasium environments (:mod:`hil.gym`), batched against
+Gymnasium's ``SyncVectorEnv`` over the single environment, for each plant and number of environments, measured
+by :mod:`hil.bench.throughput` (per core: env steps per CPU-second of the process, all threads), beside the
+MyoSuite peer (:mod:`hil.bench.myo_peer`) in the same run.
+"""
+from __future__ import annotations
+
+import gymnasium as gym
+
+import hil.gym
+from hil.bench.myo_peer import PeerUnavailable, measure_peer, setup_venv
+from hil.bench.throughput import Throughput, machine, measure
+
+TASK = "ElbowHold"
+
+
+def batched(task: str, plant: str, n: int, threads: int, **kwargs):
+    """The batched vector environment (the registered vector entry point)."""
+    return gym.make_vec(f"{hil.gym.NAMESPACE}/{task}-v0", num_envs=n, vectorization_mode="vector_entry_point",
+                        plant=plant, threads=threads, **kwargs)
+
+
+def synced(task: str, plant: str, n: int, **kwargs):
+    """Gymnasium's SyncVectorEnv over ``n`` single environments (each through ``gym.make``'s wrappers)."""
+    return gym.make_vec(f"{hil.gym.NAMESPACE}/{task}-v0", num_envs=n, vectorization_mode="sync", plant=plant,
+                        **kwargs)
+
+
+def single(task: str, plant: str, **kwargs):
+    return gym.make(f"{hil.gym.NAMESPACE}/{task}-v0", plant=plant, **kwargs)
+
+
+def gym_rows(plants=("das3", "mtg"), counts=(1, 8, 64), steps: int = 4000, threads: int = 1,
+             task: str = TASK, seed: int = 0, rounds: int = 3, action_period_s: float | None = None
+             ) -> list[Throughput]:
+    """For each plant: the single environment, then for each count the batched and the synced vector
+    environments (``action_period_s``: the environments' action period; the task's by default), each measured
+    ``rounds`` times in alternation (``steps`` env steps after a warm-up of
+    ``min(steps, 200)``) and represented by its median round by steps per CPU-second: the machine's speed
+    drifts, and alternating puts both sides of a ratio under the same drift."""
+    rows, warmup = [], min(steps, 200)
+    kw = {} if action_period_s is None else {"action_period_s": action_period_s}
+    for plant in plants:
+        rows.append(median_row([single(task, plant, **kw)], steps, warmup, seed, rounds, f"{plant} single"))
+        for n in counts:
+            pair = {f"{plant} batched": batched(task, plant, n, threads, **kw),
+                    f"{plant} sync": synced(task, plant, n, **kw)}
+            measured = {label: [] for label in pair}
+            for _ in range(rounds):
+                for label, env in pair.items():
+                    measured[label].append(measure(env, steps, warmup, seed, label))
+            for label, env in pair.items():
+                env.close()
+                rows.append(median(measured[label]))
+    return rows
+
+
+def median_row(envs, steps, warmup, seed, rounds, label) -> Throughput:
+    return median([measure(envs[0], steps, warmup, seed, label) for _ in range(rounds)])
+
+
+def median(measured: list[Throughput]) -> Throughput:
+    """The round with the median steps per CPU-second (the upper median of an even count)."""
+    return sorted(measured, key=lambda r: r.steps_per_cpu_s)[len(measured) // 2]
+
+
+def speedups(rows: list[Throughput]) -> dict[tuple[str, int], float]:
+    """(plant, n) -> batched env steps per CPU-second / synced ones."""
+    by = {(r.label, r.num_envs): r for r in rows}
+    out = {}
+    for (label, n), row in by.items():
+        plant, kind = label.split(" ", 1)
+        if kind == "batched" and (f"{plant} sync", n) in by:
+            out[(plant, n)] = row.steps_per_cpu_s / by[(f"{plant} sync", n)].steps_per_cpu_s
+    return out
+
+
+def with_peer(rows: list[Throughput], counts, steps: int, peer: bool, peer_setup: bool, say) -> tuple[dict, list]:
+    """(the benchmark's document, the peer's rows): our ``rows``, their per-core speed-ups, and the MyoSuite
+    peer's rows and models at the same counts (its environment made first with ``peer_setup``; ``say`` prints
+    the setup's line), or the one line saying why the peer did not run."""
+    peer_rows, models, note = [], [], None
+    if peer:
+        try:
+            if peer_setup:
+                say(setup_venv())
+            result = measure_peer(tuple(counts), steps=steps)
+            peer_rows, models = result.rows, result.models
+        except PeerUnavailable as exc:
+            note = str(exc)
+    doc = {"machine": machine().as_dict(), "rows": [r.as_dict() for r in rows + peer_rows],
+           "speedup_per_core": {f"{p} x{n}": round(v, 2) for (p, n), v in speedups(rows).items()},
+           "peer_models": [m.as_dict() for m in models], "peer_note": note}
+    return doc, peer_rows

@@ -1,0 +1,44 @@
+"""``hil bench gym``: the rows it measures (batched and synced at each count, the single environment), the
+per-core ratio it prints, the MyoSuite peer's one-line absence, and bad options."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def bench(*args: str, cwd=ROOT):
+    return subprocess.run([sys.executable, "-m", "hil", "bench", "gym", *args], capture_output=True, text=True,
+                          cwd=cwd, timeout=600)
+
+
+def test_the_benchmark_measures_batched_and_synced_rows_and_their_ratio():
+    out = bench("--envs", "1,2", "--steps", "40", "--rounds", "1", "--plant", "mtg", "--no-peer", "--json")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    rows = {(r["label"], r["num_envs"]): r for r in doc["rows"]}
+    assert set(rows) == {("mtg single", 1), ("mtg batched", 1), ("mtg sync", 1), ("mtg batched", 2), ("mtg sync", 2)}
+    assert all(r["env_steps"] >= 40 and r["cpu_s"] > 0 for r in rows.values())
+    ratio = rows[("mtg batched", 2)]["env_steps"] / rows[("mtg batched", 2)]["cpu_s"] / (
+        rows[("mtg sync", 2)]["env_steps"] / rows[("mtg sync", 2)]["cpu_s"])
+    assert abs(doc["speedup_per_core"]["mtg x2"] - ratio) < 0.01
+    assert doc["action_period_ms"] == 20.0 and doc["machine"]["cpus"] >= 1
+
+
+def test_without_the_peer_environment_the_table_says_how_to_make_it(tmp_path):
+    """Run where no runs/.venv-myosuite exists (the peer's environment is relative to the working directory)."""
+    out = bench("--envs", "1", "--steps", "20", "--rounds", "1", "--plant", "mtg", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "hil bench gym" in out.stdout and "batched" in out.stdout and "sync" in out.stdout
+    assert "MyoSuite peer: MyoSuite peer not installed" in out.stdout and "--peer-setup" in out.stdout
+
+
+def test_bad_options_are_one_line():
+    for args, words in ((["--envs", "eight"], "--envs"), (["--envs", "0"], "--envs"), (["--plant", "ode"], "--plant"),
+                        (["--rounds", "0"], "--rounds"), (["--action-period-ms", "0"], "--action-period-ms")):
+        out = bench(*args, "--no-peer")
+        assert out.returncode == 2 and words in out.stderr and "Traceback" not in out.stderr, out.stderr
+        assert len(out.stderr.strip().splitlines()) == 1
