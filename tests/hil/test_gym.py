@@ -187,3 +187,27 @@ def test_a_recorded_motion_is_the_elbow_target(tmp_path):
     assert np.allclose(targets, np.interp(step_times, t, elbow), atol=1e-6)
     with pytest.raises(ValueError, match="takes no reference"):
         FesArmEnv("Reach", **SHORT).reset(options={"reference": str(tmp_path / "ref.mot")})
+
+
+def test_an_environment_step_is_the_service_tick_with_the_same_commands():
+    """The arm's frames equal a tick engine of the same config driven command by command (TickEngine.channel,
+    as a controller's driver does) every 5 ticks: the environment adds nothing to the service's tick."""
+    from hil.config import load_service_config
+    from hil.gym.tasks import TASKS
+    from hil.service.build import build_tick_engine
+
+    env = FesArmEnv("ElbowHold")
+    env.reset(seed=0, options={"hand_load_kg": 0.0})
+    _, engine = build_tick_engine(load_service_config(TASKS["ElbowHold"].config_file("das3")))
+    engine.warmup()
+    layout = env.episodes.arms.actions
+    actions = random_actions(env.action_space, 8, seed=4)
+    for step, action in enumerate(actions):
+        env.step(action)
+        for k in range(5):
+            engine.begin(5 * step + k)
+            if k == 0:
+                for c, pw, amp, freq in layout.commands(np.asarray(action, float)):
+                    assert engine.channel(0, 0, c, pw, amp, freq, 0)
+            frame = engine.step().frame
+        assert frame.tobytes() == env.episodes.arms.frames[:1].tobytes(), step
