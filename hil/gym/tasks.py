@@ -93,7 +93,8 @@ class ElbowHold(Task):
 
 @dataclass(frozen=True)
 class Reach(Task):
-    """Targets: the resting hand position plus an offset uniform in ``target_range`` (thorax frame, m)."""
+    """Targets: the resting hand position plus an offset uniform in ``target_range`` (thorax frame, m: x lateral,
+    y up, z posterior, so a reach forward is a negative z)."""
 
     def sample_parameters(self, rng, rest_frame):
         return rest_frame["hand_position"][0] + super().sample_parameters(rng, rest_frame)
@@ -139,7 +140,7 @@ TASKS = {t.name: t for t in (
                   "mtg": ("horizontal_flexor", "horizontal_extensor", "elevator", "depressor", "internal_rotator",
                           "external_rotator", "elbow_flexor", "elbow_extensor")},
         observe=("q", "qdot", "hand_position"), n_target=3,
-        target_range=((0.05, 0.20), (0.0, 0.25), (-0.05, 0.05)), weights=RewardWeights(error_scale=0.1)),
+        target_range=((-0.05, 0.05), (0.0, 0.25), (-0.20, -0.05)), weights=RewardWeights(error_scale=0.1)),
     ForwardFlexion(
         "ForwardFlexion", "raise the arm forward along a minimum-jerk elevation profile and hold it",
         configs={"das3": "forward-flexion.toml", "mtg": "forward-flexion-mtg.toml"},
@@ -149,6 +150,6 @@ TASKS = {t.name: t for t in (
         observe=("q", "qdot", "th_angles", "gh_stability"), n_target=1,
         target_range=((math.radians(40.0), math.radians(80.0)), (1.0, 2.0)), duration_s=3.0),
 )}
-"""The registered tasks by name (``fes_hil/<name>-v0``). The Reach offsets (thorax x forward, y up, z lateral; m)
-are a *proposal*: a box in front of and above the resting hand, not every point of which the electrode set can
+"""The registered tasks by name (``fes_hil/<name>-v0``). The Reach offsets (the DAS3 thorax frame: x lateral,
+y up, z posterior; m) are a *proposal*: a box in front of and above the resting hand, not every point of which the electrode set can
 reach."""
