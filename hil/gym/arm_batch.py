@@ -63,6 +63,9 @@ class Arm:
         self.snapshot.restore()
         sensor = self.engine.sensor
         sensor.rng = np.random.Generator(np.random.PCG64(noise_seed))
+        if sensor.lab is not None:        # the lab sensors' own generator and IMU biases, from the same seed
+            sensor.lab.seed = noise_seed
+            sensor.lab.reset()
         self.engine.plant.set_load_vector(hand_loads(self.engine, hand_kg))
         self.status, self.tick, self.detail = RUNNING, 0, ""
 

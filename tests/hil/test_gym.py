@@ -3,6 +3,7 @@ environments bit for bit, next-step autoreset, reset options, and a random polic
 from __future__ import annotations
 
 import warnings
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -211,3 +212,69 @@ def test_an_environment_step_is_the_service_tick_with_the_same_commands():
                     assert engine.channel(0, 0, c, pw, amp, freq, 0)
             frame = engine.step().frame
         assert frame.tobytes() == env.episodes.arms.frames[:1].tobytes(), step
+
+
+def test_with_a_noisy_delayed_sensor_the_batch_still_equals_single_environments(tmp_path):
+    """A measurement model acts after every tick (TickEngine.finishes_each_tick): the batch then runs its ticks
+    one compiled call each, and the observations are the delayed, noisy frames, seeded per episode."""
+    from hil.gym.tasks import CONFIG_DIR
+
+    cfg = tmp_path / "noisy.toml"
+    cfg.write_text(f'include = ["{CONFIG_DIR / "elbow-hold.toml"}"]\n[sensor]\nangle_noise_deg = 0.5\n'
+                   'velocity_noise_deg_s = 2.0\ndelay_ms = 8\n')
+    n, steps = 2, 6
+    batch = FesArmVectorEnv("ElbowHold", num_envs=n, config=str(cfg), **SHORT)
+    assert batch.episodes.arms._each_tick
+    actions = np.random.default_rng(5).uniform(0, 1, (steps, n, 2)).astype(np.float32)
+    obs, _ = batch.reset(seed=20)
+    seen = [obs]
+    for t in range(steps):
+        seen.append(batch.step(actions[t])[0])
+    for i in range(n):
+        env = FesArmEnv("ElbowHold", config=str(cfg), **SHORT)
+        obs, _ = env.reset(seed=20 + i)
+        assert obs.tobytes() == seen[0][i].tobytes()
+        for t in range(steps):
+            obs = env.step(actions[t, i])[0]
+            assert obs.tobytes() == seen[t + 1][i].tobytes(), (i, t)
+    again = [env.reset(seed=20 + n - 1)[0]] + [env.step(actions[t, n - 1])[0] for t in range(steps)]
+    assert [o.tobytes() for o in again] == [o[n - 1].tobytes() for o in seen]      # the seed sets the noise
+    assert seen[1][0][0] != seen[1][1][0] or seen[2][0][0] != seen[2][1][0]       # other seeds, other noise
+    quiet = FesArmEnv("ElbowHold", **SHORT)
+    quiet.reset(seed=20)
+    assert quiet.step(actions[0, 0])[0][0] != seen[1][0][0]      # the noise reaches the observation
+
+
+def test_a_delayed_sensor_delays_the_observation_as_in_the_service(tmp_path):
+    from hil.config import load_service_config
+    from hil.gym.tasks import CONFIG_DIR
+    from hil.service.build import build_tick_engine
+
+    cfg = tmp_path / "delayed.toml"
+    cfg.write_text(f'include = ["{CONFIG_DIR / "elbow-hold.toml"}"]\n[sensor]\ndelay_ms = 8\n')
+    env = FesArmEnv("ElbowHold", config=str(cfg))
+    env.reset(seed=0, options={"hand_load_kg": 0.0})
+    _, engine = build_tick_engine(load_service_config(cfg))
+    engine.warmup()
+    for step, action in enumerate(random_actions(env.action_space, 6, seed=2)):
+        obs = env.step(action)[0]
+        for k in range(5):
+            engine.begin(5 * step + k)
+            if k == 0:
+                for c, pw, amp, freq in env.episodes.arms.actions.commands(np.asarray(action, float)):
+                    engine.channel(0, 0, c, pw, amp, freq, 0)
+            frame = engine.step().frame
+        assert obs[0] == np.float32(frame["q"][0][9]) and frame["tick"][0] == 5 * step + 2
+
+
+def test_lab_sensor_noise_is_drawn_per_episode_from_the_seed():
+    imu = str(Path(__file__).resolve().parents[2] / "configs" / "elbow-hold-imu.toml")
+    env = FesArmEnv("ElbowHold", config=imu, observe=("imu_gyro",), **SHORT)
+    action = np.zeros(2, np.float32)
+
+    def first_steps(seed):      # the same target and load: only the noise differs between seeds
+        env.reset(seed=seed, options={"target_deg": 90.0, "hand_load_kg": 0.0})
+        return [env.step(action)[0][:-1].tobytes() for _ in range(3)]      # the gyro rates, not the target
+
+    a, b, a_again = first_steps(1), first_steps(2), first_steps(1)
+    assert a == a_again and a != b
