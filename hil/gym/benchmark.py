@@ -41,7 +41,9 @@ def gym_rows(plants=("das3", "mtg"), counts=(1, 8, 64), steps: int = 4000, threa
     rows, warmup = [], min(steps, 200)
     kw = {} if action_period_s is None else {"action_period_s": action_period_s}
     for plant in plants:
-        rows.append(median_row([single(task, plant, **kw)], steps, warmup, seed, rounds, f"{plant} single"))
+        env = single(task, plant, **kw)
+        rows.append(median([measure(env, steps, warmup, seed, f"{plant} single") for _ in range(rounds)]))
+        env.close()
         for n in counts:
             pair = {f"{plant} batched": batched(task, plant, n, threads, **kw),
                     f"{plant} sync": synced(task, plant, n, **kw)}
@@ -53,10 +55,6 @@ def gym_rows(plants=("das3", "mtg"), counts=(1, 8, 64), steps: int = 4000, threa
                 env.close()
                 rows.append(median(measured[label]))
     return rows
-
-
-def median_row(envs, steps, warmup, seed, rounds, label) -> Throughput:
-    return median([measure(envs[0], steps, warmup, seed, label) for _ in range(rounds)])
 
 
 def median(measured: list[Throughput]) -> Throughput:
