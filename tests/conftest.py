@@ -53,6 +53,11 @@ SERIAL_GROUP = "serial"
 """The xdist group (``--dist loadgroup``) of the realtime and host-bus tests: one worker runs them in turn."""
 
 WARM_UP_CONFIGS = ("elbow-hold.toml", "elbow-hold-mtg.toml", "elbow-hold-imu.toml")
+WARM_UP_BATCHES = ("import gymnasium as gym, hil.gym\n"
+                   "for plant in ('das3', 'mtg'):\n"
+                   "    gym.make_vec('fes_hil/ElbowHold-v0', num_envs=1, vectorization_mode='vector_entry_point', "
+                   "plant=plant)\n")
+"""Builds a batch of each plant: compiles the batched ticks of the Gymnasium environments (hil.rt.plants)."""
 """Shipped configs whose offline run compiles the plants' kernels before parallel workers start."""
 
 
@@ -118,6 +123,15 @@ def warm_numba_cache(reporter) -> None:
                 lines = done.stderr.strip().splitlines() or [""]
                 state = "ready" if done.returncode == 0 else f"warm-up failed ({lines[-1]})"
             say(f"numba kernels of configs/{name}: {state} after {time.monotonic() - t0:.0f} s")
+        t0 = time.monotonic()
+        try:
+            done = subprocess.run([sys.executable, "-c", WARM_UP_BATCHES], capture_output=True, text=True,
+                                  timeout=1800, cwd=CONFIGS.parent)
+            lines = done.stderr.strip().splitlines() or [""]
+            state = "ready" if done.returncode == 0 else f"warm-up failed ({lines[-1]})"
+        except subprocess.TimeoutExpired:
+            state = "warm-up timed out"
+        say(f"numba kernels of the Gymnasium batches: {state} after {time.monotonic() - t0:.0f} s")
 
 
 @pytest.fixture(scope="session")

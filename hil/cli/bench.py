@@ -458,8 +458,9 @@ def bench_gym(
         help="The environments' action period (default: the task's, 20 ms).")] = None,
     peer: Annotated[bool, typer.Option(help="Measure the MyoSuite peer in the same run.")] = True,
     peer_setup: Annotated[bool, typer.Option(
-        help="Make the MyoSuite peer's virtual environment (runs/.venv-myosuite, from the package index) first.")]
-    = False,
+        help="Make the MyoSuite peer's virtual environment (--peer-venv, from the package index) first.")] = False,
+    peer_venv: Annotated[Path, typer.Option(help="The MyoSuite peer's virtual environment.")]
+    = Path("runs/.venv-myosuite"),
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Env steps per second of fes_hil/ElbowHold-v0, wall clock and per CPU-second (all threads), for 1, 8 and
@@ -485,7 +486,7 @@ def bench_gym(
             raise BadInputError(f"--action-period-ms: 1..1000, not {action_period_ms}")
         rows = gym_rows(plants, counts, steps, threads, rounds=rounds,
                         action_period_s=None if action_period_ms is None else action_period_ms / 1e3)
-    doc, peer_rows = with_peer(rows, counts, steps, peer, peer_setup, err_console().print)
+    doc, peer_rows = with_peer(rows, counts, steps, peer, peer_setup, err_console().print, peer_venv)
     doc["action_period_ms"] = action_period_ms or 20.0
     if json_out:
         print_json(doc)

@@ -5,10 +5,12 @@ MyoSuite peer (:mod:`hil.bench.myo_peer`) in the same run.
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import gymnasium as gym
 
 import hil.gym
-from hil.bench.myo_peer import PeerUnavailable, measure_peer, setup_venv
+from hil.bench.myo_peer import VENV, PeerUnavailable, measure_peer, setup_venv
 from hil.bench.throughput import Throughput, machine, measure
 
 TASK = "ElbowHold"
@@ -73,16 +75,17 @@ def speedups(rows: list[Throughput]) -> dict[tuple[str, int], float]:
     return out
 
 
-def with_peer(rows: list[Throughput], counts, steps: int, peer: bool, peer_setup: bool, say) -> tuple[dict, list]:
+def with_peer(rows: list[Throughput], counts, steps: int, peer: bool, peer_setup: bool, say,
+              venv: Path = VENV) -> tuple[dict, list]:
     """(the benchmark's document, the peer's rows): our ``rows``, their per-core speed-ups, and the MyoSuite
-    peer's rows and models at the same counts (its environment made first with ``peer_setup``; ``say`` prints
-    the setup's line), or the one line saying why the peer did not run."""
+    peer's rows and models at the same counts (its virtual environment ``venv``, made first with ``peer_setup``;
+    ``say`` prints the setup's line), or the one line saying why the peer did not run."""
     peer_rows, models, note = [], [], None
     if peer:
         try:
             if peer_setup:
-                say(setup_venv())
-            result = measure_peer(tuple(counts), steps=steps)
+                say(setup_venv(venv))
+            result = measure_peer(tuple(counts), steps=steps, venv=venv)
             peer_rows, models = result.rows, result.models
         except PeerUnavailable as exc:
             note = str(exc)

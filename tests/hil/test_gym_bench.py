@@ -29,8 +29,8 @@ def test_the_benchmark_measures_batched_and_synced_rows_and_their_ratio():
 
 
 def test_without_the_peer_environment_the_table_says_how_to_make_it(tmp_path):
-    """Run where no runs/.venv-myosuite exists (the peer's environment is relative to the working directory)."""
-    out = bench("--envs", "1", "--steps", "20", "--rounds", "1", "--plant", "mtg", cwd=tmp_path)
+    out = bench("--envs", "1", "--steps", "20", "--rounds", "1", "--plant", "mtg", "--peer-venv",
+                str(tmp_path / "no-venv"))
     assert out.returncode == 0, out.stderr
     assert "hil bench gym" in out.stdout and "batched" in out.stdout and "sync" in out.stdout
     assert "MyoSuite peer: MyoSuite peer not installed" in out.stdout and "--peer-setup" in out.stdout
