@@ -53,12 +53,12 @@ SERIAL_GROUP = "serial"
 """The xdist group (``--dist loadgroup``) of the realtime and host-bus tests: one worker runs them in turn."""
 
 WARM_UP_CONFIGS = ("elbow-hold.toml", "elbow-hold-mtg.toml", "elbow-hold-imu.toml")
+"""Shipped configs whose offline run compiles the plants' kernels before parallel workers start."""
 WARM_UP_BATCHES = ("import gymnasium as gym, hil.gym\n"
                    "for plant in ('das3', 'mtg'):\n"
                    "    gym.make_vec('fes_hil/ElbowHold-v0', num_envs=1, vectorization_mode='vector_entry_point', "
                    "plant=plant)\n")
 """Builds a batch of each plant: compiles the batched ticks of the Gymnasium environments (hil.rt.plants)."""
-"""Shipped configs whose offline run compiles the plants' kernels before parallel workers start."""
 
 
 def _listed(table: dict, item) -> bool:
@@ -69,7 +69,9 @@ def _listed(table: dict, item) -> bool:
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items) -> None:
     """Marks before xdist reads the groups: ``e2e`` below ``tests/e2e``, ``realtime`` from REALTIME, and the
-    serial group for REALTIME and HOST_BUSES."""
+    serial group for REALTIME and HOST_BUSES; the serial group's tests first, so that the one worker that runs
+    them all in turn starts on them while the other takes the rest (scheduled last, they made the run's tail)."""
+    serial = set()
     for item in items:
         if TESTS / "e2e" in item.path.parents:
             item.add_marker(pytest.mark.e2e)
@@ -78,6 +80,8 @@ def pytest_collection_modifyitems(items) -> None:
             item.add_marker(pytest.mark.realtime)
         if realtime or _listed(HOST_BUSES, item):
             item.add_marker(pytest.mark.xdist_group(SERIAL_GROUP))
+            serial.add(item.nodeid)
+    items.sort(key=lambda item: item.nodeid not in serial)
 
 
 def pytest_configure(config) -> None:
