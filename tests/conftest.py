@@ -80,8 +80,8 @@ def pytest_collection_modifyitems(items) -> None:
             item.add_marker(pytest.mark.realtime)
         if realtime or _listed(HOST_BUSES, item):
             item.add_marker(pytest.mark.xdist_group(SERIAL_GROUP))
-            serial.add(item.nodeid)
-    items.sort(key=lambda item: item.nodeid not in serial)
+            serial.add(id(item))
+    items.sort(key=lambda item: id(item) not in serial)
 
 
 def pytest_configure(config) -> None:

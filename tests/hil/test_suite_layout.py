@@ -32,10 +32,18 @@ class Item(SimpleNamespace):
 
 
 def marked_items(*where: tuple[str, str]) -> list[Item]:
+    """The items of ``where`` after the marking hook, in the order given (the hook reorders its list)."""
     items = [Item(TESTS / folder / "test_x.py" if "/" not in folder else TESTS / folder, name)
              for folder, name in where]
-    conftest.pytest_collection_modifyitems(items)
+    conftest.pytest_collection_modifyitems(list(items))
     return items
+
+
+def test_the_serial_group_is_collected_first():
+    items = [Item(TESTS / "sim" / "test_x.py", "test_a"), Item(TESTS / "e2e" / "test_tick_stall.py", "test_b"),
+             Item(TESTS / "hil" / "test_x.py", "test_c"), Item(TESTS / "drivers" / "test_can.py", "test_d")]
+    conftest.pytest_collection_modifyitems(items)
+    assert [i.name for i in items] == ["test_b", "test_d", "test_a", "test_c"]
 
 
 def test_e2e_is_the_folder_and_realtime_the_table_and_both_serial_groups_hold_their_tests():
