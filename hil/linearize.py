@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import math
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +21,7 @@ from scipy.io import savemat
 
 from hil import __version__
 from hil.config import ServiceConfig
-from hil.rt.stimulation import StimulationModel, amplitude_for_level, load_stimulation_config
+from hil.rt.stimulation import StimulationModel, amplitude_for_level, channel_phi, load_stimulation_config
 from sim.das3.layout import N_DOF, Das3Model
 from sim.linear.das3 import (
     Inputs,
@@ -62,7 +61,7 @@ def channel_inputs(stim: StimulationModel, select: list[str] | None, frequency_h
         if key not in names:
             raise LinearizeError(f"--inputs: unknown channel {key!r} (channels: {', '.join(names)})")
     cols = [names.index(k) for k in keys]
-    upper = np.array([_phi(stim.channels[c], frequency_hz) for c in cols])
+    upper = np.array([channel_phi(stim.channels[c], frequency_hz) for c in cols])
     spill = stim.spill_gains.shape[0] > 0
 
     def excitation(v):
@@ -89,17 +88,12 @@ def channel_inputs(stim: StimulationModel, select: list[str] | None, frequency_h
     return Inputs(tuple(keys), "channel level r*phi (0..phi)", np.zeros(len(cols)), upper, excitation, of_excitation)
 
 
-def _phi(ch, frequency_hz: float) -> float:
-    return min(1.0, -math.expm1(-frequency_hz / ch.frequency_constant_hz)
-               / -math.expm1(-ch.fusion_frequency_hz / ch.frequency_constant_hz))
-
-
 def level_per_ma(ch, amplitude_ma: float, pulse_width_s: float, frequency_hz: float) -> float:
     """dl/dI (per mA) at ``amplitude_ma``: phi 6 x (1 - x) PW / (Q_sat - Q_th), 0 outside 0 < x < 1."""
     x = (pulse_width_s * amplitude_ma * 1e-3 - ch.threshold_charge_c) / (ch.saturation_charge_c - ch.threshold_charge_c)
     if not 0.0 < x < 1.0:
         return 0.0
-    return _phi(ch, frequency_hz) * 6.0 * x * (1.0 - x) * pulse_width_s * 1e-3 / (
+    return channel_phi(ch, frequency_hz) * 6.0 * x * (1.0 - x) * pulse_width_s * 1e-3 / (
         ch.saturation_charge_c - ch.threshold_charge_c)
 
 

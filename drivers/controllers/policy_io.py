@@ -126,14 +126,9 @@ class ActionLayout:
         return low, high
 
     def commands(self, action: np.ndarray):
-        """(channel, pulse width us, amplitude mA, frequency Hz) of each channel for ``action`` (Python floats)."""
-        values = action.tolist()
-        if self.kind == "level":
-            return [(c, self.pulse_width_us, v * m, self.frequency_hz)
-                    for c, v, m in zip(self.channels, values, self.max_amplitude_ma)]
-        if self.kind == "amplitude_ma":
-            return [(c, self.pulse_width_us, v, self.frequency_hz) for c, v in zip(self.channels, values)]
-        return [(c, values[3 * k], values[3 * k + 1], values[3 * k + 2]) for k, c in enumerate(self.channels)]
+        """(channel, pulse width us, amplitude mA, frequency Hz) of each channel for ``action`` (Python floats;
+        one action's :meth:`rows`)."""
+        return [(c, pw, amp, freq) for c, (pw, amp, freq, _) in zip(self.channels, self.rows(action[None])[0].tolist())]
 
     def rows(self, actions: np.ndarray) -> np.ndarray:
         """(N, channels, 4) pulse width us, amplitude mA, frequency Hz, mode 0 of N actions (vectorised

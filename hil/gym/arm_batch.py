@@ -3,11 +3,12 @@ path as any controller's, their compiled ticks in one call, their frames gathere
 
 Each arm is a :class:`hil.rt.engine.TickEngine` built from the config (stimulation model and limits, fatigue,
 safety rules, sensor model, patient) exactly as a service run builds it; the policy is its one controller
-(driver 0). Per action step, for every arm: the channel commands of its action (:meth:`TickEngine.channel`:
-limits, limit policy, counters, watchdog), then ``ticks_per_action`` ticks of all arms, each tick one call of the
-plant type's batched tick (:mod:`hil.rt.plants`, numba threads across the arms), after which each engine books
-its tick (:meth:`TickEngine.finish`: plant status, extension rules, measurement model). A single environment is
-a batch of one, so a batch's arm i follows the single environment's trajectory bit for bit.
+(driver 0). Per action step, for every arm: the channel commands of its action (as :meth:`TickEngine.channel`
+takes them: limits, limit policy, counters, watchdog), then ``ticks_per_action`` ticks of all arms in one call of
+the plant type's batched tick (:mod:`hil.rt.plants`, numba threads across the arms; one call per tick where an
+engine must finish each tick in Python), after which each engine books its ticks (:meth:`TickEngine.finish`:
+plant status, extension rules, measurement model). A single environment is a batch of one, so a batch's arm i
+follows the single environment's trajectory bit for bit.
 
 An arm's episode ends when a safety action stops it, its plant diverges, or every channel's fibres collapse
 (fatigue fitness below :data:`FIBRE_COLLAPSE`); it then takes no more ticks until it is reset.
@@ -51,7 +52,7 @@ class Arm:
     """One engine with its snapshot (reset in place), its episode status and the patient it was built for."""
 
     def __init__(self, cfg: ServiceConfig, patient_key) -> None:
-        self.cfg, self.patient_key = cfg, patient_key
+        self.patient_key = patient_key
         self.model, self.engine = build_tick_engine(cfg)
         self.engine.warmup()
         self.snapshot = EngineSnapshot(self.engine)
@@ -80,7 +81,7 @@ class ArmBatch:
         if n < 1:
             raise ValueError("a batch has at least one arm")
         self.cfg, self.n, self.ticks_per_action, self.threads = cfg, n, ticks_per_action, max(1, threads)
-        self.arms = [self._arm(cfg, None) for _ in range(n)]
+        self.arms = [Arm(cfg, None) for _ in range(n)]
         engine = self.arms[0].engine
         self.period_s = engine.period_s
         self.batch_tick = plant_type(cfg.plant.type).batch_tick
@@ -107,17 +108,13 @@ class ArmBatch:
         self.batch_tick(*args)
         self._call = direct_call(self.batch_tick, *args)
 
-    def _arm(self, cfg: ServiceConfig, patient_key) -> Arm:
-        return Arm(cfg, patient_key)
-
     def _relist(self) -> None:
         """The typed list of the arms' compiled tick arguments (again after an arm was rebuilt)."""
         arrays = List()
         for arm in self.arms:
             arrays.append(arm.engine.tick_arrays)
         self._arrays = arrays
-        if hasattr(self, "_results"):
-            self._compile()
+        self._compile()
         self._each_tick = any(arm.engine.finishes_each_tick for arm in self.arms)
         if len({arm.engine.record.dtype for arm in self.arms}) > 1:
             raise ValueError("the arms of a batch must have the same layout (channels, fatigue, sensors)")
@@ -129,7 +126,7 @@ class ArmBatch:
         arm = self.arms[i]
         if patient_key != arm.patient_key:
             cfg = self.cfg if patient is None else with_patient(self.cfg, patient)
-            arm = self.arms[i] = self._arm(cfg, patient_key)
+            arm = self.arms[i] = Arm(cfg, patient_key)
             self._relist()
         arm.reset(noise_seed, hand_kg)
         self.frames[i] = arm.engine.record["frame"][0]
@@ -223,7 +220,7 @@ class ArmBatch:
         self.frames[i] = result.frame[0]
         if result.stop:
             arm.status, arm.detail = STOPPED, engine.stop_detail or result.stop_reason
-        elif engine.has_fatigue and float(engine.fitness[list(self.actions.channels)].max()) < FIBRE_COLLAPSE:
+        elif engine.has_fatigue and float(engine.fitness[self._channel_index].max()) < FIBRE_COLLAPSE:
             arm.status, arm.detail = COLLAPSED, "every driven channel's fatigue fitness is below the collapse level"
 
     def statuses(self) -> np.ndarray:

@@ -26,7 +26,7 @@ from hil.patients import patient_override
 
 
 class Episodes:
-    """``n`` arms on ``task``; keyword arguments as :func:`hil.gym.env.make_kwargs` documents."""
+    """``n`` arms on ``task``; keyword arguments as :mod:`hil.gym.env` documents."""
 
     def __init__(self, task: str | Task, n: int, plant: str = "das3", config: str | None = None,
                  action_kind: str = "level", action_period_s: float | None = None,
@@ -57,7 +57,6 @@ class Episodes:
         self.params, self.targets = np.zeros((n, n_params)), np.zeros((n, t.n_target))
         self.start, self.steps = np.zeros(n), np.zeros(n, np.int64)
         self.obs = np.zeros((n, size), np.float32)
-        self._obs64 = np.zeros((n, size))
         self.errors, self.rewards = np.zeros(n), np.zeros(n)
         self.references: list[np.ndarray | None] = [None] * n
 
@@ -116,7 +115,7 @@ class Episodes:
         errors = np.zeros(idx.shape[0])
         self.task.errors(frames, targets, errors)
         self.errors[idx] = errors
-        obs = self._obs64[idx]
+        obs = np.zeros((idx.shape[0], self.obs.shape[1]))
         self.arms.observation.fill(frames, targets, obs)
         self.obs[idx] = obs
 

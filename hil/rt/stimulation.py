@@ -460,14 +460,20 @@ def _spill_problem(read: dict, muscle_names, ch: ConfigTable):
     return None
 
 
+def channel_phi(channel: ChannelConfig, frequency_hz: float, mode: int = 0) -> float:
+    """phi of ``channel`` (module docstring) at ``frequency_hz`` in pulse mode ``mode`` (:func:`force_frequency`
+    outside a kernel)."""
+    f_eff = frequency_hz * (1.0 + channel.doublet_gain * mode)
+    return min(1.0, -math.expm1(-f_eff / channel.frequency_constant_hz)
+               / -math.expm1(-channel.fusion_frequency_hz / channel.frequency_constant_hz))
+
+
 def amplitude_for_level(channel: ChannelConfig, level: float, pulse_width_s: float, frequency_hz: float,
                         mode: int = 0) -> float | None:
     """The amplitude (A) at which ``channel`` drives its muscles at ``level`` = r phi (module
     docstring) for the given pulse width, frequency and mode: r = level / phi, x from r = 3x^2 - 2x^3,
     Q = Q_th + x (Q_sat - Q_th), I = Q / PW. None when the level needs r > 1 at that frequency."""
-    f_eff = frequency_hz * (1.0 + channel.doublet_gain * mode)
-    phi = min(1.0, -math.expm1(-f_eff / channel.frequency_constant_hz)
-              / -math.expm1(-channel.fusion_frequency_hz / channel.frequency_constant_hz))
+    phi = channel_phi(channel, frequency_hz, mode)
     if level <= 0.0:
         return 0.0
     r = level / phi
