@@ -35,8 +35,8 @@ PINS = ("myosuite==3.0.0", "myo-sim==0.2.3", "mujoco==4.0.0", "mujoco-core==4.0.
 MyoSuite 3.0.0 with the newest MuJoCo and Gymnasium it accepts and MuJoCo's own requirements."""
 VENV = Path("runs") / ".venv-myosuite"
 ROOT = Path(__file__).resolve().parents[2]
-SETUP_HINT = ("make it with `hil bench gym --peer-setup` (a virtual environment runs/.venv-myosuite from the "
-              "package index)")
+SETUP_HINT = ("make it with `hil bench peer-setup` or `hil bench gym --peer-setup` (a virtual environment "
+              "runs/.venv-myosuite from the package index)")
 
 _BOOTSTRAP = """
 import json, sys, types
@@ -99,7 +99,7 @@ def setup_venv(venv: Path = VENV, pins: tuple[str, ...] = PINS) -> str:
         if out.returncode != 0:
             raise PeerUnavailable(f"setting up the MyoSuite peer failed ({' '.join(cmd[-3:])}): "
                                   f"{_last_line(out.stderr or out.stdout)}")
-    return f"MyoSuite peer ready in {venv} ({', '.join(pins)})"
+    return f"MyoSuite peer ready in {venv} ({pins[0]} and {len(pins) - 1} more pinned packages)"
 
 
 def measure_peer(counts: tuple[int, ...] = (1, 8, 64), env_ids: tuple[str, ...] = (ELBOW_ENV,), steps: int = 4000,

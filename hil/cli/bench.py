@@ -492,3 +492,18 @@ def bench_gym(
         print_json(doc)
         return
     bench_tables.print_gym(doc, rows + peer_rows)
+
+
+@app.command("peer-setup")
+def bench_peer_setup(
+    venv: Annotated[Path, typer.Option(help="Where to make the MyoSuite peer's virtual environment.")]
+    = Path("runs/.venv-myosuite"),
+) -> None:
+    """Make the MyoSuite peer of `hil bench gym` (a virtual environment with pinned MyoSuite, MuJoCo and
+    Gymnasium from the package index; nothing to do when it is there). Part of the README's test command."""
+    from hil.bench.myo_peer import PeerUnavailable, setup_venv
+    try:
+        out_console().print(setup_venv(venv))
+    except PeerUnavailable as exc:
+        error(str(exc))
+        raise typer.Exit(ExitCode.ERROR) from None

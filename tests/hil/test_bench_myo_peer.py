@@ -1,13 +1,23 @@
-"""The MyoSuite peer of ``hil bench gym``: one clear line when it cannot run; its JSON rows when it can (in a
-virtual environment made by the peer's own setup from the package index; skipped where the index cannot be
-reached)."""
+"""The MyoSuite peer of ``hil bench gym``: one clear line when it cannot run; its JSON rows when it can, in the
+virtual environment the README's test command makes before the tests (``hil bench peer-setup``: the tests
+themselves download nothing)."""
 import json
 import subprocess
 import sys
 
 import pytest
+from helpers import hil
 
-from hil.bench.myo_peer import ELBOW_ENV, PeerUnavailable, measure_peer, parse_output, setup_venv
+from hil.bench.myo_peer import (
+    ELBOW_ENV,
+    ROOT,
+    SETUP_HINT,
+    VENV,
+    PeerUnavailable,
+    measure_peer,
+    parse_output,
+    venv_python,
+)
 
 
 def one_line(exc: pytest.ExceptionInfo) -> str:
@@ -43,12 +53,11 @@ def test_child_failures_become_one_line():
 
 
 @pytest.fixture(scope="module")
-def myosuite_venv(tmp_path_factory):
-    venv = tmp_path_factory.mktemp("myo") / "venv"
-    try:
-        setup_venv(venv)
-    except PeerUnavailable as exc:
-        pytest.skip(str(exc))
+def myosuite_venv():
+    """The peer's virtual environment made by the test command's ``hil bench peer-setup``."""
+    venv = ROOT / VENV
+    if not venv_python(venv).exists():
+        pytest.skip(f"no MyoSuite peer in {venv}: {SETUP_HINT}")
     return venv
 
 
@@ -63,3 +72,12 @@ def test_myosuite_elbow_runs_through_the_peer(myosuite_venv):
         assert row.cpu_s > 0 and row.episodes >= 2               # 100 steps an episode: autoresets counted
         assert row.control_period_s == model.control_period_s
         assert json.loads(json.dumps(row.as_dict()))["label"].startswith(f"MyoSuite {ELBOW_ENV}")
+
+
+def test_peer_setup_that_cannot_make_the_venv_says_so_in_one_line(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")                                     # a file where the venv's parent folder should be
+    out = hil("bench", "peer-setup", "--venv", blocker / "venv")
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    (line,) = out.stderr.strip().splitlines()
+    assert line.startswith("Error: setting up the MyoSuite peer failed") and "venv" in line
