@@ -17,7 +17,7 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
 import pytest
-from helpers import CONFIGS, hil
+from helpers import CONFIGS, plant_trajectory, start_hil
 
 from sim.das3.config import ModelConfig
 from sim.das3.model import load_model
@@ -59,6 +59,8 @@ WARM_UP_BATCHES = ("import gymnasium as gym, hil.gym\n"
                    "    gym.make_vec('fes_hil/ElbowHold-v0', num_envs=1, vectorization_mode='vector_entry_point', "
                    "plant=plant)\n")
 """Builds a batch of each plant: compiles the batched ticks of the Gymnasium environments (hil.rt.plants)."""
+WARM_UP_TIMEOUT_S = 1800.0
+"""Longest a warm-up step may take (a cold cache on a slow machine takes minutes)."""
 
 
 def _listed(table: dict, item) -> bool:
@@ -108,34 +110,40 @@ def pytest_sessionstart(session) -> None:
 
 
 def warm_numba_cache(reporter) -> None:
-    """``hil run --offline`` of each of WARM_UP_CONFIGS for a few ticks; a failure is reported and left to the
-    tests that need the plant."""
+    """``hil run --offline`` of each of WARM_UP_CONFIGS for a few ticks, then WARM_UP_BATCHES, while the plant's
+    kernels for the generic CPU compile into their own cache on the other core (``helpers.plant_trajectory``); a
+    failure is reported and left to the tests that need the plant."""
     def say(text: str) -> None:
         if reporter is not None:
             reporter.write_line(text)
         else:
             print(text, file=sys.stderr)
     with tempfile.TemporaryDirectory() as work:
+        t_generic, generic = time.monotonic(), plant_trajectory(Path(work) / "generic.npy", generic=True)
         for name in WARM_UP_CONFIGS:
             t0 = time.monotonic()
-            try:
-                done = hil("run", "--offline", "--config", CONFIGS / name, "--duration", "0.05",
-                           "--record", Path(work) / f"{name}.hilrec", timeout=1800)
-            except subprocess.TimeoutExpired:
-                state = "warm-up timed out"
-            else:
-                lines = done.stderr.strip().splitlines() or [""]
-                state = "ready" if done.returncode == 0 else f"warm-up failed ({lines[-1]})"
-            say(f"numba kernels of configs/{name}: {state} after {time.monotonic() - t0:.0f} s")
+            child = start_hil("run", "--offline", "--config", CONFIGS / name, "--duration", "0.05", "--record",
+                              Path(work) / f"{name}.hilrec")
+            say(f"numba kernels of configs/{name}: {_warm_up_outcome(child, t0)}")
         t0 = time.monotonic()
-        try:
-            done = subprocess.run([sys.executable, "-c", WARM_UP_BATCHES], capture_output=True, text=True,
-                                  timeout=1800, cwd=CONFIGS.parent)
-            lines = done.stderr.strip().splitlines() or [""]
-            state = "ready" if done.returncode == 0 else f"warm-up failed ({lines[-1]})"
-        except subprocess.TimeoutExpired:
-            state = "warm-up timed out"
-        say(f"numba kernels of the Gymnasium batches: {state} after {time.monotonic() - t0:.0f} s")
+        child = subprocess.Popen([sys.executable, "-c", WARM_UP_BATCHES], stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.PIPE, text=True, cwd=CONFIGS.parent)
+        say(f"numba kernels of the Gymnasium batches: {_warm_up_outcome(child, t0)}")
+        say(f"numba kernels of the plant for the generic CPU: {_warm_up_outcome(generic, t_generic)}")
+
+
+def _warm_up_outcome(child: subprocess.Popen, t0: float) -> str:
+    """``ready after N s`` when ``child`` (started at ``t0``) ends well, else why not: its last line on stderr, or
+    a timeout (WARM_UP_TIMEOUT_S, then it is killed)."""
+    try:
+        _, err = child.communicate(timeout=WARM_UP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.communicate()
+        return f"warm-up timed out after {time.monotonic() - t0:.0f} s"
+    last = (err.strip().splitlines() or [""])[-1]
+    state = "ready" if child.returncode == 0 else f"warm-up failed ({last})"
+    return f"{state} after {time.monotonic() - t0:.0f} s"
 
 
 @pytest.fixture(scope="session")

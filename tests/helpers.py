@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import resource
 import socket
 import subprocess
@@ -28,6 +29,38 @@ ROOT = Path(__file__).resolve().parents[1]
 """The repository (the working directory of every `hil` subprocess)."""
 CONFIGS = ROOT / "configs"
 DATA = ROOT / "tests" / "data"
+GENERIC_CPU = {"NUMBA_CPU_NAME": "generic", "NUMBA_CPU_FEATURES": "",
+               "NUMBA_CACHE_DIR": str(ROOT / ".numba-cache" / "generic-cpu")}
+"""numba compiling for the generic x86-64 target, into a cache of its own (never mixed with the host's kernels)."""
+
+PLANT_TRAJECTORY = """
+import sys
+import numpy as np
+from sim.das3.model import load_model
+from sim.das3.plant import Plant
+
+model = load_model()
+plant = Plant(model, 0.004)
+rng = np.random.default_rng(11)
+rows = []
+for k in range(120):
+    if k % 15 == 0:         # excitation jumps: the activation scheme's fibre correction runs too
+        u = rng.uniform(0.0, 0.4, model.n_muscles)
+    plant.step(u)
+    out = plant.outputs
+    rows.append(np.concatenate([plant.x, out.gh_force, out.th_angles, out.hand_position,
+                                out.st_contact_force.ravel(), [out.gh_stability]]))
+np.save(sys.argv[1], np.array(rows))
+"""
+"""A script stepping the DAS3 plant 120 steps under excitation jumps; saves its states and outputs to argv[1]."""
+
+
+def plant_trajectory(path: Path, generic: bool = False) -> subprocess.Popen:
+    """:data:`PLANT_TRAJECTORY` in a child process writing ``path``, compiled for this host or (``generic``) for
+    the generic x86-64 target (:data:`GENERIC_CPU`)."""
+    env = {**os.environ, **(GENERIC_CPU if generic else {})}
+    return subprocess.Popen([sys.executable, "-c", PLANT_TRAJECTORY, str(path)], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
 def arm_posture(model, elevation_deg: float, plane_deg: float = 60.0) -> Posture:

@@ -24,7 +24,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import linprog
 
 from sim.das3.kernels.muscles import rest_activation_curve
 from sim.das3.model import MUS_KIND, MUSCLE_THELEN2003, N_MUS
@@ -221,6 +220,7 @@ def min_max_fractions(C, k, Fp, span, weight, hi, extra_row=None) -> np.ndarray 
         A_ub, b_ub = np.vstack([A_ub, np.append(extra_row[0], 0.0)]), np.append(b_ub, extra_row[1])
     cost = np.zeros(n + 1)
     cost[n] = 1.0
+    from scipy.optimize import linprog  # imported where it is used: scipy.optimize is slow to import
     res = linprog(cost, A_ub=A_ub, b_ub=b_ub, A_eq=np.hstack([C, np.zeros((C.shape[0], 1))]), b_eq=-k,
                   bounds=[(0.0, h) for h in hi] + [(None, None)], method="highs")
     return np.clip(res.x[:n], 0.0, hi) if res.status == 0 else None

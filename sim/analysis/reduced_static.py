@@ -18,7 +18,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import minimize
 
 from sim.analysis.muscle_problem import (
     ActivationCost,
@@ -282,6 +281,7 @@ def solve_reduced(rest: RestModel, cost, target: np.ndarray, gh_limit: float | N
         cons = [{"type": "eq", "fun": lambda q: on(q).th_error, "jac": lambda q: on(q).J_th},
                 {"type": "ineq", "fun": lambda q: -on(q).contact_e, "jac": lambda q: -on(q).J_contact_e},
                 {"type": "ineq", "fun": lambda q: on(q).path_margin, "jac": lambda q: on(q).J_path}]
+        from scipy.optimize import minimize  # imported where it is used: scipy.optimize is slow to import
         res = minimize(lambda q: on(q).value / s, q0, jac=lambda q: on(q).gradient / s, method="SLSQP",
                        bounds=list(map(tuple, ranges)), constraints=cons, callback=stall_stop,
                        options={"maxiter": settings.max_iterations, "ftol": OUTER_FTOL})

@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from sim.das3.kernels.dual import slot_q
+from sim.das3.kernels.dual import slot_q as _slot_q_kernel
 from sim.das3.kernels.muscles import fill_monomials, rest_state_from_force, solve_rest_lengths
 from sim.das3.kernels.outputs import compute_outputs
 from sim.das3.kernels.step import FIBRE_MIN, IA, IQ, IQD, IS, evaluate, new_plant_work
@@ -64,6 +64,9 @@ def contact_function(A, W) -> np.ndarray:
     return np.sum(((P - c[0:3]) / c[3:6]) ** 2, axis=1) - 1.0
 
 
+slot_q = _slot_q_kernel.py_func
+"""The dual slot of d/dq_j, in Python (a compiled kernel's call from Python costs a dispatch, and at import the
+loading of its cache)."""
 Q_SLOTS = slice(slot_q(0), slot_q(N_DOF - 1) + 1)
 """The dual slots holding d/dq_0 .. d/dq_10 (:mod:`sim.das3.kernels.dual`)."""
 

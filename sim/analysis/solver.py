@@ -11,7 +11,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import minimize
 from threadpoolctl import threadpool_limits
 
 
@@ -63,6 +62,7 @@ def run_slsqp(fun, jac, z0, constraints, bounds, settings: SolverSettings, floor
     d = np.ones(np.size(z0)) if scale is None else np.asarray(scale, float)
     with one_blas_thread():
         s = max(abs(fun(z0)), floor)
+        from scipy.optimize import minimize  # imported where it is used: scipy.optimize is slow to import
         res = minimize(lambda y: fun(d * y) / s, np.asarray(z0) / d, jac=lambda y: jac(d * y) * d / s,
                        method="SLSQP", bounds=scaled_bounds(bounds, d),
                        constraints=[scaled_constraint(c, d) for c in constraints],

@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from importlib import resources
 
 import numpy as np
-from scipy.optimize import least_squares
 
 from sim.das3.model import LOAD_NAMES, MUS_C1, MUS_C2, MUS_FMAX, Das3Model
 from sim.fitting.das3_passive import sweep_base
@@ -87,6 +86,7 @@ def read_source_csv(name: str) -> list[dict]:
 def fit_gaussian(angles_rad: np.ndarray, moments: np.ndarray) -> tuple[float, float, float]:
     """(tau_o, theta_o, theta_w) of the least-squares Gaussian through the maximum moments; theta_o is kept within
     one sweep length of the swept range and theta_w within [10 deg, 4 sweep lengths]."""
+    from scipy.optimize import least_squares  # imported where it is used: scipy.optimize is slow to import
     lo, hi = float(angles_rad.min()), float(angles_rad.max())
     span = hi - lo
     peak = int(np.argmax(moments))
@@ -103,6 +103,7 @@ def fit_passive(angles_rad: np.ndarray, passive_nm: np.ndarray, tau_max: float, 
                 ) -> tuple[float, float]:
     """(theta_0^PE, theta_1^PE) of the MTG of ``direction`` from the passive moment samples: tPE(theta) tau_o
     against max(u P, 0), least squares over both angles (theta_1 beyond theta_0 against u)."""
+    from scipy.optimize import least_squares  # imported where it is used: scipy.optimize is slow to import
     target = np.maximum(direction * passive_nm, 0.0)
     target[target < PASSIVE_FLOOR_NM] = 0.0
     order = np.argsort(angles_rad)

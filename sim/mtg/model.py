@@ -18,7 +18,6 @@ from importlib import resources
 from pathlib import Path
 
 import numpy as np
-from scipy.optimize import least_squares
 
 from sim.das3.kernels.multibody import multibody_eval, new_multibody_work
 from sim.das3.model import HUMERUS_FRAME, LOAD_NAMES, SCAPULA_FRAME, Das3Model
@@ -314,6 +313,7 @@ class MtgModel:
     def _rest_state(self, start: np.ndarray) -> np.ndarray:
         """The posture where gravity and the passive MTG moments balance with all activations zero, found from
         the DAS3 equilibrium posture (least squares: a coordinate without a restoring moment stays put)."""
+        from scipy.optimize import least_squares  # imported where it is used: scipy.optimize is slow to import
         sol = least_squares(lambda q: self.generalized_forces(q), start, x_scale=0.1, xtol=1e-14, ftol=1e-14,
                             gtol=1e-14, max_nfev=500)
         x = np.zeros(self.n_states)
