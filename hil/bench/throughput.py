@@ -65,6 +65,7 @@ class Throughput:
     control_period_s: float | None  # simulated time per env step
     steal_s: float | None          # hypervisor steal on this process's CPUs
     others_cpu_s: float | None     # CPU time of the rest of the machine (busy less ours)
+    compiled_s: float | None = None  # wall time inside the environment's compiled plant calls, where it says
 
     @property
     def steps_per_s(self) -> float:
@@ -80,6 +81,11 @@ class Throughput:
         return self.cpu_s / self.wall_s
 
     @property
+    def compiled_s_per_step(self) -> float | None:
+        """Seconds of compiled plant calls per env step (None where the environment does not count them)."""
+        return None if self.compiled_s is None else self.compiled_s / self.env_steps
+
+    @property
     def sim_s_per_wall_s(self) -> float | None:
         if self.control_period_s is None:
             return None
@@ -93,7 +99,7 @@ class Throughput:
     @classmethod
     def from_dict(cls, doc: dict) -> Throughput:
         """The row :meth:`as_dict` wrote (derived rates are recomputed)."""
-        return cls(**{f.name: doc[f.name] for f in fields(cls)})
+        return cls(**{f.name: doc[f.name] for f in fields(cls) if f.name in doc})
 
 
 def machine() -> Machine:
@@ -103,10 +109,11 @@ def machine() -> Machine:
 
 
 def measure(env: gym.Env | gym.vector.VectorEnv, steps: int, warmup: int = 100, seed: int = 0, label: str = "",
-            control_period_s: float | None = None) -> Throughput:
+            control_period_s: float | None = None, compiled_s: Callable[[], float] | None = None) -> Throughput:
     """Step ``env`` (an Env or a VectorEnv) for ``warmup`` env steps, then measure ``steps`` env steps
     (rounded up to whole calls of ``num_envs``). ``control_period_s``: simulated time per step; default the
-    environment's ``dt`` where it has one."""
+    environment's ``dt`` where it has one. ``compiled_s``: the environment's running total of seconds in
+    compiled plant calls, read before and after (the rest of a step is Python)."""
     vector = isinstance(env, gym.vector.VectorEnv)
     n = env.num_envs if vector else 1
     if steps < 1 or warmup < 0:
@@ -118,16 +125,18 @@ def measure(env: gym.Env | gym.vector.VectorEnv, steps: int, warmup: int = 100, 
     stepper.run(actions, -(-warmup // n))
     stepper.counts = np.zeros(3, np.int64)
     calls = -(-steps // n)
+    compiled_before = compiled_s() if compiled_s else 0.0
     before = _Probe()
     stepper.run(actions, calls)
     after = _Probe()
+    compiled = compiled_s() - compiled_before if compiled_s else None
     episodes, resets, reset_slots = (int(c) for c in stepper.counts)
     return Throughput(label=label, num_envs=n, calls=calls, env_steps=calls * n, sim_steps=calls * n - reset_slots,
                       episodes=episodes, resets=resets, wall_s=after.wall - before.wall,
                       cpu_s=after.cpu - before.cpu, threads=after.threads,
                       control_period_s=control_period_s if control_period_s is not None else _control_period(env),
                       steal_s=_delta(before.steal, after.steal),
-                      others_cpu_s=_others(before, after))
+                      others_cpu_s=_others(before, after), compiled_s=compiled)
 
 
 def measure_factory(make: Callable[[], gym.Env | gym.vector.VectorEnv], steps: int, warmup: int = 100,

@@ -161,18 +161,21 @@ def print_gym(doc: dict, rows) -> None:
     """The throughput table of ``hil bench gym``, the per-core speed-ups and the peer's models."""
     table = Table(title=f"hil bench gym: fes_hil/ElbowHold-v0 (action every {doc['action_period_ms']:g} ms) and the "
                         "MyoSuite peer")
-    for name in ("environment", "envs", "steps/s", "steps per CPU-s", "cores used", "sim s per wall s",
-                 "steal (s)"):
+    for name in ("environment", "envs", "steps/s", "steps per CPU-s", "cores used", "compiled share",
+                 "sim s per wall s", "steal (s)"):
         table.add_column(name, justify="left" if name == "environment" else "right")
     for r in rows:
         sim = r.sim_s_per_wall_s
+        share = "-" if r.compiled_s is None else f"{r.compiled_s / r.wall_s:.0%}"
         table.add_row(r.label, str(r.num_envs), f"{r.steps_per_s:,.0f}", f"{r.steps_per_cpu_s:,.0f}",
-                      f"{r.cores_used:.2f}", "-" if sim is None else f"{sim:.1f}",
+                      f"{r.cores_used:.2f}", share, "-" if sim is None else f"{sim:.1f}",
                       "-" if r.steal_s is None else f"{r.steal_s:.2f}")
     console = out_console()
     console.print(table)
+    bounds = doc["speedup_bound_without_python"]
     for key, value in doc["speedup_per_core"].items():
-        console.print(f"batched / SyncVectorEnv per core, {key}: {value:.2f}x (goal >= 2x, 4x)")
+        bound = f"; with no Python outside its compiled ticks at most {bounds[key]:.2f}x" if key in bounds else ""
+        console.print(f"batched / SyncVectorEnv per core, {key}: {value:.2f}x (goal >= 2x, 4x){bound}")
     for m in doc["peer_models"]:
         console.print(f"peer {m['env_id']}: {m['muscles']} muscles, {m['dofs']} DOFs, step {m['timestep_s'] * 1e3:g} ms "
                       f"x {m['frame_skip']} = {m['control_period_s'] * 1e3:g} ms per env step ({m['versions']})")

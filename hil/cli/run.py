@@ -81,9 +81,10 @@ VIEW_HOST_HELP = "Address the live view listens on (127.0.0.1: this computer onl
 
 
 def _default_recording(cfg) -> Path:
-    """``<recording.directory>/run-<UTC time>.hilrec``, the recording of a run not given ``--record``; the
-    directory is created."""
-    record = Path(cfg.recording.directory) / time.strftime("run-%Y%m%dT%H%M%SZ.hilrec", time.gmtime())
+    """``<recording.directory>/run-<UTC time>-<pid>.hilrec``, the recording of a run not given ``--record`` (the
+    process id keeps two runs started in the same second apart); the directory is created."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    record = Path(cfg.recording.directory) / f"run-{stamp}-{os.getpid()}.hilrec"
     record.parent.mkdir(parents=True, exist_ok=True)
     return record
 

@@ -16,6 +16,7 @@ An arm's episode ends when a safety action stops it, its plant diverges, or ever
 from __future__ import annotations
 
 import math
+import time
 
 import numba
 import numpy as np
@@ -99,6 +100,8 @@ class ArmBatch:
         self._stale, self._ticks = np.zeros(n, np.bool_), np.zeros(n, np.int64)
         self._results = np.zeros((n, 5), np.int64)
         self.effort = np.zeros(n)
+        self.compiled_s = 0.0
+        """Wall seconds spent in the compiled batched ticks so far (what ``hil bench gym`` reports as compiled)."""
         self._relist()
 
     def _compile(self) -> None:
@@ -189,7 +192,9 @@ class ArmBatch:
             stale[i] = arm.engine.plant.begin_steps()
             ticks[i] = arm.tick
         if len(running) == self.n:
+            t0 = time.perf_counter()
             self._call(self._arrays, stale, ticks, n_ticks, self.period_s, self._results)
+            self.compiled_s += time.perf_counter() - t0
         else:
             self._run_some(running, n_ticks)
         for i in running:
@@ -202,7 +207,9 @@ class ArmBatch:
             arrays.append(self.arms[i].engine.tick_arrays)
         idx = np.array(running)
         results = np.zeros((len(running), self._results.shape[1]), np.int64)
+        t0 = time.perf_counter()
         self.batch_tick(arrays, self._stale[idx], self._ticks[idx], n_ticks, self.period_s, results)
+        self.compiled_s += time.perf_counter() - t0
         self._results[idx] = results
 
     def _finish(self, i: int) -> None:

@@ -5,6 +5,7 @@ MyoSuite peer (:mod:`hil.bench.myo_peer`) in the same run.
 """
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import gymnasium as gym
@@ -44,7 +45,8 @@ def gym_rows(plants=("das3", "mtg"), counts=(1, 8, 64), steps: int = 4000, threa
     kw = {} if action_period_s is None else {"action_period_s": action_period_s}
     for plant in plants:
         env = single(task, plant, **kw)
-        rows.append(median([measure(env, steps, warmup, seed, f"{plant} single") for _ in range(rounds)]))
+        rows.append(median([measure(env, steps, warmup, seed, f"{plant} single", compiled_s=partial(compiled_seconds, env))
+                            for _ in range(rounds)]))
         env.close()
         for n in counts:
             pair = {f"{plant} batched": batched(task, plant, n, threads, **kw),
@@ -52,11 +54,32 @@ def gym_rows(plants=("das3", "mtg"), counts=(1, 8, 64), steps: int = 4000, threa
             measured = {label: [] for label in pair}
             for _ in range(rounds):
                 for label, env in pair.items():
-                    measured[label].append(measure(env, steps, warmup, seed, label))
+                    measured[label].append(measure(env, steps, warmup, seed, label, compiled_s=partial(compiled_seconds, env)))
             for label, env in pair.items():
                 env.close()
                 rows.append(median(measured[label]))
     return rows
+
+
+def compiled_seconds(env) -> float:
+    """Wall seconds the arms of ``env`` (a single, batched or synced environment of ours) spent in compiled
+    plant calls so far (:attr:`hil.gym.arm_batch.ArmBatch.compiled_s`)."""
+    envs = getattr(env, "envs", None) or [env]           # SyncVectorEnv: its single environments
+    return sum(e.unwrapped.episodes.arms.compiled_s for e in envs)
+
+
+def compiled_bound(rows: list[Throughput]) -> dict[tuple[str, int], float]:
+    """(plant, n) -> the batched speed-up over sync if the batch spent no time outside its compiled calls:
+    sync CPU-seconds per env step / the batch's compiled seconds per env step (Amdahl's bound for removing
+    Python; with one numba thread, wall seconds in a compiled call are CPU-seconds)."""
+    by = {(r.label, r.num_envs): r for r in rows}
+    out = {}
+    for (label, n), row in by.items():
+        plant, kind = label.split(" ", 1)
+        sync = by.get((f"{plant} sync", n))
+        if kind == "batched" and sync is not None and row.compiled_s and row.cores_used < 1.05:
+            out[(plant, n)] = (sync.cpu_s / sync.env_steps) / row.compiled_s_per_step
+    return out
 
 
 def median(measured: list[Throughput]) -> Throughput:
@@ -91,5 +114,6 @@ def with_peer(rows: list[Throughput], counts, steps: int, peer: bool, peer_setup
             note = str(exc)
     doc = {"machine": machine().as_dict(), "rows": [r.as_dict() for r in rows + peer_rows],
            "speedup_per_core": {f"{p} x{n}": round(v, 2) for (p, n), v in speedups(rows).items()},
+           "speedup_bound_without_python": {f"{p} x{n}": round(v, 2) for (p, n), v in compiled_bound(rows).items()},
            "peer_models": [m.as_dict() for m in models], "peer_note": note}
     return doc, peer_rows

@@ -1,5 +1,5 @@
 """``hil bench gym``: the rows it measures (batched and synced at each count, the single environment), the
-per-core ratio it prints, the MyoSuite peer's one-line absence, and bad options."""
+per-core ratio it prints and its bound from the time in compiled ticks, the MyoSuite peer's one-line absence, and bad options."""
 from __future__ import annotations
 
 import json
@@ -26,6 +26,11 @@ def test_the_benchmark_measures_batched_and_synced_rows_and_their_ratio():
         rows[("mtg sync", 2)]["env_steps"] / rows[("mtg sync", 2)]["cpu_s"])
     assert abs(doc["speedup_per_core"]["mtg x2"] - ratio) < 0.01
     assert doc["action_period_ms"] == 20.0 and doc["machine"]["cpus"] >= 1
+    for row in rows.values():                          # the compiled ticks: part of every step, never all of it
+        assert 0.0 < row["compiled_s"] < row["wall_s"]
+    batch, sync = rows[("mtg batched", 2)], rows[("mtg sync", 2)]
+    bound = (sync["cpu_s"] / sync["env_steps"]) / (batch["compiled_s"] / batch["env_steps"])
+    assert abs(doc["speedup_bound_without_python"]["mtg x2"] - bound) < 0.01 and bound > ratio
 
 
 def test_without_the_peer_environment_the_table_says_how_to_make_it(tmp_path):

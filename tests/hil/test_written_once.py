@@ -3,7 +3,9 @@
 ``hil run`` and ``hil serve``."""
 from __future__ import annotations
 
+import os
 import re
+import time
 from types import SimpleNamespace
 
 import numpy as np
@@ -41,6 +43,18 @@ def test_hil_run_and_serve_name_their_default_recording_in_one_place(tmp_path):
     cfg = SimpleNamespace(recording=SimpleNamespace(directory=str(tmp_path / "recordings")))
     path = cli_run._default_recording(cfg)
     assert path.parent.is_dir() and path.parent == tmp_path / "recordings"
-    assert re.fullmatch(r"run-\d{8}T\d{6}Z\.hilrec", path.name)
+    assert re.fullmatch(rf"run-\d{{8}}T\d{{6}}Z-{os.getpid()}\.hilrec", path.name)
     source = open(cli_run.__file__).read()
     assert source.count(".hilrec\"") == 1 and source.count("= _default_recording(cfg)") == 2
+
+
+def test_two_runs_started_in_the_same_second_record_to_two_files(tmp_path, monkeypatch):
+    """The recorder never overwrites a file: a second run named like the first would fail to start."""
+    cfg = SimpleNamespace(recording=SimpleNamespace(directory=str(tmp_path)))
+    one_second = time.gmtime(1_800_000_000)
+    monkeypatch.setattr(cli_run.time, "gmtime", lambda: one_second)
+    names = set()
+    for pid in (4242, 4243):
+        monkeypatch.setattr(cli_run.os, "getpid", lambda pid=pid: pid)
+        names.add(cli_run._default_recording(cfg).name)
+    assert len(names) == 2
