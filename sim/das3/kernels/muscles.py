@@ -199,11 +199,24 @@ def muscle_eval(A, q, s, sd, a, W):
     tau = -sum_i F_i dL_i/dq and, in W.dtau_dq, the path-curvature part of dtau/dq, -sum_i F_i d2L_i/dq2.
     The tendon-stiffness part, -sum_i Fmax dF4_i dL_i/dq dL_i/dq^T, is added by :func:`add_tendon_stiffness`
     (the Rosenbrock step folds it into its own per-muscle elimination instead)."""
+    muscle_paths(A, q, W)
+    muscle_forces(A, s, sd, a, W)
+
+
+@kernel
+def muscle_paths(A, q, W):
+    """The part of :func:`muscle_eval` that depends on q alone: path lengths L and their gradients G."""
     fill_monomials(A, q, W.mono)
     W.L[:] = 0.0
     chunk_sums(A.len_target, A.len_coef, A.len_mono, W.mono, W.L)
     W.G_flat[:] = 0.0
     chunk_sums(A.grad_target, A.grad_coef, A.grad_mono, W.mono, W.G_flat)
+
+
+@kernel
+def muscle_forces(A, s, sd, a, W):
+    """The rest of :func:`muscle_eval`, on the paths in W: forces, residuals, moments and their derivatives
+    (alone, it re-evaluates after a change of fibre states at the same q)."""
     W.tau[:] = 0.0
     for i in range(N_MUS):
         _muscle_forces(A, i, s[i], sd[i], a[i], W)

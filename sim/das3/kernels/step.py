@@ -28,7 +28,8 @@ from sim.das3.kernels.muscles import (
     activation_gain,
     activation_rates,
     add_tendon_stiffness,
-    muscle_eval,
+    muscle_forces,
+    muscle_paths,
     new_muscle_work,
     solve_contraction,
 )
@@ -111,12 +112,23 @@ def new_plant_work(A, step_s: float | None = None) -> PlantWork:
 def evaluate_step(A, x, xd, u, loads, W):
     """Residual f(x, xdot, u) into W.st.f and the Jacobian pieces into W, with W.st.Aq lacking the muscles'
     tendon stiffness (:func:`sim.das3.kernels.muscles.add_tendon_stiffness`): what :func:`rosenbrock_solve` takes."""
-    q, qd, s, a = x[IQ:IQD], x[IQD:IS], x[IS:IA], x[IA:]
-    qdd, sd, ad = xd[IQD:IS], xd[IS:IA], xd[IA:]
-    mb, mu, st = W.mb, W.mu, W.st
-    multibody_eval(A, q, qd, qdd, loads, mb)
-    muscle_eval(A, q, s, sd, a, mu)
+    q, qd, a = x[IQ:IQD], x[IQD:IS], x[IA:]
+    st = W.st
+    multibody_eval(A, q, qd, xd[IQD:IS], loads, W.mb)
     activation_rates(A, u, a, st.rate, st.rate_da, st.rate_du)
+    muscle_paths(A, q, W.mu)
+    evaluate_muscles(A, x, xd, W)
+
+
+@kernel
+def evaluate_muscles(A, x, xd, W):
+    """The muscle forces of :func:`evaluate_step` and the residual rows, on its multibody terms, activation rates
+    and muscle paths: after a change of fibre states s, sdot only (:func:`correct_contraction`) those stand, as
+    none depends on s, and this alone re-evaluates, bit for bit the same as the whole."""
+    qd, s, a = x[IQD:IS], x[IS:IA], x[IA:]
+    sd, ad = xd[IS:IA], xd[IA:]
+    mb, mu, st = W.mb, W.mu, W.st
+    muscle_forces(A, s, sd, a, mu)
     f = st.f
     for j in range(N_DOF):
         f[IQ + j] = qd[j] - xd[IQ + j]
@@ -308,7 +320,7 @@ def correct_contraction(A, x, xd, h, W):
     g_i(q_{n+1}, s_{n+1}, (s_{n+1} - s_n)/h, a_{n+1}), exceeds CONTRACTION_TOL (a tendon crossing from
     slack to taut within a step: the SEE stiffness jumps from ~0 to kSEE e, and the linearisation
     overshoots into a growing period-2 oscillation), s_i is solved from that scalar equation exactly.
-    Smooth motion never triggers it. Returns the number of corrected muscles (the caller re-evaluates)."""
+    Returns the number of corrected muscles (the caller re-evaluates the muscles, :func:`evaluate_muscles`)."""
     mu, st = W.mu, W.st
     inv_h = 1.0 / h
     n = 0
@@ -339,7 +351,7 @@ def plant_step(A, x, xd, u0, u1, loads, h, residual_limit, scheme, W):
         return STEP_NONFINITE
     evaluate_step(A, x, xd, u1, loads, W)
     if scheme == SCHEME_ACTIVATION and correct_contraction(A, x, xd, h, W):
-        evaluate_step(A, x, xd, u1, loads, W)
+        evaluate_muscles(A, x, xd, W)
     r = residual_max(st.f)
     status = STEP_OK
     if not math.isfinite(r):
