@@ -110,9 +110,10 @@ def pytest_sessionstart(session) -> None:
 
 
 def warm_numba_cache(reporter) -> None:
-    """``hil run --offline`` of each of WARM_UP_CONFIGS for a few ticks, then WARM_UP_BATCHES, while the plant's
-    kernels for the generic CPU compile into their own cache on the other core (``helpers.plant_trajectory``); a
-    failure is reported and left to the tests that need the plant."""
+    """``hil run --offline`` of each of WARM_UP_CONFIGS for a few ticks, the plant stepped from Python
+    (``helpers.plant_trajectory``: ``Plant.step``'s entry, which a run does not use), then WARM_UP_BATCHES, while
+    the plant's kernels for the generic CPU compile into their own cache on the other core; a failure is reported
+    and left to the tests that need the plant."""
     def say(text: str) -> None:
         if reporter is not None:
             reporter.write_line(text)
@@ -125,6 +126,9 @@ def warm_numba_cache(reporter) -> None:
             child = start_hil("run", "--offline", "--config", CONFIGS / name, "--duration", "0.05", "--record",
                               Path(work) / f"{name}.hilrec")
             say(f"numba kernels of configs/{name}: {_warm_up_outcome(child, t0)}")
+        t0 = time.monotonic()
+        say(f"numba kernels of the plant stepped from Python: "
+            f"{_warm_up_outcome(plant_trajectory(Path(work) / 'host.npy'), t0)}")
         t0 = time.monotonic()
         child = subprocess.Popen([sys.executable, "-c", WARM_UP_BATCHES], stdout=subprocess.DEVNULL,
                                  stderr=subprocess.PIPE, text=True, cwd=CONFIGS.parent)
