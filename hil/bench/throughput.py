@@ -99,7 +99,7 @@ class Throughput:
     @classmethod
     def from_dict(cls, doc: dict) -> Throughput:
         """The row :meth:`as_dict` wrote (derived rates are recomputed)."""
-        return cls(**{f.name: doc[f.name] for f in fields(cls) if f.name in doc})
+        return cls(**{f.name: doc[f.name] for f in fields(cls)})
 
 
 def machine() -> Machine:

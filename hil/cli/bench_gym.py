@@ -9,6 +9,9 @@ import typer
 from hil.cli import bench_tables
 from hil.cli.common import BadInputError, ExitCode, err_console, error, out_console, print_json, user_errors
 
+PEER_VENV = Path("runs/.venv-myosuite")
+"""The peer's default virtual environment (``hil.bench.myo_peer.VENV``, which imports Gymnasium: not at start-up)."""
+
 
 def bench_gym(
     envs: Annotated[str, typer.Option(help="Numbers of environments, comma-separated.")] = "1,8,64",
@@ -22,7 +25,7 @@ def bench_gym(
     peer_setup: Annotated[bool, typer.Option(
         help="Make the MyoSuite peer's virtual environment (--peer-venv, from the package index) first.")] = False,
     peer_venv: Annotated[Path, typer.Option(help="The MyoSuite peer's virtual environment.")]
-    = Path("runs/.venv-myosuite"),
+    = PEER_VENV,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Env steps per second of fes_hil/ElbowHold-v0, wall clock and per CPU-second (all threads), for 1, 8 and
@@ -58,7 +61,7 @@ def bench_gym(
 
 def bench_peer_setup(
     venv: Annotated[Path, typer.Option(help="Where to make the MyoSuite peer's virtual environment.")]
-    = Path("runs/.venv-myosuite"),
+    = PEER_VENV,
 ) -> None:
     """Make the MyoSuite peer of `hil bench gym` (a virtual environment with pinned MyoSuite, MuJoCo and
     Gymnasium from the package index; nothing to do when it is there). Part of the README's test command."""

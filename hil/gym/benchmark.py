@@ -72,14 +72,8 @@ def compiled_bound(rows: list[Throughput]) -> dict[tuple[str, int], float]:
     """(plant, n) -> the batched speed-up over sync if the batch spent no time outside its compiled calls:
     sync CPU-seconds per env step / the batch's compiled seconds per env step (Amdahl's bound for removing
     Python; with one numba thread, wall seconds in a compiled call are CPU-seconds)."""
-    by = {(r.label, r.num_envs): r for r in rows}
-    out = {}
-    for (label, n), row in by.items():
-        plant, kind = label.split(" ", 1)
-        sync = by.get((f"{plant} sync", n))
-        if kind == "batched" and sync is not None and row.compiled_s and row.cores_used < 1.05:
-            out[(plant, n)] = (sync.cpu_s / sync.env_steps) / row.compiled_s_per_step
-    return out
+    return {key: (sync.cpu_s / sync.env_steps) / batch.compiled_s_per_step
+            for key, (batch, sync) in _pairs(rows).items() if batch.compiled_s and batch.cores_used < 1.05}
 
 
 def median(measured: list[Throughput]) -> Throughput:
@@ -89,12 +83,17 @@ def median(measured: list[Throughput]) -> Throughput:
 
 def speedups(rows: list[Throughput]) -> dict[tuple[str, int], float]:
     """(plant, n) -> batched env steps per CPU-second / synced ones."""
+    return {key: batch.steps_per_cpu_s / sync.steps_per_cpu_s for key, (batch, sync) in _pairs(rows).items()}
+
+
+def _pairs(rows: list[Throughput]) -> dict[tuple[str, int], tuple[Throughput, Throughput]]:
+    """(plant, n) -> (the batched row, the synced row) of each plant and count that has both."""
     by = {(r.label, r.num_envs): r for r in rows}
     out = {}
     for (label, n), row in by.items():
         plant, kind = label.split(" ", 1)
         if kind == "batched" and (f"{plant} sync", n) in by:
-            out[(plant, n)] = row.steps_per_cpu_s / by[(f"{plant} sync", n)].steps_per_cpu_s
+            out[(plant, n)] = row, by[(f"{plant} sync", n)]
     return out
 
 

@@ -81,3 +81,8 @@ def test_peer_setup_that_cannot_make_the_venv_says_so_in_one_line(tmp_path):
     assert out.returncode == 1 and "Traceback" not in out.stderr
     (line,) = out.stderr.strip().splitlines()
     assert line.startswith("Error: setting up the MyoSuite peer failed") and "venv" in line
+
+
+def test_the_cli_default_venv_is_the_peers():
+    from hil.cli.bench_gym import PEER_VENV
+    assert PEER_VENV == VENV
