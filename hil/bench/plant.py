@@ -1,4 +1,5 @@
-"""``hil bench plant``: the time of one plant step, from the published equilibrium under a constant excitation."""
+"""``hil bench plant``: the time of one plant step, from the published equilibrium under a constant excitation or
+one drawn anew at a controller's rate (``change_ms``)."""
 from __future__ import annotations
 
 import gc
@@ -16,17 +17,30 @@ from sim.das3.plant import Plant
 
 STEP_SIZES_DEFAULT = (0.004, 0.001)
 """Step sizes timed when none is given, s: the loop's default period and the shortest one."""
+SCHEDULE_SEED = 1
+"""Seed of the drawn excitations (the same schedule in every run)."""
 
 
-def time_steps(plant, u: np.ndarray, n_steps: int) -> np.ndarray:
-    """Duration of each of ``n_steps`` plant steps, ns, with the cyclic GC off."""
-    durations = np.empty(n_steps, dtype=np.int64)
+def excitation_schedule(n_muscles: int, n_steps: int, excitation: float, every: int | None) -> list[np.ndarray]:
+    """The excitation of each of ``n_steps`` steps: ``excitation`` for every element throughout (``every`` None),
+    or drawn anew every ``every`` steps, each element uniform in [0, 2 excitation] clipped to 1 (mean
+    ``excitation`` below 0.5), as a controller's or a policy's commands change the excitations."""
+    if every is None:
+        return [np.full(n_muscles, excitation)] * n_steps
+    rng = np.random.default_rng(SCHEDULE_SEED)
+    held = [np.minimum(rng.uniform(0.0, 2.0 * excitation, n_muscles), 1.0) for _ in range(-(-n_steps // every))]
+    return [held[i // every] for i in range(n_steps)]
+
+
+def time_steps(plant, schedule: list[np.ndarray]) -> np.ndarray:
+    """Duration of each plant step, ns, the step's excitation from ``schedule``, with the cyclic GC off."""
+    durations = np.empty(len(schedule), dtype=np.int64)
     clock = time.perf_counter_ns
     gc_was_enabled = gc.isenabled()
     gc.collect()
     gc.disable()
     try:
-        for i in range(n_steps):
+        for i, u in enumerate(schedule):
             t0 = clock()
             plant.step(u)
             durations[i] = clock() - t0
@@ -37,24 +51,26 @@ def time_steps(plant, u: np.ndarray, n_steps: int) -> np.ndarray:
 
 
 def plant_bench(step_sizes, steps: int, excitation: float, scheme: str, cpu: int | None = None,
-                model_config=None) -> dict:
-    """Time ``steps`` steps per step size after the numba warm-up, pinned to ``cpu`` (None: not pinned): the
-    machine and library versions, then ``results``, one dict per step size (median, p99 and max step time
-    in µs, real-time factor, the per-phase medians of :func:`sim.das3.phases.phase_medians_us` and the
-    hypervisor's steal on ``cpu`` while timing)."""
+                model_config=None, change_s: float | None = None) -> dict:
+    """Time ``steps`` steps per step size after the numba warm-up, pinned to ``cpu`` (None: not pinned), under
+    :func:`excitation_schedule` (drawn anew every ``change_s`` seconds, or constant): the machine and library
+    versions, then ``results``, one dict per step size (median, p99 and max step time in µs, real-time
+    factor, the per-phase medians of :func:`sim.das3.phases.phase_medians_us` and the hypervisor's steal on
+    ``cpu`` while timing)."""
     import numba
 
     if cpu is not None:
         os.sched_setaffinity(0, {cpu})
     model = load_model(model_config or ModelConfig())
-    u = np.full(len(model.muscle_names), excitation)
     results = []
     for h in step_sizes:
+        every = None if change_s is None else max(1, round(change_s / h))
+        schedule = excitation_schedule(len(model.muscle_names), steps, excitation, every)
         plant = Plant(model, step_s=h, scheme=scheme)
         plant.warmup()
         steal_before = steal_s(cpu) if cpu is not None else None
-        durations = time_steps(plant, u, steps)
-        phases = phase_medians_us(plant, u)
+        durations = time_steps(plant, schedule)
+        phases = phase_medians_us(plant, schedule[-1])
         steal_after = steal_s(cpu) if cpu is not None else None
         results.append({
             "step_s": h,
@@ -67,5 +83,5 @@ def plant_bench(step_sizes, steps: int, excitation: float, scheme: str, cpu: int
         })
     return {"cpu": cpu_model(), "cpu_count": os.cpu_count(), "pinned_cpu": cpu, "python": platform.python_version(),
             "numpy": np.__version__, "numba": numba.__version__, "steps": steps,
-            "excitation": excitation, "scheme": scheme, "muscle_model": model.config.muscle_model,
+            "excitation": excitation, "change_ms": None if change_s is None else change_s * 1e3, "scheme": scheme, "muscle_model": model.config.muscle_model,
             "results": results}

@@ -79,20 +79,25 @@ def bench_plant(
         help="Step size h, s (default: 0.004 and 0.001).")] = None,
     steps: Annotated[int, typer.Option(help="Timed steps per step size.")] = 5000,
     excitation: Annotated[float, typer.Option(
-        help="Constant excitation of every muscle during the run.")] = 0.05,
+        help="Constant excitation of every muscle during the run (with --change-ms: the mean).")] = 0.05,
+    change_ms: Annotated[Optional[float], typer.Option(
+        help="Draw every muscle's excitation anew (uniform in [0, 2x --excitation]) every this many ms, as a "
+             "controller's commands change it (default: constant).")] = None,
     scheme: Annotated[str, typer.Option(help=SCHEME_HELP)] = "activation",
     model_config: Annotated[Optional[Path], typer.Option(
         help="Model options TOML (e.g. configs/model-thelen2003.toml); default: the published model.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
-    """Time plant steps from the published equilibrium under a constant excitation."""
+    """Time plant steps from the published equilibrium under a constant excitation or one that changes at a
+    controller's rate (--change-ms)."""
     from hil.bench.loop import loop_cpu
     from hil.bench.plant import plant_bench
 
     with user_errors():
         step_sizes = _step_options(step, steps, excitation)
+        change_s = None if change_ms is None else positive("--change-ms", change_ms) / 1e3
         doc = plant_bench(step_sizes, steps, excitation, scheme, cpu=loop_cpu(),
-                          model_config=load_model_options(model_config))
+                          model_config=load_model_options(model_config), change_s=change_s)
     results = doc["results"]
     if json_out:
         if step is not None:
@@ -101,8 +106,10 @@ def bench_plant(
         return
 
     console = out_console()
+    drive = f"excitation {excitation:g}" if change_ms is None else \
+        f"excitations drawn every {change_ms:g} ms, mean {excitation:g}"
     table = Table(title=f"Plant step time ({doc['muscle_model']} muscles, {steps} steps from the published "
-                        f"equilibrium, excitation {excitation:g}, GC off)")
+                        f"equilibrium, {drive}, GC off)")
     table.add_column("step (ms)", justify="right")
     table.add_column("median (µs)", justify="right")
     table.add_column("p99 (µs)", justify="right")

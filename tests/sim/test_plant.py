@@ -480,3 +480,37 @@ def test_phase_timing_leaves_the_plant_unchanged(model):
         twin.step(u)
     assert timed.x.tobytes() == twin.x.tobytes() and timed.xdot.tobytes() == twin.xdot.tobytes()
     assert timed.outputs.gh_force.tobytes() == twin.outputs.gh_force.tobytes()
+
+
+def test_fibre_correction_re_evaluates_bit_for_bit_like_a_whole_evaluation(model):
+    """After the activation scheme's fibre correction, the step refreshes only the corrected muscles' terms
+    (``evaluate_corrected``); the residual and Jacobian pieces must equal a whole evaluation at that state."""
+    from sim.das3.kernels.step import (
+        SCHEME_ACTIVATION,
+        apply_step,
+        copy_into,
+        correct_contraction,
+        evaluate_corrected,
+        evaluate_step,
+        new_plant_work,
+        rosenbrock_solve,
+    )
+    plant, rng = Plant(model, 0.004), np.random.default_rng(3)
+    for _ in range(10):
+        plant.step(rng.uniform(0.0, 0.4, N_MUS))
+    A, W, h = model.arrays, plant.workspace, plant.step_s
+    x, xd, u0, u1 = plant.x, plant.xdot, plant.excitation.copy(), rng.uniform(0.0, 0.4, N_MUS)
+    assert rosenbrock_solve(A, x, xd, u0, u1, h, SCHEME_ACTIVATION, W) == 0
+    copy_into(W.st.x_prev, x)
+    copy_into(W.st.xd_prev, xd)
+    assert apply_step(x, xd, W.st.dx, h)
+    evaluate_step(A, x, xd, u1, plant.loads, W)
+    n = correct_contraction(A, x, xd, h, W)
+    assert n > 0, "the excitation jump should leave some fibre to correct"
+    evaluate_corrected(A, x, xd, n, W)
+    whole = new_plant_work(A, h)
+    evaluate_step(A, x, xd, u1, plant.loads, whole)
+    for name, got, want in [("f", W.st.f, whole.st.f), ("Aq", W.st.Aq, whole.st.Aq), ("tau", W.mu.tau, whole.mu.tau),
+                            ("dtau_dq", W.mu.dtau_dq, whole.mu.dtau_dq), ("C", W.mu.C, whole.mu.C),
+                            ("dF4", W.mu.dF4, whole.mu.dF4)]:
+        assert np.array_equal(got.view(np.uint64), want.view(np.uint64)), name

@@ -63,9 +63,10 @@ class MuscleWork(NamedTuple):
     dtau_dq: np.ndarray  # (11, 11) path-curvature part of dtau/dq (see muscle_eval)
     C: np.ndarray        # (138, 9) d tau / d s_i on the muscle's DOFs (local order)
     hess_flat: np.ndarray  # (11 * 11,) scratch: sum_i F_i d2L_i/dq_a dq_b at a * 11 + b, a <= b
+    hess_chunk: np.ndarray  # (n_hess_chunks,) each chunk of the path Hessians at q (ModelArrays.hess_*)
 
 
-def new_muscle_work(n_monomials: int) -> MuscleWork:
+def new_muscle_work(n_monomials: int, n_hess_chunks: int) -> MuscleWork:
     G_flat = np.zeros(N_MUS * 9)
     return MuscleWork(
         mono=np.zeros(n_monomials), L=np.zeros(N_MUS), G=G_flat.reshape(N_MUS, 9), G_flat=G_flat,
@@ -73,6 +74,7 @@ def new_muscle_work(n_monomials: int) -> MuscleWork:
         g_s=np.zeros(N_MUS), g_sd=np.zeros(N_MUS), g_a=np.zeros(N_MUS), g_s_a=np.zeros(N_MUS),
         g_sd_a=np.zeros(N_MUS), tau=np.zeros(N_DOF),
         dtau_dq=np.zeros((N_DOF, N_DOF)), C=np.zeros((N_MUS, 9)), hess_flat=np.zeros(N_DOF * N_DOF),
+        hess_chunk=np.zeros(n_hess_chunks),
     )
 
 
@@ -205,41 +207,63 @@ def muscle_eval(A, q, s, sd, a, W):
 
 @kernel
 def muscle_paths(A, q, W):
-    """The part of :func:`muscle_eval` that depends on q alone: path lengths L and their gradients G."""
+    """The part of :func:`muscle_eval` that depends on q alone: path lengths L, their gradients G and the chunks
+    of their Hessians (weighted by the forces in :func:`_add_path_curvature`)."""
     fill_monomials(A, q, W.mono)
     W.L[:] = 0.0
     chunk_sums(A.len_target, A.len_coef, A.len_mono, W.mono, W.L)
     W.G_flat[:] = 0.0
     chunk_sums(A.grad_target, A.grad_coef, A.grad_mono, W.mono, W.G_flat)
+    for k in range(A.hess_entry.shape[0]):
+        W.hess_chunk[k] = chunk_value(A.hess_coef, A.hess_mono, W.mono, k)
 
 
 @kernel
 def muscle_forces(A, s, sd, a, W):
-    """The rest of :func:`muscle_eval`, on the paths in W: forces, residuals, moments and their derivatives
-    (alone, it re-evaluates after a change of fibre states at the same q)."""
-    W.tau[:] = 0.0
+    """The rest of :func:`muscle_eval`, on the paths in W: forces, residuals, moments and their derivatives."""
     for i in range(N_MUS):
         _muscle_forces(A, i, s[i], sd[i], a[i], W)
+    _add_moments(A, W)
+    _add_path_curvature(A, W)
+
+
+@kernel
+def refresh_muscle_forces(A, s, sd, a, muscles, n, W):
+    """:func:`muscle_forces` after the fibre states (s, sdot) of ``muscles[:n]`` alone changed at the same q and a:
+    those muscles' contraction terms again, then the sums over all muscles (moments, path curvature) from every
+    muscle's stored force; bit for bit the whole evaluation, as the other muscles' terms are unchanged."""
+    for j in range(n):
+        i = muscles[j]
+        _muscle_forces(A, i, s[i], sd[i], a[i], W)
+    _add_moments(A, W)
     _add_path_curvature(A, W)
 
 
 @kernel
 def _muscle_forces(A, i, s, sd, a, W):
-    """Muscle i's contraction residual and force, its moments and dtau/ds (C)."""
+    """Muscle i's contraction residual, force and dtau/ds (C)."""
     P = A.mus[i]
     nd = A.mus_ndof[i]
     g, g_s, g_sd, g_a, f4, df4, g_s_a, g_sd_a = contraction(P, W.L[i], s, sd, a)
     W.g[i], W.g_s[i], W.g_sd[i], W.g_a[i] = g, g_s, g_sd, g_a
     W.g_s_a[i], W.g_sd_a[i] = g_s_a, g_sd_a
     fmax = P[MUS_FMAX]
-    F = fmax * f4
-    W.force[i] = F
+    W.force[i] = fmax * f4
     W.dF4[i] = df4
     dFdL = fmax * df4
-    lo, G, C = A.mus_dofs[i, 0], W.G[i], W.C[i]
+    G, C = W.G[i], W.C[i]
     for k in range(nd):
-        W.tau[lo + k] -= G[k] * F
         C[k] = dFdL * P[MUS_LCEOPT] * G[k]
+
+
+@kernel
+def _add_moments(A, W):
+    """tau = -sum_i F_i dL_i/dq, in the order of the muscles."""
+    W.tau[:] = 0.0
+    for i in range(N_MUS):
+        F, lo, G = W.force[i], A.mus_dofs[i, 0], W.G[i]
+        for k in range(A.mus_ndof[i]):
+            W.tau[lo + k] -= G[k] * F
 
 
 @kernel
@@ -260,7 +284,7 @@ def _add_path_curvature(A, W):
     H = W.hess_flat
     H[:] = 0.0
     for k in range(A.hess_entry.shape[0]):
-        H[A.hess_entry[k]] += W.force[A.hess_muscle[k]] * chunk_value(A.hess_coef, A.hess_mono, W.mono, k)
+        H[A.hess_entry[k]] += W.force[A.hess_muscle[k]] * W.hess_chunk[k]
     for a in range(N_DOF):
         for b in range(a, N_DOF):
             h = H[a * N_DOF + b]

@@ -31,6 +31,7 @@ from sim.das3.kernels.muscles import (
     muscle_forces,
     muscle_paths,
     new_muscle_work,
+    refresh_muscle_forces,
     solve_contraction,
 )
 from sim.das3.kernels.outputs import OutputWork, compute_outputs, new_output_work
@@ -79,6 +80,7 @@ class StepWork(NamedTuple):
     B: np.ndarray        # (11, 11)
     u_next: np.ndarray   # (138,) validated, clipped excitation of the step being taken
     failed_muscle: np.ndarray  # (1,) int: the muscle of the last STEP_FIBRE_COLLAPSE
+    corrected: np.ndarray  # (138,) int: the muscles of the last :func:`correct_contraction`, first its count
     x_prev: np.ndarray   # (298,) state before the step (restored on failure)
     xd_prev: np.ndarray  # (298,)
 
@@ -101,10 +103,10 @@ def new_plant_work(A, step_s: float | None = None) -> PlantWork:
         Aq=np.zeros((N_DOF, N_DOF)), Av=np.zeros((N_DOF, N_DOF)), K=np.zeros((N_DOF, N_DOF)),
         kb=np.zeros(N_DOF), piv=np.zeros(N_DOF, np.int64), dx=np.zeros(N_STATES), wsol=np.zeros(N_MUS),
         dden=np.zeros(N_MUS), rq=np.zeros(N_DOF), B=np.zeros((N_DOF, N_DOF)),
-        u_next=np.zeros(N_MUS), failed_muscle=np.zeros(1, np.int64), x_prev=np.zeros(N_STATES), xd_prev=np.zeros(N_STATES),
+        u_next=np.zeros(N_MUS), failed_muscle=np.zeros(1, np.int64), corrected=np.zeros(N_MUS, np.int64), x_prev=np.zeros(N_STATES), xd_prev=np.zeros(N_STATES),
     )
     out = new_output_work(A)
-    return PlantWork(mb=new_multibody_work(), mu=new_muscle_work(A.mono_parent.shape[0]), st=st, out=out,
+    return PlantWork(mb=new_multibody_work(), mu=new_muscle_work(A.mono_parent.shape[0], A.hess_entry.shape[0]), st=st, out=out,
                      rx=new_reflex_work(A, step_s))
 
 
@@ -117,18 +119,16 @@ def evaluate_step(A, x, xd, u, loads, W):
     multibody_eval(A, q, qd, xd[IQD:IS], loads, W.mb)
     activation_rates(A, u, a, st.rate, st.rate_da, st.rate_du)
     muscle_paths(A, q, W.mu)
-    evaluate_muscles(A, x, xd, W)
+    muscle_forces(A, x[IS:IA], xd[IS:IA], a, W.mu)
+    assemble_residual(x, xd, W)
 
 
 @kernel
-def evaluate_muscles(A, x, xd, W):
-    """The muscle forces of :func:`evaluate_step` and the residual rows, on its multibody terms, activation rates
-    and muscle paths: after a change of fibre states s, sdot only (:func:`correct_contraction`) those stand, as
-    none depends on s, and this alone re-evaluates, bit for bit the same as the whole."""
-    qd, s, a = x[IQD:IS], x[IS:IA], x[IA:]
-    sd, ad = xd[IS:IA], xd[IA:]
+def assemble_residual(x, xd, W):
+    """The residual f and the Jacobian pieces Aq, Av from the multibody terms, activation rates and muscle terms
+    in W."""
+    qd, ad = x[IQD:IS], xd[IA:]
     mb, mu, st = W.mb, W.mu, W.st
-    muscle_forces(A, s, sd, a, mu)
     f = st.f
     for j in range(N_DOF):
         f[IQ + j] = qd[j] - xd[IQ + j]
@@ -139,6 +139,15 @@ def evaluate_muscles(A, x, xd, W):
     for i in range(N_MUS):
         f[IS + i] = mu.g[i]
         f[IA + i] = ad[i] - st.rate[i]
+
+
+@kernel
+def evaluate_corrected(A, x, xd, n, W):
+    """:func:`evaluate_step` again after :func:`correct_contraction` changed the fibre states (s, sdot) of its
+    ``n`` muscles (W.st.corrected) only: the multibody terms, activation rates and muscle paths stand, as none
+    depends on s, and so do the other muscles' terms (:func:`refresh_muscle_forces`); bit for bit the whole."""
+    refresh_muscle_forces(A, x[IS:IA], xd[IS:IA], x[IA:], W.st.corrected, n, W.mu)
+    assemble_residual(x, xd, W)
 
 
 @kernel
@@ -320,7 +329,8 @@ def correct_contraction(A, x, xd, h, W):
     g_i(q_{n+1}, s_{n+1}, (s_{n+1} - s_n)/h, a_{n+1}), exceeds CONTRACTION_TOL (a tendon crossing from
     slack to taut within a step: the SEE stiffness jumps from ~0 to kSEE e, and the linearisation
     overshoots into a growing period-2 oscillation), s_i is solved from that scalar equation exactly.
-    Returns the number of corrected muscles (the caller re-evaluates the muscles, :func:`evaluate_muscles`)."""
+    Returns the number of corrected muscles, listed in W.st.corrected (the caller re-evaluates them,
+    :func:`evaluate_corrected`)."""
     mu, st = W.mu, W.st
     inv_h = 1.0 / h
     n = 0
@@ -332,6 +342,7 @@ def correct_contraction(A, x, xd, h, W):
             if ok:
                 x[IS + i] = s_new
                 xd[IS + i] = (s_new - s_prev) * inv_h
+                st.corrected[n] = i
                 n += 1
     return n
 
@@ -350,8 +361,10 @@ def plant_step(A, x, xd, u0, u1, loads, h, residual_limit, scheme, W):
     if not apply_step(x, xd, st.dx, h):
         return STEP_NONFINITE
     evaluate_step(A, x, xd, u1, loads, W)
-    if scheme == SCHEME_ACTIVATION and correct_contraction(A, x, xd, h, W):
-        evaluate_muscles(A, x, xd, W)
+    if scheme == SCHEME_ACTIVATION:
+        n_corrected = correct_contraction(A, x, xd, h, W)
+        if n_corrected:
+            evaluate_corrected(A, x, xd, n_corrected, W)
     r = residual_max(st.f)
     status = STEP_OK
     if not math.isfinite(r):

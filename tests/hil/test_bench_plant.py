@@ -1,0 +1,43 @@
+"""``hil bench plant``'s excitation schedules: constant, or drawn anew at a controller's rate (``--change-ms``)."""
+import json
+
+import numpy as np
+import pytest
+from helpers import hil
+
+from hil.bench.plant import excitation_schedule
+
+
+def test_a_constant_schedule_holds_every_element_at_the_excitation():
+    schedule = excitation_schedule(138, 12, 0.05, None)
+    assert len(schedule) == 12 and all(np.array_equal(u, np.full(138, 0.05)) for u in schedule)
+
+
+def test_a_changing_schedule_draws_anew_every_period_and_holds_in_between():
+    schedule = excitation_schedule(138, 23, 0.3, 5)
+    assert len(schedule) == 23
+    for i in range(1, 23):
+        same = np.array_equal(schedule[i], schedule[i - 1])
+        assert same == (i % 5 != 0), f"step {i}: changed {not same}"
+    held = np.array(schedule[::5])
+    assert held.min() >= 0.0 and held.max() <= 0.6
+    assert abs(np.mean(excitation_schedule(138, 500, 0.3, 5)) - 0.3) < 0.03     # mean = --excitation
+    assert np.array_equal(np.array(schedule), np.array(excitation_schedule(138, 23, 0.3, 5)))   # seeded
+    assert max(u.max() for u in excitation_schedule(138, 10, 0.8, 2)) == 1.0                    # clipped
+
+
+def test_bench_plant_under_changing_stimulation_reports_its_schedule():
+    done = hil("bench", "plant", "--step", "0.004", "--steps", "40", "--excitation", "0.2", "--change-ms", "20",
+               "--json")
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["change_ms"] == 20.0 and doc["excitation"] == 0.2
+    assert doc["results"][0]["median_step_us"] > 0.0
+
+
+@pytest.mark.parametrize("value", ["0", "-4", "nan", "inf"])
+def test_bench_plant_refuses_a_bad_change_period(value):
+    done = hil("bench", "plant", "--step", "0.004", "--steps", "10", "--change-ms", value)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: --change-ms"), done.stderr
