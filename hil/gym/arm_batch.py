@@ -94,7 +94,7 @@ class ArmBatch:
                                                    frequency_hz)
         self.observation = ObservationLayout(observe, engine.sensor.dtype, self.arms[0].model.dof_names, n_target)
         self.frames = np.zeros(n, engine.sensor.dtype)
-        self._limits = tuple(zip(self.actions.channels, self.actions.max_amplitude_ma))
+        self._max_amplitude_ma = np.array(self.actions.max_amplitude_ma)
         self._channel_index = np.array(self.actions.channels, np.int64)
         self._single_pulses = all(0 in stim.channels[c].modes for c in self.actions.channels)
         self._stale, self._ticks = np.zeros(n, np.bool_), np.zeros(n, np.int64)
@@ -176,9 +176,10 @@ class ArmBatch:
                 self._run(running, 1, first=k == 0)
         else:
             self._run(running, self.ticks_per_action, first=True)
-        for i in running:
-            engine = arms[i].engine
-            self.effort[i] = sum((engine.applied[c, 1] / m) ** 2 for c, m in self._limits) / len(self._limits)
+        if running:
+            amplitudes = np.array([arms[i].engine.applied[self._channel_index, 1] for i in running])
+            relative = amplitudes / self._max_amplitude_ma
+            self.effort[running] = (relative * relative).sum(axis=1) / relative.shape[1]
 
     def _run(self, running: list[int], n_ticks: int, first: bool) -> None:
         """``n_ticks`` ticks of the arms ``running`` in one compiled call, then each engine books them."""

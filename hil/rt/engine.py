@@ -236,8 +236,8 @@ class TickEngine:
         entries (for an in-process caller that records no log: the Gymnasium batch, :mod:`hil.gym.arm_batch`)."""
         self.latched[channels] = rows
         self.latched_by[channels] = driver
-        for _ in range(len(channels)):
-            self._accept(driver)
+        self.counters.received(driver, len(channels))
+        self.watchdog.feed(self.tick)
 
     def excitation(self, driver: int, receive_ns: int, muscle: int, value: float) -> bool:
         if driver in self.voluntary_drivers:

@@ -130,6 +130,21 @@ def test_level_actions_reach_the_channels_through_the_limits():
     assert engine.rejected == {(0, "amplitude_limit"): 1}
 
 
+def test_accepted_actions_are_counted_feed_the_watchdog_and_give_the_effort():
+    """Actions within the limits (latched at once): every channel command counted as received from the policy,
+    the watchdog fed at the step's tick, and the effort the mean squared relative amplitude applied."""
+    env = FesArmEnv("ElbowHold", **SHORT)
+    env.reset(seed=0)
+    engine = env.episodes.arms.arms[0].engine
+    levels = [np.array([0.5, 0.25], np.float32), np.array([0.1, 0.8], np.float32), np.array([0.0, 0.3], np.float32)]
+    for k, level in enumerate(levels):
+        tick = env.episodes.arms.arms[0].tick
+        _, _, _, _, info = env.step(level)
+        assert engine.counters.received_by_driver() == {0: 2 * (k + 1)}
+        assert engine.watchdog.cells[0] == tick    # WD_LAST_VALID: the tick the commands arrived at
+        assert info["effort"] == pytest.approx(float(np.mean(level.astype(np.float64) ** 2)), rel=1e-12)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("env_id", hil.gym.environment_ids())
 def test_a_random_policy_runs_ten_thousand_steps(env_id):
