@@ -236,8 +236,7 @@ class TickEngine:
         entries (for an in-process caller that records no log: the Gymnasium batch, :mod:`hil.gym.arm_batch`)."""
         self.latched[channels] = rows
         self.latched_by[channels] = driver
-        self.counters.received(driver, len(channels))
-        self.watchdog.feed(self.tick)
+        self._accept(driver, len(channels))
 
     def excitation(self, driver: int, receive_ns: int, muscle: int, value: float) -> bool:
         if driver in self.voluntary_drivers:
@@ -336,8 +335,9 @@ class TickEngine:
         self._record(driver, receive_ns, kind, code, index, v0, v1, v2, v3)
         return False
 
-    def _accept(self, driver: int) -> None:
-        self.counters.received(driver)
+    def _accept(self, driver: int, count: int = 1) -> None:
+        """``count`` commands of ``driver`` accepted: counted as received, and the watchdog fed at this tick."""
+        self.counters.received(driver, count)
         self.watchdog.feed(self.tick)
 
     def warmup(self) -> None:

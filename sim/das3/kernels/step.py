@@ -80,7 +80,8 @@ class StepWork(NamedTuple):
     B: np.ndarray        # (11, 11)
     u_next: np.ndarray   # (138,) validated, clipped excitation of the step being taken
     failed_muscle: np.ndarray  # (1,) int: the muscle of the last STEP_FIBRE_COLLAPSE
-    corrected: np.ndarray  # (138,) int: the muscles of the last :func:`correct_contraction`, first its count
+    corrected: np.ndarray  # (138,) int: the muscles the last :func:`correct_contraction` corrected, in its
+                           # first n entries (n: what it returned)
     x_prev: np.ndarray   # (298,) state before the step (restored on failure)
     xd_prev: np.ndarray  # (298,)
 
