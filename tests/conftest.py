@@ -11,7 +11,7 @@ import textwrap
 import time
 from pathlib import Path
 
-# One BLAS thread per process: two workers on two cores, each with a multi-threaded BLAS, oversubscribe the CPU
+# One BLAS thread per process: workers on two cores, each with a multi-threaded BLAS, oversubscribe the CPU
 # (set before numpy loads, and inherited by the workers and every process a test starts).
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
@@ -31,6 +31,9 @@ REALTIME = {
     "test_bench_platform": None,
     "test_monitoring": None,
     "test_p24": None,
+    "test_serial": {"test_unmodified_pysciencemode_client_flexes_the_elbow",
+                    "test_the_rehastim2_client_ends_in_one_line_when_the_service_stops"},
+    "test_mtg_service": {"test_the_unmodified_rehastim2_client_flexes_the_mtg_elbow"},
     "test_service_unit": None,
     "test_tick_stall": None,
 }
@@ -51,6 +54,10 @@ a socket hears the groups other sockets joined) and LSL's stream discovery (modu
 
 SERIAL_GROUP = "serial"
 """The xdist group (``--dist loadgroup``) of the realtime and host-bus tests: one worker runs them in turn."""
+CPU_TESTS_NICE = 10
+"""Niceness a worker takes on (for itself and every process it starts) from its first test outside the serial
+group on: the serial group's real-time loops mostly wait on their clocks, so a third worker uses the CPU they
+leave, and at nice 0 against nice 10 they still get a core when they wake (a CFS weight of 1024 against 110)."""
 
 WARM_UP_CONFIGS = ("elbow-hold.toml", "elbow-hold-mtg.toml", "elbow-hold-imu.toml")
 """Shipped configs whose offline run compiles the plants' kernels before parallel workers start."""
@@ -84,6 +91,21 @@ def pytest_collection_modifyitems(items) -> None:
             item.add_marker(pytest.mark.xdist_group(SERIAL_GROUP))
             serial.add(id(item))
     items.sort(key=lambda item: id(item) not in serial)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item) -> None:
+    """A worker running a test outside the serial group lowers its priority to CPU_TESTS_NICE, once (only a
+    privileged process could raise it again; the serial group runs first, on one worker)."""
+    global _niced
+    group = item.get_closest_marker("xdist_group")
+    if _niced or not hasattr(item.config, "workerinput") or (group is not None and group.args == (SERIAL_GROUP,)):
+        return
+    os.nice(CPU_TESTS_NICE)
+    _niced = True
+
+
+_niced = False
 
 
 def pytest_configure(config) -> None:
