@@ -10,6 +10,12 @@ engine must finish each tick in Python), after which each engine books its ticks
 plant status, extension rules, measurement model). A single environment is a batch of one, so a batch's arm i
 follows the single environment's trajectory bit for bit.
 
+What is the same for every arm runs once per step for all of them (:mod:`hil.gym.batch_kernels`): the commands
+of actions within the limits are latched in one compiled call, and after ticks that every arm ended well with an
+ideal sensor, the arms' tick records are gathered in one call, from which the frames, the effort and the fatigue
+check are read as arrays. Anything else (a command to clamp or reject, a failed step, a safety stop, a
+measurement model) goes arm by arm through the engine, as a service run does.
+
 An arm's episode ends when a safety action stops it, its plant diverges, or every channel's fibres collapse
 (fatigue fitness below :data:`FIBRE_COLLAPSE`); it then takes no more ticks until it is reset.
 """
@@ -24,6 +30,7 @@ from numba.typed import List
 
 from drivers.controllers.policy_io import ActionLayout, ObservationLayout, action_layout
 from hil.config import ServiceConfig, with_patient
+from hil.gym.batch_kernels import gather_records, latch_checked_actions
 from hil.gym.snapshot import EngineSnapshot
 from hil.rt.plants import plant_type
 from hil.rt.tick_kernel import direct_call
@@ -50,15 +57,14 @@ def hand_loads(engine, kg: float) -> np.ndarray:
 
 
 class Arm:
-    """One engine with its snapshot (reset in place), its episode status and the patient it was built for."""
+    """One engine with its snapshot (reset in place), the patient it was built for and why its episode ended
+    (its status and tick are the batch's arrays)."""
 
     def __init__(self, cfg: ServiceConfig, patient_key) -> None:
         self.patient_key = patient_key
         self.model, self.engine = build_tick_engine(cfg)
         self.engine.warmup()
         self.snapshot = EngineSnapshot(self.engine)
-        self.status = RUNNING
-        self.tick = 0
         self.detail = ""
 
     def reset(self, noise_seed: int, hand_kg: float) -> None:
@@ -69,7 +75,7 @@ class Arm:
             sensor.lab.seed = noise_seed
             sensor.lab.reset()
         self.engine.plant.set_load_vector(hand_loads(self.engine, hand_kg))
-        self.status, self.tick, self.detail = RUNNING, 0, ""
+        self.detail = ""
 
 
 class ArmBatch:
@@ -94,10 +100,19 @@ class ArmBatch:
                                                    frequency_hz)
         self.observation = ObservationLayout(observe, engine.sensor.dtype, self.arms[0].model.dof_names, n_target)
         self.frames = np.zeros(n, engine.sensor.dtype)
+        self.status = np.full(n, RUNNING, np.int64)
+        """Each arm's episode status (RUNNING, STOPPED, DIVERGED, COLLAPSED)."""
+        self.ticks = np.zeros(n, np.int64)
+        """Each arm's next tick (its ticks since its reset)."""
+        self.records = np.zeros(n, engine.record.dtype)
+        """The arms' tick records as of their last gathered step (:meth:`_finish_all`)."""
         self._max_amplitude_ma = np.array(self.actions.max_amplitude_ma)
         self._channel_index = np.array(self.actions.channels, np.int64)
+        a = self.actions
+        self._limits = np.column_stack([a.max_pulse_width_us, a.max_amplitude_ma, a.min_frequency_hz,
+                                        a.max_frequency_hz]).astype(np.float64).reshape(-1, 4)
         self._single_pulses = all(0 in stim.channels[c].modes for c in self.actions.channels)
-        self._stale, self._ticks = np.zeros(n, np.bool_), np.zeros(n, np.int64)
+        self._stale = np.zeros(n, np.bool_)
         self._results = np.zeros((n, 5), np.int64)
         self.effort = np.zeros(n)
         self.compiled_s = 0.0
@@ -107,20 +122,27 @@ class ArmBatch:
     def _compile(self) -> None:
         """The batched tick's compiled overload for this batch, called directly (:func:`direct_call`); zero
         ticks run, so nothing changes."""
-        args = (self._arrays, self._stale, self._ticks, 0, self.period_s, self._results)
+        args = (self._arrays, self._stale, self.ticks, 0, self.period_s, self._results)
         self.batch_tick(*args)
         self._call = direct_call(self.batch_tick, *args)
 
     def _relist(self) -> None:
-        """The typed list of the arms' compiled tick arguments (again after an arm was rebuilt)."""
-        arrays = List()
-        for arm in self.arms:
-            arrays.append(arm.engine.tick_arrays)
-        self._arrays = arrays
-        self._compile()
-        self._each_tick = any(arm.engine.finishes_each_tick for arm in self.arms)
+        """The typed lists of the arms' compiled tick arguments and of the arrays the batch's bookkeeping writes
+        and reads (again after an arm was rebuilt)."""
         if len({arm.engine.record.dtype for arm in self.arms}) > 1:
             raise ValueError("the arms of a batch must have the same layout (channels, fatigue, sensors)")
+        engines = [arm.engine for arm in self.arms]
+        self._arrays = _typed([e.tick_arrays for e in engines])
+        self._latched = _typed([e.latched for e in engines])
+        self._latched_by = _typed([e.latched_by for e in engines])
+        self._counters = _typed([e.counters.values for e in engines])
+        self._watchdogs = _typed([e.watchdog.cells for e in engines])
+        self._received_at = np.array([e.counters.received_at[POLICY_DRIVER] for e in engines], np.int64)
+        self._record_bytes = _typed([e.record.view(np.uint8) for e in engines])
+        self._records_u8 = self.records.view(np.uint8).reshape(self.n, -1)
+        self._compile()
+        self._each_tick = any(e.finishes_each_tick for e in engines)
+        self._fatigue = engines[0].has_fatigue
 
     # -- episodes ----------------------------------------------------------------------------------------
     def reset_arm(self, i: int, noise_seed: int, hand_kg: float = 0.0, patient: dict | None = None,
@@ -132,110 +154,138 @@ class ArmBatch:
             arm = self.arms[i] = Arm(cfg, patient_key)
             self._relist()
         arm.reset(noise_seed, hand_kg)
+        self.status[i], self.ticks[i] = RUNNING, 0
         self.frames[i] = arm.engine.record["frame"][0]
         self.effort[i] = 0.0
 
     # -- steps --------------------------------------------------------------------------------------------
     def command(self, i: int, action: np.ndarray) -> None:
         """Arm ``i``'s channel commands for ``action`` (at its next tick; through the engine's command path)."""
-        arm = self.arms[i]
-        engine = arm.engine
-        engine.begin(arm.tick)
+        engine = self.arms[i].engine
+        engine.begin(int(self.ticks[i]))
         channel = engine.channel
         for c, pw, amp, freq in self.actions.commands(action):
             channel(POLICY_DRIVER, 0, c, pw, amp, freq, 0)
 
-    def _command_all(self, running: list[int], actions: np.ndarray) -> None:
-        """The running arms' commands: an action whose every command the engine would accept unchanged (finite,
-        within the limits, mode 0 allowed) is latched at once (:meth:`TickEngine.latch_checked`), any other goes
-        command by command through :meth:`TickEngine.channel` (clamped or rejected and counted there)."""
-        rows = self.actions.rows(actions[running])
-        fast = self.actions.within(rows) & self._single_pulses
-        channels = self._channel_index
-        for j, i in enumerate(running):
-            if fast[j]:
-                arm = self.arms[i]
-                arm.engine.begin(arm.tick)
-                arm.engine.latch_checked(POLICY_DRIVER, channels, rows[j])
-            else:
-                self.command(i, actions[i])
+    def _command_all(self, running: np.ndarray, actions: np.ndarray) -> None:
+        """The running arms' commands: the actions whose every command the engine would accept unchanged (finite,
+        within the limits, mode 0 allowed) are latched in one call (:func:`latch_checked_actions`: latched, counted,
+        the watchdog fed, as :meth:`TickEngine.channel` does), any other goes command by command through
+        :meth:`TickEngine.channel` (clamped or rejected and counted there)."""
+        if running.shape[0] == 0:
+            return
+        latched = np.zeros(running.shape[0], np.bool_)
+        if self._single_pulses:
+            latch_checked_actions(self._latched, self._latched_by, self._counters, self._watchdogs,
+                                  self._received_at, running, self.actions.rows(actions[running]),
+                                  self._channel_index, self._limits, self.ticks, POLICY_DRIVER, latched)
+        for i in running[~latched].tolist():
+            self.command(i, actions[i])
 
     def step(self, actions: np.ndarray, stepping: np.ndarray) -> None:
         """One action step of the running arms where ``stepping``: commands, then ``ticks_per_action`` ticks (all
         in one compiled call, or one call per tick where an engine must finish each tick in Python); the frames
         and ``effort``, the mean squared relative amplitude applied at the step's last tick, are updated, other
         arms keep theirs."""
-        arms = self.arms
-        running = [i for i in range(self.n) if stepping[i] and arms[i].status == RUNNING]
+        running = np.flatnonzero(stepping & (self.status == RUNNING))
         self._command_all(running, actions)
         if self.threads != numba.get_num_threads():
             numba.set_num_threads(min(self.threads, numba.config.NUMBA_NUM_THREADS))
         if self._each_tick:
             for k in range(self.ticks_per_action):
-                running = [i for i in running if arms[i].status == RUNNING]
+                running = running[self.status[running] == RUNNING]
                 self._run(running, 1, first=k == 0)
         else:
             self._run(running, self.ticks_per_action, first=True)
-        if running:
-            amplitudes = np.array([arms[i].engine.applied[self._channel_index, 1] for i in running])
-            relative = amplitudes / self._max_amplitude_ma
+        if running.shape[0]:
+            relative = self.records["applied"][running][:, self._channel_index, 1] / self._max_amplitude_ma
             self.effort[running] = (relative * relative).sum(axis=1) / relative.shape[1]
 
-    def _run(self, running: list[int], n_ticks: int, first: bool) -> None:
-        """``n_ticks`` ticks of the arms ``running`` in one compiled call, then each engine books them."""
-        if not running:
+    def _run(self, running: np.ndarray, n_ticks: int, first: bool) -> None:
+        """``n_ticks`` ticks of the arms ``running`` in one compiled call, then they book them."""
+        if running.shape[0] == 0:
             return
-        arms, stale, ticks = self.arms, self._stale, self._ticks
-        for i in running:
-            arm = arms[i]
+        stale = self._stale
+        for i in running.tolist():
+            engine = self.arms[i].engine
             if not first:
-                arm.engine.begin(arm.tick)
-            stale[i] = arm.engine.plant.begin_steps()
-            ticks[i] = arm.tick
-        if len(running) == self.n:
+                engine.begin(int(self.ticks[i]))
+            stale[i] = engine.plant.begin_steps()
+        if running.shape[0] == self.n:
             t0 = time.perf_counter()
-            self._call(self._arrays, stale, ticks, n_ticks, self.period_s, self._results)
+            self._call(self._arrays, stale, self.ticks, n_ticks, self.period_s, self._results)
             self.compiled_s += time.perf_counter() - t0
         else:
             self._run_some(running, n_ticks)
-        for i in running:
-            self._finish(i)
+        self._finish_all(running)
 
-    def _run_some(self, running: list[int], n_ticks: int) -> None:
+    def _run_some(self, running: np.ndarray, n_ticks: int) -> None:
         """The compiled ticks of some arms only (the others have ended their episode or are being reset)."""
-        arrays = List()
-        for i in running:
-            arrays.append(self.arms[i].engine.tick_arrays)
-        idx = np.array(running)
-        results = np.zeros((len(running), self._results.shape[1]), np.int64)
+        arrays = _typed([self.arms[i].engine.tick_arrays for i in running.tolist()])
+        results = np.zeros((running.shape[0], self._results.shape[1]), np.int64)
         t0 = time.perf_counter()
-        self.batch_tick(arrays, self._stale[idx], self._ticks[idx], n_ticks, self.period_s, results)
+        self.batch_tick(arrays, self._stale[running], self.ticks[running], n_ticks, self.period_s, results)
         self.compiled_s += time.perf_counter() - t0
-        self._results[idx] = results
+        self._results[running] = results
+
+    def _finish_all(self, running: np.ndarray) -> None:
+        """The arms ``running`` book the ticks they ran, and their :attr:`records` are gathered. When every one
+        ended well, with nothing to finish per tick (an ideal sensor, no extension rules): each plant books its
+        steps, and the frames and the fatigue check come from the records; otherwise arm by arm
+        (:meth:`_finish`)."""
+        results = self._results[running]
+        if self._each_tick or results[:, 0].any() or results[:, 3].any():
+            for i in running.tolist():
+                self._finish(i)
+            self._gather(running)
+            return
+        for i, n_clipped, n_done, n_ticks in zip(running.tolist(), *results[:, [1, 2, 4]].T.tolist()):
+            engine = self.arms[i].engine
+            engine.plant.finish_steps(0, n_clipped, n_done, engine.u)
+            engine.tick = int(self.ticks[i]) + n_ticks - 1
+        self.ticks[running] += results[:, 4]
+        self._gather(running)
+        self.frames[running] = self.records["frame"][running]
+        if self._fatigue:
+            fitness = self.records["fitness"][running][:, self._channel_index]
+            for i in running[fitness.max(axis=1) < FIBRE_COLLAPSE].tolist():
+                self._end(i, COLLAPSED, "every driven channel's fatigue fitness is below the collapse level")
 
     def _finish(self, i: int) -> None:
         """Arm i books the ticks it ran (:meth:`TickEngine.finish`); its frame, and its status if it ended."""
         arm = self.arms[i]
         engine = arm.engine
         status, n_clipped, n_done, stop, n_ticks = self._results[i].tolist()
-        engine.tick = arm.tick + n_ticks - 1
+        engine.tick = int(self.ticks[i]) + n_ticks - 1
         try:
             result = engine.finish(status, n_clipped, n_done, stop)
         except PlantDivergedError as exc:
-            arm.status, arm.detail = DIVERGED, str(exc)
+            self._end(i, DIVERGED, str(exc))
             return
-        arm.tick += n_ticks
+        self.ticks[i] += n_ticks
         self.frames[i] = result.frame[0]
         if result.stop:
-            arm.status, arm.detail = STOPPED, engine.stop_detail or result.stop_reason
+            self._end(i, STOPPED, engine.stop_detail or result.stop_reason)
         elif engine.has_fatigue and float(engine.fitness[self._channel_index].max()) < FIBRE_COLLAPSE:
-            arm.status, arm.detail = COLLAPSED, "every driven channel's fatigue fitness is below the collapse level"
+            self._end(i, COLLAPSED, "every driven channel's fatigue fitness is below the collapse level")
 
-    def statuses(self) -> np.ndarray:
-        return np.array([arm.status for arm in self.arms])
+    def _end(self, i: int, status: int, detail: str) -> None:
+        self.status[i], self.arms[i].detail = status, detail
+
+    def _gather(self, arms: np.ndarray) -> None:
+        """:attr:`records` of ``arms`` from their engines (one compiled copy)."""
+        gather_records(self._records_u8, self._record_bytes, arms)
 
     def time_s(self) -> np.ndarray:
-        return np.array([arm.tick * self.period_s for arm in self.arms])
+        return self.ticks * self.period_s
+
+
+def _typed(items: list) -> List:
+    """A numba typed list of ``items``."""
+    typed = List()
+    for item in items:
+        typed.append(item)
+    return typed
 
 
 def ticks_per_action(action_period_s: float, period_s: float) -> int:

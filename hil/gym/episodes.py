@@ -120,20 +120,19 @@ class Episodes:
         self.obs[idx] = obs
 
     def terminated(self) -> np.ndarray:
-        return self.arms.statuses() != RUNNING
+        return self.arms.status != RUNNING
 
     def truncated(self) -> np.ndarray:
         return (self.steps >= self.max_steps) & ~self.terminated()
 
     def infos(self) -> dict:
         """Every arm's step information as arrays (:meth:`info`'s numbers and ``termination``)."""
-        arms = self.arms.arms
         return {"error": self.errors.copy(), "effort": self.arms.effort.copy(),
-                "time_s": self.arms.time_s(), "termination": np.array([ENDINGS[a.status] for a in arms])}
+                "time_s": self.arms.time_s(), "termination": np.array(ENDINGS)[self.arms.status]}
 
     def info(self, i: int) -> dict:
         """Arm ``i``'s step information: error (rad or m), effort, time (s), why its episode ended."""
-        arm = self.arms.arms[i]
-        return {"error": float(self.errors[i]), "effort": float(self.arms.effort[i]),
-                "time_s": float(arm.tick * self.arms.period_s), "termination": ENDINGS[arm.status],
-                "detail": arm.detail, "target": self.targets[i].copy()}
+        arms = self.arms
+        return {"error": float(self.errors[i]), "effort": float(arms.effort[i]),
+                "time_s": float(arms.ticks[i] * arms.period_s), "termination": ENDINGS[arms.status[i]],
+                "detail": arms.arms[i].detail, "target": self.targets[i].copy()}

@@ -229,15 +229,6 @@ class TickEngine:
         self._accept(driver)
         return True
 
-    def latch_checked(self, driver: int, channels, rows: np.ndarray) -> None:
-        """Commands to ``channels`` (rows of pulse width us, amplitude mA, frequency Hz, mode) that the caller has
-        checked to be finite, within every limit and of an allowed mode, i.e. what :meth:`channel` accepts
-        unchanged: latched and counted and fed to the watchdog as :meth:`channel` does, without command-log
-        entries (for an in-process caller that records no log: the Gymnasium batch, :mod:`hil.gym.arm_batch`)."""
-        self.latched[channels] = rows
-        self.latched_by[channels] = driver
-        self._accept(driver, len(channels))
-
     def excitation(self, driver: int, receive_ns: int, muscle: int, value: float) -> bool:
         if driver in self.voluntary_drivers:
             return self.voluntary(driver, receive_ns, muscle, value)
@@ -335,9 +326,10 @@ class TickEngine:
         self._record(driver, receive_ns, kind, code, index, v0, v1, v2, v3)
         return False
 
-    def _accept(self, driver: int, count: int = 1) -> None:
-        """``count`` commands of ``driver`` accepted: counted as received, and the watchdog fed at this tick."""
-        self.counters.received(driver, count)
+    def _accept(self, driver: int) -> None:
+        """A command of ``driver`` accepted: counted as received, and the watchdog fed at this tick (what
+        :func:`hil.gym.batch_kernels.latch_checked_actions` does for a batch's actions)."""
+        self.counters.received(driver)
         self.watchdog.feed(self.tick)
 
     def warmup(self) -> None:

@@ -23,6 +23,7 @@ import os
 from dataclasses import dataclass
 from typing import Callable
 
+import numpy as np
 from numba import njit, prange
 
 from hil.rt.tick_kernel import tick_inputs, tick_outputs
@@ -151,11 +152,11 @@ def das3_ticks(arrays, stale, ticks, n_ticks, period_s, results):
     whether its first step re-evaluates; ``ticks``: its first tick's index), each tick :func:`das3_tick` at time
     (tick + 1) ``period_s``, stopping at a failed step or a safety stop. ``results[i]`` = (the last plant status,
     excitations clipped, steps done, the STOP_* code, ticks run)."""
-    for i in prange(ticks.shape[0]):
+    for i in prange(ticks.shape[0]):     # i is unsigned in a prange: the typed list takes it as int64
         first, clipped, done, status, stop, k = stale[i], 0, 0, 0, 0, 0
         while k < n_ticks and status == 0 and stop == 0:
             tick = ticks[i] + k
-            status, n_clipped, n_done, stop = das3_tick(arrays[i], first, tick, (tick + 1) * period_s, False, False)
+            status, n_clipped, n_done, stop = das3_tick(arrays[np.int64(i)], first, tick, (tick + 1) * period_s, False, False)
             first, clipped, done, k = False, clipped + n_clipped, done + n_done, k + 1
         results[i, 0], results[i, 1], results[i, 2], results[i, 3], results[i, 4] = status, clipped, done, stop, k
 
@@ -194,7 +195,7 @@ def mtg_ticks(arrays, stale, ticks, n_ticks, period_s, results):
         first, clipped, done, status, stop, k = stale[i], 0, 0, 0, 0, 0
         while k < n_ticks and status == 0 and stop == 0:
             tick = ticks[i] + k
-            status, n_clipped, n_done, stop = mtg_tick(arrays[i], first, tick, (tick + 1) * period_s, False, False)
+            status, n_clipped, n_done, stop = mtg_tick(arrays[np.int64(i)], first, tick, (tick + 1) * period_s, False, False)
             first, clipped, done, k = False, clipped + n_clipped, done + n_done, k + 1
         results[i, 0], results[i, 1], results[i, 2], results[i, 3], results[i, 4] = status, clipped, done, stop, k
 

@@ -138,7 +138,7 @@ def test_accepted_actions_are_counted_feed_the_watchdog_and_give_the_effort():
     engine = env.episodes.arms.arms[0].engine
     levels = [np.array([0.5, 0.25], np.float32), np.array([0.1, 0.8], np.float32), np.array([0.0, 0.3], np.float32)]
     for k, level in enumerate(levels):
-        tick = env.episodes.arms.arms[0].tick
+        tick = int(env.episodes.arms.ticks[0])
         _, _, _, _, info = env.step(level)
         assert engine.counters.received_by_driver() == {0: 2 * (k + 1)}
         assert engine.watchdog.cells[0] == tick    # WD_LAST_VALID: the tick the commands arrived at
@@ -227,6 +227,71 @@ def test_an_environment_step_is_the_service_tick_with_the_same_commands():
                     assert engine.channel(0, 0, c, pw, amp, freq, 0)
             frame = engine.step().frame
         assert frame.tobytes() == env.episodes.arms.frames[:1].tobytes(), step
+
+
+def mtg_config(tmp_path, text: str) -> str:
+    """The MTG ElbowHold config (configs/gym) with ``text`` added, written under ``tmp_path``."""
+    from hil.gym.tasks import CONFIG_DIR
+    path = tmp_path / "mtg.toml"
+    path.write_text(f'include = ["{CONFIG_DIR / "elbow-hold-mtg.toml"}"]\n{text}')
+    return str(path)
+
+
+ENDING = {"plant": "mtg", "duration_s": 1.0}
+
+
+def test_a_safety_stop_ends_that_arms_episode_only_and_the_batch_equals_single_environments(tmp_path):
+    """A range-of-motion stop (the triceps at full level extends the elbow past its range) terminates the arm
+    that reached it, says why, and the next step resets it; the other arms run on, and every arm's observations
+    and rewards equal a single environment's through the stop and the reset."""
+    cfg = mtg_config(tmp_path, '[safety]\nrom_action = "stop"\n')
+    n, steps = 3, 12
+    levels = np.array([[1.0, 0.0], [0.0, 0.0], [0.0, 1.0]], np.float32)     # biceps, none, triceps
+    batch = FesArmVectorEnv("ElbowHold", num_envs=n, config=cfg, **ENDING)
+    seen = [batch.reset(seed=30)[0]]
+    ends, rewards = [], []
+    for t in range(steps):
+        obs, r, term, trunc, info = batch.step(levels)
+        seen.append(obs)
+        rewards.append(r)
+        ends.append((term.copy(), list(info["termination"])))
+    stop = next(t for t, (term, _) in enumerate(ends) if term.any())
+    assert ends[stop][0].tolist() == [False, False, True]
+    assert ends[stop][1] == ["running", "running", "safety_stop"]
+    assert not any(term.any() for term, _ in ends[:stop]) and rewards[stop + 1][2] == 0.0
+    assert ends[stop + 1][1][2] == "running" and not ends[stop + 1][0].any()     # reset by the next step
+    for i in range(n):
+        env = FesArmEnv("ElbowHold", config=cfg, **ENDING)
+        obs, _ = env.reset(seed=30 + i)
+        assert obs.tobytes() == seen[0][i].tobytes()
+        reset_next = False
+        for t in range(steps):
+            if reset_next:
+                obs, reward, reset_next = env.reset()[0], 0.0, False
+            else:
+                obs, reward, term, trunc, info = env.step(levels[i])
+                reset_next = term or trunc
+                assert info["termination"] == ends[t][1][i]
+                assert ("ELx" in info["detail"]) == (info["termination"] == "safety_stop")    # the operator's why
+            assert obs.tobytes() == seen[t + 1][i].tobytes(), (i, t)
+            assert reward == rewards[t][i]
+
+
+def test_every_driven_channel_fatigued_ends_the_episode_as_fibre_collapse(tmp_path):
+    """With fatigue 100 times faster than published, an arm whose two channels are both at full level reaches
+    the fibre collapse; an arm at rest, and an arm driving one channel only, do not."""
+    cfg = mtg_config(tmp_path, '[stimulation]\nfatigue = "ding2003"\nfatigue_rate_scale = 100.0\n')
+    batch = FesArmVectorEnv("ElbowHold", num_envs=3, config=cfg, **ENDING)
+    batch.reset(seed=40)
+    levels = np.array([[1.0, 1.0], [0.0, 0.0], [1.0, 0.0]], np.float32)
+    for t in range(49):
+        _, _, term, trunc, info = batch.step(levels)
+        if term.any():
+            break
+    assert term.tolist() == [True, False, False] and not trunc.any()
+    assert list(info["termination"]) == ["fibre_collapse", "running", "running"]
+    fitness = batch.episodes.arms.records["fitness"][:, list(batch.episodes.arms.actions.channels)]
+    assert fitness[0].max() < 0.05 <= fitness[2].max() and fitness[2].min() < 0.05 and fitness[1].min() == 1.0
 
 
 def test_with_a_noisy_delayed_sensor_the_batch_still_equals_single_environments(tmp_path):

@@ -1,0 +1,58 @@
+"""The compiled bookkeeping of a batch's action step (:mod:`hil.gym.arm_batch`), one call for all arms instead of
+Python per arm: latching the policy's checked commands, and gathering the arms' tick records.
+
+Both take numba typed lists of the arms' own arrays (built once per batch layout), so each arm's engine keeps
+its arrays and its compiled tick's arguments unchanged. ``entry``: a typed list is a reference-counted object.
+"""
+from __future__ import annotations
+
+import math
+
+from hil.safety.rules import WD_LAST_VALID
+from sim.jit.kernel import entry
+
+
+@entry
+def latch_checked_actions(latched, latched_by, counters, watchdogs, received_at, arms, rows, channels, limits,
+                          ticks, driver, latched_out):
+    """Latch the commands of each arm ``arms[k]`` whose every row ``rows[k, j]`` (pulse width us, amplitude mA,
+    frequency Hz, mode) is what :meth:`hil.rt.engine.TickEngine.channel` accepts unchanged: finite, pulse width
+    in [0, limits[j, 0]], amplitude in [0, limits[j, 1]], frequency 0 or in [limits[j, 2], limits[j, 3]]
+    (:meth:`drivers.controllers.policy_io.ActionLayout.within`). What ``channel`` does with a command it accepts
+    unchanged, less the command-log entry (the batch records no log): ``latched[a][channels[j]] = rows[k, j]``, ``latched_by[a][channels[j]] = driver``, the driver's received
+    counter ``counters[a][received_at[a]]`` up by the number of channels, the watchdog fed at the arm's tick
+    (``watchdogs[a][WD_LAST_VALID] = ticks[a]``). ``latched_out[k]``: whether arm ``arms[k]``'s commands were
+    latched (the others go command by command through the engine, which clamps or rejects and counts)."""
+    n_channels = channels.shape[0]
+    for k in range(arms.shape[0]):
+        a = arms[k]
+        ok = True
+        for j in range(n_channels):
+            pw, amp, freq, mode = rows[k, j, 0], rows[k, j, 1], rows[k, j, 2], rows[k, j, 3]
+            if not (math.isfinite(pw) and math.isfinite(amp) and math.isfinite(freq) and math.isfinite(mode)):
+                ok = False
+            elif not (0.0 <= pw <= limits[j, 0] and 0.0 <= amp <= limits[j, 1]):
+                ok = False
+            elif not (limits[j, 2] <= freq <= limits[j, 3] or freq == 0.0):
+                ok = False
+        latched_out[k] = ok
+        if not ok:
+            continue
+        target, by = latched[a], latched_by[a]
+        for j in range(n_channels):
+            c = channels[j]
+            for v in range(4):
+                target[c, v] = rows[k, j, v]
+            by[c] = driver
+        counters[a][received_at[a]] += n_channels
+        watchdogs[a][WD_LAST_VALID] = ticks[a]
+
+
+@entry
+def gather_records(records, sources, arms):
+    """``records[a] = sources[a]`` (the bytes of arm ``a``'s tick record) for each arm in ``arms``."""
+    for k in range(arms.shape[0]):
+        a = arms[k]
+        row, source = records[a], sources[a]
+        for b in range(source.shape[0]):
+            row[b] = source[b]
