@@ -47,7 +47,7 @@ def mtg_bench(step_sizes, steps: int, excitation: float, cpu: int | None = None,
         plant.warmup()
         _in_kernel_us(plant, u, 10, 1)
         steal_before = steal_s(cpu) if cpu is not None else None
-        durations = time_steps(plant, u, steps)
+        durations = time_steps(plant, [u] * steps)
         plant.reset()
         kernel_us = _in_kernel_us(plant, u, steps)
         steal_after = steal_s(cpu) if cpu is not None else None

@@ -608,3 +608,13 @@ def test_a_link_that_fails_while_running_shows_as_disconnected():
         assert not drv.connected() and drv.stats["connected"] is False
     finally:
         drv.shutdown()
+
+
+def test_can_table_prints_one_row_per_dbc_message():
+    out = subprocess.run([sys.executable, "-m", "hil", "can", "table", "--dbc", str(DBC)], capture_output=True,
+                         text=True, timeout=60, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    rows = [line for line in out.stdout.splitlines() if line.startswith("| 0x")]
+    messages = cantools.database.load_file(str(DBC)).messages
+    assert sorted(rows) == sorted(r for m in messages for r in rows if r.startswith(f"| 0x{m.frame_id:03X} | {m.name} |"))
+    assert len(rows) == len(messages) > 0

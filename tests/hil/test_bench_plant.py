@@ -1,4 +1,6 @@
-"""``hil bench plant``'s excitation schedules: constant, or drawn anew at a controller's rate (``--change-ms``)."""
+"""The plant benchmarks end to end: ``hil bench plant`` (its excitation schedules: constant, or drawn anew at a
+controller's rate, ``--change-ms``), ``hil bench mtg`` and ``hil bench accuracy`` (figures printed, never
+asserted beyond their consistency)."""
 import json
 
 import numpy as np
@@ -41,3 +43,23 @@ def test_bench_plant_refuses_a_bad_change_period(value):
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("Error: --change-ms"), done.stderr
+
+
+def test_bench_mtg_times_the_reduced_arm_per_call_and_in_one_compiled_call():
+    done = hil("bench", "mtg", "--step", "0.004", "--steps", "50", "--json")
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    [row] = doc["results"]
+    assert doc["steps"] == 50 and doc["n_mtg"] > 0 and row["step_s"] == 0.004
+    assert 0.0 < row["median_step_us"] <= row["p99_step_us"] <= row["max_step_us"]
+    assert row["in_kernel_step_us"] > 0.0 and row["realtime_factor"] == 0.004 / (row["in_kernel_step_us"] * 1e-6)
+
+
+def test_bench_accuracy_compares_the_plant_with_the_reference_solver():
+    done = hil("bench", "accuracy", "--duration", "0.012", "--rtol", "1e-4", "--json")
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["reference"]["method"] == "Radau" and doc["reference"]["rtol"] == 1e-4
+    per_dof = doc["rms_deg_per_dof"]
+    assert len(per_dof) == 11 and doc["max_abs_deg"] >= max(per_dof.values()) > 0.0
+    assert doc["rms_deg"] == pytest.approx(np.sqrt(np.mean(np.square(list(per_dof.values())))), rel=1e-9)

@@ -79,3 +79,14 @@ def test_the_reduced_arm_rests_near_the_das3_rest(arm):
     assert abs(rest[3] - das3[3]) < 6.0 and abs(rest[4] - das3[4]) < 6.0
     assert np.max(np.abs(arm.generalized_forces(arm.equilibrium_state[:5]))) < 1e-9
     assert math.isfinite(rest[0]) and math.isfinite(rest[2])
+
+
+def test_hil_model_mtg_defaults_writes_the_shipped_parameters(tmp_path):
+    from helpers import hil
+    out = tmp_path / "mtg.json"
+    done = hil("model", "mtg-defaults", "--out", out)
+    assert done.returncode == 0, done.stderr
+    written, shipped = json.loads(out.read_text()), json.loads(resources.files("sim.data").joinpath(DEFAULT_FILE).read_text())
+    assert [e["name"] for e in written["mtgs"]] == [e["name"] for e in shipped["mtgs"]]
+    for w, s in zip(written["mtgs"], shipped["mtgs"]):
+        assert w == {k: pytest.approx(v, rel=1e-7) if isinstance(v, float) else v for k, v in s.items()}, w["name"]
