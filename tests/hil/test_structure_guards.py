@@ -70,6 +70,17 @@ def test_command_tree_is_unchanged():
     assert command_tree() == json.loads(CLI_TREE.read_text())
 
 
+def test_every_command_is_run_by_some_test():
+    """Each leaf of the command tree appears in a test as its words (``"bench", "mtg"`` or ``bench mtg``): a
+    command no test runs can break unseen (``hil bench mtg`` once crashed on every call)."""
+    tree = json.loads(CLI_TREE.read_text())
+    leaves = [name.split()[1:] for name in tree if not any(other.startswith(name + " ") for other in tree)]
+    sources = "\n".join(path.read_text() for path in DATA.parent.rglob("*.py"))
+    untried = [" ".join(words) for words in leaves
+               if ", ".join(f'"{w}"' for w in words) not in sources and " ".join(words) not in sources]
+    assert len(leaves) > 30 and not untried, untried
+
+
 def test_offline_run_gives_the_frames_of_a_real_time_run(tmp_path, config_over):
     """The same tick body without a clock: every frame of a real-time elbow-hold run, bit for bit (the
     overrun bit aside, which only a wall clock sets)."""
