@@ -54,10 +54,11 @@ a socket hears the groups other sockets joined) and LSL's stream discovery (modu
 
 SERIAL_GROUP = "serial"
 """The xdist group (``--dist loadgroup``) of the realtime and host-bus tests: one worker runs them in turn."""
-CPU_TESTS_NICE = 10
-"""Niceness a worker takes on (for itself and every process it starts) from its first test outside the serial
-group on: the serial group's real-time loops mostly wait on their clocks, so a third worker uses the CPU they
-leave, and at nice 0 against nice 10 they still get a core when they wake (a CFS weight of 1024 against 110)."""
+CPU_TESTS_POLICY = os.SCHED_IDLE
+"""The scheduling policy a worker takes on (for itself and every process it starts) from its first test outside
+the serial group on: the serial group's real-time loops mostly wait on their clocks, so a third worker uses the
+CPU they leave, and a task of the normal policy that wakes preempts a SCHED_IDLE one at once, so they find a core
+as on an idle machine (docs/testing.md, "Parallel runs")."""
 
 WARM_UP_CONFIGS = ("elbow-hold.toml", "elbow-hold-mtg.toml", "elbow-hold-imu.toml")
 """Shipped configs whose offline run compiles the plants' kernels before parallel workers start."""
@@ -95,13 +96,13 @@ def pytest_collection_modifyitems(items) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item) -> None:
-    """A worker running a test outside the serial group lowers its priority to CPU_TESTS_NICE, once (only a
-    privileged process could raise it again; the serial group runs first, on one worker)."""
+    """A worker running a test outside the serial group takes CPU_TESTS_POLICY, once (the serial group runs
+    first, on one worker)."""
     global _niced
     group = item.get_closest_marker("xdist_group")
     if _niced or not hasattr(item.config, "workerinput") or (group is not None and group.args == (SERIAL_GROUP,)):
         return
-    os.nice(CPU_TESTS_NICE)
+    os.sched_setscheduler(0, CPU_TESTS_POLICY, os.sched_param(0))
     _niced = True
 
 

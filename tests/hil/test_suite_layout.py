@@ -1,6 +1,6 @@
 """How the suite is organised (tests/conftest.py, tests/helpers.py, pyproject.toml): markers by folder and table,
 the serial xdist group of the realtime and host-bus tests, the whole suite on three workers with numba's cache
-warmed first (the workers outside the serial group at a lower priority), chosen files in one process, and helpers
+warmed first (the workers outside the serial group at the idle scheduling policy), chosen files in one process, and helpers
 defined once."""
 from __future__ import annotations
 
@@ -69,9 +69,9 @@ def test_every_table_entry_names_an_existing_module():
     assert set(conftest.REALTIME) | set(conftest.HOST_BUSES) <= modules
 
 
-def test_a_worker_lowers_its_priority_once_at_its_first_test_outside_the_serial_group(monkeypatch):
+def test_a_worker_takes_the_idle_policy_once_at_its_first_test_outside_the_serial_group(monkeypatch):
     niced = []
-    monkeypatch.setattr(conftest.os, "nice", niced.append)
+    monkeypatch.setattr(conftest.os, "sched_setscheduler", lambda pid, policy, param: niced.append((pid, policy)))
     monkeypatch.setattr(conftest, "_niced", False)
     worker, controller = fake_config((), True, worker=True), fake_config((), True)
     stall, docs, flat, other = marked_items(("e2e/test_tick_stall.py", "test_a"), ("hil", "test_b"),
@@ -84,15 +84,15 @@ def test_a_worker_lowers_its_priority_once_at_its_first_test_outside_the_serial_
     assert niced == []                                  # the serial group keeps the worker's priority
     conftest.pytest_runtest_setup(flat)
     conftest.pytest_runtest_setup(other)
-    assert niced == [conftest.CPU_TESTS_NICE]           # once, whatever follows
+    assert niced == [(0, conftest.os.SCHED_IDLE)]       # once, whatever follows
     monkeypatch.setattr(conftest, "_niced", False)
     docs.marks.append(pytest.mark.xdist_group("docs").mark)
     conftest.pytest_runtest_setup(docs)                 # another group is CPU work like the rest
-    assert niced == [conftest.CPU_TESTS_NICE] * 2
+    assert niced == [(0, conftest.os.SCHED_IDLE)] * 2
     monkeypatch.setattr(conftest, "_niced", False)
     flat.config = controller
     conftest.pytest_runtest_setup(flat)                 # a run in one process keeps its priority
-    assert niced == [conftest.CPU_TESTS_NICE] * 2
+    assert niced == [(0, conftest.os.SCHED_IDLE)] * 2
 
 
 def fake_config(args: tuple, from_testpaths: bool, worker: bool = False) -> SimpleNamespace:
