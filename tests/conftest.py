@@ -11,7 +11,7 @@ import textwrap
 import time
 from pathlib import Path
 
-# One BLAS thread per process: workers on two cores, each with a multi-threaded BLAS, oversubscribe the CPU
+# One BLAS thread per process: two workers on two cores, each with a multi-threaded BLAS, oversubscribe the CPU
 # (set before numpy loads, and inherited by the workers and every process a test starts).
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
@@ -54,11 +54,6 @@ a socket hears the groups other sockets joined) and LSL's stream discovery (modu
 
 SERIAL_GROUP = "serial"
 """The xdist group (``--dist loadgroup``) of the realtime and host-bus tests: one worker runs them in turn."""
-CPU_TESTS_POLICY = os.SCHED_IDLE
-"""The scheduling policy a worker takes on (for itself and every process it starts) from its first test outside
-the serial group on: the serial group's real-time loops mostly wait on their clocks, so a third worker uses the
-CPU they leave, and a task of the normal policy that wakes preempts a SCHED_IDLE one at once, so they find a core
-as on an idle machine (docs/testing.md, "Parallel runs")."""
 
 WARM_UP_CONFIGS = ("elbow-hold.toml", "elbow-hold-mtg.toml", "elbow-hold-imu.toml")
 """Shipped configs whose offline run compiles the plants' kernels before parallel workers start."""
@@ -92,21 +87,6 @@ def pytest_collection_modifyitems(items) -> None:
             item.add_marker(pytest.mark.xdist_group(SERIAL_GROUP))
             serial.add(id(item))
     items.sort(key=lambda item: id(item) not in serial)
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtest_setup(item) -> None:
-    """A worker running a test outside the serial group takes CPU_TESTS_POLICY, once (the serial group runs
-    first, on one worker)."""
-    global _niced
-    group = item.get_closest_marker("xdist_group")
-    if _niced or not hasattr(item.config, "workerinput") or (group is not None and group.args == (SERIAL_GROUP,)):
-        return
-    os.sched_setscheduler(0, CPU_TESTS_POLICY, os.sched_param(0))
-    _niced = True
-
-
-_niced = False
 
 
 def pytest_configure(config) -> None:

@@ -1,7 +1,6 @@
 """How the suite is organised (tests/conftest.py, tests/helpers.py, pyproject.toml): markers by folder and table,
-the serial xdist group of the realtime and host-bus tests, the whole suite on three workers with numba's cache
-warmed first (the workers outside the serial group at the idle scheduling policy), chosen files in one process, and helpers
-defined once."""
+the serial xdist group of the realtime and host-bus tests, the whole suite on two workers with numba's cache
+warmed first, chosen files in one process, and helpers defined once."""
 from __future__ import annotations
 
 import ast
@@ -69,32 +68,6 @@ def test_every_table_entry_names_an_existing_module():
     assert set(conftest.REALTIME) | set(conftest.HOST_BUSES) <= modules
 
 
-def test_a_worker_takes_the_idle_policy_once_at_its_first_test_outside_the_serial_group(monkeypatch):
-    niced = []
-    monkeypatch.setattr(conftest.os, "sched_setscheduler", lambda pid, policy, param: niced.append((pid, policy)))
-    monkeypatch.setattr(conftest, "_niced", False)
-    worker, controller = fake_config((), True, worker=True), fake_config((), True)
-    stall, docs, flat, other = marked_items(("e2e/test_tick_stall.py", "test_a"), ("hil", "test_b"),
-                                            ("sim", "test_c"), ("hil", "test_d"))
-    for item in (stall, docs, flat, other):
-        item.config = worker
-        item.get_closest_marker = lambda name, item=item: next(
-            (SimpleNamespace(args=args) for args in item.marked(name)), None)
-    conftest.pytest_runtest_setup(stall)
-    assert niced == []                                  # the serial group keeps the worker's priority
-    conftest.pytest_runtest_setup(flat)
-    conftest.pytest_runtest_setup(other)
-    assert niced == [(0, conftest.os.SCHED_IDLE)]       # once, whatever follows
-    monkeypatch.setattr(conftest, "_niced", False)
-    docs.marks.append(pytest.mark.xdist_group("docs").mark)
-    conftest.pytest_runtest_setup(docs)                 # another group is CPU work like the rest
-    assert niced == [(0, conftest.os.SCHED_IDLE)] * 2
-    monkeypatch.setattr(conftest, "_niced", False)
-    flat.config = controller
-    conftest.pytest_runtest_setup(flat)                 # a run in one process keeps its priority
-    assert niced == [(0, conftest.os.SCHED_IDLE)] * 2
-
-
 def fake_config(args: tuple, from_testpaths: bool, worker: bool = False) -> SimpleNamespace:
     source = pytest.Config.ArgsSource.TESTPATHS if from_testpaths else pytest.Config.ArgsSource.ARGS
     config = SimpleNamespace(invocation_params=SimpleNamespace(args=args), args_source=source,
@@ -122,10 +95,10 @@ def test_the_whole_suite_runs_on_workers_after_a_warm_up_and_chosen_files_in_one
     assert worker.option.numprocesses == 2 and not conftest._parallel_controller(worker)
 
 
-def test_pyproject_registers_the_markers_and_runs_three_workers_by_group():
+def test_pyproject_registers_the_markers_and_runs_two_workers_by_group():
     options = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
     assert {m.split(":")[0] for m in options["markers"]} >= {"slow", "e2e", "realtime"}
-    assert "--strict-markers" in options["addopts"] and "-n 3 --dist loadgroup" in options["addopts"]
+    assert "--strict-markers" in options["addopts"] and "-n 2 --dist loadgroup" in options["addopts"]
     assert options["pythonpath"].index(".") < options["pythonpath"].index("tests")
 
 
