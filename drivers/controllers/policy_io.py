@@ -142,16 +142,6 @@ class ActionLayout:
         out[:, :, 1] = actions * np.array(self.max_amplitude_ma) if self.kind == "level" else actions
         return out
 
-    def within(self, rows: np.ndarray) -> np.ndarray:
-        """(N,) whether every channel's command of each of N actions (:meth:`rows`) is finite and within its
-        limits (frequency 0 or in range), as the tick engine checks it (:meth:`hil.rt.stimulation.StimulationModel.check_command`)."""
-        pw, amp, freq = rows[:, :, 0], rows[:, :, 1], rows[:, :, 2]
-        ok = np.isfinite(rows).all(axis=2)
-        ok &= (pw >= 0.0) & (pw <= np.array(self.max_pulse_width_us))
-        ok &= (amp >= 0.0) & (amp <= np.array(self.max_amplitude_ma))
-        ok &= ((freq >= np.array(self.min_frequency_hz)) & (freq <= np.array(self.max_frequency_hz))) | (freq == 0.0)
-        return ok.all(axis=1)
-
     def to_dict(self) -> dict:
         return {"channels": list(self.channels), "kind": self.kind, "pulse_width_us": self.pulse_width_us,
                 "frequency_hz": self.frequency_hz, "max_amplitude_ma": list(self.max_amplitude_ma),

@@ -41,6 +41,8 @@ FIBRE_COLLAPSE = 0.05
 """Fatigue fitness below which a channel's fibres count as collapsed (a *proposal*; :mod:`hil.rt.fatigue`)."""
 POLICY_DRIVER = 0
 """The driver index the policy's commands carry."""
+COLLAPSE_DETAIL = "every driven channel's fatigue fitness is below the collapse level"
+"""The ``detail`` of an episode ended by fibre collapse."""
 RUNNING, STOPPED, DIVERGED, COLLAPSED = range(4)
 ENDINGS = ("running", "safety_stop", "divergence", "fibre_collapse")
 """Why an arm's episode ended (``info["termination"]``), by code."""
@@ -249,7 +251,7 @@ class ArmBatch:
         if self._fatigue:
             fitness = self.records["fitness"][running][:, self._channel_index]
             for i in running[fitness.max(axis=1) < FIBRE_COLLAPSE].tolist():
-                self._end(i, COLLAPSED, "every driven channel's fatigue fitness is below the collapse level")
+                self._end(i, COLLAPSED, COLLAPSE_DETAIL)
 
     def _finish(self, i: int) -> None:
         """Arm i books the ticks it ran (:meth:`TickEngine.finish`); its frame, and its status if it ended."""
@@ -267,7 +269,7 @@ class ArmBatch:
         if result.stop:
             self._end(i, STOPPED, engine.stop_detail or result.stop_reason)
         elif engine.has_fatigue and float(engine.fitness[self._channel_index].max()) < FIBRE_COLLAPSE:
-            self._end(i, COLLAPSED, "every driven channel's fatigue fitness is below the collapse level")
+            self._end(i, COLLAPSED, COLLAPSE_DETAIL)
 
     def _end(self, i: int, status: int, detail: str) -> None:
         self.status[i], self.arms[i].detail = status, detail

@@ -16,10 +16,11 @@ from sim.jit.kernel import entry
 def latch_checked_actions(latched, latched_by, counters, watchdogs, received_at, arms, rows, channels, limits,
                           ticks, driver, latched_out):
     """Latch the commands of each arm ``arms[k]`` whose every row ``rows[k, j]`` (pulse width us, amplitude mA,
-    frequency Hz, mode) is what :meth:`hil.rt.engine.TickEngine.channel` accepts unchanged: finite, pulse width
-    in [0, limits[j, 0]], amplitude in [0, limits[j, 1]], frequency 0 or in [limits[j, 2], limits[j, 3]]
-    (:meth:`drivers.controllers.policy_io.ActionLayout.within`). What ``channel`` does with a command it accepts
-    unchanged, less the command-log entry (the batch records no log): ``latched[a][channels[j]] = rows[k, j]``, ``latched_by[a][channels[j]] = driver``, the driver's received
+    frequency Hz, mode) is what :meth:`hil.rt.engine.TickEngine.channel` accepts unchanged
+    (:meth:`hil.rt.stimulation.StimulationModel.check_command` with no reason): finite, pulse width in
+    [0, limits[j, 0]], amplitude in [0, limits[j, 1]], frequency 0 or in [limits[j, 2], limits[j, 3]]. Then do
+    what ``channel`` does with such a command, less the command-log entry (the batch records no log):
+    ``latched[a][channels[j]] = rows[k, j]``, ``latched_by[a][channels[j]] = driver``, the driver's received
     counter ``counters[a][received_at[a]]`` up by the number of channels, the watchdog fed at the arm's tick
     (``watchdogs[a][WD_LAST_VALID] = ticks[a]``). ``latched_out[k]``: whether arm ``arms[k]``'s commands were
     latched (the others go command by command through the engine, which clamps or rejects and counts)."""

@@ -156,7 +156,8 @@ def das3_ticks(arrays, stale, ticks, n_ticks, period_s, results):
         first, clipped, done, status, stop, k = stale[i], 0, 0, 0, 0, 0
         while k < n_ticks and status == 0 and stop == 0:
             tick = ticks[i] + k
-            status, n_clipped, n_done, stop = das3_tick(arrays[np.int64(i)], first, tick, (tick + 1) * period_s, False, False)
+            status, n_clipped, n_done, stop = das3_tick(arrays[np.int64(i)], first, tick, (tick + 1) * period_s,
+                                                      False, False)
             first, clipped, done, k = False, clipped + n_clipped, done + n_done, k + 1
         results[i, 0], results[i, 1], results[i, 2], results[i, 3], results[i, 4] = status, clipped, done, stop, k
 
@@ -195,7 +196,8 @@ def mtg_ticks(arrays, stale, ticks, n_ticks, period_s, results):
         first, clipped, done, status, stop, k = stale[i], 0, 0, 0, 0, 0
         while k < n_ticks and status == 0 and stop == 0:
             tick = ticks[i] + k
-            status, n_clipped, n_done, stop = mtg_tick(arrays[np.int64(i)], first, tick, (tick + 1) * period_s, False, False)
+            status, n_clipped, n_done, stop = mtg_tick(arrays[np.int64(i)], first, tick, (tick + 1) * period_s,
+                                                     False, False)
             first, clipped, done, k = False, clipped + n_clipped, done + n_done, k + 1
         results[i, 0], results[i, 1], results[i, 2], results[i, 3], results[i, 4] = status, clipped, done, stop, k
 

@@ -53,8 +53,8 @@ class RunCounters:
         return self.block.counter(name, **labels).i
 
     # -- counting (in the tick: one array store each) ---------------------------------------------------
-    def received(self, driver: int, count: int = 1) -> None:
-        self._cells[self._received_cells[driver]] += count
+    def received(self, driver: int) -> None:
+        self._cells[self._received_cells[driver]] += 1.0
 
     def rejected(self, driver: int, reason: str, count: int = 1) -> None:
         self.values[self.rejected_at[driver, self.code[reason]]] += count
