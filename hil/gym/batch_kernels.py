@@ -6,8 +6,6 @@ its arrays and its compiled tick's arguments unchanged. ``entry``: a typed list 
 """
 from __future__ import annotations
 
-import math
-
 from hil.safety.rules import WD_LAST_VALID
 from sim.jit.kernel import entry
 
@@ -17,8 +15,9 @@ def latch_checked_actions(latched, latched_by, counters, watchdogs, received_at,
                           ticks, driver, latched_out):
     """Latch the commands of each arm ``arms[k]`` whose every row ``rows[k, j]`` (pulse width us, amplitude mA,
     frequency Hz, mode) is what :meth:`hil.rt.engine.TickEngine.channel` accepts unchanged
-    (:meth:`hil.rt.stimulation.StimulationModel.check_command` with no reason): finite, pulse width in
-    [0, limits[j, 0]], amplitude in [0, limits[j, 1]], frequency 0 or in [limits[j, 2], limits[j, 3]]. Then do
+    (:meth:`hil.rt.stimulation.StimulationModel.check_command` with no reason): pulse width in [0, limits[j, 0]],
+    amplitude in [0, limits[j, 1]], frequency 0 or in [limits[j, 2], limits[j, 3]] (each comparison is false for
+    NaN, so a non-finite value fails it; the mode is 0, as :meth:`ActionLayout.rows` writes it). Then do
     what ``channel`` does with such a command, less the command-log entry (the batch records no log):
     ``latched[a][channels[j]] = rows[k, j]``, ``latched_by[a][channels[j]] = driver``, the driver's received
     counter ``counters[a][received_at[a]]`` up by the number of channels, the watchdog fed at the arm's tick
@@ -29,10 +28,8 @@ def latch_checked_actions(latched, latched_by, counters, watchdogs, received_at,
         a = arms[k]
         ok = True
         for j in range(n_channels):
-            pw, amp, freq, mode = rows[k, j, 0], rows[k, j, 1], rows[k, j, 2], rows[k, j, 3]
-            if not (math.isfinite(pw) and math.isfinite(amp) and math.isfinite(freq) and math.isfinite(mode)):
-                ok = False
-            elif not (0.0 <= pw <= limits[j, 0] and 0.0 <= amp <= limits[j, 1]):
+            pw, amp, freq = rows[k, j, 0], rows[k, j, 1], rows[k, j, 2]
+            if not (0.0 <= pw <= limits[j, 0] and 0.0 <= amp <= limits[j, 1]):
                 ok = False
             elif not (limits[j, 2] <= freq <= limits[j, 3] or freq == 0.0):
                 ok = False
