@@ -130,6 +130,29 @@ def test_level_actions_reach_the_channels_through_the_limits():
     assert engine.rejected == {(0, "amplitude_limit"): 1}
 
 
+def test_hostile_actions_in_a_batch_are_rejected_per_arm_and_the_others_latch():
+    """NaN, infinite, huge and negative levels (float32 extremes included) reach the engine command by command,
+    which rejects them and counts why; nothing non-finite or beyond a limit is applied, no arm stops, and an
+    arm with a good action beside them latches it as usual."""
+    batch = FesArmVectorEnv("ElbowHold", num_envs=5, plant="mtg", **SHORT)
+    batch.reset(seed=50)
+    hostile = np.array([[np.nan, 0.5], [np.inf, -np.inf], [-3.4e38, 3.4e38], [0.3, 0.4], [1.0, -1e-30]], np.float32)
+    _, _, term, _, _ = batch.step(hostile)
+    arms = batch.episodes.arms
+    biceps, triceps = arms.actions.channels
+    assert not term.any()
+    for i, arm in enumerate(arms.arms):
+        applied = arm.engine.applied[[biceps, triceps]]
+        assert np.isfinite(applied).all(), i
+        assert (applied[:, 1] >= 0.0).all() and (applied[:, 1] <= arms._max_amplitude_ma).all(), i
+    rejected = [arm.engine.rejected for arm in arms.arms]
+    assert rejected[0] and rejected[1] and rejected[2] and rejected[4] and not rejected[3]
+    assert all(reason in {"non_finite", "amplitude_limit"} for r in rejected for (_, reason) in r), rejected
+    good = arms.arms[3].engine
+    assert good.applied[biceps, 1] == pytest.approx(0.3 * arms._max_amplitude_ma[0])
+    assert good.counters.received_by_driver() == {0: 2}
+
+
 def test_accepted_actions_are_counted_feed_the_watchdog_and_give_the_effort():
     """Actions within the limits (latched at once): every channel command counted as received from the policy,
     the watchdog fed at the step's tick, and the effort the mean squared relative amplitude applied."""
