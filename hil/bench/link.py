@@ -35,6 +35,9 @@ from sim.das3.model import load_model
 
 ROOT = Path(__file__).resolve().parents[2]
 DBC = ROOT / "configs" / "fes-hil.dbc"
+END_MARGIN_S = 4.0
+"""The measured side runs this much longer than the peer (its start-up and the peer's): the longest it waits for
+a peer that never reports; once the peer has, it is ended at once (:func:`_end_measured_side`)."""
 
 CONFIG = """
 [loop]
@@ -108,17 +111,26 @@ def _write_config(work: Path, transport: str, rate_hz: float, feedback: str, gro
 
 
 def _start_baseline(ctx, transport: str, rate_hz: float, duration_s: float, feedback: str, group: str,
-                    port_file: Path, results):
-    """The :func:`~hil.bench.peers.baseline_responder` process in place of the service."""
+                    port_file: Path, results, stop):
+    """The :func:`~hil.bench.peers.baseline_responder` process in place of the service (it ends when ``stop``, an
+    event, is set)."""
     if transport == "can":
         args = dict(interface="udp_multicast", channel=group, dbc_path=str(DBC),
                     muscle_names=list(load_model().muscle_names), feedback=tuple(feedback_set(feedback, rate_hz)))
     else:
         args = dict(port="pty", sensor_port="pty", channel_map=list(range(8)), client_timeout_s=2.5)
     proc = ctx.Process(target=baseline_responder, name="hil-bench-baseline",
-                       args=(transport, args, rate_hz, duration_s + 4.0, str(port_file), results))
+                       args=(transport, args, rate_hz, duration_s + END_MARGIN_S, str(port_file), results, stop))
     proc.start()
     return proc
+
+
+def _end_measured_side(service_run, stop) -> None:
+    """Once the peer has reported, the measured side has nothing left to answer: a stop request ends the service
+    after its current tick (as ``hil run`` on SIGINT), ``stop`` the baseline responder at its next deadline."""
+    if service_run is not None:
+        service_run.status.stop_request = 1.0
+    stop.set()
 
 
 def _as_dict(result) -> dict:
@@ -168,10 +180,11 @@ def run_link_bench(transport: str, rate_hz: float, duration_s: float, feedback: 
     results = ctx.Queue()
     service_run = None
     port_file = work / "ports.json"
+    stop = ctx.Event()
     if baseline:
-        rt_proc = _start_baseline(ctx, transport, rate_hz, duration_s, feedback, group, port_file, results)
+        rt_proc = _start_baseline(ctx, transport, rate_hz, duration_s, feedback, group, port_file, results, stop)
     else:
-        service_run = ServiceRun(str(cfg), duration_s + 4.0, None, port_file)
+        service_run = ServiceRun(str(cfg), duration_s + END_MARGIN_S, None, port_file)
         service_run.start()
         rt_proc, results = service_run.proc, service_run.results
     peer_out = ctx.Queue()
@@ -184,6 +197,7 @@ def run_link_bench(transport: str, rate_hz: float, duration_s: float, feedback: 
         udp_overflows = udp_receive_buffer_errors()
         peer.start()
         peer_result = peer_out.get(timeout=duration_s + 120)
+        _end_measured_side(service_run, stop)
         if udp_overflows is not None:
             after = udp_receive_buffer_errors()
             udp_overflows = None if after is None else after - udp_overflows

@@ -212,7 +212,7 @@ LINK_PRIORITY = 70          # the bench's links: the default, 10 below the loop'
 
 
 def baseline_responder(transport: str, endpoint_args: dict, rate_hz: float, duration_s: float, port_file: str,
-                       out) -> None:
+                       out, stop) -> None:
     """The floor without the HIL: the link's own endpoint code on the same transport, in one process with
     the link's scheduling (SCHED_FIFO 70, off the loop's CPU), answering on its own clock.
 
@@ -220,7 +220,7 @@ def baseline_responder(transport: str, endpoint_args: dict, rate_hz: float, dura
     decoded before the deadline, exactly as the loop would echo the command it applied; between deadlines
     it receives commands as the link does. Missing: the loop process, its compute time, the shared-memory
     hop and the wake-up of the link. A run of :func:`hil.bench.link.run_link_bench` minus this one is what the HIL
-    adds."""
+    adds. It answers for ``duration_s``, or until ``stop`` (an event) is set."""
     n = os.cpu_count() or 1
     link_scheduling(LINK_PRIORITY, n - 1 if n > 1 else None)
     if transport == "can":
@@ -251,7 +251,7 @@ def baseline_responder(transport: str, endpoint_args: dict, rate_hz: float, dura
                 if select.select([fd], [], [], t_next - now)[0]:
                     endpoint.receive(inbound, 0.0)
                 continue
-            if now >= t_end:
+            if now >= t_end or stop.is_set():
                 break
             lateness[tick] = now - t_next
             k = ring.pop_into(records)
