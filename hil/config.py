@@ -355,6 +355,6 @@ def patient_model(kind, plant: PlantConfig, model: ModelConfig, patient: Patient
     model = apply_patient(model, patient)
     refused = None if kind.check is None or patient.able_bodied else kind.check(plant, model)
     if refused is not None:
-        raise ConfigError(f"the {kind.name} plant takes no patient but able-bodied ({refused[1]})", file=path,
-                          key="patient")
+        raise ConfigError(f"the {kind.name} plant cannot take the patient {patient.name!r}: {refused[1]}",
+                          file=path, key=refused[0])
     return model

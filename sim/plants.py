@@ -4,8 +4,9 @@ steps) at a time by a caller that owns the clock (scipy's ``OdeSolver.step`` rol
 A plant's model provides ``kind`` (its registered type, ``hil.rt.plants``), ``dof_names`` and ``dof_ranges``
 (the sensor frame's joints, rad), ``muscle_names`` (its actuators, one excitation each), ``n_muscles``,
 ``n_states``, ``equilibrium_state`` (where a run starts by default), ``load_names`` (its external loads),
-``has_glenohumeral`` (the GH joint force and stability are modelled: the GH rules and the glenoid figure apply)
-and ``data_sha256`` (what a recording names as its parameters). A plant provides ``outputs`` (views of the arm
+``has_glenohumeral`` (the GH joint force and stability are modelled: the GH rules and the glenoid figure apply),
+``voluntary_reach(patient)`` (how much of each actuator the patient's own drive reaches, 0 to 1) and
+``data_sha256`` (what a recording names as its parameters). A plant provides ``outputs`` (views of the arm
 frame's quantities: ``q``, ``qdot``, ``th_angles``, ``hand_position``, ``gh_force``, ``st_contact_force``,
 ``gh_stability_cell``, NaN where not modelled) and ``kernel_args`` (what its compiled step takes).
 

@@ -45,7 +45,8 @@ def model_info(
 ) -> None:
     """The model options in effect (muscle model, passive shoulder moments, hand weight, glenoid rim, joint
     stiffness), the DOFs with their ranges and the muscle elements with the DOFs they cross; with --patient,
-    each muscle group's state, strength and Fmax factor."""
+    each muscle group's state, strength and Fmax factor, and the reduced MTG arm's actuator factors for the
+    patient (or why that arm cannot take it)."""
     with user_errors():
         from hil.patients import load_patient, patient_groups, patient_size
         from sim.das3.model import load_model
@@ -55,7 +56,8 @@ def model_info(
         config = load_model_options(model_config)
         model = load_model(config if who is None else apply_patient(config, who))
         groups = None if who is None else {"name": who.name, "sources": list(who.sources),
-                                           "groups": patient_groups(who, model), "size": patient_size(who, model)}
+                                           "groups": patient_groups(who, model), "size": patient_size(who, model),
+                                           "mtg": mtg_actuators(config, who)}
     options = model_options(model.config)
     dof_names = model.dof_names
     ranges_deg = np.degrees(model.dof_ranges)
@@ -104,6 +106,34 @@ def model_info(
     if groups is not None:
         console.print(_patient_table(groups))
         console.print(_size_table(groups["size"]))
+        console.print(_mtg_table(groups["mtg"]))
+
+
+def mtg_actuators(config: ModelConfig, who) -> dict:
+    """The reduced MTG arm's factors for patient ``who`` (:mod:`sim.mtg.patient`): each MTG's strength, gate and
+    reach, or ``refused``, why that arm cannot take the patient."""
+    from hil.rt.plants import plant_type
+    from sim.mtg.model import mtg_model_for
+    from sim.patient import apply_patient
+
+    patient_config = apply_patient(config, who)
+    refused = plant_type("mtg").check(None, patient_config)
+    if refused is not None:
+        return {"refused": refused[1]}
+    mtg = mtg_model_for(patient_config, who)
+    return {"actuators": [{"name": n, "strength": float(s), "gate": float(g), "reach": float(r)}
+                          for n, s, g, r in zip(mtg.muscle_names, *mtg.actuators)]}
+
+
+def _mtg_table(mtg: dict) -> Table | str:
+    if "refused" in mtg:
+        return f"MTG arm: cannot take this patient ({mtg['refused']})"
+    table = Table(title="MTG arm: each actuator's factors (strength on tau_max, excitation gate, own drive's reach)")
+    for column in ("MTG", "strength", "gate", "reach"):
+        table.add_column(column)
+    for a in mtg["actuators"]:
+        table.add_row(a["name"], f"{a['strength']:.3f}", f"{a['gate']:.3f}", f"{a['reach']:.3f}")
+    return table
 
 
 def _patient_table(patient: dict) -> Table:

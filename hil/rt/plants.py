@@ -33,7 +33,7 @@ from sim.das3.plant import STEP_KERNEL as DAS3_STEPS
 from sim.das3.plant import Plant
 from sim.jit.bundle import borrowed_items
 from sim.jit.kernel import entry, kernel
-from sim.mtg.model import MtgModel, load_mtg_model
+from sim.mtg.model import MtgModel, mtg_model_for
 from sim.mtg.plant import STEP_KERNEL as MTG_STEPS
 from sim.mtg.plant import MtgPlant
 
@@ -208,8 +208,10 @@ MTG_OPTIONS = Section("plant (mtg)", "Keys only the reduced MTG arm (`type = \"m
 
 
 def _mtg_model(cfg):
+    """The MTG arm on the published DAS3 segments, each MTG scaled for the config's strength and patient
+    (:mod:`sim.mtg.patient`)."""
     params = cfg.plant.options["mtg_parameters"]
-    return load_mtg_model(load_model(cfg.model), None if params == "default" else config_file(cfg, params))
+    return mtg_model_for(cfg.model, cfg.patient, None if params == "default" else config_file(cfg, params))
 
 
 def _mtg_plant(model, cfg, step_s: float, initial_state):
@@ -217,9 +219,12 @@ def _mtg_plant(model, cfg, step_s: float, initial_state):
 
 
 def _mtg_check(cfg_plant, cfg_model) -> tuple[str, str] | None:
-    if cfg_model.strength:
-        return "model.strength", ("scales the DAS3 muscles; the mtg plant's strength is its parameter file "
-                                  "(plant.mtg_parameters, e.g. from hil fit mtg)")
+    """The parts of a patient the MTG arm cannot take: its actuators take strength, denervation and voluntary
+    control (:mod:`sim.mtg.patient`), not a muscle's stretch reflex or passive length, nor another arm size."""
+    if cfg_model.spasticity:
+        return "patient.groups", "a spastic group's stretch reflex needs the das3 plant (the mtg arm has no muscles)"
+    if cfg_model.contracture:
+        return "patient.groups", "a contracture needs the das3 plant (the mtg arm has no muscle slack lengths)"
     if cfg_model.sized:
         return "patient.size", "scales the DAS3 arm; the mtg plant's arm is its parameter file (plant.mtg_parameters)"
     return None

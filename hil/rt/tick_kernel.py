@@ -12,8 +12,8 @@ A plant type's compiled tick (:mod:`hil.rt.plants`) is :func:`tick_inputs`, its 
 sub-steps, then :func:`tick_outputs`, inside one numba entry.
 
 The patient's own drive (a driver with role ``voluntary``, :mod:`hil.rt.voluntary`) is latched apart from
-the stimulation: the plant gets u_plant = max(u, u_voluntary) per element, while the record's ``u`` stays the
-stimulation's. Safety zeroes the stimulation only, never the patient's own drive.
+the stimulation: the plant gets u_plant = max(u, reach u_voluntary) per element (reach: the share of the element
+the patient's drive reaches, :mod:`hil.rt.voluntary`), while the record's ``u`` stays the stimulation's. Safety zeroes the stimulation only, never the patient's own drive.
 
 Everything the call touches is preallocated and fixed for the run, and held in one StructRef
 (:func:`tick_arrays`), so a call unboxes one object and five scalars. After the first call the engine calls
@@ -60,14 +60,14 @@ def _excitation(zero, use_stim, latched, direct, applied, u, stim, emd, fatigue)
 
 
 @kernel
-def _voluntary_drive(u, latch, u_voluntary, u_plant):
+def _voluntary_drive(u, latch, reach, u_voluntary, u_plant):
     """With a voluntary source (a non-empty latch): u_voluntary <- the latched drive (recorded) and u_plant =
-    max(u, u_voluntary) per element, u left as the stimulation's; returns whether there is a source."""
+    max(u, reach * latch) per element, u left as the stimulation's; returns whether there is a source."""
     if latch.shape[0] == 0:
         return False
     for k in range(u.shape[0]):
         u_voluntary[k] = latch[k]
-        u_plant[k] = max(u[k], latch[k])
+        u_plant[k] = max(u[k], reach[k] * latch[k])
     return True
 
 
@@ -81,8 +81,8 @@ def tick_inputs(arrays, tick, warm):
      frame_status, voluntary) = borrowed_items(arrays)
     zero, bits = _before_step(rules, tick, latched, direct, warm)
     _excitation(zero, use_stim, latched, direct, applied, u, stim, emd, fatigue)
-    latch, u_voluntary, u_plant = voluntary
-    if _voluntary_drive(u, latch, u_voluntary, u_plant):
+    latch, reach, u_voluntary, u_plant = voluntary
+    if _voluntary_drive(u, latch, reach, u_voluntary, u_plant):
         return plant, n_steps, u_plant, bits
     return plant, n_steps, u, bits
 

@@ -3,14 +3,16 @@ retained voluntary muscles, apart from the stimulation.
 
 Such a driver's excitation commands (a plug-in's :class:`drivers.controllers.plugin.ExcitationCommand`, a
 link's excitation records) are latched in the run's voluntary vector (one value per muscle element, zero-order
-hold) and logged as ``KIND_VOLUNTARY`` (:mod:`drivers.core.contract`). Only the elements of groups whose patient
-state is ``voluntary`` take them (:mod:`sim.patient`; able-bodied: every group); a command for another group is
-rejected as ``not_voluntary``, a channel command as ``wrong_mode``. The source does not feed the controller
+hold) and logged as ``KIND_VOLUNTARY`` (:mod:`drivers.core.contract`). Only the elements the patient's own drive
+reaches take them (the model's ``voluntary_reach``: on the DAS3 arm the elements of groups whose patient state is
+``voluntary``, :mod:`sim.patient`; on the MTG arm each actuator's voluntary share, :mod:`sim.mtg.patient`); a
+command for another is rejected as ``not_voluntary``, a channel command as ``wrong_mode``. The source does not feed the controller
 watchdog: the patient's silence is not a controller fault. A silent source's drive is held (a person holding a
 posture sends nothing new); a lost source's drive goes to zero at the tick its loss is handled (logged, so a
 replay does the same), as a lost controller's stimulation does.
 
-The plant's excitation is u_plant = max(u_stim, u_voluntary) per element (:mod:`hil.rt.tick_kernel`): a
+The plant's excitation is u_plant = max(u_stim, reach u_voluntary) per element (:mod:`hil.rt.tick_kernel`;
+reach 1 on every DAS3 element that takes the drive): a
 modelling choice (*proposal*) that takes the patient's own drive and the stimulation as recruiting the same
 motor units, so the larger recruitment wins and neither adds to the other. Safety zeroes the stimulation only;
 a ``stop`` still ends the run. The plant's denervation gate applies to the sum as to the stimulation.
@@ -20,7 +22,6 @@ from __future__ import annotations
 import numpy as np
 
 from sim.config_schema import Key, Section
-from sim.das3.muscle_groups import group_of
 
 ROLES = ("controller", "voluntary")
 ROLE_SCHEMA = Section("driver (every type)", "Keys every `[[driver]]` table may set, whatever its type.", (
@@ -41,20 +42,16 @@ def without_role(table: dict) -> dict:
     return {k: v for k, v in table.items() if k != ROLE_KEY.name}
 
 
-def voluntary_elements(muscle_names, patient) -> np.ndarray:
-    """(n_muscles,) bool: the elements whose group the patient controls (state ``voluntary``); actuators
-    without a DAS3 group (the MTG arm's) are the able-bodied patient's, voluntary."""
-    return np.array([patient.state_of(group_of(name)).state == "voluntary" for name in muscle_names], dtype=bool)
-
-
 class VoluntaryLatch:
-    """The run's latched voluntary drive, which elements take it and which drivers send it. Without a voluntary
-    driver its arrays are empty, which tells the compiled tick that there is no voluntary source."""
+    """The run's latched voluntary drive, how much of each element it reaches (``reach``, the model's
+    ``voluntary_reach``; the elements with reach > 0 take it) and which drivers send it. Without a voluntary driver
+    its arrays are empty, which tells the compiled tick that there is no voluntary source."""
 
-    def __init__(self, drivers: frozenset[int], accepts: np.ndarray) -> None:
+    def __init__(self, drivers: frozenset[int], reach: np.ndarray) -> None:
         self.drivers = frozenset(drivers)
-        n = accepts.shape[0] if self.drivers else 0
-        self.accepts = np.asarray(accepts, dtype=bool)[:n]
+        n = reach.shape[0] if self.drivers else 0
+        self.reach = np.array(reach[:n], dtype=np.float64)
+        self.accepts = self.reach > 0.0
         self.values = np.zeros(n)
         self.latched_by = np.full(n, -1, np.int64)
 
@@ -64,10 +61,10 @@ class VoluntaryLatch:
         return bool(self.drivers)
 
     def kernel_arrays(self, u_voluntary: np.ndarray | None) -> tuple:
-        """(latched drive, the record's ``u_voluntary``, the plant's excitation) for the compiled tick; empty
-        arrays without a source."""
+        """(latched drive, its reach, the record's ``u_voluntary``, the plant's excitation) for the compiled tick;
+        empty arrays without a source."""
         n = self.values.shape[0]
-        return self.values, (np.zeros(0) if u_voluntary is None else u_voluntary), np.zeros(n)
+        return self.values, self.reach, (np.zeros(0) if u_voluntary is None else u_voluntary), np.zeros(n)
 
     def lose(self, driver: int) -> None:
         """A lost source: its latched drive goes to zero."""

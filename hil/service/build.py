@@ -30,7 +30,7 @@ from hil.rt.loop import tick_timing_us
 from hil.rt.plants import config_file, plant_type
 from hil.rt.sensor import SensorModel
 from hil.rt.stimulation import StimulationModel, load_stimulation_config
-from hil.rt.voluntary import VoluntaryLatch, driver_role, voluntary_elements, without_role
+from hil.rt.voluntary import VoluntaryLatch, driver_role, without_role
 from hil.service.run_result import RunResult
 from hil.telemetry.counters import RunCounters
 from sim.das3.muscle_groups import group_members
@@ -77,10 +77,10 @@ def build_tick_engine(cfg: ServiceConfig, counters=None):
 
 
 def voluntary_latch(cfg: ServiceConfig, model) -> VoluntaryLatch:
-    """The run's voluntary drive (:mod:`hil.rt.voluntary`): its drivers (``role = "voluntary"``) and the elements
-    of the patient's voluntary groups."""
+    """The run's voluntary drive (:mod:`hil.rt.voluntary`): its drivers (``role = "voluntary"``) and how much of
+    each element the patient's own drive reaches (the model's ``voluntary_reach``)."""
     drivers = frozenset(i for i, d in enumerate(cfg.drivers) if driver_role(d) == "voluntary")
-    return VoluntaryLatch(drivers, voluntary_elements(model.muscle_names, cfg.patient))
+    return VoluntaryLatch(drivers, model.voluntary_reach(cfg.patient))
 
 
 def driver_context(cfg: ServiceConfig, model, engine, index: int) -> DriverContext:

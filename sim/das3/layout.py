@@ -11,6 +11,7 @@ from typing import ClassVar, NamedTuple
 import numpy as np
 
 from sim.das3.config import ModelConfig
+from sim.das3.muscle_groups import group_of
 
 N_DOF = 11
 N_MUS = 138
@@ -124,6 +125,12 @@ class Das3Model:
     n_dof: int = N_DOF
     n_muscles: int = N_MUS
     n_states: int = N_STATES
+
+    def voluntary_reach(self, patient) -> np.ndarray:
+        """(n_muscles,) how much of each element the patient's own drive reaches: 1 where its group is voluntary
+        (``patient``: a :class:`sim.patient.Patient`), else 0."""
+        return np.array([1.0 if patient.state_of(group_of(name)).state == "voluntary" else 0.0
+                         for name in self.muscle_names])
 
     def muscle_index(self, name: str) -> int:
         """Index of a muscle element by its model name (e.g. ``trapscap1``)."""

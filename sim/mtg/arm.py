@@ -54,7 +54,8 @@ class MtgArrays(NamedTuple):
     girdle_q: np.ndarray       # (6,) the frozen clavicle and scapula angles (DAS3 DOFs 0-5)
     mtg_coord: np.ndarray      # (n,) int coordinate of each MTG
     mtg_dir: np.ndarray        # (n,) +1 or -1
-    mtg_const: np.ndarray      # (n, 4) theta_opt, omega_max, tau_max, beta
+    mtg_const: np.ndarray      # (n, 4) theta_opt, omega_max, tau_max (times the patient's strength factor), beta
+    mtg_gate: np.ndarray       # (n,) the patient's excitation gate (sim.mtg.patient; 1 able-bodied)
     mtg_fit: np.ndarray        # (n, 7) s_a, s_v, delta_p, lambda_a, lambda_v, lambda_p, s_tau
     mtg_act: np.ndarray        # (n, 4) c1, c2 rising; c1, c2 falling
     a_xs: np.ndarray           # (n, segments, 6) active-torque-angle curve control points
@@ -149,7 +150,7 @@ def _compose(Ra, Rb, out):
 
 
 @kernel
-def _humerus_rotation(phi, theta, psi, R):
+def humerus_rotation(phi, theta, psi, R):
     """R = Ry(phi) Rz(theta) Ry(psi) (thoracohumeral YZY)."""
     cf, sf, ct, st, cp, sp = math.cos(phi), math.sin(phi), math.cos(theta), math.sin(theta), math.cos(psi), \
         math.sin(psi)
@@ -168,7 +169,7 @@ def _humerus_rotation(phi, theta, psi, R):
 def kinematics(A, q, qd, W):
     """Segment orientations, joint centres and axes; angular velocities and the qdd = 0 accelerations."""
     R, o, k, w, al, acc, t = W.R, W.origin, W.axis, W.omega, W.alpha, W.acc, W.tmp
-    _humerus_rotation(q[0], q[1], q[2], R[0])
+    humerus_rotation(q[0], q[1], q[2], R[0])
     k[0, 0], k[0, 1], k[0, 2] = 0.0, 1.0, 0.0
     cf, sf = math.cos(q[0]), math.sin(q[0])
     k[1, 0], k[1, 1], k[1, 2] = sf, 0.0, cf           # Ry(phi) e_z

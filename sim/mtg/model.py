@@ -10,6 +10,7 @@ p of Eq. (3). Angles in degrees at this edge, radians inside.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -20,11 +21,12 @@ from pathlib import Path
 import numpy as np
 
 from sim.das3.kernels.multibody import multibody_eval, new_multibody_work
-from sim.das3.model import HUMERUS_FRAME, LOAD_NAMES, SCAPULA_FRAME, Das3Model
+from sim.das3.model import HUMERUS_FRAME, LOAD_NAMES, SCAPULA_FRAME, Das3Model, load_model
 from sim.errors import UserInputError
 from sim.input_file import InputFileError, read_input_file
 from sim.mtg.arm import MtgArrays, bias_and_mass, generalized_forces, kinematics, new_mtg_work
 from sim.mtg.curves import ActiveTorqueAngle, FitParameters, MtgCurves, PassiveTorqueAngle, TorqueVelocity
+from sim.mtg.patient import ActuatorPatient, able_bodied, patient_actuators
 
 COORDINATES = ("plane_of_elevation", "elevation", "axial_rotation", "elbow_flexion", "pronation")
 """The reduced arm's generalized coordinates: thoracohumeral YZY angles, DAS3 ELx and PSy."""
@@ -203,7 +205,7 @@ def _frozen_girdle(das3: Das3Model):
             float(q[9]), float(q[10]))
 
 
-def _arrays(das3: Das3Model, params: MtgParameters, girdle) -> MtgArrays:
+def _arrays(das3: Das3Model, params: MtgParameters, girdle, actuators: ActuatorPatient) -> MtgArrays:
     A = das3.arrays
     girdle_q, gh_centre, scap_R = girdle[:3]
     frame_to_seg = {HUMERUS_FRAME: 0, HUMERUS_FRAME + 1: 1, HUMERUS_FRAME + 2: 2}
@@ -225,8 +227,9 @@ def _arrays(das3: Das3Model, params: MtgParameters, girdle) -> MtgArrays:
         stop_k2=np.array([0.0, ELEVATION_STOP_K2, 0.0, das3.config.joint_k2, das3.config.joint_k2]),
         mtg_coord=np.array([s.coordinate for s in params.mtgs], dtype=np.int64),
         mtg_dir=np.array([float(s.direction) for s in params.mtgs]),
-        mtg_const=np.array([[s.curves.active.theta_opt, s.curves.velocity.omega_max, s.curves.tau_max,
-                             s.curves.beta] for s in params.mtgs]),
+        mtg_const=np.array([[s.curves.active.theta_opt, s.curves.velocity.omega_max, s.curves.tau_max * strength,
+                             s.curves.beta] for s, strength in zip(params.mtgs, actuators.strength)]),
+        mtg_gate=np.array(actuators.gate, dtype=np.float64),
         mtg_fit=np.array([[s.fit.s_a, s.fit.s_v, s.fit.delta_p, s.fit.lambda_a, s.fit.lambda_v, s.fit.lambda_p,
                            s.fit.s_tau] for s in params.mtgs]),
         mtg_act=act, a_xs=ax, a_ys=ay, v_xs=vx, v_ys=vy, p_xs=px, p_ys=py)
@@ -243,12 +246,13 @@ class MtgModel:
     load_names = LOAD_NAMES      # the DAS3 arm's loads
     has_glenohumeral = False     # no GH force or stability (NaN in the frame)
 
-    def __init__(self, das3: Das3Model, params: MtgParameters) -> None:
+    def __init__(self, das3: Das3Model, params: MtgParameters, actuators: ActuatorPatient | None = None) -> None:
         self.das3 = das3
         self.params = params
         self.config = das3.config
         girdle = _frozen_girdle(das3)
-        self.arrays = _arrays(das3, params, girdle)
+        self.actuators = able_bodied(len(params.mtgs)) if actuators is None else actuators
+        self.arrays = _arrays(das3, params, girdle, self.actuators)
         for a in self.arrays:
             a.flags.writeable = False
         self.muscle_names = list(params.names)
@@ -257,9 +261,17 @@ class MtgModel:
         self.dof_ranges = das3.dof_ranges
         self.coordinate_names = COORDINATES
         self.n_states = 10 + self.n_muscles
-        self.data_sha256 = hashlib.sha256((das3.data_sha256 + params.canonical_json).encode()).hexdigest()
+        identity = das3.data_sha256 + params.canonical_json
+        if actuators is not None:
+            identity += np.stack(self.actuators).tobytes().hex()
+        self.data_sha256 = hashlib.sha256(identity.encode()).hexdigest()
         self.das3_posture = np.array([*girdle[3], girdle[4], girdle[5]])
         self._rest = None
+
+    def voluntary_reach(self, patient) -> np.ndarray:
+        """(n_mtg,) how much of each MTG the patient's own drive reaches (:mod:`sim.mtg.patient`; this model is
+        built for ``patient``)."""
+        return self.actuators.reach.copy()
 
     @property
     def equilibrium_state(self) -> np.ndarray:
@@ -321,6 +333,24 @@ class MtgModel:
         return x
 
 
-def load_mtg_model(das3: Das3Model, parameters: str | Path | None = None) -> MtgModel:
-    """The MTG arm on ``das3``'s segments with the parameter file ``parameters`` (default: the shipped one)."""
-    return MtgModel(das3, load_mtg_parameters(parameters))
+def mtg_model_for(model_config, patient, parameters: str | Path | None = None) -> MtgModel:
+    """The MTG arm of a run: on the DAS3 segments of ``model_config`` (its strengths and denervation left out: they
+    reach the MTGs as factors), each MTG scaled for ``model_config`` (the patient applied,
+    :func:`sim.patient.apply_patient`) and ``patient`` (:mod:`sim.mtg.patient`)."""
+    das3 = load_model(dataclasses.replace(model_config, strength=(), denervated=()))
+    return load_mtg_model(das3, parameters, model_config, patient)
+
+
+def load_mtg_model(das3: Das3Model, parameters: str | Path | None = None, model_config=None,
+                   patient=None) -> MtgModel:
+    """The MTG arm on ``das3``'s segments with the parameter file ``parameters`` (default: the shipped one); with
+    ``model_config`` (the patient applied) and ``patient``, each MTG scaled for the patient
+    (:mod:`sim.mtg.patient`)."""
+    params = load_mtg_parameters(parameters)
+    if patient is None:
+        return MtgModel(das3, params)
+    plain = MtgModel(das3, params)
+    actuators = patient_actuators(das3, plain.arrays, model_config, patient)
+    if all(np.all(f == 1.0) for f in actuators):
+        return plain
+    return MtgModel(das3, params, actuators)

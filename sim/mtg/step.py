@@ -140,8 +140,9 @@ def _gh_rates(phi, theta, Rs, W):
 
 @kernel
 def mtg_steps(A, W, x, u_applied, u, loads, h, n):
-    """n steps holding the excitation u (clipped to [0, 1] into u_applied); returns (status, excitations
-    clipped, steps done). A failed step leaves x at the last good state; the outputs describe x."""
+    """n steps holding the excitation u (clipped to [0, 1], times the patient's gate of each MTG, into u_applied);
+    returns (status, excitations clipped, steps done). A failed step leaves x at the last good state; the
+    outputs describe x."""
     clipped = 0
     for m in range(u.shape[0]):
         v = u[m]
@@ -150,7 +151,7 @@ def mtg_steps(A, W, x, u_applied, u, loads, h, n):
         c = min(1.0, max(0.0, v))
         if c != v:
             clipped += 1
-        u_applied[m] = c
+        u_applied[m] = c * A.mtg_gate[m]
     status, done = MTG_STEP_OK, 0
     for k in range(n):
         for i in range(x.shape[0]):

@@ -118,6 +118,23 @@ def test_reset_options_set_target_load_and_patient():
         env.reset(options={"targte": 1.0})
 
 
+def test_on_the_mtg_arm_a_patients_episodes_differ_from_able_bodied_and_the_batch_equals_single_envs():
+    """reset(options={"patient": ...}) builds the MTG arm scaled for the patient (sim.mtg.patient)."""
+    c5 = {"patient": "c5-tetraplegia"}
+    actions = random_actions(gym.spaces.Box(0.0, 1.0, (2,), np.float32), 8, seed=4)
+    single = FesArmEnv("ElbowHold", plant="mtg", **SHORT)
+    (able_obs, _), (c5_obs, _) = rollout(single, 7, actions), rollout(single, 7, actions, c5)
+    assert able_obs[-1] != c5_obs[-1]       # (the start too: the weaker passive torques rest the arm elsewhere)
+    assert single.episodes.arms.arms[0].model.actuators.strength.min() < 0.7
+    batch = FesArmVectorEnv("ElbowHold", num_envs=2, plant="mtg", **SHORT)
+    obs, _ = batch.reset(seed=[7, 8], options=c5)
+    seen = [obs[0].tobytes()]
+    for a in actions:
+        obs, _, term, trunc, _ = batch.step(np.stack([a, a]))
+        seen.append(obs[0].tobytes())
+    assert seen == c5_obs[:len(seen)]
+
+
 def test_level_actions_reach_the_channels_through_the_limits():
     env = FesArmEnv("ElbowHold", **SHORT)
     env.reset(seed=0)

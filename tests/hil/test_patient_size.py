@@ -66,7 +66,7 @@ def test_the_view_draws_the_scaled_thorax(tmp_path):
 def test_the_mtg_plant_refuses_a_size(tmp_path):
     with pytest.raises(ConfigError) as err:
         load_service_config(_config(tmp_path, SMALL, REPO / "configs" / "elbow-hold-mtg.toml"))
-    assert err.value.key == "patient" and "scales the DAS3 arm" in err.value.reason
+    assert err.value.key == "patient.size" and "scales the DAS3 arm" in err.value.reason
 
 
 def test_model_info_shows_the_scales_and_the_segments(tmp_path):

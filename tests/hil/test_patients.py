@@ -12,6 +12,7 @@ from helpers import closed_loop_elbow, hil
 from hil.config import load_service_config, with_patient
 from hil.patients import PRESET_DIR, preset_names, read_patient, resolved_table
 from hil.recording.hilrec import RecordingReader
+from hil.rt.plants import plant_type
 from hil.sweep.runner import preflight, tasks
 from hil.sweep.spec import load_sweep, variants
 from sim.das3.config import ConfigError, ModelConfig
@@ -96,12 +97,24 @@ def test_a_patient_file_holds_only_its_table_and_no_other_preset(tmp_path):
         load_service_config(_config(tmp_path, '[patient]\npreset = "p.toml"'))
 
 
-def test_the_mtg_plant_refuses_a_patient_but_takes_able_bodied(tmp_path):
+def test_the_mtg_plant_takes_a_tetraplegic_patient_and_refuses_what_it_cannot_model(tmp_path):
+    """Strengths, states and denervation reach the MTG arm's actuators (sim.mtg.patient); a stretch reflex, a
+    contracture or another size need the das3 plant: one line naming the patient's key."""
     mtg = REPO / "configs" / "elbow-hold-mtg.toml"
-    assert load_service_config(_config(tmp_path, '[patient]\npreset = "able-bodied"', mtg)).patient.able_bodied
-    with pytest.raises(ConfigError) as err:
-        load_service_config(_config(tmp_path, '[patient]\npreset = "c5-tetraplegia"', mtg))
-    assert err.value.key == "patient" and "the mtg plant takes no patient but able-bodied" in err.value.reason
+    able = plant_type("mtg").load_model(load_service_config(_config(tmp_path, '[patient]\npreset = "able-bodied"', mtg)))
+    c5 = plant_type("mtg").load_model(load_service_config(_config(tmp_path, '[patient]\npreset = "c5-tetraplegia"', mtg)))
+    assert all(np.all(f == 1.0) for f in able.actuators) and c5.actuators.strength.min() < 0.7
+    weak_biceps = plant_type("mtg").load_model(load_service_config(_config(tmp_path, "[model.strength]\nbicb = 0.5", mtg)))
+    assert 0.5 < weak_biceps.actuators.strength[weak_biceps.muscle_names.index("elbow_flexor")] < 1.0
+    for patient, key, words in (('preset = "stroke-hemiparesis"', "patient.groups", "stretch reflex needs the das3"),
+                                ('[patient.groups.bicb]\ncontracture_lceopt = 0.2', "patient.groups", "contracture"),
+                                ('[patient.size]\nlength_scale = 1.1', "patient.size", "mtg plant's arm")):
+        with pytest.raises(ConfigError) as err:
+            load_service_config(_config(tmp_path, f"[patient]\n{patient}", mtg))
+        assert err.value.key == key and "the mtg plant cannot take the patient" in err.value.reason
+        assert words in err.value.reason
+    out = hil("check-config", _config(tmp_path, '[patient]\npreset = "stroke-hemiparesis"', mtg))
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
 
 
 def test_check_config_shows_a_bad_preset_as_one_line(tmp_path):
@@ -118,6 +131,10 @@ def test_model_info_lists_each_groups_state(tmp_path):
     assert doc["name"] == "c6-tetraplegia" and len(groups) == 28
     assert groups["triclong"]["state"] == "paralysed" and groups["triclong"]["fmax_factor"] == [0.36]
     assert groups["supinator"]["state"] == "voluntary" and groups["supinator"]["stimulable"]
+    mtg = {a["name"]: a for a in doc["mtg"]["actuators"]}
+    assert len(mtg) == 10 and mtg["elbow_extensor"]["reach"] == 0.0 and mtg["elbow_extensor"]["strength"] == pytest.approx(0.36)
+    stroke = json.loads(hil("model", "info", "--patient", "stroke-hemiparesis", "--json").stdout)["patient"]
+    assert "stretch reflex" in stroke["mtg"]["refused"]
     bad = hil("model", "info", "--patient", "nobody")
     assert bad.returncode == 2 and "unknown preset 'nobody'" in bad.stderr and "Traceback" not in bad.stderr
 

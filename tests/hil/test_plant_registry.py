@@ -69,6 +69,9 @@ class PendulumModel:
         self.params = np.array([GRAVITY / length_m, 0.5, 40.0, 0.05, 1.0 * length_m ** 2])
         self.equilibrium_state = np.array([0.5, 0.0, 0.0])
 
+    def voluntary_reach(self, patient) -> np.ndarray:
+        return np.ones(self.n_muscles)
+
 
 class PendulumOutputs:
     def __init__(self) -> None:

@@ -43,7 +43,6 @@ def test_include_merges_tables_and_own_tables_win(tmp_path):
     ("[plant]\nscheme = \"euler\"\n", "plant.scheme", "activation, paper"),
     ("[model]\nhand_weight = 1\n", "model.hand_weight", "true or false"),
     ("[model.strength]\nbicep = 0.5\n", "model.strength", "unknown muscle element or group 'bicep'"),
-    ("[plant]\ntype = \"mtg\"\n[model.strength]\nbicb = 0.5\n", "model.strength", "plant.mtg_parameters"),
     ("[metrics]\nport = 70000\n", "metrics.port", "integer"),
     ("[[driver]]\ncontroller = \"x\"\n", "driver[0].type", "missing 'type'"),
     ("[sensor]\nangle_noise_deg = nan\n", "sensor.angle_noise_deg", "finite"),

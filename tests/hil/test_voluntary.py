@@ -158,6 +158,30 @@ def test_the_record_keeps_stimulation_and_voluntary_drive_apart_and_the_plant_ta
     assert np.array_equal(engine.plant.excitation, np.maximum(u, vol))
 
 
+class FlexAndExtendElbow(Controller):
+    """A voluntary source on the MTG arm: drives its elbow flexor and extensor MTGs at 0.8."""
+    max_commands = 2
+
+    def step(self, tick, time_s, frame):
+        return [ExcitationCommand("elbow_flexor", 0.8), ExcitationCommand("elbow_extensor", 0.8)]
+
+
+def test_on_the_mtg_arm_the_patients_drive_reaches_each_actuators_voluntary_share(tmp_path):
+    """C5: the paralysed triceps leave the elbow extensor MTG no voluntary share (its commands refused); the
+    elbow flexor takes the drive times its reach (sim.mtg.patient), no stimulation besides."""
+    path = tmp_path / "mtg.toml"
+    path.write_text(f'include = ["{REPO / "configs" / "loopback.toml"}", "{REPO / "configs" / "stimulation-mtg.toml"}"]\n'
+                    '[plant]\ntype = "mtg"\n[patient]\npreset = "c5-tetraplegia"\n[metrics]\nenabled = false\n'
+                    '[recording]\nenabled = false\n' + voluntary_driver(controller=f"{__file__}:FlexAndExtendElbow"))
+    model, engine, rec = run(path, 20)
+    flexor, extensor = model.muscle_names.index("elbow_flexor"), model.muscle_names.index("elbow_extensor")
+    reach = model.voluntary_reach(None)
+    assert reach[extensor] == 0.0 and 0.5 < reach[flexor] < 1.0
+    assert list(engine.rejected) == [(0, "not_voluntary")] and engine.rejected[(0, "not_voluntary")] >= 3
+    assert rec["u_voluntary"][-1][flexor] == 0.8 and not rec["u"][-1].any()
+    assert engine.plant.excitation[flexor] == reach[flexor] * 0.8 and engine.plant.excitation[extensor] == 0.0
+
+
 def test_bad_roles_are_config_errors_naming_the_key(tmp_path):
     bad = write_config(tmp_path, voluntary_driver().replace('"voluntary"', '"patient"'))
     with pytest.raises(ConfigError, match=r"driver\[0\]\.role.*controller, voluntary"):

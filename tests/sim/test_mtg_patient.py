@@ -1,0 +1,115 @@
+"""A virtual patient on the reduced MTG arm (sim.mtg.patient): capacities, factors and the plant's response."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sim.das3.config import ModelConfig
+from sim.das3.kernels.multibody import multibody_eval, new_multibody_work
+from sim.das3.layout import HUMERUS_FRAME, N_DOF
+from sim.das3.model import LOAD_NAMES, load_model
+from sim.das3.muscle_groups import group_of
+from sim.mtg.arm import mtg_torques, new_mtg_work
+from sim.mtg.model import load_mtg_model
+from sim.mtg.patient import REFERENCE_POSTURES_DEG, capacity_weights, das3_angles
+from sim.mtg.plant import MtgPlant
+from sim.patient import GroupState, Patient, apply_patient
+
+TRICEPS = ("triclong", "triclat", "tricmed")
+ELBOW_FLEXORS = {"bicl", "bicb", "brachialis", "brachiorad", "pronteres"}
+
+
+@pytest.fixture(scope="module")
+def das3():
+    return load_model()
+
+
+@pytest.fixture(scope="module")
+def able(das3):
+    return load_mtg_model(das3)
+
+
+def patient_of(**groups: GroupState) -> Patient:
+    return Patient(name="test", groups=tuple(groups.items()))
+
+
+def mtg_for(das3, patient: Patient):
+    return load_mtg_model(das3, None, apply_patient(ModelConfig(), patient), patient)
+
+
+def test_the_das3_arm_posed_from_mtg_coordinates_has_those_thoracohumeral_angles(das3, able):
+    work = new_multibody_work()
+    for theta in np.radians(np.array(REFERENCE_POSTURES_DEG)) + np.radians([10.0, 5.0, -20.0, 0.0, 0.0]):
+        q = das3_angles(able.arrays, theta)
+        multibody_eval(das3.arrays, q, np.zeros(N_DOF), np.zeros(N_DOF), np.zeros(len(LOAD_NAMES)), work)
+        R = work.R[HUMERUS_FRAME, :, :, 0]
+        th = [np.arctan2(R[2, 1], -R[0, 1]), np.arccos(R[1, 1]), np.arctan2(R[1, 2], R[1, 0])]
+        np.testing.assert_allclose(th, theta[:3], atol=1e-12)
+        assert q[9] == theta[3] and q[10] == theta[4]
+
+
+def test_each_elbow_mtg_draws_on_the_elements_that_turn_the_elbow_its_way(das3, able):
+    w = capacity_weights(das3, able.arrays, np.ones(das3.n_muscles))
+    groups = np.array([group_of(n) for n in das3.muscle_names])
+    flexor, extensor = (able.muscle_names.index(n) for n in ("elbow_flexor", "elbow_extensor"))
+    assert set(groups[w[flexor] > 1e-3]) <= ELBOW_FLEXORS and {"bicb", "brachialis"} <= set(groups[w[flexor] > 0])
+    assert set(groups[w[extensor] > 1e-3]) <= {*TRICEPS, "anconeus"}
+    assert np.all(w[flexor][np.isin(groups, TRICEPS)] == 0.0)
+    assert np.all(w >= 0.0) and np.all(w.sum(axis=1) > 0.0)
+
+
+def test_an_able_bodied_patient_leaves_the_mtg_arm_as_published(das3, able):
+    model = mtg_for(das3, Patient())
+    assert model.data_sha256 == able.data_sha256
+    assert all(np.all(f == 1.0) for f in model.actuators)
+    assert np.array_equal(model.arrays.mtg_const, able.arrays.mtg_const)
+
+
+def test_a_uniform_weakness_scales_every_mtg_by_it(das3, able):
+    model = mtg_for(das3, patient_of(**{g: GroupState(strength=0.5) for g in map(group_of, das3.muscle_names)}))
+    np.testing.assert_allclose(model.actuators.strength, 0.5, rtol=1e-12)
+    assert np.all(model.actuators.gate == 1.0) and np.all(model.actuators.reach == 1.0)
+    np.testing.assert_allclose(model.arrays.mtg_const[:, 2], 0.5 * able.arrays.mtg_const[:, 2], rtol=1e-12)
+    assert model.data_sha256 != able.data_sha256
+
+
+def test_a_denervated_triceps_gates_the_elbow_extensor_to_the_anconeus_share(das3, able):
+    model = mtg_for(das3, patient_of(**{g: GroupState(state="denervated") for g in TRICEPS}))
+    w = capacity_weights(das3, able.arrays, das3.arrays.mus[:, 0])
+    extensor = able.muscle_names.index("elbow_extensor")
+    anconeus = np.array([group_of(n) == "anconeus" for n in das3.muscle_names])
+    assert model.actuators.gate[extensor] == pytest.approx(w[extensor, anconeus].sum() / w[extensor].sum())
+    assert 0.0 < model.actuators.gate[extensor] < 0.2
+    triceps = np.isin([group_of(n) for n in das3.muscle_names], TRICEPS)
+    acted_on = w[:, triceps].sum(axis=1) > 0.0          # the long head also extends and adducts the shoulder
+    assert np.all(model.actuators.gate[~acted_on] == 1.0) and np.all(model.actuators.gate[acted_on] < 1.0)
+    assert acted_on[able.muscle_names.index("depressor")] and not acted_on[able.muscle_names.index("elbow_flexor")]
+    assert np.all(model.actuators.strength == 1.0)
+
+
+def test_a_paralysed_triceps_is_stimulable_but_out_of_the_patients_reach(das3, able):
+    model = mtg_for(das3, patient_of(**{g: GroupState(state="paralysed") for g in TRICEPS}))
+    extensor = able.muscle_names.index("elbow_extensor")
+    assert model.actuators.gate[extensor] == 1.0 and 0.0 < model.actuators.reach[extensor] < 0.2
+    assert np.array_equal(model.voluntary_reach(None), model.actuators.reach)
+    everything = mtg_for(das3, patient_of(**{g: GroupState(state="paralysed") for g in (*TRICEPS, "anconeus")}))
+    assert everything.actuators.reach[extensor] == 0.0
+
+
+def test_the_plant_applies_the_gate_to_the_excitation_and_the_strength_to_the_torque(das3, able):
+    weak = mtg_for(das3, patient_of(**{g: GroupState(state="denervated") for g in TRICEPS},
+                                    **{g: GroupState(strength=0.4) for g in ("bicl", "bicb", "brachialis")}))
+    plants = [MtgPlant(m, step_s=0.004) for m in (able, weak)]
+    u = np.ones(able.n_muscles)
+    for plant in plants:
+        plant.step(u)
+    np.testing.assert_array_equal(plants[1].excitation, weak.actuators.gate)
+    np.testing.assert_array_equal(plants[0].excitation, u)
+    q, qd, a = able.equilibrium_state[:5], np.full(5, 0.1), np.full(able.n_muscles, 0.5)
+    torque = []
+    for model in (able, weak):        # the same state and activation: the torques differ by the strength alone
+        work = new_mtg_work(model.arrays.body_mass.shape[0], model.n_muscles)
+        mtg_torques(model.arrays, q, qd, a, work)
+        torque.append(work.tau.copy())
+    np.testing.assert_allclose(torque[1], weak.actuators.strength * torque[0], rtol=1e-12)
+    assert weak.actuators.strength[able.muscle_names.index("elbow_flexor")] < 0.9
