@@ -6,9 +6,9 @@ link's excitation records) are latched in the run's voluntary vector (one value 
 hold) and logged as ``KIND_VOLUNTARY`` (:mod:`drivers.core.contract`). Only the elements the patient's own drive
 reaches take them (the model's ``voluntary_reach``: on the DAS3 arm the elements of groups whose patient state is
 ``voluntary``, :mod:`sim.patient`; on the MTG arm each actuator's voluntary share, :mod:`sim.mtg.patient`); a
-command for another is rejected as ``not_voluntary``, a channel command as ``wrong_mode``. The source does not feed the controller
-watchdog: the patient's silence is not a controller fault. A silent source's drive is held (a person holding a
-posture sends nothing new); a lost source's drive goes to zero at the tick its loss is handled (logged, so a
+command for another is rejected as ``not_voluntary``, a channel command as ``wrong_mode``. The source does not
+feed the controller watchdog: the patient's silence is not a controller fault. A silent source's drive is held
+(a person holding a posture sends nothing new); a lost source's drive goes to zero at the tick its loss is handled (logged, so a
 replay does the same), as a lost controller's stimulation does.
 
 The plant's excitation is u_plant = max(u_stim, reach u_voluntary) per element (:mod:`hil.rt.tick_kernel`;

@@ -240,7 +240,8 @@ class MtgModel:
 
     Shares the DAS3 model's interface where the service reads it: ``muscle_names`` are the MTG names (the
     stimulation map targets MTGs), ``dof_names`` and ``dof_ranges`` are the DAS3 DOFs the sensor frame reports
-    (clavicle and scapula frozen, GH angles derived from the humerus)."""
+    (clavicle and scapula frozen, GH angles derived from the humerus). ``actuators``: the patient's factors on each
+    MTG (:mod:`sim.mtg.patient`; all 1 for the published arm)."""
 
     kind = "mtg"                 # the registered plant type it drives (hil.rt.plants)
     load_names = LOAD_NAMES      # the DAS3 arm's loads

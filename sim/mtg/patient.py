@@ -3,7 +3,7 @@
 The MTG arm has ten actuators, not muscle groups, so a patient (:mod:`sim.patient`: per-group strength,
 denervation, voluntary control) reaches an MTG through the elements that act in its direction. Element i's
 capacity for MTG m (coordinate c, direction d) is its share of the moment the able-bodied arm can exert in that
-direction, averaged over :data:`REFERENCE_POSTURES`:
+direction, averaged over :data:`REFERENCE_POSTURES_DEG`:
 
     w_im = Fmax_i * mean over postures of max(0, -d dL_i/dtheta_c)
 
@@ -42,7 +42,6 @@ are averaged over: the scapular plane (30 deg) through the elevation range of th
 forearm neutral (90 deg, as the horizontal tasks of ``sim/data/mtg_source``). *Proposal.*"""
 STEP_RAD = 1e-6
 """Central-difference step of dL/dtheta (the lengths are polynomials: the error is O(step^2))."""
-GH_DOFS = slice(6, 9)
 
 
 class ActuatorPatient(NamedTuple):

@@ -133,6 +133,9 @@ def test_on_the_mtg_arm_a_patients_episodes_differ_from_able_bodied_and_the_batc
         obs, _, term, trunc, _ = batch.step(np.stack([a, a]))
         seen.append(obs[0].tobytes())
     assert seen == c5_obs[:len(seen)]
+    with pytest.raises(ValueError, match="stretch reflex needs the das3 plant"):      # one line, the env unchanged
+        single.reset(options={"patient": "stroke-hemiparesis"})
+    assert rollout(single, 7, actions, c5)[0] == c5_obs
 
 
 def test_level_actions_reach_the_channels_through_the_limits():

@@ -101,10 +101,13 @@ def test_the_mtg_plant_takes_a_tetraplegic_patient_and_refuses_what_it_cannot_mo
     """Strengths, states and denervation reach the MTG arm's actuators (sim.mtg.patient); a stretch reflex, a
     contracture or another size need the das3 plant: one line naming the patient's key."""
     mtg = REPO / "configs" / "elbow-hold-mtg.toml"
-    able = plant_type("mtg").load_model(load_service_config(_config(tmp_path, '[patient]\npreset = "able-bodied"', mtg)))
-    c5 = plant_type("mtg").load_model(load_service_config(_config(tmp_path, '[patient]\npreset = "c5-tetraplegia"', mtg)))
+
+    def mtg_model(text: str):
+        return plant_type("mtg").load_model(load_service_config(_config(tmp_path, text, mtg)))
+
+    able, c5 = mtg_model('[patient]\npreset = "able-bodied"'), mtg_model('[patient]\npreset = "c5-tetraplegia"')
     assert all(np.all(f == 1.0) for f in able.actuators) and c5.actuators.strength.min() < 0.7
-    weak_biceps = plant_type("mtg").load_model(load_service_config(_config(tmp_path, "[model.strength]\nbicb = 0.5", mtg)))
+    weak_biceps = mtg_model("[model.strength]\nbicb = 0.5")
     assert 0.5 < weak_biceps.actuators.strength[weak_biceps.muscle_names.index("elbow_flexor")] < 1.0
     for patient, key, words in (('preset = "stroke-hemiparesis"', "patient.groups", "stretch reflex needs the das3"),
                                 ('[patient.groups.bicb]\ncontracture_lceopt = 0.2', "patient.groups", "contracture"),
