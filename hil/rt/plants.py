@@ -219,10 +219,8 @@ def _mtg_plant(model, cfg, step_s: float, initial_state):
 
 
 def _mtg_check(cfg_plant, cfg_model) -> tuple[str, str] | None:
-    """The parts of a patient the MTG arm cannot take: its actuators take strength, denervation and voluntary
-    control (:mod:`sim.mtg.patient`), not a muscle's stretch reflex or passive length, nor another arm size."""
-    if cfg_model.spasticity:
-        return "patient.groups", "a spastic group's stretch reflex needs the das3 plant (the mtg arm has no muscles)"
+    """The parts of a patient the MTG arm cannot take: its actuators take strength, denervation, voluntary control
+    and stretch reflexes (:mod:`sim.mtg.patient`), not a muscle's passive length nor another arm size."""
     if cfg_model.contracture:
         return "patient.groups", "a contracture needs the das3 plant (the mtg arm has no muscle slack lengths)"
     if cfg_model.sized:

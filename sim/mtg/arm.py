@@ -56,6 +56,11 @@ class MtgArrays(NamedTuple):
     mtg_dir: np.ndarray        # (n,) +1 or -1
     mtg_const: np.ndarray      # (n, 4) theta_opt, omega_max, tau_max (times the patient's strength factor), beta
     mtg_gate: np.ndarray       # (n,) the patient's excitation gate (sim.mtg.patient; 1 able-bodied)
+    reflex_mtg: np.ndarray     # (k,) int: the MTG of each spastic element's reflex (sim.mtg.patient.ActuatorReflex)
+    reflex_share: np.ndarray   # (k,) its share of that MTG's capacity
+    reflex_rate: np.ndarray    # (k,) its lengthening velocity per stretch of the coordinate, Lceopt/s per rad/s
+    reflex_gain: np.ndarray    # (k,) excitation per Lceopt/s above the threshold
+    reflex_threshold: np.ndarray  # (k,) Lceopt/s
     mtg_fit: np.ndarray        # (n, 7) s_a, s_v, delta_p, lambda_a, lambda_v, lambda_p, s_tau
     mtg_act: np.ndarray        # (n, 4) c1, c2 rising; c1, c2 falling
     a_xs: np.ndarray           # (n, segments, 6) active-torque-angle curve control points
@@ -93,16 +98,25 @@ class MtgWork(NamedTuple):
     th_angles: np.ndarray  # (3,) output
     hand_position: np.ndarray  # (3,) output
     x_good: np.ndarray     # (10 + n,) the state before the step in progress
+    rx_delay: np.ndarray   # (k,) int: each reflex row's delay in steps (>= 1)
+    rx_ring: np.ndarray    # (5, depth): the coordinate velocities at the end of each of the last steps
+    rx_cursor: np.ndarray  # (1,) int: the ring column the next velocities go to
+    rx_excitation: np.ndarray  # (n,) scratch: each MTG's reflex excitation
+    u_base: np.ndarray     # (n,) the held excitation of the steps being taken, before the reflex
 
 
-def new_mtg_work(n_bodies: int, n_mtg: int) -> MtgWork:
+def new_mtg_work(n_bodies: int, n_mtg: int, reflex_delay_steps=None) -> MtgWork:
+    """The workspace; ``reflex_delay_steps``: each reflex row's delay in plant steps (none: no reflex)."""
+    delay = np.zeros(0, np.int64) if reflex_delay_steps is None else np.asarray(reflex_delay_steps, np.int64)
+    depth = int(delay.max()) + 1 if delay.size else 1
     return MtgWork(R=np.zeros((3, 3, 3)), origin=np.zeros((3, 3)), axis=np.zeros((5, 3)), omega=np.zeros((3, 3)),
                    alpha=np.zeros((3, 3)), acc=np.zeros((3, 3)), rot=np.zeros((3, 3)), tmp=np.zeros((8, 3)),
                    force=np.zeros((n_bodies, 3)), moment=np.zeros((n_bodies, 3)), com=np.zeros((n_bodies, 3)),
                    jv=np.zeros((5, 3)), Q=np.zeros(5), M=np.zeros((5, 5)), K=np.zeros((5, 5)), D=np.zeros((5, 5)),
                    S=np.zeros((5, 6)), coord_torque=np.zeros((5, 3)), tau=np.zeros(n_mtg), q11=np.zeros(11),
                    qd11=np.zeros(11), th_angles=np.zeros(3), hand_position=np.zeros(3),
-                   x_good=np.zeros(2 * N_COORD + n_mtg))
+                   x_good=np.zeros(2 * N_COORD + n_mtg), rx_delay=delay, rx_ring=np.zeros((N_COORD, depth)),
+                   rx_cursor=np.zeros(1, np.int64), rx_excitation=np.zeros(n_mtg), u_base=np.zeros(n_mtg))
 
 
 # --- small vector kernels -----------------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ from sim.errors import UserInputError
 from sim.input_file import InputFileError, read_input_file
 from sim.mtg.arm import MtgArrays, bias_and_mass, generalized_forces, kinematics, new_mtg_work
 from sim.mtg.curves import ActiveTorqueAngle, FitParameters, MtgCurves, PassiveTorqueAngle, TorqueVelocity
-from sim.mtg.patient import ActuatorPatient, able_bodied, patient_actuators
+from sim.mtg.patient import ActuatorPatient, ActuatorReflex, able_bodied, no_reflex, patient_actuators
 
 COORDINATES = ("plane_of_elevation", "elevation", "axial_rotation", "elbow_flexion", "pronation")
 """The reduced arm's generalized coordinates: thoracohumeral YZY angles, DAS3 ELx and PSy."""
@@ -205,7 +205,8 @@ def _frozen_girdle(das3: Das3Model):
             float(q[9]), float(q[10]))
 
 
-def _arrays(das3: Das3Model, params: MtgParameters, girdle, actuators: ActuatorPatient) -> MtgArrays:
+def _arrays(das3: Das3Model, params: MtgParameters, girdle, actuators: ActuatorPatient,
+            reflex: ActuatorReflex) -> MtgArrays:
     A = das3.arrays
     girdle_q, gh_centre, scap_R = girdle[:3]
     frame_to_seg = {HUMERUS_FRAME: 0, HUMERUS_FRAME + 1: 1, HUMERUS_FRAME + 2: 2}
@@ -230,6 +231,8 @@ def _arrays(das3: Das3Model, params: MtgParameters, girdle, actuators: ActuatorP
         mtg_const=np.array([[s.curves.active.theta_opt, s.curves.velocity.omega_max, s.curves.tau_max * strength,
                              s.curves.beta] for s, strength in zip(params.mtgs, actuators.strength)]),
         mtg_gate=np.array(actuators.gate, dtype=np.float64),
+        reflex_mtg=reflex.mtg.copy(), reflex_share=reflex.share.copy(), reflex_rate=reflex.rate.copy(),
+        reflex_gain=reflex.gain.copy(), reflex_threshold=reflex.threshold.copy(),
         mtg_fit=np.array([[s.fit.s_a, s.fit.s_v, s.fit.delta_p, s.fit.lambda_a, s.fit.lambda_v, s.fit.lambda_p,
                            s.fit.s_tau] for s in params.mtgs]),
         mtg_act=act, a_xs=ax, a_ys=ay, v_xs=vx, v_ys=vy, p_xs=px, p_ys=py)
@@ -240,20 +243,23 @@ class MtgModel:
 
     Shares the DAS3 model's interface where the service reads it: ``muscle_names`` are the MTG names (the
     stimulation map targets MTGs), ``dof_names`` and ``dof_ranges`` are the DAS3 DOFs the sensor frame reports
-    (clavicle and scapula frozen, GH angles derived from the humerus). ``actuators``: the patient's factors on each
-    MTG (:mod:`sim.mtg.patient`; all 1 for the published arm)."""
+    (clavicle and scapula frozen, GH angles derived from the humerus). ``actuators`` and ``reflex``: the patient's
+    factors on each MTG and the spastic elements' reflexes on them (:mod:`sim.mtg.patient`; all 1 and none for the
+    published arm)."""
 
     kind = "mtg"                 # the registered plant type it drives (hil.rt.plants)
     load_names = LOAD_NAMES      # the DAS3 arm's loads
     has_glenohumeral = False     # no GH force or stability (NaN in the frame)
 
-    def __init__(self, das3: Das3Model, params: MtgParameters, actuators: ActuatorPatient | None = None) -> None:
+    def __init__(self, das3: Das3Model, params: MtgParameters, actuators: ActuatorPatient | None = None,
+                 reflex: ActuatorReflex | None = None) -> None:
         self.das3 = das3
         self.params = params
         self.config = das3.config
         girdle = _frozen_girdle(das3)
         self.actuators = able_bodied(len(params.mtgs)) if actuators is None else actuators
-        self.arrays = _arrays(das3, params, girdle, self.actuators)
+        self.reflex = no_reflex() if reflex is None else reflex
+        self.arrays = _arrays(das3, params, girdle, self.actuators, self.reflex)
         for a in self.arrays:
             a.flags.writeable = False
         self.muscle_names = list(params.names)
@@ -263,8 +269,8 @@ class MtgModel:
         self.coordinate_names = COORDINATES
         self.n_states = 10 + self.n_muscles
         identity = das3.data_sha256 + params.canonical_json
-        if actuators is not None:
-            identity += np.stack(self.actuators).tobytes().hex()
+        if actuators is not None or reflex is not None:
+            identity += np.stack(self.actuators).tobytes().hex() + b"".join(r.tobytes() for r in self.reflex).hex()
         self.data_sha256 = hashlib.sha256(identity.encode()).hexdigest()
         self.das3_posture = np.array([*girdle[3], girdle[4], girdle[5]])
         self._rest = None
@@ -351,7 +357,7 @@ def load_mtg_model(das3: Das3Model, parameters: str | Path | None = None, model_
     if patient is None:
         return MtgModel(das3, params)
     plain = MtgModel(das3, params)
-    actuators = patient_actuators(das3, plain.arrays, model_config, patient)
-    if all(np.all(f == 1.0) for f in actuators):
+    actuators, reflex = patient_actuators(das3, plain.arrays, model_config, patient)
+    if all(np.all(f == 1.0) for f in actuators) and reflex.mtg.shape[0] == 0:
         return plain
-    return MtgModel(das3, params, actuators)
+    return MtgModel(das3, params, actuators, reflex)

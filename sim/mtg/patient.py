@@ -17,7 +17,14 @@ patient's), g_i = 0 for a denervated element (else 1) and v_i = 1 where its grou
     reach_m    = sum_i w_im s_i v_i / sum_i w_im s_i g_i   (the patient's own drive, on top of the gate)
 
 so that at full excitation the MTG exerts strength_m gate_m of its tau_max, and the patient's own drive reaches
-its voluntary share of it. The weighting is this project's *proposal* (no source reduces a patient to joint
+its voluntary share of it. A spastic innervated element i (:mod:`sim.das3.kernels.reflex`: e_i = G_i max(0,
+v_i(t - tau_i) - v_th,i), v_i its lengthening velocity in Lceopt/s) adds its reflex to each MTG m it acts
+through, weighted by its share of the MTG's capacity, with v_i taken from the coordinate's velocity alone:
+
+    u_m <- min(1, u_m + sum_i share_im G_i max(0, (rho_im / Lceopt_i) (-d qdot_c)(t - tau_i) - v_th,i)),
+    share_im = w_im s_i / sum_j w_jm s_j,  rho_im = w_im / Fmax_i (its moment arm in the MTG's direction)
+
+(-d qdot_c > 0: the coordinate turning against the MTG, lengthening its muscles). The weighting is this project's *proposal* (no source reduces a patient to joint
 actuators); it is exact for an element-uniform strength. Muscles that do not cross the GH joint (trapezius,
 serratus, rhomboids, levator, pectoralis minor) have no moment arm about the shoulder coordinates with the
 girdle frozen, so their loss does not weaken the MTG shoulder, although on the DAS3 arm it does through the
@@ -31,8 +38,8 @@ from typing import NamedTuple
 import numpy as np
 
 from sim.das3.kernels.muscles import muscle_paths, new_muscle_work
-from sim.das3.layout import MUS_FMAX
-from sim.das3.model import excitation_gate, fmax_scale
+from sim.das3.layout import MUS_FMAX, MUS_LCEOPT
+from sim.das3.model import excitation_gate, fmax_scale, reflex_parameters
 from sim.das3.muscle_groups import group_of
 from sim.mtg.arm import humerus_rotation
 
@@ -92,14 +99,20 @@ def moment_arms(das3, mtg_arrays, theta) -> np.ndarray:
     return arms
 
 
-def capacity_weights(das3, mtg_arrays, fmax_able: np.ndarray) -> np.ndarray:
-    """(n_mtg, n_elements) w_im of the module docstring (N m/rad)."""
+def direction_arms(das3, mtg_arrays) -> np.ndarray:
+    """(n_mtg, n_elements) rho_im = mean over :data:`REFERENCE_POSTURES_DEG` of max(0, -d dL_i/dtheta_c), m/rad:
+    element i's moment arm in MTG m's direction (0 where it turns the coordinate the other way)."""
     postures = np.radians(np.array(REFERENCE_POSTURES_DEG))
     arms = np.mean([moment_arms(das3, mtg_arrays, theta) for theta in postures], axis=0)
-    w = np.zeros((mtg_arrays.mtg_coord.shape[0], arms.shape[0]))
+    rho = np.zeros((mtg_arrays.mtg_coord.shape[0], arms.shape[0]))
     for m, (c, d) in enumerate(zip(mtg_arrays.mtg_coord, mtg_arrays.mtg_dir)):
-        w[m] = fmax_able * np.maximum(0.0, d * arms[:, c])
-    return w
+        rho[m] = np.maximum(0.0, d * arms[:, c])
+    return rho
+
+
+def capacity_weights(das3, mtg_arrays, fmax_able: np.ndarray) -> np.ndarray:
+    """(n_mtg, n_elements) w_im = Fmax_i rho_im of the module docstring (N m/rad)."""
+    return fmax_able * direction_arms(das3, mtg_arrays)
 
 
 def actuator_patient(weights: np.ndarray, scale: np.ndarray, innervated: np.ndarray,
@@ -117,18 +130,51 @@ def actuator_patient(weights: np.ndarray, scale: np.ndarray, innervated: np.ndar
     return ActuatorPatient(left / total, gate, reach)
 
 
-def patient_actuators(das3, mtg_arrays, model_config, patient) -> ActuatorPatient:
-    """The MTG factors for the elements' Fmax factors (``model_config.strength``: [model] strength times the
-    patient's) and denervated elements (``model_config.denervated``) of a :class:`sim.das3.config.ModelConfig` with
-    the patient applied (:func:`sim.patient.apply_patient`), and ``patient``'s voluntary groups; the capacities
-    from ``das3``, the DAS3 arm the MTG arm is built on (published strength). :func:`able_bodied` where nothing
+class ActuatorReflex(NamedTuple):
+    """The spastic elements' stretch reflexes on the MTGs (module docstring), a row per (element, MTG) pair it
+    acts through: the element, the MTG, the element's share of the MTG's capacity, its lengthening rate per unit
+    stretch of the coordinate (Lceopt/s per rad/s), its gain, threshold (Lceopt/s) and delay (s)."""
+
+    element: np.ndarray
+    mtg: np.ndarray
+    share: np.ndarray
+    rate: np.ndarray
+    gain: np.ndarray
+    threshold: np.ndarray
+    delay_s: np.ndarray
+
+
+def no_reflex() -> ActuatorReflex:
+    return ActuatorReflex(np.zeros(0, np.int64), np.zeros(0, np.int64), *(np.zeros(0) for _ in range(5)))
+
+
+def actuator_reflex(rho: np.ndarray, capacity: np.ndarray, lceopt: np.ndarray, innervated: np.ndarray,
+                    reflex: np.ndarray) -> ActuatorReflex:
+    """The rows of :class:`ActuatorReflex` from the direction arms ``rho``, the patient's capacities ``capacity``
+    (w_im s_i), the elements' Lceopt, innervation and (gain, threshold, delay) rows ``reflex`` (gain 0: none)."""
+    acts = (capacity > 0.0) & ((reflex[:, 0] > 0.0) & innervated)[None, :]
+    m, i = np.nonzero(acts)
+    share = capacity[m, i] / capacity.sum(axis=1)[m]
+    return ActuatorReflex(i.astype(np.int64), m.astype(np.int64), share, rho[m, i] / lceopt[i], reflex[i, 0].copy(), reflex[i, 1].copy(),
+                          reflex[i, 2].copy())
+
+
+def patient_actuators(das3, mtg_arrays, model_config, patient) -> tuple[ActuatorPatient, ActuatorReflex]:
+    """The MTG factors and reflexes for the elements' Fmax factors (``model_config.strength``: [model] strength
+    times the patient's), denervated elements (``model_config.denervated``) and stretch reflexes
+    (``model_config.spasticity``) of a :class:`sim.das3.config.ModelConfig` with the patient applied
+    (:func:`sim.patient.apply_patient`), and ``patient``'s voluntary groups; the capacities from ``das3``, the DAS3
+    arm the MTG arm is built on (published strength). :func:`able_bodied` and :func:`no_reflex` where nothing
     changes the arm."""
     n_mtg = mtg_arrays.mtg_coord.shape[0]
     names = tuple(das3.muscle_names)
     scale = fmax_scale(model_config.strength, names)
     innervated = excitation_gate(model_config.denervated, names) > 0.0
     voluntary = np.array([patient.state_of(group_of(name)).state == "voluntary" for name in names])
-    if np.all(scale == 1.0) and innervated.all() and voluntary.all():
-        return able_bodied(n_mtg)
-    weights = capacity_weights(das3, mtg_arrays, das3.arrays.mus[:, MUS_FMAX])
-    return actuator_patient(weights, scale, innervated, voluntary)
+    reflex = reflex_parameters(model_config.spasticity, names)
+    if np.all(scale == 1.0) and innervated.all() and voluntary.all() and not reflex[:, 0].any():
+        return able_bodied(n_mtg), no_reflex()
+    rho = direction_arms(das3, mtg_arrays)
+    weights = das3.arrays.mus[:, MUS_FMAX] * rho
+    return (actuator_patient(weights, scale, innervated, voluntary),
+            actuator_reflex(rho, weights * scale, das3.arrays.mus[:, MUS_LCEOPT], innervated, reflex))

@@ -18,6 +18,7 @@ from sim.das3.plant import ArmPlant
 from sim.jit.bundle import new_bundle
 from sim.mtg.arm import new_mtg_work
 from sim.mtg.model import MtgModel
+from sim.mtg.reflex import reflex_delay_steps
 from sim.mtg.step import MTG_STEP_BAD_INPUT, MTG_STEP_MESSAGES, MTG_STEP_OK, bundle_refresh, bundle_steps, mtg_steps
 from sim.plants import InvalidInputError
 
@@ -65,7 +66,8 @@ class MtgPlant(ArmPlant):
 
     def __init__(self, model: MtgModel, step_s: float = 0.004, initial_state=None) -> None:
         super().__init__(model, step_s, model.n_states, model.n_muscles)
-        self._work = new_mtg_work(model.arrays.body_mass.shape[0], model.n_muscles)
+        self._work = new_mtg_work(model.arrays.body_mass.shape[0], model.n_muscles,
+                                  reflex_delay_steps(model.reflex.delay_s, step_s))
         self._bundle = new_bundle((model.arrays, self._work))
         self.outputs = MtgOutputs(self._x, self._work)
         self.reset(initial_state)
@@ -85,6 +87,8 @@ class MtgPlant(ArmPlant):
                 raise InvalidInputError("initial elevation must lie strictly between 0 and 180 deg")
         self._x[:] = x0
         self._u[:] = 0.0
+        self._work.rx_ring[:] = 0.0                  # the stretch reflex starts from a still arm
+        self._work.rx_cursor[:] = 0
         self.steps = 0
         self.failed = False
         self.refresh_outputs()
@@ -100,6 +104,9 @@ class MtgPlant(ArmPlant):
 
     def failure_message(self, status: int) -> str:
         return MTG_STEP_MESSAGES[status]
+
+    def state_arrays(self) -> tuple:
+        return self._x, self._u, self._work.rx_ring, self._work.rx_cursor
 
     def refresh_outputs(self) -> None:
         bundle_refresh(self._bundle, self._x)

@@ -16,6 +16,7 @@ import math
 from sim.jit.bundle import borrowed_items
 from sim.jit.kernel import entry, kernel
 from sim.mtg.arm import N_COORD, cross, dot, generalized_forces, hand_point, kinematics
+from sim.mtg.reflex import add_reflex, record_velocity
 
 MTG_STEP_OK, MTG_STEP_BAD_INPUT, MTG_STEP_DIVERGED, MTG_STEP_SINGULAR = 0, 1, 2, 3
 MTG_STEP_MESSAGES = {
@@ -140,9 +141,10 @@ def _gh_rates(phi, theta, Rs, W):
 
 @kernel
 def mtg_steps(A, W, x, u_applied, u, loads, h, n):
-    """n steps holding the excitation u (clipped to [0, 1], times the patient's gate of each MTG, into u_applied);
-    returns (status, excitations clipped, steps done). A failed step leaves x at the last good state; the
-    outputs describe x."""
+    """n steps holding the excitation u (clipped to [0, 1], times the patient's gate of each MTG, into u_applied;
+    with spastic elements, their reflexes added before each step and the velocities recorded after it,
+    :mod:`sim.mtg.reflex`); returns (status, excitations clipped, steps done). A failed step leaves x at the last
+    good state; the outputs describe x."""
     clipped = 0
     for m in range(u.shape[0]):
         v = u[m]
@@ -152,8 +154,14 @@ def mtg_steps(A, W, x, u_applied, u, loads, h, n):
         if c != v:
             clipped += 1
         u_applied[m] = c * A.mtg_gate[m]
+    spastic = A.reflex_mtg.shape[0] > 0
+    if spastic:
+        for m in range(u.shape[0]):
+            W.u_base[m] = u_applied[m]
     status, done = MTG_STEP_OK, 0
     for k in range(n):
+        if spastic:
+            add_reflex(A, W, u_applied)
         for i in range(x.shape[0]):
             W.x_good[i] = x[i]
         status = mtg_step(A, W, x, u_applied, loads, h)
@@ -161,6 +169,8 @@ def mtg_steps(A, W, x, u_applied, u, loads, h, n):
             for i in range(x.shape[0]):
                 x[i] = W.x_good[i]
             break
+        if spastic:
+            record_velocity(W, x)
         done += 1
     refresh_outputs(A, W, x)
     return status, clipped, done

@@ -118,7 +118,7 @@ def test_reset_options_set_target_load_and_patient():
         env.reset(options={"targte": 1.0})
 
 
-def test_on_the_mtg_arm_a_patients_episodes_differ_from_able_bodied_and_the_batch_equals_single_envs():
+def test_on_the_mtg_arm_a_patients_episodes_differ_from_able_bodied_and_the_batch_equals_single_envs(tmp_path):
     """reset(options={"patient": ...}) builds the MTG arm scaled for the patient (sim.mtg.patient)."""
     c5 = {"patient": "c5-tetraplegia"}
     actions = random_actions(gym.spaces.Box(0.0, 1.0, (2,), np.float32), 8, seed=4)
@@ -133,8 +133,10 @@ def test_on_the_mtg_arm_a_patients_episodes_differ_from_able_bodied_and_the_batc
         obs, _, term, trunc, _ = batch.step(np.stack([a, a]))
         seen.append(obs[0].tobytes())
     assert seen == c5_obs[:len(seen)]
-    with pytest.raises(ValueError, match="stretch reflex needs the das3 plant"):      # one line, the env unchanged
-        single.reset(options={"patient": "stroke-hemiparesis"})
+    tight = tmp_path / "tight.toml"
+    tight.write_text('[patient]\nname = "tight"\n[patient.groups.bicb]\ncontracture_lceopt = 0.2\n')
+    with pytest.raises(ValueError, match="contracture needs the das3 plant"):      # one line, the env unchanged
+        single.reset(options={"patient": str(tight)})
     assert rollout(single, 7, actions, c5)[0] == c5_obs
 
 

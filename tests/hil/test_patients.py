@@ -97,8 +97,8 @@ def test_a_patient_file_holds_only_its_table_and_no_other_preset(tmp_path):
         load_service_config(_config(tmp_path, '[patient]\npreset = "p.toml"'))
 
 
-def test_the_mtg_plant_takes_a_tetraplegic_patient_and_refuses_what_it_cannot_model(tmp_path):
-    """Strengths, states and denervation reach the MTG arm's actuators (sim.mtg.patient); a stretch reflex, a
+def test_the_mtg_plant_takes_a_patient_and_refuses_what_it_cannot_model(tmp_path):
+    """Strengths, states, denervation and stretch reflexes reach the MTG arm's actuators (sim.mtg.patient); a
     contracture or another size need the das3 plant: one line naming the patient's key."""
     mtg = REPO / "configs" / "elbow-hold-mtg.toml"
 
@@ -109,14 +109,15 @@ def test_the_mtg_plant_takes_a_tetraplegic_patient_and_refuses_what_it_cannot_mo
     assert all(np.all(f == 1.0) for f in able.actuators) and c5.actuators.strength.min() < 0.7
     weak_biceps = mtg_model("[model.strength]\nbicb = 0.5")
     assert 0.5 < weak_biceps.actuators.strength[weak_biceps.muscle_names.index("elbow_flexor")] < 1.0
-    for patient, key, words in (('preset = "stroke-hemiparesis"', "patient.groups", "stretch reflex needs the das3"),
-                                ('[patient.groups.bicb]\ncontracture_lceopt = 0.2', "patient.groups", "contracture"),
+    stroke = mtg_model('[patient]\npreset = "stroke-hemiparesis"')
+    assert stroke.muscle_names.index("elbow_flexor") in stroke.reflex.mtg and not able.reflex.mtg.size
+    for patient, key, words in (('[patient.groups.bicb]\ncontracture_lceopt = 0.2', "patient.groups", "contracture"),
                                 ('[patient.size]\nlength_scale = 1.1', "patient.size", "mtg plant's arm")):
         with pytest.raises(ConfigError) as err:
             load_service_config(_config(tmp_path, f"[patient]\n{patient}", mtg))
         assert err.value.key == key and "the mtg plant cannot take the patient" in err.value.reason
         assert words in err.value.reason
-    out = hil("check-config", _config(tmp_path, '[patient]\npreset = "stroke-hemiparesis"', mtg))
+    out = hil("check-config", _config(tmp_path, '[patient]\n[patient.groups.bicb]\ncontracture_lceopt = 0.2', mtg))
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
 
 
@@ -136,8 +137,9 @@ def test_model_info_lists_each_groups_state(tmp_path):
     assert groups["supinator"]["state"] == "voluntary" and groups["supinator"]["stimulable"]
     mtg = {a["name"]: a for a in doc["mtg"]["actuators"]}
     assert len(mtg) == 10 and mtg["elbow_extensor"]["reach"] == 0.0 and mtg["elbow_extensor"]["strength"] == pytest.approx(0.36)
-    stroke = json.loads(hil("model", "info", "--patient", "stroke-hemiparesis", "--json").stdout)["patient"]
-    assert "stretch reflex" in stroke["mtg"]["refused"]
+    (tmp_path / "tight.toml").write_text('[patient]\nname = "tight"\n[patient.groups.bicb]\ncontracture_lceopt = 0.2\n')
+    tight = json.loads(hil("model", "info", "--patient", tmp_path / "tight.toml", "--json").stdout)["patient"]
+    assert "contracture" in tight["mtg"]["refused"]
     bad = hil("model", "info", "--patient", "nobody")
     assert bad.returncode == 2 and "unknown preset 'nobody'" in bad.stderr and "Traceback" not in bad.stderr
 
@@ -157,6 +159,20 @@ def test_a_patient_run_is_recorded_and_replays_without_its_file(tmp_path):
     header = RecordingReader(rec).header["config"]["patient"]
     assert header["name"] == "weak flexors" and header["groups"]["brachialis"] == {"state": "paralysed",
                                                                                    "strength": 0.4}
+    rep = hil("replay", rec, "--json")
+    assert rep.returncode == 0 and json.loads(rep.stdout)["identical"], rep.stdout + rep.stderr
+    elbow = [RecordingReader(r).read("ticks")["frame"]["q"][:, 9] for r in (rec, plain)]
+    assert np.max(np.abs(elbow[0] - elbow[1])) > 1e-3
+
+
+def test_a_spastic_patients_mtg_run_replays_bit_for_bit(tmp_path):
+    """The stroke preset on the MTG arm in real time (its flexors' reflex rings in the plant's state): the replay
+    is bit-identical, and the elbow moves otherwise than the able-bodied MTG arm's."""
+    mtg = REPO / "configs" / "elbow-hold-mtg.toml"
+    rec, plain = tmp_path / "stroke.hilrec", tmp_path / "plain.hilrec"
+    out = hil("run", "--config", mtg, "--duration", "1.5", "--patient", "stroke-hemiparesis", "--record", rec)
+    assert out.returncode == 0, out.stderr
+    assert hil("run", "--config", mtg, "--duration", "1.5", "--offline", "--record", plain).returncode == 0
     rep = hil("replay", rec, "--json")
     assert rep.returncode == 0 and json.loads(rep.stdout)["identical"], rep.stdout + rep.stderr
     elbow = [RecordingReader(r).read("ticks")["frame"]["q"][:, 9] for r in (rec, plain)]

@@ -113,3 +113,60 @@ def test_the_plant_applies_the_gate_to_the_excitation_and_the_strength_to_the_to
         torque.append(work.tau.copy())
     np.testing.assert_allclose(torque[1], weak.actuators.strength * torque[0], rtol=1e-12)
     assert weak.actuators.strength[able.muscle_names.index("elbow_flexor")] < 0.9
+
+
+SPASTIC = (0.1226, 0.1, 0.03)      # gain, threshold (Lceopt/s), delay (s): configs/patients/stroke-hemiparesis.toml
+FLEXOR_GROUPS = ("bicl", "bicb", "brachialis", "brachiorad", "pronteres")
+
+
+def test_a_spastic_flexors_reflex_drives_the_elbow_flexor_after_its_delay_above_its_threshold(das3, able):
+    """The arm extending at 100 deg/s from 90 deg: the elbow flexor MTG's excitation stays 0 for the 30 ms delay
+    (round(0.03 / 0.004) = 8 steps), then rises; extending at 5 deg/s from its rest posture, no row passes its
+    threshold; able-bodied, none."""
+    spastic = mtg_for(das3, patient_of(**{g: GroupState(spasticity=SPASTIC) for g in FLEXOR_GROUPS}))
+    flexor = able.muscle_names.index("elbow_flexor")
+    rows = spastic.reflex.mtg == flexor
+    assert rows.sum() >= 10 and np.all(spastic.reflex.delay_s == 0.03)
+    assert np.all((spastic.reflex.rate[rows] > 0.05) & (spastic.reflex.rate[rows] < 0.6))   # Lceopt/s per rad/s
+    assert 0.5 < spastic.reflex.share[rows].sum() <= 1.0
+
+    plants = {id(m): MtgPlant(m, step_s=0.004) for m in (able, spastic)}      # each reused: reset between runs
+
+    def flexor_excitation(model, speed_deg_s: float, elbow_deg: float | None = 90.0) -> np.ndarray:
+        plant = plants[id(model)]
+        state = model.equilibrium_state.copy()
+        state[8] = -np.radians(speed_deg_s)
+        if elbow_deg is not None:
+            state[3] = np.radians(elbow_deg)
+        plant.reset(state)
+        seen = []
+        for _ in range(14):
+            plant.step(np.zeros(model.n_muscles))
+            seen.append(plant.excitation[flexor])
+        return np.array(seen)
+
+    fast = flexor_excitation(spastic, 100.0)
+    assert np.all(fast[:8] == 0.0) and np.all(fast[8:] > 0.01)
+    assert not flexor_excitation(spastic, 5.0, None).any()     # (reset empties the ring of the fast run)
+    assert not flexor_excitation(able, 100.0).any()
+    np.testing.assert_array_equal(flexor_excitation(spastic, 100.0), fast)
+
+
+def test_a_denervated_spastic_element_has_no_reflex(das3):
+    both = {g: GroupState(state="denervated", spasticity=SPASTIC) for g in ("bicl", "bicb")}
+    model = mtg_for(das3, patient_of(**both, brachialis=GroupState(spasticity=SPASTIC)))
+    groups = {group_of(das3.muscle_names[i]) for i in model.reflex.element}
+    assert groups == {"brachialis"} and model.reflex.mtg.shape[0] > 0
+
+
+def test_a_warm_up_leaves_the_reflex_ring_as_it_was(das3):
+    plant = MtgPlant(mtg_for(das3, patient_of(bicb=GroupState(spasticity=SPASTIC))), step_s=0.004)
+    state = plant.model.equilibrium_state.copy()
+    state[8] = -2.0
+    plant.reset(state)
+    for _ in range(3):
+        plant.step(np.zeros(plant.model.n_muscles))
+    ring, cursor = plant.workspace.rx_ring.copy(), plant.workspace.rx_cursor.copy()
+    assert ring.any()
+    plant.warmup()
+    assert np.array_equal(plant.workspace.rx_ring, ring) and np.array_equal(plant.workspace.rx_cursor, cursor)
