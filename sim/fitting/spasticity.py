@@ -20,7 +20,7 @@ from dataclasses import replace
 import numpy as np
 
 from sim.das3.kernels.polynomials import readonly
-from sim.das3.model import DOF_NAMES, MUS_REFLEX_GAIN, N_DOF, N_MUS, Das3Model, reflex_parameters
+from sim.das3.model import DOF_NAMES, MUS_REFLEX_GAIN, Das3Model, reflex_parameters
 from sim.das3.plant import Plant
 
 ELBOW = DOF_NAMES.index("ELx")
@@ -33,21 +33,25 @@ FAST_DEG_S, SLOW_DEG_S = 100.0, 5.0
 STEP_S = 0.004                  # s, the plant step of the test
 
 
-def servo_moments(model: Das3Model, speed_deg_s: float, step_s: float = STEP_S) -> tuple[np.ndarray, np.ndarray, slice]:
+def servo_moments(model, speed_deg_s: float, step_s: float = STEP_S, plant_of=Plant
+                  ) -> tuple[np.ndarray, np.ndarray, slice]:
     """(servo moment on the elbow, N m, and elbow angle, rad, at each step; the steps of the extension) of the
-    test at ``speed_deg_s``: SETTLE_S to reach and hold 90 deg from rest, the ramp to 40 deg, HOLD_S there."""
-    plant = Plant(model, step_s=step_s)
-    q_rest, start, end = plant.x[ELBOW], math.radians(START_DEG), math.radians(END_DEG)
+    test at ``speed_deg_s``: SETTLE_S to reach and hold 90 deg from rest, the ramp to 40 deg, HOLD_S there.
+    ``plant_of(model, step_s=...)``: the plant (an arm plant whose outputs give the DAS3 DOFs; default the DAS3
+    one, :class:`sim.mtg.plant.MtgPlant` for the reduced arm)."""
+    plant = plant_of(model, step_s=step_s)
+    q, qdot = plant.outputs.q, plant.outputs.qdot
+    q_rest, start, end = q[ELBOW], math.radians(START_DEG), math.radians(END_DEG)
     ramp_s = (START_DEG - END_DEG) / speed_deg_s
     n, first = int(round((SETTLE_S + ramp_s + HOLD_S) / step_s)), int(round(SETTLE_S / step_s))
-    moment, angle, u = np.zeros(n), np.zeros(n), np.zeros(N_MUS)
+    moment, angle, u = np.zeros(n), np.zeros(n), np.zeros(model.n_muscles)
     for k in range(n):
         t = k * step_s
         q_ref, v_ref = _reference(t, q_rest, start, end, ramp_s)
-        moment[k] = SERVO_STIFFNESS * (q_ref - plant.x[ELBOW]) + SERVO_DAMPING * (v_ref - plant.x[N_DOF + ELBOW])
+        moment[k] = SERVO_STIFFNESS * (q_ref - q[ELBOW]) + SERVO_DAMPING * (v_ref - qdot[ELBOW])
         plant.set_loads(moments=(0.0, 0.0, 0.0, moment[k], 0.0))
         plant.step(u)
-        angle[k] = plant.x[ELBOW]
+        angle[k] = q[ELBOW]
     return moment, angle, slice(first, first + int(round(ramp_s / step_s)))
 
 
@@ -67,11 +71,11 @@ def reflex_moment(spastic: Das3Model, still: Das3Model | np.ndarray, speed_deg_s
     return catch_test(spastic, still, speed_deg_s)[1]
 
 
-def catch_test(spastic: Das3Model, still: Das3Model | np.ndarray, speed_deg_s: float) -> tuple[np.ndarray, np.ndarray]:
+def catch_test(spastic, still, speed_deg_s: float, plant_of=Plant) -> tuple[np.ndarray, np.ndarray]:
     """(elbow angle of the spastic arm, rad, and the reflex moment, N m) from the start of the extension at
-    ``speed_deg_s`` to HOLD_S after it (:func:`reflex_moment`)."""
-    with_reflex, angle, ramp = servo_moments(spastic, speed_deg_s)
-    without = still if isinstance(still, np.ndarray) else servo_moments(still, speed_deg_s)[0]
+    ``speed_deg_s`` to HOLD_S after it (:func:`reflex_moment`); ``plant_of`` as in :func:`servo_moments`."""
+    with_reflex, angle, ramp = servo_moments(spastic, speed_deg_s, plant_of=plant_of)
+    without = still if isinstance(still, np.ndarray) else servo_moments(still, speed_deg_s, plant_of=plant_of)[0]
     return angle[ramp.start:], (without - with_reflex)[ramp.start:]
 
 

@@ -341,10 +341,10 @@ class MtgModel:
 
 
 def mtg_model_for(model_config, patient, parameters: str | Path | None = None) -> MtgModel:
-    """The MTG arm of a run: on the DAS3 segments of ``model_config`` (its strengths and denervation left out: they
-    reach the MTGs as factors), each MTG scaled for ``model_config`` (the patient applied,
+    """The MTG arm of a run: on the DAS3 segments of ``model_config`` (its strengths, denervation and reflexes left
+    out: they reach the MTGs through :mod:`sim.mtg.patient`), each MTG scaled for ``model_config`` (the patient applied,
     :func:`sim.patient.apply_patient`) and ``patient`` (:mod:`sim.mtg.patient`)."""
-    das3 = load_model(dataclasses.replace(model_config, strength=(), denervated=()))
+    das3 = load_model(dataclasses.replace(model_config, strength=(), denervated=(), spasticity=()))
     return load_mtg_model(das3, parameters, model_config, patient)
 
 

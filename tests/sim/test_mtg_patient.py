@@ -9,6 +9,7 @@ from sim.das3.kernels.multibody import multibody_eval, new_multibody_work
 from sim.das3.layout import HUMERUS_FRAME, N_DOF
 from sim.das3.model import LOAD_NAMES, load_model
 from sim.das3.muscle_groups import group_of
+from sim.fitting.spasticity import FAST_DEG_S, SLOW_DEG_S, TARGET_REFLEX_NM, catch_test, servo_moments
 from sim.mtg.arm import mtg_torques, new_mtg_work
 from sim.mtg.model import load_mtg_model
 from sim.mtg.patient import REFERENCE_POSTURES_DEG, capacity_weights, das3_angles
@@ -170,3 +171,19 @@ def test_a_warm_up_leaves_the_reflex_ring_as_it_was(das3):
     assert ring.any()
     plant.warmup()
     assert np.array_equal(plant.workspace.rx_ring, ring) and np.array_equal(plant.workspace.rx_cursor, cursor)
+
+
+def test_the_catch_test_on_the_spastic_mtg_arm_meets_the_published_reflex_moment(das3):
+    """The catch test of sim.fitting.spasticity on the MTG arm with the stroke preset's elbow flexors (strength
+    0.5, the reflex whose gain was fitted on the DAS3 arm to 3.46 N m at 100 deg/s, PMC5345015): the reflex
+    moment peaks within 30 % of that at 100 deg/s and stays below 1 mN m at 5 deg/s (the biceps' rows on the
+    shoulder MTGs catch a trace of the shoulder's settling)."""
+    def mtg(spastic: bool):
+        reflex = dict(spasticity=SPASTIC) if spastic else {}
+        return mtg_for(das3, patient_of(**{g: GroupState(strength=0.5, **reflex) for g in FLEXOR_GROUPS}))
+
+    spastic, still = mtg(True), mtg(False)
+    peak = {speed: float(np.max(catch_test(spastic, servo_moments(still, speed, plant_of=MtgPlant)[0], speed,
+                                           plant_of=MtgPlant)[1])) for speed in (FAST_DEG_S, SLOW_DEG_S)}
+    assert 0.7 * TARGET_REFLEX_NM < peak[FAST_DEG_S] < 1.3 * TARGET_REFLEX_NM
+    assert abs(peak[SLOW_DEG_S]) < 1e-3
