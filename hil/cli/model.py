@@ -54,7 +54,9 @@ def model_info(
 
         who = None if patient is None else load_patient(patient)
         config = load_model_options(model_config)
-        model = load_model(config if who is None else apply_patient(config, who))
+        if who is not None:
+            config = apply_patient(config, who)
+        model = load_model(config)
         groups = None if who is None else {"name": who.name, "sources": list(who.sources),
                                            "groups": patient_groups(who, model), "size": patient_size(who, model),
                                            "mtg": mtg_actuators(config, who)}
@@ -109,14 +111,13 @@ def model_info(
         console.print(_mtg_table(groups["mtg"]))
 
 
-def mtg_actuators(config: ModelConfig, who) -> dict:
-    """The reduced MTG arm's factors for patient ``who`` (:mod:`sim.mtg.patient`): each MTG's strength, gate and
-    reach, or ``refused``, why that arm cannot take the patient."""
+def mtg_actuators(patient_config: ModelConfig, who) -> dict:
+    """The reduced MTG arm's factors for patient ``who`` (``patient_config``: the model options with the patient
+    applied; :mod:`sim.mtg.patient`): each MTG's strength, gate and reach, or ``refused``, why that arm cannot take
+    the patient."""
     from hil.rt.plants import plant_type
     from sim.mtg.model import mtg_model_for
-    from sim.patient import apply_patient
 
-    patient_config = apply_patient(config, who)
     refused = plant_type("mtg").check(None, patient_config)
     if refused is not None:
         return {"refused": refused[1]}

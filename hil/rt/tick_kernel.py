@@ -13,7 +13,8 @@ sub-steps, then :func:`tick_outputs`, inside one numba entry.
 
 The patient's own drive (a driver with role ``voluntary``, :mod:`hil.rt.voluntary`) is latched apart from
 the stimulation: the plant gets u_plant = max(u, reach u_voluntary) per element (reach: the share of the element
-the patient's drive reaches, :mod:`hil.rt.voluntary`), while the record's ``u`` stays the stimulation's. Safety zeroes the stimulation only, never the patient's own drive.
+the patient's drive reaches, :mod:`hil.rt.voluntary`), while the record's ``u`` stays the stimulation's. Safety
+zeroes the stimulation only, never the patient's own drive.
 
 Everything the call touches is preallocated and fixed for the run, and held in one StructRef
 (:func:`tick_arrays`), so a call unboxes one object and five scalars. After the first call the engine calls

@@ -8,13 +8,13 @@ reaches take them (the model's ``voluntary_reach``: on the DAS3 arm the elements
 ``voluntary``, :mod:`sim.patient`; on the MTG arm each actuator's voluntary share, :mod:`sim.mtg.patient`); a
 command for another is rejected as ``not_voluntary``, a channel command as ``wrong_mode``. The source does not
 feed the controller watchdog: the patient's silence is not a controller fault. A silent source's drive is held
-(a person holding a posture sends nothing new); a lost source's drive goes to zero at the tick its loss is handled (logged, so a
-replay does the same), as a lost controller's stimulation does.
+(a person holding a posture sends nothing new); a lost source's drive goes to zero at the tick its loss is
+handled (logged, so a replay does the same), as a lost controller's stimulation does.
 
 The plant's excitation is u_plant = max(u_stim, reach u_voluntary) per element (:mod:`hil.rt.tick_kernel`;
-reach 1 on every DAS3 element that takes the drive): a
-modelling choice (*proposal*) that takes the patient's own drive and the stimulation as recruiting the same
-motor units, so the larger recruitment wins and neither adds to the other. Safety zeroes the stimulation only;
+reach 1 on every DAS3 element that takes the drive): a modelling choice (*proposal*) that takes the patient's own
+drive and the stimulation as recruiting the same motor units, so the larger recruitment wins and neither adds to
+the other. Safety zeroes the stimulation only;
 a ``stop`` still ends the run. The plant's denervation gate applies to the sum as to the stimulation.
 """
 from __future__ import annotations

@@ -342,8 +342,8 @@ class MtgModel:
 
 def mtg_model_for(model_config, patient, parameters: str | Path | None = None) -> MtgModel:
     """The MTG arm of a run: on the DAS3 segments of ``model_config`` (its strengths, denervation and reflexes left
-    out: they reach the MTGs through :mod:`sim.mtg.patient`), each MTG scaled for ``model_config`` (the patient applied,
-    :func:`sim.patient.apply_patient`) and ``patient`` (:mod:`sim.mtg.patient`)."""
+    out: they reach the MTGs through :mod:`sim.mtg.patient`), each MTG scaled for ``model_config`` (the patient
+    applied, :func:`sim.patient.apply_patient`) and ``patient`` (:mod:`sim.mtg.patient`)."""
     das3 = load_model(dataclasses.replace(model_config, strength=(), denervated=(), spasticity=()))
     return load_mtg_model(das3, parameters, model_config, patient)
 
@@ -354,9 +354,9 @@ def load_mtg_model(das3: Das3Model, parameters: str | Path | None = None, model_
     ``model_config`` (the patient applied) and ``patient``, each MTG scaled for the patient
     (:mod:`sim.mtg.patient`)."""
     params = load_mtg_parameters(parameters)
-    if patient is None:
-        return MtgModel(das3, params)
     plain = MtgModel(das3, params)
+    if patient is None:
+        return plain
     actuators, reflex = patient_actuators(das3, plain.arrays, model_config, patient)
     if all(np.all(f == 1.0) for f in actuators) and reflex.mtg.shape[0] == 0:
         return plain

@@ -3,9 +3,9 @@
 The MTG arm has ten actuators, not muscle groups, so a patient (:mod:`sim.patient`: per-group strength,
 denervation, voluntary control) reaches an MTG through the elements that act in its direction. Element i's
 capacity for MTG m (coordinate c, direction d) is its share of the moment the able-bodied arm can exert in that
-direction, averaged over :data:`REFERENCE_POSTURES_DEG`:
+direction, with its moment arm averaged over :data:`REFERENCE_POSTURES_DEG`:
 
-    w_im = Fmax_i * mean over postures of max(0, -d dL_i/dtheta_c)
+    w_im = Fmax_i * max(0, -d * mean over postures of dL_i/dtheta_c)
 
 (-dL_i/dtheta_c: the moment arm about the MTG's coordinate, path lengths from the DAS3 polynomials with the
 clavicle and scapula frozen as in the MTG arm). With s_i the element's Fmax factor ([model] strength times the
@@ -24,11 +24,11 @@ through, weighted by its share of the MTG's capacity, with v_i taken from the co
     u_m <- min(1, u_m + sum_i share_im G_i max(0, (rho_im / Lceopt_i) (-d qdot_c)(t - tau_i) - v_th,i)),
     share_im = w_im s_i / sum_j w_jm s_j,  rho_im = w_im / Fmax_i (its moment arm in the MTG's direction)
 
-(-d qdot_c > 0: the coordinate turning against the MTG, lengthening its muscles). The weighting is this project's *proposal* (no source reduces a patient to joint
-actuators); it is exact for an element-uniform strength. Muscles that do not cross the GH joint (trapezius,
-serratus, rhomboids, levator, pectoralis minor) have no moment arm about the shoulder coordinates with the
-girdle frozen, so their loss does not weaken the MTG shoulder, although on the DAS3 arm it does through the
-scapula.
+(-d qdot_c > 0: the coordinate turning against the MTG, lengthening its muscles). The weighting is this project's
+*proposal* (no source reduces a patient to joint actuators); it is exact for an element-uniform strength.
+Muscles that do not cross the GH joint (trapezius, serratus, rhomboids, levator, pectoralis minor) have no moment
+arm about the shoulder coordinates with the girdle frozen, so their loss does not weaken the MTG shoulder,
+although on the DAS3 arm it does through the scapula.
 """
 from __future__ import annotations
 
@@ -40,7 +40,6 @@ import numpy as np
 from sim.das3.kernels.muscles import muscle_paths, new_muscle_work
 from sim.das3.layout import MUS_FMAX, MUS_LCEOPT
 from sim.das3.model import excitation_gate, fmax_scale, reflex_parameters
-from sim.das3.muscle_groups import group_of
 from sim.mtg.arm import humerus_rotation
 
 REFERENCE_POSTURES_DEG = tuple((30.0, elevation, 0.0, 90.0, 90.0) for elevation in (30.0, 60.0, 90.0, 120.0))
@@ -100,8 +99,8 @@ def moment_arms(das3, mtg_arrays, theta) -> np.ndarray:
 
 
 def direction_arms(das3, mtg_arrays) -> np.ndarray:
-    """(n_mtg, n_elements) rho_im = mean over :data:`REFERENCE_POSTURES_DEG` of max(0, -d dL_i/dtheta_c), m/rad:
-    element i's moment arm in MTG m's direction (0 where it turns the coordinate the other way)."""
+    """(n_mtg, n_elements) rho_im = max(0, -d * mean over :data:`REFERENCE_POSTURES_DEG` of dL_i/dtheta_c), m/rad:
+    element i's mean moment arm in MTG m's direction (0 where on average it turns the coordinate the other way)."""
     postures = np.radians(np.array(REFERENCE_POSTURES_DEG))
     arms = np.mean([moment_arms(das3, mtg_arrays, theta) for theta in postures], axis=0)
     rho = np.zeros((mtg_arrays.mtg_coord.shape[0], arms.shape[0]))
@@ -155,8 +154,8 @@ def actuator_reflex(rho: np.ndarray, capacity: np.ndarray, lceopt: np.ndarray, i
     acts = (capacity > 0.0) & ((reflex[:, 0] > 0.0) & innervated)[None, :]
     m, i = np.nonzero(acts)
     share = capacity[m, i] / capacity.sum(axis=1)[m]
-    return ActuatorReflex(i.astype(np.int64), m.astype(np.int64), share, rho[m, i] / lceopt[i], reflex[i, 0].copy(), reflex[i, 1].copy(),
-                          reflex[i, 2].copy())
+    return ActuatorReflex(i.astype(np.int64), m.astype(np.int64), share, rho[m, i] / lceopt[i], reflex[i, 0].copy(),
+                          reflex[i, 1].copy(), reflex[i, 2].copy())
 
 
 def patient_actuators(das3, mtg_arrays, model_config, patient) -> tuple[ActuatorPatient, ActuatorReflex]:
@@ -170,7 +169,7 @@ def patient_actuators(das3, mtg_arrays, model_config, patient) -> tuple[Actuator
     names = tuple(das3.muscle_names)
     scale = fmax_scale(model_config.strength, names)
     innervated = excitation_gate(model_config.denervated, names) > 0.0
-    voluntary = np.array([patient.state_of(group_of(name)).state == "voluntary" for name in names])
+    voluntary = das3.voluntary_reach(patient) > 0.0
     reflex = reflex_parameters(model_config.spasticity, names)
     if np.all(scale == 1.0) and innervated.all() and voluntary.all() and not reflex[:, 0].any():
         return able_bodied(n_mtg), no_reflex()
