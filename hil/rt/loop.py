@@ -188,9 +188,12 @@ class RealtimeLoop:
             self._stop_reason = reason
         self._stop = True
 
-    def run(self, n_ticks: int | None, progress=None, keep_lateness: bool = True) -> RunSummary:
+    def run(self, n_ticks: int | None, progress=None, keep_lateness: bool = True, on_start=None) -> RunSummary:
         """Run ``n_ticks`` ticks (None: until :meth:`request_stop`). ``progress(tick)`` is called at
-        most every 100 ms from the loop, between ticks."""
+        most every 100 ms from the loop, between ticks. ``on_start()`` is called once the loop is set up
+        (scheduling, memory lock, a collected and frozen heap, the kernels touched), right before the wait for
+        the first tick: setting up takes as long as the process's memory and heap are large, which no tick
+        watchdog may count as a tick."""
         summary = RunSummary()
         summary.realtime = setup_realtime(self.config)
         if self.metrics is not None:
@@ -204,6 +207,8 @@ class RealtimeLoop:
         gc.disable()
         self.engine.warmup()        # touch every kernel and the plant's data right before the first tick
         try:
+            if on_start is not None:
+                on_start()
             self._ticks(n_ticks, summary, timing_log, progress)
         finally:
             if self.metrics is not None:

@@ -207,6 +207,11 @@ class RealtimeRun:
         self.loop = RealtimeLoop(body, cfg.loop, metrics=self.metrics, stall_timeout_s=cfg.safety.tick_stall_timeout_s,
                                  ticks_cell=self.status.cell("ticks"))
 
+    def _ticking(self) -> None:
+        """The loop is set up and about to tick: from here the supervisor's stall watch, the orphan watch and
+        systemd's READY=1 and watchdog count ticks (STATE_RUNNING)."""
+        self.status.state = service.STATE_RUNNING
+
     def _counters(self) -> RunCounters:
         """The run's counters: in the supervisor's metrics block when metrics are on (so the exporter serves
         them as they change), else in a private one."""
@@ -223,10 +228,9 @@ class RealtimeRun:
             raise RunAborted("stopped by a signal during warm-up")
         service.announce_ports(self.drivers, self.spec.port_file, self.spec.metrics_address)
         self.ports_written = bool(self.spec.port_file)
-        self.status.state = service.STATE_RUNNING
         health = HealthCheck(self, self.loop, self.status)
         cpu0, wall0 = time.process_time(), time.monotonic()
-        summary = self.loop.run(self.n_ticks, progress=health)
+        summary = self.loop.run(self.n_ticks, progress=health, on_start=self._ticking)
         self.status.state = service.STATE_FINISHING     # no more ticks: not a stall
         if summary.stall_s and not self.status.stall_s:   # the loop found the stall first: the recording says so
             self.status.stall_s, self.status.stall_tick = summary.stall_s, summary.ticks - 1

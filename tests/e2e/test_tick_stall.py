@@ -127,6 +127,30 @@ def test_a_stuck_controller_ends_the_run_with_stimulation_stopped(tmp_path, stal
     assert reported == {"tick": STALL_AT_TICK, "duration_s": float(stop["values"][0])}
 
 
+LARGE_HEAP_PLUGIN = """
+    from drivers.controllers.plugin import ChannelCommand, Controller
+    class Plugin(Controller):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.table = [[] for _ in range(3_000_000)]     # a model held as Python objects
+        def step(self, tick, time_s, frame):
+            return [ChannelCommand(4, 300.0, 30.0, 40.0)]
+    """
+
+
+def test_a_plugin_with_a_large_heap_starts_without_a_false_stall(tmp_path):
+    """Setting the loop up (memory lock, a full garbage collection, then a frozen heap) takes as long as the
+    controller's heap is large; the stall watch starts counting at the first tick, not before. A loop that set
+    itself up under the watch stalled "in tick 0" at the shortest timeout with this heap."""
+    cfg = plugin_config(tmp_path, "", 250)
+    (tmp_path / "plugin.py").write_text(textwrap.dedent(LARGE_HEAP_PLUGIN))       # in place of the stalling one
+    proc = hil_run("--config", cfg, "--duration", 0.5, "--json")
+    out, err = finish(proc)
+    assert proc.returncode == 0 and "stalled" not in err, err
+    summary = json.loads(out)
+    assert summary["ok"] and summary["stopped_by"] == "duration" and not summary.get("stalls")
+
+
 def test_sigkill_of_the_supervisor_while_the_controller_is_stuck_leaves_nothing(tmp_path):
     """The real-time process cannot act on its parent's death while its loop is stuck: the orphan watch kills
     it, its helpers die with it, and no shared memory or port file is left behind."""
