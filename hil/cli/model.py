@@ -1,6 +1,7 @@
 """``hil model``: inspect the DAS3 model (DOFs, muscle elements) and solve its passive equilibrium."""
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from pathlib import Path
@@ -113,8 +114,9 @@ def model_info(
 
 def mtg_actuators(patient_config: ModelConfig, who) -> dict:
     """The reduced MTG arm's factors for patient ``who`` (``patient_config``: the model options with the patient
-    applied; :mod:`sim.mtg.patient`): each MTG's strength, gate and reach, or ``refused``, why that arm cannot take
-    the patient."""
+    applied; :mod:`sim.mtg.patient`): each MTG's strength, gate and reach, and with a contracture each coordinate it
+    acts on with its rest angle and the able-bodied one (:mod:`sim.mtg.contracture`); or ``refused``, why that arm
+    cannot take the patient."""
     from hil.rt.plants import plant_type
     from sim.mtg.model import mtg_model_for
 
@@ -122,8 +124,14 @@ def mtg_actuators(patient_config: ModelConfig, who) -> dict:
     if refused is not None:
         return {"refused": refused[1]}
     mtg = mtg_model_for(patient_config, who)
-    return {"actuators": [{"name": n, "strength": float(s), "gate": float(g), "reach": float(r)}
-                          for n, s, g, r in zip(mtg.muscle_names, *mtg.actuators)]}
+    doc = {"actuators": [{"name": n, "strength": float(s), "gate": float(g), "reach": float(r)}
+                         for n, s, g, r in zip(mtg.muscle_names, *mtg.actuators)]}
+    if mtg.contracture.n_knots.any():
+        able = mtg_model_for(dataclasses.replace(patient_config, contracture=()), who)
+        doc["contracture"] = [{"coordinate": name, "rest_deg": math.degrees(mtg.equilibrium_state[c]),
+                               "able_bodied_rest_deg": math.degrees(able.equilibrium_state[c])}
+                              for c, name in enumerate(mtg.coordinate_names) if mtg.contracture.n_knots[c]]
+    return doc
 
 
 def _mtg_table(mtg: dict) -> Table | str:
@@ -134,6 +142,9 @@ def _mtg_table(mtg: dict) -> Table | str:
         table.add_column(column)
     for a in mtg["actuators"]:
         table.add_row(a["name"], f"{a['strength']:.3f}", f"{a['gate']:.3f}", f"{a['reach']:.3f}")
+    if "contracture" in mtg:
+        table.caption = "contracture, rest angle (able-bodied): " + ", ".join(
+            f"{c['coordinate']} {c['rest_deg']:.1f} deg ({c['able_bodied_rest_deg']:.1f})" for c in mtg["contracture"])
     return table
 
 

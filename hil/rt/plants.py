@@ -220,9 +220,8 @@ def _mtg_plant(model, cfg, step_s: float, initial_state):
 
 def _mtg_check(cfg_plant, cfg_model) -> tuple[str, str] | None:
     """The parts of a patient the MTG arm cannot take: its actuators take strength, denervation, voluntary control
-    and stretch reflexes (:mod:`sim.mtg.patient`), not a muscle's passive length nor another arm size."""
-    if cfg_model.contracture:
-        return "patient.groups", "a contracture needs the das3 plant (the mtg arm has no muscle slack lengths)"
+    and stretch reflexes (:mod:`sim.mtg.patient`), its coordinates a contracture's passive moments
+    (:mod:`sim.mtg.contracture`); not another arm size."""
     if cfg_model.sized:
         return "patient.size", "scales the DAS3 arm; the mtg plant's arm is its parameter file (plant.mtg_parameters)"
     return None

@@ -67,7 +67,7 @@ from sim.das3.layout import (
     Das3Model,
     ModelArrays,
 )
-from sim.das3.muscle_groups import element_indices
+from sim.das3.muscle_groups import element_indices, unknown_muscle
 from sim.das3.release import joint_location, muscle_element_names, read_model_data
 from sim.subject_size import scaled_engin, scaled_model_data, scaled_moments
 
@@ -266,7 +266,10 @@ def element_values(pairs, names: tuple[str, ...], default: float, width: int = 0
     earlier one. ``width`` 0: one value per element, (n,); else ``width`` values, (n, width)."""
     values = np.full((len(names), width) if width else len(names), default, float)
     for key, *value in pairs:
-        values[element_indices(key, names)] = value if width else value[0]
+        members = element_indices(key, names)
+        if members is None:             # (indexing with None would set every element)
+            raise ValueError(unknown_muscle(key, names))
+        values[members] = value if width else value[0]
     return values
 
 

@@ -28,6 +28,7 @@ import numpy as np
 
 from sim.jit.kernel import kernel
 from sim.mtg.curves import mtg_torque
+from sim.mtg.table import hermite_table
 
 N_COORD = 5
 
@@ -61,6 +62,11 @@ class MtgArrays(NamedTuple):
     reflex_rate: np.ndarray    # (k,) its lengthening velocity per stretch of the coordinate, Lceopt/s per rad/s
     reflex_gain: np.ndarray    # (k,) excitation per Lceopt/s above the threshold
     reflex_threshold: np.ndarray  # (k,) Lceopt/s
+    contr_start: np.ndarray    # (5,) a contracture's moment table per coordinate (sim.mtg.contracture): first knot, rad
+    contr_step: np.ndarray     # (5,) knot spacing, rad
+    contr_knots: np.ndarray    # (5,) int: knots (0: no table)
+    contr_value: np.ndarray    # (5, k) N m at the knots
+    contr_slope: np.ndarray    # (5, k) N m/rad at the knots
     mtg_fit: np.ndarray        # (n, 7) s_a, s_v, delta_p, lambda_a, lambda_v, lambda_p, s_tau
     mtg_act: np.ndarray        # (n, 4) c1, c2 rising; c1, c2 falling
     a_xs: np.ndarray           # (n, segments, 6) active-torque-angle curve control points
@@ -404,6 +410,11 @@ def generalized_forces(A, q, qd, a, loads, W):
     for j in range(N_COORD):
         W.Q[j] -= A.damping[j] * qd[j]
         W.D[j, j] -= A.damping[j]
+        if A.contr_knots[j] > 0:
+            v, dv = hermite_table(A.contr_start[j], A.contr_step[j], A.contr_knots[j], A.contr_value[j],
+                                 A.contr_slope[j], q[j])
+            W.Q[j] += v
+            W.K[j, j] += dv
         if q[j] < A.stop_lo[j]:
             e = A.stop_lo[j] - q[j]
             W.Q[j] += A.stop_k2[j] * e * e

@@ -25,6 +25,7 @@ from sim.das3.model import HUMERUS_FRAME, LOAD_NAMES, SCAPULA_FRAME, Das3Model, 
 from sim.errors import UserInputError
 from sim.input_file import InputFileError, read_input_file
 from sim.mtg.arm import MtgArrays, bias_and_mass, generalized_forces, kinematics, new_mtg_work
+from sim.mtg.contracture import ContractureTable, contracture_table, no_contracture
 from sim.mtg.curves import ActiveTorqueAngle, FitParameters, MtgCurves, PassiveTorqueAngle, TorqueVelocity
 from sim.mtg.patient import ActuatorPatient, ActuatorReflex, able_bodied, no_reflex, patient_actuators
 
@@ -206,7 +207,7 @@ def _frozen_girdle(das3: Das3Model):
 
 
 def _arrays(das3: Das3Model, params: MtgParameters, girdle, actuators: ActuatorPatient,
-            reflex: ActuatorReflex) -> MtgArrays:
+            reflex: ActuatorReflex, contracture: ContractureTable) -> MtgArrays:
     A = das3.arrays
     girdle_q, gh_centre, scap_R = girdle[:3]
     frame_to_seg = {HUMERUS_FRAME: 0, HUMERUS_FRAME + 1: 1, HUMERUS_FRAME + 2: 2}
@@ -233,6 +234,9 @@ def _arrays(das3: Das3Model, params: MtgParameters, girdle, actuators: ActuatorP
         mtg_gate=np.array(actuators.gate, dtype=np.float64),
         reflex_mtg=reflex.mtg.copy(), reflex_share=reflex.share.copy(), reflex_rate=reflex.rate.copy(),
         reflex_gain=reflex.gain.copy(), reflex_threshold=reflex.threshold.copy(),
+        contr_start=contracture.start.copy(), contr_step=contracture.step.copy(),
+        contr_knots=contracture.n_knots.copy(), contr_value=contracture.value.copy(),
+        contr_slope=contracture.slope.copy(),
         mtg_fit=np.array([[s.fit.s_a, s.fit.s_v, s.fit.delta_p, s.fit.lambda_a, s.fit.lambda_v, s.fit.lambda_p,
                            s.fit.s_tau] for s in params.mtgs]),
         mtg_act=act, a_xs=ax, a_ys=ay, v_xs=vx, v_ys=vy, p_xs=px, p_ys=py)
@@ -245,21 +249,23 @@ class MtgModel:
     stimulation map targets MTGs), ``dof_names`` and ``dof_ranges`` are the DAS3 DOFs the sensor frame reports
     (clavicle and scapula frozen, GH angles derived from the humerus). ``actuators`` and ``reflex``: the patient's
     factors on each MTG and the spastic elements' reflexes on them (:mod:`sim.mtg.patient`; all 1 and none for the
-    published arm)."""
+    published arm); ``contracture``: the contracted elements' extra passive moment on each coordinate
+    (:mod:`sim.mtg.contracture`; none for the published arm)."""
 
     kind = "mtg"                 # the registered plant type it drives (hil.rt.plants)
     load_names = LOAD_NAMES      # the DAS3 arm's loads
     has_glenohumeral = False     # no GH force or stability (NaN in the frame)
 
     def __init__(self, das3: Das3Model, params: MtgParameters, actuators: ActuatorPatient | None = None,
-                 reflex: ActuatorReflex | None = None) -> None:
+                 reflex: ActuatorReflex | None = None, contracture: ContractureTable | None = None) -> None:
         self.das3 = das3
         self.params = params
         self.config = das3.config
         girdle = _frozen_girdle(das3)
         self.actuators = able_bodied(len(params.mtgs)) if actuators is None else actuators
         self.reflex = no_reflex() if reflex is None else reflex
-        self.arrays = _arrays(das3, params, girdle, self.actuators, self.reflex)
+        self.contracture = no_contracture() if contracture is None else contracture
+        self.arrays = _arrays(das3, params, girdle, self.actuators, self.reflex, self.contracture)
         for a in self.arrays:
             a.flags.writeable = False
         self.muscle_names = list(params.names)
@@ -269,8 +275,9 @@ class MtgModel:
         self.coordinate_names = COORDINATES
         self.n_states = 10 + self.n_muscles
         identity = das3.data_sha256 + params.canonical_json
-        if actuators is not None or reflex is not None:
+        if actuators is not None or reflex is not None or contracture is not None:
             identity += np.stack(self.actuators).tobytes().hex() + b"".join(r.tobytes() for r in self.reflex).hex()
+            identity += b"".join(t.tobytes() for t in self.contracture).hex()
         self.data_sha256 = hashlib.sha256(identity.encode()).hexdigest()
         self.das3_posture = np.array([*girdle[3], girdle[4], girdle[5]])
         self._rest = None
@@ -341,10 +348,10 @@ class MtgModel:
 
 
 def mtg_model_for(model_config, patient, parameters: str | Path | None = None) -> MtgModel:
-    """The MTG arm of a run: on the DAS3 segments of ``model_config`` (its strengths, denervation and reflexes left
-    out: they reach the MTGs through :mod:`sim.mtg.patient`), each MTG scaled for ``model_config`` (the patient
-    applied, :func:`sim.patient.apply_patient`) and ``patient`` (:mod:`sim.mtg.patient`)."""
-    das3 = load_model(dataclasses.replace(model_config, strength=(), denervated=(), spasticity=()))
+    """The MTG arm of a run: on the DAS3 segments of ``model_config`` (its strengths, denervation, reflexes and
+    contractures left out: they reach the MTGs through :mod:`sim.mtg.patient` and :mod:`sim.mtg.contracture`), each
+    MTG scaled for ``model_config`` (the patient applied, :func:`sim.patient.apply_patient`) and ``patient``."""
+    das3 = load_model(dataclasses.replace(model_config, strength=(), denervated=(), spasticity=(), contracture=()))
     return load_mtg_model(das3, parameters, model_config, patient)
 
 
@@ -352,12 +359,14 @@ def load_mtg_model(das3: Das3Model, parameters: str | Path | None = None, model_
                    patient=None) -> MtgModel:
     """The MTG arm on ``das3``'s segments with the parameter file ``parameters`` (default: the shipped one); with
     ``model_config`` (the patient applied) and ``patient``, each MTG scaled for the patient
-    (:mod:`sim.mtg.patient`)."""
+    (:mod:`sim.mtg.patient`) and the contracted elements' passive moments added (:mod:`sim.mtg.contracture`)."""
     params = load_mtg_parameters(parameters)
     plain = MtgModel(das3, params)
     if patient is None:
         return plain
     actuators, reflex = patient_actuators(das3, plain.arrays, model_config, patient)
-    if all(np.all(f == 1.0) for f in actuators) and reflex.mtg.shape[0] == 0:
+    contracture = contracture_table(das3, plain.arrays, plain.equilibrium_state[:5], model_config.contracture)
+    if (all(np.all(f == 1.0) for f in actuators) and reflex.mtg.shape[0] == 0
+            and not contracture.n_knots.any()):
         return plain
-    return MtgModel(das3, params, actuators, reflex)
+    return MtgModel(das3, params, actuators, reflex, contracture)

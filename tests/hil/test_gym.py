@@ -133,11 +133,15 @@ def test_on_the_mtg_arm_a_patients_episodes_differ_from_able_bodied_and_the_batc
         obs, _, term, trunc, _ = batch.step(np.stack([a, a]))
         seen.append(obs[0].tobytes())
     assert seen == c5_obs[:len(seen)]
-    tight = tmp_path / "tight.toml"
-    tight.write_text('[patient]\nname = "tight"\n[patient.groups.bicb]\ncontracture_lceopt = 0.2\n')
-    with pytest.raises(ValueError, match="contracture needs the das3 plant"):      # one line, the env unchanged
-        single.reset(options={"patient": str(tight)})
+    tall = tmp_path / "tall.toml"
+    tall.write_text('[patient]\nname = "tall"\n[patient.size]\nlength_scale = 1.1\n')
+    with pytest.raises(ValueError, match="scales the DAS3 arm"):      # one line, the env unchanged
+        single.reset(options={"patient": str(tall)})
     assert rollout(single, 7, actions, c5)[0] == c5_obs
+    tight = tmp_path / "tight.toml"
+    tight.write_text('[patient]\nname = "tight"\n[patient.groups.brachialis]\ncontracture_lceopt = 0.2\n')
+    tight_obs = rollout(single, 7, actions, {"patient": str(tight)})[0]
+    assert tight_obs[0] != able_obs[0]           # a contracted arm rests elsewhere
 
 
 def test_level_actions_reach_the_channels_through_the_limits():

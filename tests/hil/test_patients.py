@@ -3,6 +3,7 @@ and its recording and replay."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -98,8 +99,9 @@ def test_a_patient_file_holds_only_its_table_and_no_other_preset(tmp_path):
 
 
 def test_the_mtg_plant_takes_a_patient_and_refuses_what_it_cannot_model(tmp_path):
-    """Strengths, states, denervation and stretch reflexes reach the MTG arm's actuators (sim.mtg.patient); a
-    contracture or another size need the das3 plant: one line naming the patient's key."""
+    """Strengths, states, denervation and stretch reflexes reach the MTG arm's actuators (sim.mtg.patient), a
+    contracture its coordinates (sim.mtg.contracture); another size needs the das3 plant: one line naming the
+    patient's key."""
     mtg = REPO / "configs" / "elbow-hold-mtg.toml"
 
     def mtg_model(text: str):
@@ -111,13 +113,14 @@ def test_the_mtg_plant_takes_a_patient_and_refuses_what_it_cannot_model(tmp_path
     assert 0.5 < weak_biceps.actuators.strength[weak_biceps.muscle_names.index("elbow_flexor")] < 1.0
     stroke = mtg_model('[patient]\npreset = "stroke-hemiparesis"')
     assert stroke.muscle_names.index("elbow_flexor") in stroke.reflex.mtg and not able.reflex.mtg.size
-    for patient, key, words in (('[patient.groups.bicb]\ncontracture_lceopt = 0.2', "patient.groups", "contracture"),
-                                ('[patient.size]\nlength_scale = 1.1', "patient.size", "mtg plant's arm")):
-        with pytest.raises(ConfigError) as err:
-            load_service_config(_config(tmp_path, f"[patient]\n{patient}", mtg))
-        assert err.value.key == key and "the mtg plant cannot take the patient" in err.value.reason
-        assert words in err.value.reason
-    out = hil("check-config", _config(tmp_path, '[patient]\n[patient.groups.bicb]\ncontracture_lceopt = 0.2', mtg))
+    tight = mtg_model('[patient]\n[patient.groups.brachialis]\ncontracture_lceopt = 0.2')
+    assert tight.contracture.n_knots[3] > 0 and not able.contracture.n_knots.any()
+    assert tight.equilibrium_state[3] > able.equilibrium_state[3] + math.radians(10.0)     # rests flexed
+    with pytest.raises(ConfigError) as err:
+        load_service_config(_config(tmp_path, "[patient]\n[patient.size]\nlength_scale = 1.1", mtg))
+    assert err.value.key == "patient.size" and "the mtg plant cannot take the patient" in err.value.reason
+    assert "mtg plant's arm" in err.value.reason
+    out = hil("check-config", _config(tmp_path, '[patient]\n[patient.size]\nlength_scale = 1.1', mtg))
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
 
 
@@ -139,7 +142,9 @@ def test_model_info_lists_each_groups_state(tmp_path):
     assert len(mtg) == 10 and mtg["elbow_extensor"]["reach"] == 0.0 and mtg["elbow_extensor"]["strength"] == pytest.approx(0.36)
     (tmp_path / "tight.toml").write_text('[patient]\nname = "tight"\n[patient.groups.bicb]\ncontracture_lceopt = 0.2\n')
     tight = json.loads(hil("model", "info", "--patient", tmp_path / "tight.toml", "--json").stdout)["patient"]
-    assert "contracture" in tight["mtg"]["refused"]
+    [elbow] = [c for c in tight["mtg"]["contracture"] if c["coordinate"] == "elbow_flexion"]
+    assert elbow["rest_deg"] != elbow["able_bodied_rest_deg"]
+    assert "contracture" not in doc["mtg"]
     bad = hil("model", "info", "--patient", "nobody")
     assert bad.returncode == 2 and "unknown preset 'nobody'" in bad.stderr and "Traceback" not in bad.stderr
 
@@ -165,16 +170,21 @@ def test_a_patient_run_is_recorded_and_replays_without_its_file(tmp_path):
     assert np.max(np.abs(elbow[0] - elbow[1])) > 1e-3
 
 
-def test_a_spastic_patients_mtg_run_replays_bit_for_bit(tmp_path):
-    """The stroke preset on the MTG arm (its flexors' reflex rings in the plant's state): the replay is
-    bit-identical, and the elbow moves otherwise than the able-bodied MTG arm's. Offline: a real-time run here
-    would compete for the loop's CPU with the serial group's (tests/conftest.py REALTIME)."""
+@pytest.mark.parametrize("patient", ["stroke-hemiparesis", "contracted.toml"])
+def test_a_patients_mtg_run_replays_bit_for_bit(tmp_path, patient):
+    """The stroke preset (its flexors' reflex rings in the plant's state) and a contracture (its moment tables in
+    the model) on the MTG arm: the replay is bit-identical, and the elbow moves otherwise than the able-bodied MTG
+    arm's. Offline: a real-time run here would compete for the loop's CPU with the serial group's
+    (tests/conftest.py REALTIME)."""
+    (tmp_path / "contracted.toml").write_text('[patient]\nname = "contracted"\n'
+                                              '[patient.groups.brachialis]\ncontracture_lceopt = 0.2\n')
+    patient = tmp_path / patient if patient.endswith(".toml") else patient
     mtg = REPO / "configs" / "elbow-hold-mtg.toml"
-    rec, plain = tmp_path / "stroke.hilrec", tmp_path / "plain.hilrec"
-    out = hil("run", "--config", mtg, "--duration", "1.5", "--offline", "--patient", "stroke-hemiparesis",
-              "--record", rec)
+    rec, plain = tmp_path / "patient.hilrec", tmp_path / "plain.hilrec"
+    out = hil("run", "--config", mtg, "--duration", "1.5", "--offline", "--patient", patient, "--record", rec)
     assert out.returncode == 0, out.stderr
     assert hil("run", "--config", mtg, "--duration", "1.5", "--offline", "--record", plain).returncode == 0
+    (tmp_path / "contracted.toml").unlink()                     # the recording holds the resolved patient
     rep = hil("replay", rec, "--json")
     assert rep.returncode == 0 and json.loads(rep.stdout)["identical"], rep.stdout + rep.stderr
     elbow = [RecordingReader(r).read("ticks")["frame"]["q"][:, 9] for r in (rec, plain)]
