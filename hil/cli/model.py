@@ -47,7 +47,7 @@ def model_info(
     """The model options in effect (muscle model, passive shoulder moments, hand weight, glenoid rim, joint
     stiffness), the DOFs with their ranges and the muscle elements with the DOFs they cross; with --patient,
     each muscle group's state, strength and Fmax factor, and the reduced MTG arm's actuator factors for the
-    patient (or why that arm cannot take it)."""
+    patient."""
     with user_errors():
         from hil.patients import load_patient, patient_groups, patient_size
         from sim.das3.model import load_model
@@ -115,14 +115,9 @@ def model_info(
 def mtg_actuators(patient_config: ModelConfig, who) -> dict:
     """The reduced MTG arm's factors for patient ``who`` (``patient_config``: the model options with the patient
     applied; :mod:`sim.mtg.patient`): each MTG's strength, gate and reach, and with a contracture each coordinate it
-    acts on with its rest angle and the able-bodied one (:mod:`sim.mtg.contracture`); or ``refused``, why that arm
-    cannot take the patient."""
-    from hil.rt.plants import plant_type
+    acts on with its rest angle and the able-bodied one (:mod:`sim.mtg.contracture`)."""
     from sim.mtg.model import mtg_model_for
 
-    refused = plant_type("mtg").check(None, patient_config)
-    if refused is not None:
-        return {"refused": refused[1]}
     mtg = mtg_model_for(patient_config, who)
     doc = {"actuators": [{"name": n, "strength": float(s), "gate": float(g), "reach": float(r)}
                          for n, s, g, r in zip(mtg.muscle_names, *mtg.actuators)]}
@@ -134,9 +129,7 @@ def mtg_actuators(patient_config: ModelConfig, who) -> dict:
     return doc
 
 
-def _mtg_table(mtg: dict) -> Table | str:
-    if "refused" in mtg:
-        return f"MTG arm: cannot take this patient ({mtg['refused']})"
+def _mtg_table(mtg: dict) -> Table:
     table = Table(title="MTG arm: each actuator's factors (strength on tau_max, excitation gate, own drive's reach)")
     for column in ("MTG", "strength", "gate", "reach"):
         table.add_column(column)

@@ -208,8 +208,8 @@ MTG_OPTIONS = Section("plant (mtg)", "Keys only the reduced MTG arm (`type = \"m
 
 
 def _mtg_model(cfg):
-    """The MTG arm on the published DAS3 segments, each MTG scaled for the config's strength and patient
-    (:mod:`sim.mtg.patient`)."""
+    """The MTG arm on the DAS3 segments of the config's subject size, each MTG scaled for the config's strength,
+    patient and size (:mod:`sim.mtg.patient`, :mod:`sim.mtg.contracture`, :func:`sim.mtg.model.moment_scale`)."""
     params = cfg.plant.options["mtg_parameters"]
     return mtg_model_for(cfg.model, cfg.patient, None if params == "default" else config_file(cfg, params))
 
@@ -218,17 +218,8 @@ def _mtg_plant(model, cfg, step_s: float, initial_state):
     return MtgPlant(model, step_s=step_s, initial_state=initial_state)
 
 
-def _mtg_check(cfg_plant, cfg_model) -> tuple[str, str] | None:
-    """The parts of a patient the MTG arm cannot take: its actuators take strength, denervation, voluntary control
-    and stretch reflexes (:mod:`sim.mtg.patient`), its coordinates a contracture's passive moments
-    (:mod:`sim.mtg.contracture`); not another arm size."""
-    if cfg_model.sized:
-        return "patient.size", "scales the DAS3 arm; the mtg plant's arm is its parameter file (plant.mtg_parameters)"
-    return None
-
-
 MTG = register_plant(PlantType(
     name="mtg", doc="the reduced muscle-torque-generator arm (sim.mtg.plant)", model_class=MtgModel,
     load_model=_mtg_model, make_plant=_mtg_plant, tick=compute_tick_mtg, batch_tick=mtg_ticks,
     options=MTG_OPTIONS,
-    file_options=("mtg_parameters",), check=_mtg_check))
+    file_options=("mtg_parameters",)))

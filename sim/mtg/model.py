@@ -206,9 +206,17 @@ def _frozen_girdle(das3: Das3Model):
             float(q[9]), float(q[10]))
 
 
+def moment_scale(config) -> float:
+    """s_F s_L: a subject's moments against the reference subject's (``sim.subject_size``: forces x s_F, moment arms
+    x s_L), on the MTGs' tau_max (active and passive torque) and the elevation stops; the damping and the elbow and
+    forearm stops come scaled with the DAS3 arm's passive joint moments (``arrays.joint_k``). 1 at scale 1."""
+    return config.force_scale * config.length_scale if config.sized else 1.0
+
+
 def _arrays(das3: Das3Model, params: MtgParameters, girdle, actuators: ActuatorPatient,
             reflex: ActuatorReflex, contracture: ContractureTable) -> MtgArrays:
     A = das3.arrays
+    size = moment_scale(das3.config)
     girdle_q, gh_centre, scap_R = girdle[:3]
     frame_to_seg = {HUMERUS_FRAME: 0, HUMERUS_FRAME + 1: 1, HUMERUS_FRAME + 2: 2}
     bodies = [b for b in range(A.body_mass.shape[0]) if int(A.body_frame[b]) in frame_to_seg]
@@ -223,13 +231,13 @@ def _arrays(das3: Das3Model, params: MtgParameters, girdle, actuators: ActuatorP
         body_mass=A.body_mass[bodies].copy(), body_com=A.body_com[bodies].copy(),
         body_inertia=A.body_inertia[bodies].copy(), body_weight=A.body_weight[bodies].copy(),
         gravity=A.gravity.copy(), hand_com=A.hand_com_radius.copy(),
-        damping=np.full(5, das3.config.joint_damping), scapula_R=scap_R, girdle_q=girdle_q,
+        damping=np.full(5, A.joint_k[2]), scapula_R=scap_R, girdle_q=girdle_q,
         stop_lo=np.array([-np.inf, ELEVATION_STOPS_RAD[0], -np.inf, *das3.dof_ranges[9:11, 0]]),
         stop_hi=np.array([np.inf, ELEVATION_STOPS_RAD[1], np.inf, *das3.dof_ranges[9:11, 1]]),
-        stop_k2=np.array([0.0, ELEVATION_STOP_K2, 0.0, das3.config.joint_k2, das3.config.joint_k2]),
+        stop_k2=np.array([0.0, ELEVATION_STOP_K2 * size, 0.0, A.joint_k[1], A.joint_k[1]]),
         mtg_coord=np.array([s.coordinate for s in params.mtgs], dtype=np.int64),
         mtg_dir=np.array([float(s.direction) for s in params.mtgs]),
-        mtg_const=np.array([[s.curves.active.theta_opt, s.curves.velocity.omega_max, s.curves.tau_max * strength,
+        mtg_const=np.array([[s.curves.active.theta_opt, s.curves.velocity.omega_max, s.curves.tau_max * strength * size,
                              s.curves.beta] for s, strength in zip(params.mtgs, actuators.strength)]),
         mtg_gate=np.array(actuators.gate, dtype=np.float64),
         reflex_mtg=reflex.mtg.copy(), reflex_share=reflex.share.copy(), reflex_rate=reflex.rate.copy(),
@@ -275,6 +283,8 @@ class MtgModel:
         self.coordinate_names = COORDINATES
         self.n_states = 10 + self.n_muscles
         identity = das3.data_sha256 + params.canonical_json
+        if das3.config.sized:
+            identity += repr((das3.config.length_scale, das3.config.mass_scale, das3.config.force_scale))
         if actuators is not None or reflex is not None or contracture is not None:
             identity += np.stack(self.actuators).tobytes().hex() + b"".join(r.tobytes() for r in self.reflex).hex()
             identity += b"".join(t.tobytes() for t in self.contracture).hex()

@@ -133,15 +133,14 @@ def test_on_the_mtg_arm_a_patients_episodes_differ_from_able_bodied_and_the_batc
         obs, _, term, trunc, _ = batch.step(np.stack([a, a]))
         seen.append(obs[0].tobytes())
     assert seen == c5_obs[:len(seen)]
-    tall = tmp_path / "tall.toml"
-    tall.write_text('[patient]\nname = "tall"\n[patient.size]\nlength_scale = 1.1\n')
-    with pytest.raises(ValueError, match="scales the DAS3 arm"):      # one line, the env unchanged
-        single.reset(options={"patient": str(tall)})
+    with pytest.raises(ValueError, match="unknown preset 'nobody'"):      # one line, the env unchanged
+        single.reset(options={"patient": "nobody"})
     assert rollout(single, 7, actions, c5)[0] == c5_obs
-    tight = tmp_path / "tight.toml"
-    tight.write_text('[patient]\nname = "tight"\n[patient.groups.brachialis]\ncontracture_lceopt = 0.2\n')
-    tight_obs = rollout(single, 7, actions, {"patient": str(tight)})[0]
-    assert tight_obs[0] != able_obs[0]           # a contracted arm rests elsewhere
+    for name, table in (("tight", "[patient.groups.brachialis]\ncontracture_lceopt = 0.2"),
+                        ("small", "[patient.size]\nheight_m = 1.6\nbody_mass_kg = 60")):
+        (tmp_path / f"{name}.toml").write_text(f'[patient]\nname = "{name}"\n{table}\n')
+        obs = rollout(single, 7, actions, {"patient": str(tmp_path / f"{name}.toml")})[0]
+        assert obs[0] != able_obs[0], name           # a contracted or smaller arm rests elsewhere
 
 
 def test_level_actions_reach_the_channels_through_the_limits():

@@ -11,6 +11,7 @@ from helpers import hil
 from hil.config import load_service_config, service_config_from_dict
 from hil.patients import read_patient
 from hil.recording.hilrec import RecordingReader
+from hil.rt.plants import plant_type
 from hil.sweep.runner import preflight, tasks
 from hil.sweep.spec import load_sweep, variants
 from hil.view.scene import Scene
@@ -63,10 +64,14 @@ def test_the_view_draws_the_scaled_thorax(tmp_path):
     assert radii == pytest.approx([S_L * r for r in load_model().arrays.contact[3:6]], rel=1e-14)
 
 
-def test_the_mtg_plant_refuses_a_size(tmp_path):
-    with pytest.raises(ConfigError) as err:
-        load_service_config(_config(tmp_path, SMALL, REPO / "configs" / "elbow-hold-mtg.toml"))
-    assert err.value.key == "patient.size" and "scales the DAS3 arm" in err.value.reason
+def test_the_mtg_plant_takes_a_size(tmp_path):
+    """The MTG arm on the scaled DAS3 segments, its moments x s_F s_L (tests/sim/test_mtg_size.py)."""
+    cfg = load_service_config(_config(tmp_path, SMALL, REPO / "configs" / "elbow-hold-mtg.toml"))
+    small, published = plant_type("mtg").load_model(cfg), plant_type("mtg").load_model(
+        load_service_config(REPO / "configs" / "elbow-hold-mtg.toml"))
+    scale = cfg.model.force_scale * cfg.model.length_scale
+    assert small.arrays.mtg_const[:, 2] == pytest.approx(published.arrays.mtg_const[:, 2] * scale, rel=1e-14)
+    assert small.arrays.body_mass == pytest.approx(published.arrays.body_mass * S_M, rel=1e-14)
 
 
 def test_model_info_shows_the_scales_and_the_segments(tmp_path):

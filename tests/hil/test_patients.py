@@ -98,10 +98,10 @@ def test_a_patient_file_holds_only_its_table_and_no_other_preset(tmp_path):
         load_service_config(_config(tmp_path, '[patient]\npreset = "p.toml"'))
 
 
-def test_the_mtg_plant_takes_a_patient_and_refuses_what_it_cannot_model(tmp_path):
+def test_the_mtg_plant_takes_every_part_of_a_patient(tmp_path):
     """Strengths, states, denervation and stretch reflexes reach the MTG arm's actuators (sim.mtg.patient), a
-    contracture its coordinates (sim.mtg.contracture); another size needs the das3 plant: one line naming the
-    patient's key."""
+    contracture its coordinates (sim.mtg.contracture), a size its segments and moments (sim.mtg.model.moment_scale);
+    a bad value is one line naming its key."""
     mtg = REPO / "configs" / "elbow-hold-mtg.toml"
 
     def mtg_model(text: str):
@@ -116,11 +116,12 @@ def test_the_mtg_plant_takes_a_patient_and_refuses_what_it_cannot_model(tmp_path
     tight = mtg_model('[patient]\n[patient.groups.brachialis]\ncontracture_lceopt = 0.2')
     assert tight.contracture.n_knots[3] > 0 and not able.contracture.n_knots.any()
     assert tight.equilibrium_state[3] > able.equilibrium_state[3] + math.radians(10.0)     # rests flexed
+    tall = mtg_model("[patient]\n[patient.size]\nlength_scale = 1.1")
+    assert tall.arrays.mtg_const[0, 2] == pytest.approx(able.arrays.mtg_const[0, 2] * 1.1 ** 3, rel=1e-12)
     with pytest.raises(ConfigError) as err:
-        load_service_config(_config(tmp_path, "[patient]\n[patient.size]\nlength_scale = 1.1", mtg))
-    assert err.value.key == "patient.size" and "the mtg plant cannot take the patient" in err.value.reason
-    assert "mtg plant's arm" in err.value.reason
-    out = hil("check-config", _config(tmp_path, '[patient]\n[patient.size]\nlength_scale = 1.1', mtg))
+        load_service_config(_config(tmp_path, "[patient]\n[patient.size]\nlength_scale = 2.1", mtg))
+    assert err.value.key == "patient.size.length_scale"
+    out = hil("check-config", _config(tmp_path, '[patient]\n[patient.size]\nlength_scale = 2.1', mtg))
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
 
 
@@ -170,21 +171,24 @@ def test_a_patient_run_is_recorded_and_replays_without_its_file(tmp_path):
     assert np.max(np.abs(elbow[0] - elbow[1])) > 1e-3
 
 
-@pytest.mark.parametrize("patient", ["stroke-hemiparesis", "contracted.toml"])
+@pytest.mark.parametrize("patient", ["stroke-hemiparesis", "contracted.toml", "small.toml"])
 def test_a_patients_mtg_run_replays_bit_for_bit(tmp_path, patient):
-    """The stroke preset (its flexors' reflex rings in the plant's state) and a contracture (its moment tables in
-    the model) on the MTG arm: the replay is bit-identical, and the elbow moves otherwise than the able-bodied MTG
-    arm's. Offline: a real-time run here would compete for the loop's CPU with the serial group's
+    """The stroke preset (its flexors' reflex rings in the plant's state), a contracture (its moment tables in the
+    model) and a smaller subject on the MTG arm: the replay is bit-identical, and the elbow moves otherwise than the
+    able-bodied MTG arm's. Offline: a real-time run here would compete for the loop's CPU with the serial group's
     (tests/conftest.py REALTIME)."""
     (tmp_path / "contracted.toml").write_text('[patient]\nname = "contracted"\n'
                                               '[patient.groups.brachialis]\ncontracture_lceopt = 0.2\n')
+    (tmp_path / "small.toml").write_text('[patient]\nname = "small"\n[patient.size]\nheight_m = 1.6\n'
+                                         'body_mass_kg = 60\nstrength_rule = "none"\n')
     patient = tmp_path / patient if patient.endswith(".toml") else patient
     mtg = REPO / "configs" / "elbow-hold-mtg.toml"
     rec, plain = tmp_path / "patient.hilrec", tmp_path / "plain.hilrec"
     out = hil("run", "--config", mtg, "--duration", "1.5", "--offline", "--patient", patient, "--record", rec)
     assert out.returncode == 0, out.stderr
     assert hil("run", "--config", mtg, "--duration", "1.5", "--offline", "--record", plain).returncode == 0
-    (tmp_path / "contracted.toml").unlink()                     # the recording holds the resolved patient
+    for file in ("contracted.toml", "small.toml"):              # the recording holds the resolved patient
+        (tmp_path / file).unlink()
     rep = hil("replay", rec, "--json")
     assert rep.returncode == 0 and json.loads(rep.stdout)["identical"], rep.stdout + rep.stderr
     elbow = [RecordingReader(r).read("ticks")["frame"]["q"][:, 9] for r in (rec, plain)]
