@@ -8,10 +8,11 @@ moment, with the element's actual passive state at each angle:
 
 r_ic = -dL_i/dtheta_c (the moment arm, central differences of the DAS3 path polynomials with the girdle frozen
 as in the MTG arm), and F_i(L; slack) the element's force at rest with no activation: Fmax F4 at the contraction
-state s where the DAS3 Hill element at path length L is in equilibrium with a = 0 and sdot = 0 (:func:`passive_force`:
-the root of the contraction residual g = F4 - F3 cos(p), :func:`sim.das3.kernels.muscles.contraction`). An element whose passive
-part stays slack at an angle, even shortened, adds (almost) nothing there, which is why a linear shift of the MTG
-passive curves cannot stand in for it (docs/concepts/patients.md "On the MTG arm").
+state s where the DAS3 Hill element at path length L is in equilibrium with a = 0 and sdot = 0
+(:func:`passive_force`: the root of the contraction residual g = F4 - F3 cos(p),
+:func:`sim.das3.kernels.muscles.contraction`). An element whose passive part stays slack at an angle, even
+shortened, adds (almost) nothing there, which is why a linear shift of the MTG passive curves cannot stand in for it
+(docs/concepts/patients.md "On the MTG arm").
 
 Like the MTG's own passive curves (Millard et al. 2019 Eq. (6): a function of the MTG's own angle), dT_c is a
 function of theta_c alone: the other coordinates stay at :func:`table_posture`, the arm's rest posture
@@ -42,6 +43,9 @@ PLANE_ELEVATION_RAD = 60.0 * DEG
 ``sim.fitting.das3_passive.PLANE_SWEEP_ELEVATION_RAD``)."""
 KNOT_STEP_RAD = 2.0 * DEG
 """Knot spacing of the tables (the contracted elements' passive force changes over tens of degrees)."""
+SLOPE_STEP_RAD = 1e-4
+"""Central-difference step of a knot's slope dT/dtheta (T itself from moment arms by central differences at
+:data:`sim.mtg.patient.STEP_RAD`: a larger step here keeps their round-off out of the slope)."""
 RESIDUAL_TOL = 1e-12
 """|g| (force / Fmax) at which the passive equilibrium is solved."""
 MAX_ITER = 200
@@ -102,29 +106,32 @@ def coordinate_range(das3, c: int) -> tuple[float, float]:
     return (float(das3.dof_ranges[6 + c, 0]), float(das3.dof_ranges[6 + c, 1])) if span is None else span
 
 
+def coordinate_row(das3, mtg_arrays, base: np.ndarray, c: int, elements: np.ndarray,
+                   contracted: np.ndarray) -> tuple[float, float, np.ndarray, np.ndarray] | None:
+    """Coordinate c's table (first knot, spacing, values, slopes) with the others at ``base``; None where it is zero
+    to round-off (no contracted element crosses c)."""
+    lo, hi = coordinate_range(das3, c)
+    knots = np.linspace(lo, hi, int(math.ceil((hi - lo) / KNOT_STEP_RAD)) + 1)
+    value, slope = np.zeros(knots.size), np.zeros(knots.size)
+    for k, angle in enumerate(knots):
+        at = [base.copy() for _ in range(3)]
+        for theta, offset in zip(at, (0.0, SLOPE_STEP_RAD, -SLOPE_STEP_RAD)):
+            theta[c] = angle + offset
+        v = [contracture_moment(das3, mtg_arrays, theta, c, elements, contracted) for theta in at]
+        value[k], slope[k] = v[0], (v[1] - v[2]) / (2.0 * SLOPE_STEP_RAD)
+    return (lo, knots[1] - knots[0], value, slope) if np.any(np.abs(value) > 1e-9) else None
+
+
 def contracture_table(das3, mtg_arrays, rest_theta: np.ndarray, contracture: tuple) -> ContractureTable:
     """The tables of every coordinate some contracted element crosses, for ``contracture`` ((element or group,
-    shift in Lceopt) pairs, :class:`sim.das3.config.ModelConfig`) on the DAS3 arm ``das3``. A coordinate whose
-    table is zero to round-off everywhere (no contracted element crosses it) gets none."""
+    shift in Lceopt) pairs, :class:`sim.das3.config.ModelConfig`) on the DAS3 arm ``das3``."""
     shift = pee_slack_shift(contracture, tuple(das3.muscle_names))
     elements = np.flatnonzero(shift > 0.0)
     if elements.size == 0:
         return no_contracture()
     contracted = das3.arrays.mus[elements].copy()
     contracted[:, MUS_PEESLACK] -= shift[elements]
-    rows = []
-    for c in range(5):
-        lo, hi = coordinate_range(das3, c)
-        knots = np.linspace(lo, hi, int(math.ceil((hi - lo) / KNOT_STEP_RAD)) + 1)
-        base = table_posture(rest_theta, c)
-        value, slope = np.zeros(knots.size), np.zeros(knots.size)
-        for k, angle in enumerate(knots):
-            at = [base.copy() for _ in range(3)]
-            for theta, offset in zip(at, (0.0, STEP_RAD, -STEP_RAD)):
-                theta[c] = angle + offset
-            v = [contracture_moment(das3, mtg_arrays, theta, c, elements, contracted) for theta in at]
-            value[k], slope[k] = v[0], (v[1] - v[2]) / (2.0 * STEP_RAD)
-        rows.append((lo, knots[1] - knots[0], value, slope) if np.any(np.abs(value) > 1e-9) else None)
+    rows = [coordinate_row(das3, mtg_arrays, table_posture(rest_theta, c), c, elements, contracted) for c in range(5)]
     n = max((r[2].size for r in rows if r is not None), default=0)
     table = ContractureTable(np.zeros(5), np.ones(5), np.zeros(5, np.int64), np.zeros((5, n)), np.zeros((5, n)))
     for c, row in enumerate(rows):

@@ -60,6 +60,14 @@ def test_the_table_is_the_contracted_elements_passive_moment(able, tight):
         up, down = (hermite_table(*row, theta[ELBOW] + d)[0] for d in (1e-6, -1e-6))
         assert slope == pytest.approx((up - down) / 2e-6, rel=1e-4, abs=1e-4), deg
     assert hermite_table(*row, math.radians(20.0))[0] > 1.0        # the shortened brachialis pulls the elbow up
+    for k in (5, 15, 25):                                           # the knots' slopes: the moment's derivative
+        theta = base.copy()
+        knot = row[0] + k * row[1]
+        moments = []
+        for d in (1e-3, -1e-3):
+            theta[ELBOW] = knot + d
+            moments.append(mc.contracture_moment(das3, able.arrays, theta, ELBOW, elements, contracted))
+        assert row[4][k] == pytest.approx((moments[0] - moments[1]) / 2e-3, rel=1e-3, abs=1e-3), k
 
 
 def _elbow_force_and_stiffness(model, posture, elbow_rad: float) -> tuple[float, float]:
