@@ -200,8 +200,9 @@ class ArmBatch:
         else:
             self._run(running, self.ticks_per_action, first=True)
         if running.shape[0]:
-            relative = self.records["applied"][running][:, self._channel_index, 1] / self._max_amplitude_ma
-            self.effort[running] = (relative * relative).sum(axis=1) / relative.shape[1]
+            rows = self.rows(running)
+            relative = self.records["applied"][rows][:, self._channel_index, 1] / self._max_amplitude_ma
+            self.effort[rows] = (relative * relative).sum(axis=1) / relative.shape[1]
 
     def _run(self, running: np.ndarray, n_ticks: int, first: bool) -> None:
         """``n_ticks`` ticks of the arms ``running`` in one compiled call, then they book them."""
@@ -235,7 +236,8 @@ class ArmBatch:
         ended well, with nothing to finish per tick (an ideal sensor, no extension rules): each plant books its
         steps, and the frames and the fatigue check come from the records; otherwise arm by arm
         (:meth:`_finish`)."""
-        results = self._results[running]
+        rows = self.rows(running)
+        results = self._results[rows]
         if self._each_tick or results[:, 0].any() or results[:, 3].any():
             for i in running.tolist():
                 self._finish(i)
@@ -245,11 +247,11 @@ class ArmBatch:
             engine = self.arms[i].engine
             engine.plant.finish_steps(0, n_clipped, n_done, engine.u)
             engine.tick = int(self.ticks[i]) + n_ticks - 1
-        self.ticks[running] += results[:, 4]
+        self.ticks[rows] += results[:, 4]
         self._gather(running)
-        self.frames[running] = self.records["frame"][running]
+        self.frames[rows] = self.records["frame"][rows]
         if self._fatigue:
-            fitness = self.records["fitness"][running][:, self._channel_index]
+            fitness = self.records["fitness"][rows][:, self._channel_index]
             for i in running[fitness.max(axis=1) < FIBRE_COLLAPSE].tolist():
                 self._end(i, COLLAPSED, COLLAPSE_DETAIL)
 
@@ -270,6 +272,11 @@ class ArmBatch:
             self._end(i, STOPPED, engine.stop_detail or result.stop_reason)
         elif engine.has_fatigue and float(engine.fitness[self._channel_index].max()) < FIBRE_COLLAPSE:
             self._end(i, COLLAPSED, COLLAPSE_DETAIL)
+
+    def rows(self, arms: np.ndarray) -> np.ndarray | slice:
+        """An index of the sorted arm numbers ``arms``: every row as a slice when they are all the arms (a view, not
+        the copy that indexing a structured array with an index array makes)."""
+        return slice(None) if arms.shape[0] == self.n else arms
 
     def _end(self, i: int, status: int, detail: str) -> None:
         self.status[i], self.arms[i].detail = status, detail

@@ -59,6 +59,8 @@ class Episodes:
         self.obs = np.zeros((n, size), np.float32)
         self.errors, self.rewards = np.zeros(n), np.zeros(n)
         self.references: list[np.ndarray | None] = [None] * n
+        self._referenced = np.zeros(n, np.bool_)
+        self._ending_names = np.array(ENDINGS)
 
     # -- resets ------------------------------------------------------------------------------------------
     def reset_arm(self, i: int, seed: int | None = None, options: dict | None = None) -> None:
@@ -80,6 +82,7 @@ class Episodes:
             params[0] = math.radians(float(options.pop("target_deg")))
         reference = options.pop("reference", None)
         self.references[i] = None if reference is None else t.reference_targets(reference, self.action_period_s)
+        self._referenced[i] = reference is not None
         if options:
             raise ValueError(f"unknown reset option(s): {', '.join(options)} "
                              "(patient, target, target_deg, hand_load_kg, reference)")
@@ -104,13 +107,13 @@ class Episodes:
         """Targets at the arms' times, tracking errors and observations of arms ``idx``."""
         if idx.shape[0] == 0:
             return
-        frames = self.arms.frames[idx]
+        rows = self.arms.rows(idx)
+        frames = self.arms.frames[rows]
         targets = self.targets[idx]
-        self.task.targets(self.params[idx], self.steps[idx] * self.action_period_s, self.start[idx], targets)
-        for k, i in enumerate(idx):
-            ref = self.references[i]
-            if ref is not None:
-                targets[k] = ref[min(self.steps[i], ref.shape[0] - 1)]
+        self.task.targets(self.params[rows], self.steps[rows] * self.action_period_s, self.start[rows], targets)
+        for k in np.flatnonzero(self._referenced[idx]).tolist():       # the arms following a recorded motion
+            ref = self.references[idx[k]]
+            targets[k] = ref[min(self.steps[idx[k]], ref.shape[0] - 1)]
         self.targets[idx] = targets
         errors = np.zeros(idx.shape[0])
         self.task.errors(frames, targets, errors)
@@ -128,7 +131,7 @@ class Episodes:
     def infos(self) -> dict:
         """Every arm's step information as arrays (:meth:`info`'s numbers and ``termination``)."""
         return {"error": self.errors.copy(), "effort": self.arms.effort.copy(),
-                "time_s": self.arms.time_s(), "termination": np.array(ENDINGS)[self.arms.status]}
+                "time_s": self.arms.time_s(), "termination": self._ending_names[self.arms.status]}
 
     def info(self, i: int) -> dict:
         """Arm ``i``'s step information: error (rad or m), effort, time (s), why its episode ended."""
