@@ -31,6 +31,7 @@ from hil.cli.analysis_options import (
     start_plan,
 )
 from hil.cli.analyze_max_moment import max_moment
+from hil.cli.analyze_passive_range import passive_range
 from hil.cli.common import BadInputError, ExitCode, error, load_model_options, out_console, print_json, user_errors
 
 app = typer.Typer(no_args_is_help=True, help="Optimisation analyses of the DAS3 model.")
@@ -378,3 +379,4 @@ def catch(
 
 
 app.command("catch")(catch)
+app.command("passive-range")(passive_range)
