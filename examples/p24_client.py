@@ -9,7 +9,8 @@ Usage, with the port a serial device (a tty, or the pty ``hil run`` announces) o
 Mid level: ``initialize()``, MlInit, a biphasic pulse (``--pulse-width`` µs each phase, 100 µs apart) at
 25 ms with a ramp, five updates rising to ``--current``, then ``--hold`` s with MlGetCurrentData every
 0.5 s as the keep-alive, MlStop. Low level: LlInit, then ``--rate`` single pulses a second for ``--hold`` s,
-the current rising from 0 to ``--current``, counting the acknowledgements, LlStop. Prints a JSON log.
+the current rising from 0 to ``--current`` (a late pulse moves the next one on: never two closer than 1/rate),
+counting the acknowledgements, LlStop. Prints a JSON log.
 """
 from __future__ import annotations
 
@@ -67,7 +68,7 @@ async def low_level(device: DeviceP24, args, step) -> None:
     t_next = time.monotonic()
     for k in range(n):
         low.send_channel_config(True, colour, connector, biphasic(args.current * k / (n - 1), args.pulse_width))
-        t_next += 1.0 / args.rate
+        t_next = max(t_next, time.monotonic()) + 1.0 / args.rate    # late: no catch-up burst above the rate
         while (wait := t_next - time.monotonic()) > 0:
             ack = low.packet_buffer.get_packet_from_buffer()
             if ack is None:

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from hil.cli.analysis_options import (
+from hil.cli.analyze.options import (
     ConoidElongationMm,
     ContactEMin,
     GirdleRanges,

@@ -1,4 +1,5 @@
-"""``hil analyze passive-range``: the patient's elbow range under a standard moment on both arms
+"""``hil analyze catch`` and ``hil analyze passive-range``: a virtual patient's elbow as the clinic tests it, the
+catch test of a spastic elbow (:mod:`sim.fitting.spasticity`) and the range under a standard moment
 (:mod:`sim.analysis.passive_range`)."""
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import math
 from pathlib import Path
 from typing import Annotated, Optional
 
+import numpy as np
 import typer
 from rich.table import Table
 
@@ -85,3 +87,59 @@ def passive_range(
         paths = write_passive_range(out, ranges, f"passive range, {who.name}")
         if not json_out:
             out_console().print(f"wrote {paths[0]} and {paths[1]}")
+
+
+def catch(
+    patient: Annotated[str, typer.Option(help="The virtual patient (preset name or patient file) with spastic "
+                                              "groups, e.g. stroke-hemiparesis.")],
+    plant: Annotated[str, typer.Option(help="The arm: das3, or mtg (the reduced arm, the patient's reflexes on "
+                                            "its actuators).")] = "das3",
+    out: Annotated[Optional[Path], typer.Option(help="Output directory (created): catch.csv and catch.png.")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the peaks as JSON.")] = False,
+) -> None:
+    """The clinical catch test of the patient's elbow: a servo extends the passive elbow from 90 to 40 deg at
+    5 and at 100 deg/s; prints the peak reflex moment of each (the arm with its stretch reflexes minus the same
+    arm without)."""
+    from hil.patients import load_patient
+    from hil.reports.catch_figure import write_catch
+    from sim.fitting import spasticity as sp
+
+    with user_errors():
+        who = load_patient(patient)
+        if not any(g.spasticity for _, g in who.groups):
+            raise BadInputError(f"patient {who.name!r} has no spastic group ([patient.groups.<group>.spasticity])")
+        spastic, still, plant_of = _catch_arms(who, plant)
+        runs = {speed: sp.catch_test(spastic, still, speed, plant_of=plant_of)
+                for speed in (sp.SLOW_DEG_S, sp.FAST_DEG_S)}
+    peaks = {f"{speed:g}": float(np.max(moment)) for speed, (_, moment) in runs.items()}
+    if json_out:
+        print_json({"patient": who.name, "plant": plant, "peak_reflex_moment_Nm": peaks})
+    else:
+        for speed, peak in peaks.items():
+            out_console().print(f"{who.name} ({plant} arm): elbow extended at {speed} deg/s, peak reflex moment "
+                                f"{peak:.3f} N m")
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        paths = write_catch(out, runs, sp.STEP_S, f"catch test, {who.name}, {plant} arm")
+        if not json_out:
+            out_console().print(f"wrote {paths[0]} and {paths[1]}")
+
+
+def _catch_arms(who, plant: str):
+    """(the spastic arm, the same arm without stretch reflexes, its plant class) of patient ``who`` on ``plant``."""
+    from dataclasses import replace
+
+    from sim.das3.model import load_model
+    from sim.das3.plant import Plant
+    from sim.fitting import spasticity as sp
+    from sim.mtg.model import mtg_model_for
+    from sim.mtg.plant import MtgPlant
+    from sim.patient import apply_patient
+
+    config = apply_patient(load_model_options(None), who)
+    if plant == "das3":
+        spastic = load_model(config)
+        return spastic, sp.with_reflex(spastic, ()), Plant
+    if plant == "mtg":
+        return mtg_model_for(config, who), mtg_model_for(replace(config, spasticity=()), who), MtgPlant
+    raise BadInputError(f"--plant must be das3 or mtg, not {plant!r}")

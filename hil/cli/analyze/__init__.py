@@ -1,6 +1,7 @@
-"""``hil analyze``: static optimisation with the GH constraint, maximum isometric moments, a feed-forward schedule
-and stimulation-channel optimisation (numerics in :mod:`sim.analysis.static_opt`, :mod:`sim.analysis.max_moment`,
-:mod:`sim.analysis.feedforward`, :mod:`sim.analysis.channel_opt`)."""
+"""``hil analyze``: static optimisation with the GH constraint, the design criteria, a feed-forward schedule and
+stimulation-channel optimisation here (numerics in :mod:`sim.analysis.static_opt`, :mod:`sim.analysis.criteria`,
+:mod:`sim.analysis.feedforward`, :mod:`sim.analysis.channel_opt`); maximum isometric moments in :mod:`.max_moment`,
+a patient's elbow tests (catch test, passive range) in :mod:`.patient`, the shared options in :mod:`.options`."""
 from __future__ import annotations
 
 import csv
@@ -11,7 +12,8 @@ from typing import Annotated, Optional
 import numpy as np
 import typer
 
-from hil.cli.analysis_options import (
+from hil.cli.analyze.max_moment import max_moment
+from hil.cli.analyze.options import (
     CRITERION_HELP,
     PLANE_HELP,
     RHYTHM_HELP,
@@ -30,9 +32,8 @@ from hil.cli.analysis_options import (
     report_solution,
     start_plan,
 )
-from hil.cli.analyze_max_moment import max_moment
-from hil.cli.analyze_passive_range import passive_range
-from hil.cli.common import BadInputError, ExitCode, error, load_model_options, out_console, print_json, user_errors
+from hil.cli.analyze.patient import catch, passive_range
+from hil.cli.common import BadInputError, ExitCode, error, load_model_options, out_console, user_errors
 
 app = typer.Typer(no_args_is_help=True, help="Optimisation analyses of the DAS3 model.")
 
@@ -341,41 +342,6 @@ def criteria(
 
 
 app.command("criteria")(criteria)
-
-
-def catch(
-    patient: Annotated[str, typer.Option(help="The virtual patient (preset name or patient file) with spastic "
-                                              "groups, e.g. stroke-hemiparesis.")],
-    out: Annotated[Optional[Path], typer.Option(help="Output directory (created): catch.csv and catch.png.")] = None,
-    json_out: Annotated[bool, typer.Option("--json", help="Print the peaks as JSON.")] = False,
-) -> None:
-    """The clinical catch test of the patient's elbow: a servo extends the passive elbow from 90 to 40 deg at
-    5 and at 100 deg/s; prints the peak reflex moment of each (the arm with its stretch reflexes minus the same
-    arm without)."""
-    from hil.patients import load_patient
-    from hil.reports.catch_figure import write_catch
-    from sim.das3.model import load_model
-    from sim.fitting import spasticity as sp
-    from sim.patient import apply_patient
-
-    with user_errors():
-        who = load_patient(patient)
-        if not any(g.spasticity for _, g in who.groups):
-            raise BadInputError(f"patient {who.name!r} has no spastic group ([patient.groups.<group>.spasticity])")
-        spastic = load_model(apply_patient(load_model_options(None), who))
-        still = sp.with_reflex(spastic, ())
-        runs = {speed: sp.catch_test(spastic, still, speed) for speed in (sp.SLOW_DEG_S, sp.FAST_DEG_S)}
-    peaks = {f"{speed:g}": float(np.max(moment)) for speed, (_, moment) in runs.items()}
-    if json_out:
-        print_json({"patient": who.name, "peak_reflex_moment_Nm": peaks})
-    else:
-        for speed, peak in peaks.items():
-            out_console().print(f"{who.name}: elbow extended at {speed} deg/s, peak reflex moment {peak:.3f} N m")
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        paths = write_catch(out, runs, sp.STEP_S, f"catch test, {who.name}")
-        if not json_out:
-            out_console().print(f"wrote {paths[0]} and {paths[1]}")
 
 
 app.command("catch")(catch)
