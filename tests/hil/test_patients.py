@@ -252,6 +252,7 @@ def test_analyze_catch_on_the_mtg_arm(tmp_path):
     doc = json.loads(out.stdout)
     assert doc["plant"] == "mtg" and abs(doc["peak_reflex_moment_Nm"]["5"]) < 1e-3
     assert doc["peak_reflex_moment_Nm"]["100"] == pytest.approx(3.46, rel=0.3)
+    assert abs(doc["peak_reflex_moment_Nm"]["100"] - 3.46) > 0.1          # another arm than the fitted DAS3 one
     bad = hil("analyze", "catch", "--patient", "stroke-hemiparesis", "--plant", "opensim")
     assert_one_error_line(bad.returncode, bad.stderr, "--plant must be das3 or mtg")
 
