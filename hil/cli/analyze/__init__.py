@@ -342,7 +342,5 @@ def criteria(
 
 
 app.command("criteria")(criteria)
-
-
 app.command("catch")(catch)
 app.command("passive-range")(passive_range)
