@@ -11,9 +11,11 @@ p of Eq. (3). Angles in degrees at this edge, radians inside.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import math
+import os
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -360,7 +362,26 @@ class MtgModel:
 def mtg_model_for(model_config, patient, parameters: str | Path | None = None) -> MtgModel:
     """The MTG arm of a run: on the DAS3 segments of ``model_config`` (its strengths, denervation, reflexes and
     contractures left out: they reach the MTGs through :mod:`sim.mtg.patient` and :mod:`sim.mtg.contracture`), each
-    MTG scaled for ``model_config`` (the patient applied, :func:`sim.patient.apply_patient`) and ``patient``."""
+    MTG scaled for ``model_config`` (the patient applied, :func:`sim.patient.apply_patient`) and ``patient``.
+
+    Built once per process for the same options, patient and parameter file (its path, modification time and
+    size), as :func:`sim.das3.model.load_model` is: the model is immutable, and a batch of environments or a sweep
+    asks for the same patient's arm once per arm."""
+    path = None if parameters is None else str(parameters)
+    return _mtg_model_for(model_config, patient, path, _file_stamp(path))
+
+
+def _file_stamp(path: str | None) -> tuple[int, int] | None:
+    """(modification time, size) of the file at ``path``; None without a file (reading it then says why)."""
+    try:
+        stat = os.stat(path) if path is not None else None
+    except OSError:
+        return None
+    return None if stat is None else (stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=8)
+def _mtg_model_for(model_config, patient, parameters: str | None, stamp) -> MtgModel:
     das3 = load_model(dataclasses.replace(model_config, strength=(), denervated=(), spasticity=(), contracture=()))
     return load_mtg_model(das3, parameters, model_config, patient)
 

@@ -1,9 +1,13 @@
 """A virtual patient on the reduced MTG arm (sim.mtg.patient): capacities, factors and the plant's response."""
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 
+import sim
 from sim.das3.config import ModelConfig
 from sim.das3.kernels.multibody import multibody_eval, new_multibody_work
 from sim.das3.layout import HUMERUS_FRAME, N_DOF
@@ -11,7 +15,7 @@ from sim.das3.model import LOAD_NAMES, load_model
 from sim.das3.muscle_groups import group_of
 from sim.fitting.spasticity import FAST_DEG_S, SLOW_DEG_S, TARGET_REFLEX_NM, catch_test, servo_moments
 from sim.mtg.arm import mtg_torques, new_mtg_work
-from sim.mtg.model import load_mtg_model
+from sim.mtg.model import load_mtg_model, mtg_model_for
 from sim.mtg.patient import REFERENCE_POSTURES_DEG, capacity_weights, das3_angles
 from sim.mtg.plant import MtgPlant
 from sim.patient import GroupState, Patient, apply_patient
@@ -187,3 +191,20 @@ def test_the_catch_test_on_the_spastic_mtg_arm_meets_the_published_reflex_moment
                                            plant_of=MtgPlant)[1])) for speed in (FAST_DEG_S, SLOW_DEG_S)}
     assert 0.7 * TARGET_REFLEX_NM < peak[FAST_DEG_S] < 1.3 * TARGET_REFLEX_NM
     assert abs(peak[SLOW_DEG_S]) < 1e-3
+
+
+def test_the_same_patients_arm_is_built_once_and_a_changed_parameter_file_again(tmp_path):
+    """mtg_model_for builds a patient's arm once per process (a batch of environments asks once per arm); a
+    parameter file written anew is read anew."""
+    patient = Patient(name="c", groups=(("brachialis", GroupState(contracture=0.2)),))
+    config = apply_patient(ModelConfig(), patient)
+    assert mtg_model_for(config, patient) is mtg_model_for(config, patient)
+    source = json.loads((Path(sim.__file__).parent / "data" / "mtg_default.json").read_text())
+    params = tmp_path / "mtg.json"
+    params.write_text(json.dumps(source))
+    first = mtg_model_for(config, patient, params)
+    assert mtg_model_for(config, patient, params) is first
+    source["mtgs"][0]["tau_max_nm"] *= 2.0
+    params.write_text(json.dumps(source, indent=1))                  # another size, whatever the clock's resolution
+    second = mtg_model_for(config, patient, params)
+    assert second is not first and second.arrays.mtg_const[0, 2] == pytest.approx(2.0 * first.arrays.mtg_const[0, 2])
