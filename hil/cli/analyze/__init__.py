@@ -22,6 +22,7 @@ from hil.cli.analyze.options import (
     GirdleRanges,
     RandomStarts,
     Seed,
+    finish_checked,
     held_girdle_posture,
     optima_note,
     parse_angles,
@@ -115,10 +116,7 @@ def static_opt(
         elif results:
             ao.write_trajectory(out, results, model)
         failed = unsolved + sum(not s.checks.passed for s in results)
-        if failed:
-            error(f"{failed} of {len(postures)} postures have no solution that passes the checks")
-            raise typer.Exit(ExitCode.ERROR)
-        out_console().print(f"wrote {out}")
+        finish_checked(failed, f"{failed} of {len(postures)} postures", str(out))
 
 
 app.command("static-opt")(static_opt)
@@ -335,10 +333,7 @@ def criteria(
         csv_path, png_path = write_criteria(out, points, model, f"{rhythm}, plane {plane:g} deg (cf. van der Helm "
                                                                  "1994 Fig. 8)")
         failed = sum(not p.passed for p in points)
-        if failed:
-            error(f"{failed} of {len(points)} points have no solution that passes the checks")
-            raise typer.Exit(ExitCode.ERROR)
-        out_console().print(f"wrote {csv_path} and {png_path}")
+        finish_checked(failed, f"{failed} of {len(points)} points", f"{csv_path} and {png_path}")
 
 
 app.command("criteria")(criteria)

@@ -15,6 +15,7 @@ from hil.cli.analyze.options import (
     RandomStarts,
     Seed,
     Workers,
+    finish_checked,
     optima_note,
     parse_angles,
     parse_limits,
@@ -22,7 +23,7 @@ from hil.cli.analyze.options import (
     start_plan,
     sweep_workers,
 )
-from hil.cli.common import BadInputError, ExitCode, error, load_model_options, out_console, user_errors
+from hil.cli.common import BadInputError, error, load_model_options, user_errors
 
 
 def max_moment(
@@ -72,10 +73,7 @@ def max_moment(
         write_summary(out / "summary.csv", summary)
         if len(sweeps) > 1:
             plot_overview(out / "overview.png", sweeps)
-        if failed:
-            error(f"{failed} angles have no solution that passes the checks")
-            raise typer.Exit(ExitCode.ERROR)
-        out_console().print(f"wrote {out}")
+        finish_checked(failed, f"{failed} angles", str(out))
 
 
 def _report_max_moments(task: str, angles_rad, results: list, plan) -> None:

@@ -1,6 +1,7 @@
 """Options shared by the ``hil analyze`` commands: postures, loads, angle ranges, trajectories, the girdle
 (a held girdle, ``--girdle`` or trajectory columns, or one from a shoulder rhythm, ``--rhythm``), the passive
-limits and the starts, each checked before anything is solved, and the one-line report of a solution."""
+limits and the starts, each checked before anything is solved, the one-line report of a solution and the end of a
+command whose solutions did not all pass their checks."""
 from __future__ import annotations
 
 import csv
@@ -11,7 +12,7 @@ from typing import Annotated, Optional
 import numpy as np
 import typer
 
-from hil.cli.common import BadInputError, out_console
+from hil.cli.common import BadInputError, ExitCode, error, out_console
 from hil.reports.analysis_output import GIRDLE_COLUMNS
 
 CRITERION_HELP = ("(a) min sum F^2, (b) min sum (F/PCSA)^2, (c) min sum a^2 (= (F_active/(Fmax f_FL))^2), "
@@ -104,6 +105,15 @@ ConoidElongationMm = Annotated[str, typer.Option(help=LIMIT_HELP["conoid"])]
 GirdleRanges = Annotated[str, typer.Option(help=LIMIT_HELP["ranges"])]
 Workers = Annotated[Optional[int], typer.Option(help="Processes solving independent starts at once (default: "
                                                      "the CPU count, at most 2); the results do not depend on it.")]
+
+
+def finish_checked(failed: int, unsolved: str, wrote: str) -> None:
+    """With ``failed`` solutions that did not pass their checks: one error line ("``unsolved`` have no solution
+    that passes the checks") and exit 1; else the line saying what was written."""
+    if failed:
+        error(f"{unsolved} have no solution that passes the checks")
+        raise typer.Exit(ExitCode.ERROR)
+    out_console().print(f"wrote {wrote}")
 
 
 def sweep_workers(workers: int | None) -> int:
