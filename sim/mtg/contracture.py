@@ -6,8 +6,8 @@ moment, with the element's actual passive state at each angle:
 
     dT_c(theta_c) = sum_i r_ic(theta) (F_i(L_i(theta); PEEslack_i - c_i) - F_i(L_i(theta); PEEslack_i))
 
-r_ic = -dL_i/dtheta_c (the moment arm, central differences of the DAS3 path polynomials with the girdle frozen
-as in the MTG arm), and F_i(L; slack) the element's force at rest with no activation: Fmax F4 at the contraction
+r_ic = -dL_i/dtheta_c (the moment arm, :func:`sim.mtg.patient.coordinate_arms`: central differences of the DAS3
+path polynomials with the girdle frozen as in the MTG arm), and F_i(L; slack) the element's force at rest with no activation: Fmax F4 at the contraction
 state s where the DAS3 Hill element at path length L is in equilibrium with a = 0 and sdot = 0
 (:func:`passive_force`: the root of the contraction residual g = F4 - F3 cos(p),
 :func:`sim.das3.kernels.muscles.contraction`). An element whose passive part stays slack at an angle, even
@@ -31,7 +31,7 @@ import numpy as np
 from sim.das3.kernels.muscles import contraction, solve_contraction
 from sim.das3.layout import MUS_FMAX, MUS_LCEOPT, MUS_PEESLACK, MUS_SEESLACK
 from sim.das3.model import pee_slack_shift
-from sim.mtg.patient import STEP_RAD, das3_angles, path_lengths
+from sim.mtg.patient import coordinate_arms, das3_angles, path_lengths
 
 DEG = math.pi / 180.0
 TABLE_RANGES_RAD = ((-30.0 * DEG, 120.0 * DEG), (10.0 * DEG, 150.0 * DEG), (-90.0 * DEG, 60.0 * DEG), None, None)
@@ -45,7 +45,7 @@ KNOT_STEP_RAD = 2.0 * DEG
 """Knot spacing of the tables (the contracted elements' passive force changes over tens of degrees)."""
 SLOPE_STEP_RAD = 1e-4
 """Central-difference step of a knot's slope dT/dtheta (T itself from moment arms by central differences at
-:data:`sim.mtg.patient.STEP_RAD`: a larger step here keeps their round-off out of the slope)."""
+``sim.mtg.patient.STEP_RAD``: a larger step here keeps their round-off out of the slope)."""
 RESIDUAL_TOL = 1e-12
 """|g| (force / Fmax) at which the passive equilibrium is solved."""
 MAX_ITER = 200
@@ -90,12 +90,8 @@ def contracture_moment(das3, mtg_arrays, theta: np.ndarray, c: int, elements: np
                        contracted: np.ndarray) -> float:
     """dT_c at the MTG coordinates ``theta`` (N m): the module docstring's sum over ``elements`` (indices),
     ``contracted`` their parameter rows with the shortened slack length."""
-    up, down = theta.copy(), theta.copy()
-    up[c] += STEP_RAD
-    down[c] -= STEP_RAD
     L = path_lengths(das3, das3_angles(mtg_arrays, theta))[elements]
-    arm = -(path_lengths(das3, das3_angles(mtg_arrays, up))[elements]
-            - path_lengths(das3, das3_angles(mtg_arrays, down))[elements]) / (2.0 * STEP_RAD)
+    arm = coordinate_arms(das3, mtg_arrays, theta, c)[elements]
     able = das3.arrays.mus[elements]
     extra = [passive_force(Pc, Li) - passive_force(Pa, Li) for Pc, Pa, Li in zip(contracted, able, L)]
     return float(np.dot(arm, extra))

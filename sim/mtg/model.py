@@ -373,11 +373,13 @@ def mtg_model_for(model_config, patient, parameters: str | Path | None = None) -
 
 def _file_stamp(path: str | None) -> tuple[int, int] | None:
     """(modification time, size) of the file at ``path``; None without a file (reading it then says why)."""
+    if path is None:
+        return None
     try:
-        stat = os.stat(path) if path is not None else None
+        stat = os.stat(path)
     except OSError:
         return None
-    return None if stat is None else (stat.st_mtime_ns, stat.st_size)
+    return stat.st_mtime_ns, stat.st_size
 
 
 @functools.lru_cache(maxsize=8)
@@ -396,7 +398,8 @@ def load_mtg_model(das3: Das3Model, parameters: str | Path | None = None, model_
     if patient is None:
         return plain
     actuators, reflex = patient_actuators(das3, plain.arrays, model_config, patient)
-    contracture = contracture_table(das3, plain.arrays, plain.equilibrium_state[:5], model_config.contracture)
+    contracture = (contracture_table(das3, plain.arrays, plain.equilibrium_state[:5], model_config.contracture)
+                   if model_config.contracture else no_contracture())     # (the rest solve only where it is used)
     if (all(np.all(f == 1.0) for f in actuators) and reflex.mtg.shape[0] == 0
             and not contracture.n_knots.any()):
         return plain

@@ -86,16 +86,18 @@ def path_lengths(das3, q: np.ndarray) -> np.ndarray:
     return work.L.copy()
 
 
+def coordinate_arms(das3, mtg_arrays, theta, c: int) -> np.ndarray:
+    """(n_elements,) -dL_i/dtheta_c at the MTG coordinates ``theta``, m/rad (central differences)."""
+    up, down = np.array(theta, dtype=float), np.array(theta, dtype=float)
+    up[c] += STEP_RAD
+    down[c] -= STEP_RAD
+    return -(path_lengths(das3, das3_angles(mtg_arrays, up))
+             - path_lengths(das3, das3_angles(mtg_arrays, down))) / (2.0 * STEP_RAD)
+
+
 def moment_arms(das3, mtg_arrays, theta) -> np.ndarray:
-    """(n_elements, 5) -dL_i/dtheta_c at the MTG coordinates ``theta``, m/rad (central differences)."""
-    arms = np.zeros((das3.arrays.mus.shape[0], 5))
-    for c in range(5):
-        up, down = np.array(theta, dtype=float), np.array(theta, dtype=float)
-        up[c] += STEP_RAD
-        down[c] -= STEP_RAD
-        arms[:, c] = -(path_lengths(das3, das3_angles(mtg_arrays, up))
-                       - path_lengths(das3, das3_angles(mtg_arrays, down))) / (2.0 * STEP_RAD)
-    return arms
+    """(n_elements, 5) -dL_i/dtheta_c at the MTG coordinates ``theta``, m/rad: :func:`coordinate_arms` of each."""
+    return np.column_stack([coordinate_arms(das3, mtg_arrays, theta, c) for c in range(5)])
 
 
 def direction_arms(das3, mtg_arrays) -> np.ndarray:
