@@ -17,20 +17,37 @@ from sim.analysis import passive_range as pr
 ABLE = "able-bodied"
 
 
-def _plants(who):
-    """(plant, arm) -> a factory of that plant at rest: the DAS3 and the MTG arm, able-bodied and ``who``."""
+PLANTS = ("das3", "mtg")
+
+
+def _arm(plant: str, patient, **changes):
+    """(the model of ``plant``, das3 or mtg, for ``patient``, with the model options' fields ``changes``
+    replaced; its plant class)."""
+    from dataclasses import replace
+
     from sim.das3.model import load_model
     from sim.das3.plant import Plant
     from sim.mtg.model import mtg_model_for
     from sim.mtg.plant import MtgPlant
-    from sim.patient import Patient, apply_patient
+    from sim.patient import apply_patient
 
-    models = {}
-    for arm, patient in ((ABLE, Patient()), (who.name, who)):
-        config = apply_patient(load_model_options(None), patient)
-        models[arm] = (load_model(config), mtg_model_for(config, patient))
-    factories = {("das3", arm): (lambda model=das3: Plant(model)) for arm, (das3, _) in models.items()}
-    factories.update({("mtg", arm): (lambda model=mtg: MtgPlant(model)) for arm, (_, mtg) in models.items()})
+    config = replace(apply_patient(load_model_options(None), patient), **changes)
+    if plant == "das3":
+        return load_model(config), Plant
+    if plant == "mtg":
+        return mtg_model_for(config, patient), MtgPlant
+    raise BadInputError(f"--plant must be {' or '.join(PLANTS)}, not {plant!r}")
+
+
+def _plants(who):
+    """(plant, arm) -> a factory of that plant at rest: the DAS3 and the MTG arm, able-bodied and ``who``."""
+    from sim.patient import Patient
+
+    factories = {}
+    for plant in PLANTS:
+        for arm, patient in ((ABLE, Patient()), (who.name, who)):
+            model, plant_class = _arm(plant, patient)
+            factories[(plant, arm)] = lambda model=model, plant_class=plant_class: plant_class(model)
     return factories
 
 
@@ -126,20 +143,11 @@ def catch(
 
 
 def _catch_arms(who, plant: str):
-    """(the spastic arm, the same arm without stretch reflexes, its plant class) of patient ``who`` on ``plant``."""
-    from dataclasses import replace
-
-    from sim.das3.model import load_model
-    from sim.das3.plant import Plant
+    """(the spastic arm, the same arm without stretch reflexes, its plant class) of patient ``who`` on ``plant``;
+    the DAS3 arm without reflexes keeps the spastic one's rest state (:func:`sim.fitting.spasticity.with_reflex`,
+    no equilibrium solved again)."""
     from sim.fitting import spasticity as sp
-    from sim.mtg.model import mtg_model_for
-    from sim.mtg.plant import MtgPlant
-    from sim.patient import apply_patient
 
-    config = apply_patient(load_model_options(None), who)
-    if plant == "das3":
-        spastic = load_model(config)
-        return spastic, sp.with_reflex(spastic, ()), Plant
-    if plant == "mtg":
-        return mtg_model_for(config, who), mtg_model_for(replace(config, spasticity=()), who), MtgPlant
-    raise BadInputError(f"--plant must be das3 or mtg, not {plant!r}")
+    spastic, plant_class = _arm(plant, who)
+    still = sp.with_reflex(spastic, ()) if plant == "das3" else _arm(plant, who, spasticity=())[0]
+    return spastic, still, plant_class
