@@ -14,8 +14,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-ELBOW = 9
-"""ELx in the DAS3 DOF order, which both plants' outputs use."""
+from sim.das3.layout import DOF_NAMES
+
+ELBOW = DOF_NAMES.index("ELx")
+"""The elbow in the DAS3 DOF order, which both plants' outputs use."""
 STANDARD_MOMENT_NM = 1.0
 """Default standard moment (*proposal*: the source gives no value for the elbow; at 1 N m the able-bodied DAS3
 elbow opens to about 15 deg, where a contracture's loss shows)."""
