@@ -1,5 +1,6 @@
-"""``hil model linearize``: the DAS3 model's linear model (:mod:`sim.linear.das3`) with a service config's
-stimulation channels as inputs, its reduced and discrete forms, written as .npz or .mat.
+"""``hil model linearize``: a plant's linear model (:mod:`sim.linear.operating`: the DAS3 arm from its exact
+Jacobians, the reduced MTG arm from central differences of its compiled forces) with a service config's stimulation
+channels as inputs, its reduced and discrete forms, written as .npz or .mat.
 
 Channel inputs. The map is u_k = clip(max_c G_ck l_c, 0, 1), l_c = r(x_c) phi_c (:mod:`hil.rt.stimulation`). The input
 is either the channel *level* l_c (dimensionless, 0..phi_c: a controller inverts the recruitment curve, e.g. with
@@ -22,17 +23,16 @@ from scipy.io import savemat
 from hil import __version__
 from hil.config import ServiceConfig
 from hil.rt.stimulation import StimulationModel, amplitude_for_level, channel_phi, load_stimulation_config
-from sim.das3.layout import N_DOF, Das3Model
-from sim.linear.das3 import (
+from sim.linear.operating import (
     Inputs,
     LinearizeError,
     LinearModel,
-    activation_states,
-    dof_states,
     excitation_inputs,
     hold_posture,
+    linear_view,
     linearize,
     parse_posture,
+    reduced_states,
 )
 from sim.linear.reduce import pade_delays, residualize, zoh
 from sim.stimulation_map import excitations_of_levels, excitations_with_spill
@@ -43,7 +43,7 @@ LEVEL_ZERO = 1e-9
 """A state's activations below this give channel level 0 (the published equilibrium's are ~1e-17, numerical zeros)."""
 
 
-def stimulation_model(cfg: ServiceConfig | None, model: Das3Model) -> StimulationModel:
+def stimulation_model(cfg: ServiceConfig | None, model) -> StimulationModel:
     """The config's channel map; a config without channels: :class:`LinearizeError` naming the file."""
     table = {} if cfg is None else cfg.stimulation
     if cfg is None or table.get("mode", "direct") != "channels" or not table.get("channel"):
@@ -127,23 +127,13 @@ def parse_inputs(spec: str) -> tuple[str, list[str] | None]:
     return kind, names
 
 
-def reduce_keep(model: Das3Model, spec: str, lm: LinearModel) -> tuple[list[int], list[str]]:
-    """The states a '--reduce ELx[,GHz]' keeps: the DOFs' angles and velocities, then the driven muscles' fibre
-    states s and activations a (the fibre states are not fast next to the joint: residualising them too costs about
-    20 % of the elbow's frequency response, docs/analyses/linearize.md)."""
-    dofs = []
-    for name in (n.strip() for n in spec.split(",") if n.strip()):
-        if name not in model.dof_names:
-            raise LinearizeError(f"--reduce: unknown DOF {name!r} (one of {', '.join(model.dof_names)})")
-        dofs.append(model.dof_names.index(name))
-    if not dofs:
-        raise LinearizeError("--reduce: name at least one DOF")
-    act = activation_states(model, lm.B[:lm.x0.size])
-    keep = dof_states(dofs) + [i - model.n_muscles for i in act] + act
+def reduce_keep(model, spec: str, lm: LinearModel) -> tuple[list[int], list[str]]:
+    """The states a '--reduce ELx[,GHz]' keeps (:func:`sim.linear.operating.reduced_states`) and their names."""
+    keep = reduced_states(model, [n.strip() for n in spec.split(",") if n.strip()], lm.B[:lm.x0.size])
     return keep, [lm.state_names[i] for i in keep]
 
 
-def build(model: Das3Model, cfg: ServiceConfig | None, *, x_state=None, posture: str | None = None,
+def build(model, cfg: ServiceConfig | None, *, x_state=None, posture: str | None = None,
           inputs: str = "excitations", channel_input: str = "level", pulse_width_us: float = 300.0,
           frequency_hz: float = 40.0, outputs: str = "q,qdot", reduce: str | None = None, pade: bool = False,
           period_s: float | None = None) -> tuple[LinearModel, dict]:
@@ -163,7 +153,7 @@ def build(model: Das3Model, cfg: ServiceConfig | None, *, x_state=None, posture:
         x0, v0 = hold_posture(model, inp, parse_posture(model, posture))
     else:
         x0 = np.array(model.equilibrium_state if x_state is None else x_state)
-        v0 = inp.of_excitation(x0[2 * N_DOF + model.n_muscles:])
+        v0 = inp.of_excitation(x0[linear_view(model).ia:])
     lm = linearize(model, x0, inp, v0, outputs)
     if stim is not None and channel_input == "amplitude":
         to_amplitude(lm, stim, pulse_width_us * 1e-6, frequency_hz)
@@ -191,12 +181,19 @@ def build(model: Das3Model, cfg: ServiceConfig | None, *, x_state=None, posture:
     return lm, arrays
 
 
-def provenance(model: Das3Model, cfg_path, options: dict, lm: LinearModel) -> dict:
-    return {"model_data_sha256": model.data_sha256, "config": None if cfg_path is None else str(cfg_path),
+def angles_deg(model, x: np.ndarray) -> dict[str, float]:
+    """The state's coordinate angles by name, degrees (the DAS3 DOFs; the MTG arm's five coordinates)."""
+    view = linear_view(model)
+    n = len(view.coordinate_names)
+    return dict(zip(view.coordinate_names, np.degrees(x[view.iq:view.iq + n]).round(6).tolist()))
+
+
+def provenance(model, cfg_path, options: dict, lm: LinearModel) -> dict:
+    return {"plant": model.kind, "model_data_sha256": model.data_sha256, "config": None if cfg_path is None else str(cfg_path),
             "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "fes_hil_version": __version__, "options": options, "input_unit": lm.input_unit,
             "residual_max": lm.residual_max, "residual_rms": lm.residual_rms, "notes": lm.notes,
-            "method": "A = -(df/dx')^-1 df/dx, B = -(df/dx')^-1 df/du from the exact Jacobians (sim.das3.dynamics)"}
+            "method": linear_view(model).method}
 
 
 def check_out(path: Path) -> None:

@@ -25,7 +25,8 @@ from hil.reports.run_metrics import tracking  # noqa: E402
 from hil.rt.offline import run_offline  # noqa: E402
 from sim.das3.model import load_model  # noqa: E402
 from sim.das3.plant import Plant  # noqa: E402
-from sim.linear.das3 import IA, IS, activation_states, dof_states, hold_posture, linearize  # noqa: E402
+from sim.linear.das3 import IA  # noqa: E402
+from sim.linear.operating import dof_states, hold_posture, linear_view, linearize  # noqa: E402
 from sim.linear.reduce import frequency_response, relative_error, residualize, step_response  # noqa: E402
 
 ELX = 9
@@ -82,12 +83,13 @@ def step_validation(model, stim, out_dir):
 def reduction(model, stim, x0, v0, out_dir):
     inp = channel_inputs(stim, ["biceps", "triceps"], 40.0)
     lm = linearize(model, x0, inp, np.array([v0[0], 0.0]), "q:ELx,qdot:ELx")
-    act = activation_states(model, lm.B)
+    driven = linear_view(model).driven_states(lm.B)          # fibre states, then activations
+    act = [i for i in driven if i >= IA]
+    elbow = dof_states(model, ["ELx"])
     forms = {"full (298 states)": (lm.A, lm.B, lm.C, lm.D),
-             f"ELx + driven s, a ({2 + 2 * len(act)})": residualize(lm.A, lm.B, lm.C, lm.D,
-                                                                    dof_states([ELX]) + [i - IA + IS for i in act] + act),
-             f"ELx + driven a ({2 + len(act)})": residualize(lm.A, lm.B, lm.C, lm.D, dof_states([ELX]) + act),
-             "ELx only (2, the LQR design model)": residualize(lm.A, lm.B, lm.C, lm.D, dof_states([ELX]))}
+             f"ELx + driven s, a ({2 + len(driven)})": residualize(lm.A, lm.B, lm.C, lm.D, elbow + driven),
+             f"ELx + driven a ({2 + len(act)})": residualize(lm.A, lm.B, lm.C, lm.D, elbow + act),
+             "ELx only (2, the LQR design model)": residualize(lm.A, lm.B, lm.C, lm.D, elbow)}
     w = np.logspace(-1, 2.5, 300)
     G = frequency_response(*forms["full (298 states)"], w)
     fig, ax = plt.subplots(1, 2, figsize=(10, 3.6))
@@ -114,21 +116,28 @@ class Elbow:
         self.angle.append(float(record[0]["frame"]["elbow_flexion"]))
 
 
+ARMS = {"DAS3 arm": ("elbow-lqr.toml", "elbow-hold.toml"), "MTG arm": ("elbow-lqr-mtg.toml", "elbow-hold-mtg.toml")}
+"""Each arm's LQR and PID configs."""
+
+
 def lqr_vs_pid(out_dir):
-    fig, ax = plt.subplots(figsize=(6, 3.6))
-    for name, cfg_name in (("LQR (configs/elbow-lqr.toml)", "elbow-lqr.toml"), ("PID (configs/elbow-hold.toml)",
-                                                                                  "elbow-hold.toml")):
-        cfg = load_service_config(ROOT / "configs" / cfg_name)
-        keep = Elbow()
-        run_offline(cfg, round(5.0 / cfg.loop.period_s), [keep])
-        a = np.array(keep.angle)
-        m = tracking(a, math.radians(90.0), cfg.loop.period_s)
-        print(f"{name}: settling {m['settling_time_s']} s, overshoot {math.degrees(m['overshoot_rad']):.2f} deg, "
-              f"RMS error {math.degrees(m['rms_error_rad']):.2f} deg, final error {math.degrees(m['final_error_rad']):.4f} deg")
-        ax.plot(np.arange(a.size) * cfg.loop.period_s, np.degrees(a), label=name)
-    ax.axhline(90.0, color="k", lw=0.5)
-    ax.set(xlabel="time (s)", ylabel="elbow flexion (deg)", title="Holding the elbow at 90 deg (offline run)")
-    ax.legend()
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), sharey=True)
+    for ax, (arm, configs) in zip(axes, ARMS.items()):
+        for kind, cfg_name in zip(("LQR", "PID"), configs):
+            name = f"{kind} (configs/{cfg_name})"
+            cfg = load_service_config(ROOT / "configs" / cfg_name)
+            keep = Elbow()
+            run_offline(cfg, round(5.0 / cfg.loop.period_s), [keep])
+            a = np.array(keep.angle)
+            m = tracking(a, math.radians(90.0), cfg.loop.period_s)
+            print(f"{name}: settling {m['settling_time_s']} s, overshoot {math.degrees(m['overshoot_rad']):.2f} deg, "
+                  f"RMS error {math.degrees(m['rms_error_rad']):.2f} deg, final error "
+                  f"{math.degrees(m['final_error_rad']):.4f} deg")
+            ax.plot(np.arange(a.size) * cfg.loop.period_s, np.degrees(a), label=name)
+        ax.axhline(90.0, color="k", lw=0.5)
+        ax.set(xlabel="time (s)", title=f"Holding the elbow at 90 deg, {arm} (offline run)")
+        ax.legend(fontsize=8)
+    axes[0].set(ylabel="elbow flexion (deg)")
     fig.tight_layout()
     fig.savefig(out_dir / "lqr_vs_pid.png", dpi=110)
 

@@ -302,11 +302,12 @@ def mtg_defaults(
 def model_linearize(
     out: Annotated[Path, typer.Option(help="Where to write A, B, C, D and the rest: FILE.npz or FILE.mat.")],
     config: Annotated[Optional[Path], typer.Option(
-        help="Service config: its model options, stimulation channels (--inputs channels) and loop period "
-             "(the discrete forms); default: the published model.")] = None,
+        help="Service config: its plant (das3 or mtg), model options and patient, stimulation channels (--inputs "
+             "channels) and loop period (the discrete forms); default: the published DAS3 model.")] = None,
     state: Annotated[Optional[Path], typer.Option(
-        help="Operating state file (298 values, JSON or CSV as 'hil model equilibrium --out' writes); its "
-             "activations are the operating excitations. Default: the published passive equilibrium.")] = None,
+        help="Operating state file (the plant's state: 298 values for DAS3, JSON or CSV as 'hil model equilibrium "
+             "--out' writes); its activations are the operating excitations. Default: the plant's resting state "
+             "(DAS3: the published passive equilibrium).")] = None,
     posture: Annotated[Optional[str], typer.Option(
         help="A posture held by the inputs, e.g. 'ELx=90' (deg): the rest state nearest it that the inputs hold.")
     ] = None,
@@ -326,24 +327,23 @@ def model_linearize(
         help="Also the model with a first-order Pade delay per channel's electromechanical delay.")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")] = False,
 ) -> None:
-    """The linear model x' = A dx + B du, y = C dx + D du of the DAS3 plant at an equilibrium, from the exact
-    Jacobians of its implicit form (A = -(df/dx')^-1 df/dx, B = -(df/dx')^-1 df/du); docs/analyses/linearize.md."""
+    """The linear model x' = A dx + B du, y = C dx + D du of the config's plant at an equilibrium: the DAS3 arm from
+    the exact Jacobians of its implicit form (A = -(df/dx')^-1 df/dx, B = -(df/dx')^-1 df/du), the MTG arm from
+    central differences of its compiled forces; docs/analyses/linearize.md."""
     with user_errors():
         from hil.config import load_service_config
-        from hil.linearize import build, check_out, provenance, write
+        from hil.linearize import angles_deg, build, check_out, provenance, write
         from hil.recording.files import load_state_file
+        from hil.rt.plants import plant_type
         from sim.das3.model import load_model
-        from sim.linear.das3 import LinearizeError
+        from sim.linear.operating import LinearizeError
 
         check_out(out)
         check_output_path(out, "--out")
         if state is not None and posture is not None:
             raise LinearizeError("give --state or --posture, not both")
         cfg = None if config is None else load_service_config(config)
-        if cfg is not None and cfg.plant.type != "das3":
-            raise LinearizeError(f"{config}: plant type {cfg.plant.type!r}: only the DAS3 plant is linearised "
-                                 "(the MTG plant has no exact Jacobians)")
-        model = load_model(ModelConfig() if cfg is None else cfg.model)
+        model = load_model(ModelConfig()) if cfg is None else plant_type(cfg.plant.type).load_model(cfg)
         x_state = None if state is None else load_state_file(state, model.n_states)
         options = {"state": None if state is None else str(state), "posture": posture, "inputs": inputs,
                    "channel_input": channel_input, "pulse_width_us": pulse_width_us, "frequency_hz": frequency_hz,
@@ -354,13 +354,13 @@ def model_linearize(
         write(out, arrays, provenance(model, config, options, lm))
     summary = {"out": str(out), "states": int(lm.A.shape[0]), "inputs": list(lm.input_names),
                "input_unit": lm.input_unit, "outputs": list(lm.output_names), "u0": lm.u0.tolist(),
-               "q0_deg": dict(zip(model.dof_names, np.degrees(lm.x0[: model.n_dof]).round(6).tolist())),
+               "plant": model.kind, "q0_deg": angles_deg(model, lm.x0),
                "residual_max": lm.residual_max, "residual_rms": lm.residual_rms,
                "max_real_eigenvalue": float(np.max(np.linalg.eigvals(lm.A).real)), "notes": lm.notes}
     if json_out:
         print_json(summary)
         return
-    table = key_value_table("Linearised DAS3 model")
+    table = key_value_table(f"Linearised {model.kind.upper()} model")
     for key, value in summary.items():
         table.add_row(key, str(value))
     out_console().print(table)

@@ -14,11 +14,13 @@ from scipy.io import loadmat
 
 from hil.config import load_service_config
 from hil.linearize import channel_inputs, level_per_ma, stimulation_model
+from hil.rt.plants import plant_type
 from hil.rt.stimulation import amplitude_for_level
 from sim.das3.model import load_model
 
 ROOT = Path(__file__).resolve().parents[2]
 HOLD = str(ROOT / "configs/elbow-hold.toml")
+HOLD_MTG = str(ROOT / "configs/elbow-hold-mtg.toml")
 
 
 def _linearize(*args):
@@ -57,6 +59,25 @@ def test_mat_at_the_published_equilibrium_with_amplitude_inputs(tmp_path):
     assert any("flat" in n for n in json.loads(run.stdout)["notes"])
 
 
+def test_mtg_arm_of_its_config_at_a_channel_held_posture(tmp_path):
+    out = tmp_path / "mtg.npz"
+    run = _linearize("--config", HOLD_MTG, "--posture", "ELx=90", "--inputs", "channels=elbow_flexor,elbow_extensor",
+                     "--outputs", "q:ELx,qdot:ELx", "--reduce", "ELx", "--out", str(out), "--json")
+    assert run.returncode == 0, run.stderr
+    summary = json.loads(run.stdout)
+    assert summary["plant"] == "mtg" and summary["q0_deg"]["elbow_flexion"] == pytest.approx(90.0, abs=1e-6)
+    assert summary["residual_max"] < 1e-10 and any("Richardson" in n for n in summary["notes"])
+    z = np.load(out)
+    assert z["A"].shape == (20, 20) and z["B"].shape == (20, 2) and z["state_names"][3] == "q_elbow_flexion"
+    assert list(z["reduced_state_names"]) == ["q_elbow_flexion", "qdot_elbow_flexion", "a_elbow_flexor",
+                                              "a_elbow_extensor"]
+    prov = json.loads(str(z["provenance"]))
+    cfg = load_service_config(HOLD_MTG)
+    assert prov["plant"] == "mtg" and "central differences" in prov["method"]
+    assert prov["model_data_sha256"] == plant_type("mtg").load_model(cfg).data_sha256
+    assert np.max(np.linalg.eigvals(z["A"]).real) < 0.0
+
+
 def test_amplitude_slope_matches_the_recruitment_curve():
     cfg = load_service_config(HOLD)
     model = load_model(cfg.model)
@@ -81,7 +102,8 @@ def test_amplitude_slope_matches_the_recruitment_curve():
     ("bad_extension", ["--out", "{tmp}/model.txt"], "unknown extension '.txt'"),
     ("no_channels", ["--config", str(ROOT / "configs/loopback.toml"), "--inputs", "channels"],
      "--inputs channels needs stimulation channels"),
-    ("mtg_plant", ["--config", str(ROOT / "configs/elbow-hold-mtg.toml")], "the MTG plant has no exact Jacobians"),
+    ("mtg_groups", ["--config", HOLD_MTG, "--inputs", "groups"], "the MTG arm has no muscle groups"),
+    ("mtg_short_state", ["--config", HOLD_MTG, "--state", "{short}"], "expected 20 state values"),
 ])
 def test_bad_input_is_one_clear_line(tmp_path, case, args, message):
     short, nan = tmp_path / "short.json", tmp_path / "nan.csv"

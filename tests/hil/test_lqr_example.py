@@ -1,5 +1,6 @@
-"""The LQR example (examples/lqr): its saved gain is what the design script computes from the linearised model, and
-the plug-in holds the elbow at the target in an offline run of configs/elbow-lqr.toml."""
+"""The LQR example (examples/lqr): its saved gains are what the design script computes from the linearised DAS3 and
+MTG arms, and the plug-in holds the elbow at the target in offline runs of configs/elbow-lqr.toml and
+configs/elbow-lqr-mtg.toml."""
 from __future__ import annotations
 
 import importlib.util
@@ -8,6 +9,7 @@ import math
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from hil.config import load_service_config
 from hil.reports.run_metrics import tracking
@@ -24,19 +26,28 @@ class Elbow:
         self.angle.append(float(record[0]["frame"]["elbow_flexion"]))
 
 
-def test_saved_gain_is_the_designed_one():
+PLANTS = {"das3": ("configs/elbow-lqr.toml", "examples/lqr/elbow_lqr_gain.json"),
+          "mtg": ("configs/elbow-lqr-mtg.toml", "examples/lqr/elbow_lqr_gain_mtg.json")}
+
+
+@pytest.mark.parametrize("plant", PLANTS)
+def test_saved_gain_is_the_designed_one(plant):
     spec = importlib.util.spec_from_file_location("lqr_design", ROOT / "examples/lqr/design.py")
     design = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(design)
-    doc = design.design()
-    saved = json.loads((ROOT / "examples/lqr/elbow_lqr_gain.json").read_text())
+    config, gain = PLANTS[plant]
+    doc = design.design(ROOT / config)
+    saved = json.loads((ROOT / gain).read_text())
+    assert doc["plant"] == saved["plant"] == plant
     np.testing.assert_allclose(saved["K"], doc["K"], rtol=1e-6)
     np.testing.assert_allclose(saved["level0"], doc["level0"], rtol=1e-6)
     assert max(doc["closed_loop_poles_abs"]) < 1.0                  # the discrete closed loop is stable
 
 
-def test_lqr_plugin_holds_the_elbow_at_90_deg(caplog):
-    cfg = load_service_config(ROOT / "configs/elbow-lqr.toml")
+@pytest.mark.parametrize("plant", PLANTS)
+def test_lqr_plugin_holds_the_elbow_at_90_deg(plant, caplog):
+    cfg = load_service_config(ROOT / PLANTS[plant][0])
+    assert cfg.plant.type == plant
     keep = Elbow()
     run_offline(cfg, round(5.0 / cfg.loop.period_s), [keep])
     angle = np.array(keep.angle)

@@ -11,9 +11,8 @@ from sim.das3.model import load_model
 from sim.das3.muscle_groups import element_indices
 from sim.das3.plant import Plant
 from sim.das3.reference import ReferenceModel
-from sim.linear.das3 import (
-    IA,
-    IS,
+from sim.linear.das3 import IA, IS
+from sim.linear.operating import (
     LinearizeError,
     dof_states,
     excitation_inputs,
@@ -101,7 +100,7 @@ def test_reduced_form_keeps_the_static_gain(model, biceps, held):
     x0, v0 = held
     lm = linearize(model, x0, biceps, v0, "q:ELx,qdot:ELx")
     driven = [i for n in ("bicl", "bicb", "brachialis") for i in element_indices(n, model.muscle_names)]
-    keep = dof_states([ELX]) + [IS + i for i in driven] + [IA + i for i in driven]     # as hil model linearize --reduce
+    keep = dof_states(model, ["ELx"]) + [IS + i for i in driven] + [IA + i for i in driven]     # as hil model linearize --reduce
     Ar, Br, Cr, Dr = residualize(lm.A, lm.B, lm.C, lm.D, keep)
     assert Ar.shape == (len(keep), len(keep)) and len(keep) > 3
     full, red = (frequency_response(*m, [0.0]) for m in ((lm.A, lm.B, lm.C, lm.D), (Ar, Br, Cr, Dr)))
