@@ -56,8 +56,10 @@ def pyplot_agg():
 
 
 def save_png(plt, fig, file: str) -> str:
-    """Write ``fig`` to the PNG ``file`` (and close it); returns ``file``."""
-    fig.tight_layout()
+    """Write ``fig`` to the PNG ``file`` (and close it); returns ``file``. A figure made with its own layout engine
+    (``layout="constrained"``) keeps it; any other is laid out tight."""
+    if fig.get_layout_engine() is None:
+        fig.tight_layout()
     fig.savefig(file, dpi=100)
     plt.close(fig)
     return file
