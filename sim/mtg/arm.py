@@ -16,7 +16,8 @@ with range stops K2 (lo - q)^2 below a coordinate's range and -K2 (q - hi)^2 abo
 spec "Passive joint moments"; :mod:`sim.mtg.model` gives the ranges), the MTG moments applied as the DAS3
 external moments are (``sim.das3.kernels.multibody._thoracohumeral_torque``):
 M_mtg = T_plane e_y + T_elev z' + T_axial y_h on the humerus, T_c = sum over the coordinate's MTGs of
-u tau(a, q_c, u qd_c) (Millard et al. 2019, Eq. (3); ``sim.mtg.curves.mtg_torque``), and the elbow and
+u tau(a, q_c, u qd_c) (Millard et al. 2019, Eq. (3); ``sim.mtg.curves.mtg_torque``, its curves tabled by
+``sim.mtg.curve_table``), and the elbow and
 pronation MTGs as torques about their own joints. B is the DAS3 joint damping (spec "Passive joint moments").
 """
 from __future__ import annotations
@@ -27,7 +28,7 @@ from typing import NamedTuple
 import numpy as np
 
 from sim.jit.kernel import kernel
-from sim.mtg.curves import mtg_torque
+from sim.mtg.curve_table import tabled_torque
 from sim.mtg.table import hermite_table
 
 N_COORD = 5
@@ -69,12 +70,10 @@ class MtgArrays(NamedTuple):
     contr_slope: np.ndarray    # (5, k) N m/rad at the knots
     mtg_fit: np.ndarray        # (n, 7) s_a, s_v, delta_p, lambda_a, lambda_v, lambda_p, s_tau
     mtg_act: np.ndarray        # (n, 4) c1, c2 rising; c1, c2 falling
-    a_xs: np.ndarray           # (n, segments, 6) active-torque-angle curve control points
-    a_ys: np.ndarray
-    v_xs: np.ndarray           # torque-velocity
-    v_ys: np.ndarray
-    p_xs: np.ndarray           # passive-torque-angle
-    p_ys: np.ndarray
+    curve_start: np.ndarray    # (n, 3, N) the tA, tV, tPE curves as tables (sim.mtg.curve_table): interval starts
+    curve_width: np.ndarray    # (n, 3, N) their widths
+    curve_coef: np.ndarray     # (n, 3, N, 6) their quintics
+    curve_count: np.ndarray    # (n, 3) int: intervals of each curve
 
 
 class MtgWork(NamedTuple):
@@ -365,10 +364,8 @@ def mtg_torques(A, q, qd, a, W):
     for m in range(A.mtg_coord.shape[0]):
         c = A.mtg_coord[m]
         u = A.mtg_dir[m]
-        k, f = A.mtg_const[m], A.mtg_fit[m]
-        tau, dth, dom, _ = mtg_torque(a[m], q[c], u * qd[c], A.a_xs[m], A.a_ys[m], A.v_xs[m], A.v_ys[m],
-                                      A.p_xs[m], A.p_ys[m], k[0], k[1], k[2], k[3],
-                                      f[0], f[1], f[2], f[3], f[4], f[5], f[6])
+        tau, dth, dom, _ = tabled_torque(A.curve_start, A.curve_width, A.curve_coef, A.curve_count, m, a[m], q[c],
+                                         u * qd[c], A.mtg_const[m], A.mtg_fit[m])
         W.tau[m] = tau
         ct[c, 0] += u * tau
         ct[c, 1] += u * dth

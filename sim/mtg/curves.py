@@ -155,27 +155,55 @@ def curve_eval(xs, ys, x):
 
 
 @kernel
+def scaled_active(f, df, ddf, s_a, lambda_a):
+    """Eq. (4) from the nominal tA's (value, slope, curvature) at (theta - theta_o)/sA + theta_o."""
+    g = 1.0 - lambda_a
+    return lambda_a + g * f, g * df / s_a, g * ddf / (s_a * s_a)
+
+
+@kernel
+def scaled_velocity(f, df, ddf, s_v, lambda_v):
+    """Eq. (5) from the nominal tV's (value, slope, curvature) at omega/sV."""
+    g = 1.0 - lambda_v
+    return lambda_v + g * f, g * df / s_v, g * ddf / (s_v * s_v)
+
+
+@kernel
+def scaled_passive(f, df, ddf, lambda_p):
+    """Eq. (6) from the nominal tPE's (value, slope, curvature) at theta - dP."""
+    g = 1.0 - lambda_p
+    return g * f, g * df, g * ddf
+
+
+@kernel
 def active_torque_angle(xs, ys, theta, theta_opt, s_a, lambda_a):
     """Eq. (4): (tA, dtA/dtheta, d2tA/dtheta2) = lamA + (1 - lamA) tA((theta - theta_o)/sA + theta_o)."""
     f, df, ddf = curve_eval(xs, ys, (theta - theta_opt) / s_a + theta_opt)
-    g = 1.0 - lambda_a
-    return lambda_a + g * f, g * df / s_a, g * ddf / (s_a * s_a)
+    return scaled_active(f, df, ddf, s_a, lambda_a)
 
 
 @kernel
 def torque_velocity(xs, ys, omega, s_v, lambda_v):
     """Eq. (5): (tV, dtV/domega, d2tV/domega2) = lamV + (1 - lamV) tV(omega/sV)."""
     f, df, ddf = curve_eval(xs, ys, omega / s_v)
-    g = 1.0 - lambda_v
-    return lambda_v + g * f, g * df / s_v, g * ddf / (s_v * s_v)
+    return scaled_velocity(f, df, ddf, s_v, lambda_v)
 
 
 @kernel
 def passive_torque_angle(xs, ys, theta, delta_p, lambda_p):
     """Eq. (6): (tPE, dtPE/dtheta, d2tPE/dtheta2) = (1 - lamP) tPE(theta - dP)."""
     f, df, ddf = curve_eval(xs, ys, theta - delta_p)
-    g = 1.0 - lambda_p
-    return g * f, g * df, g * ddf
+    return scaled_passive(f, df, ddf, lambda_p)
+
+
+@kernel
+def combined_torque(a, omega, ta, dta, tv, dtv, tp, dtp, omega_max, tau_max, beta, s_v, s_tau):
+    """Eq. (3) from the scaled curves' values and slopes: (tau, dtau/dtheta, dtau/domega, dtau/da)."""
+    rate = beta / (s_v * omega_max)
+    damp = 1.0 - rate * omega
+    scale = s_tau * tau_max
+    return (scale * (a * ta * tv + tp * damp), scale * (a * dta * tv + dtp * damp),
+            scale * (a * ta * dtv - tp * rate), scale * ta * tv)
 
 
 @kernel
@@ -185,11 +213,7 @@ def mtg_torque(a, theta, omega, a_xs, a_ys, v_xs, v_ys, p_xs, p_ys, theta_opt, o
     ta, dta, _ = active_torque_angle(a_xs, a_ys, theta, theta_opt, s_a, lambda_a)
     tv, dtv, _ = torque_velocity(v_xs, v_ys, omega, s_v, lambda_v)
     tp, dtp, _ = passive_torque_angle(p_xs, p_ys, theta, delta_p, lambda_p)
-    rate = beta / (s_v * omega_max)
-    damp = 1.0 - rate * omega
-    scale = s_tau * tau_max
-    return (scale * (a * ta * tv + tp * damp), scale * (a * dta * tv + dtp * damp),
-            scale * (a * ta * dtv - tp * rate), scale * ta * tv)
+    return combined_torque(a, omega, ta, dta, tv, dtv, tp, dtp, omega_max, tau_max, beta, s_v, s_tau)
 
 
 # --- Segment construction (offline) ------------------------------------------------------------------------------

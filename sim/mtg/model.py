@@ -28,8 +28,10 @@ from sim.errors import UserInputError
 from sim.input_file import InputFileError, read_input_file
 from sim.mtg.arm import MtgArrays, bias_and_mass, generalized_forces, kinematics, new_mtg_work
 from sim.mtg.contracture import ContractureTable, contracture_table, no_contracture
+from sim.mtg.curve_table import stack_tables, tabulate
 from sim.mtg.curves import ActiveTorqueAngle, FitParameters, MtgCurves, PassiveTorqueAngle, TorqueVelocity
 from sim.mtg.patient import ActuatorPatient, ActuatorReflex, able_bodied, no_reflex, patient_actuators
+from sim.mtg.step import MTG_STEP_OK, mtg_steps
 
 COORDINATES = ("plane_of_elevation", "elevation", "axial_rotation", "elbow_flexion", "pronation")
 """The reduced arm's generalized coordinates: thoracohumeral YZY angles, DAS3 ELx and PSy."""
@@ -188,12 +190,6 @@ def parameters_json(params: MtgParameters, description: str | None = None) -> di
             "mtgs": out}
 
 
-def _stack_curves(curves: list) -> tuple[np.ndarray, np.ndarray]:
-    xs = np.ascontiguousarray(np.stack([c.xs for c in curves]))
-    ys = np.ascontiguousarray(np.stack([c.ys for c in curves]))
-    return xs, ys
-
-
 def _frozen_girdle(das3: Das3Model):
     """(girdle angles, GH centre, scapula orientation, thoracohumeral angles, elbow, pronation) of the
     published equilibrium, from the DAS3 model's own kinematics (spec "Outputs" for the YZY angles)."""
@@ -206,6 +202,14 @@ def _frozen_girdle(das3: Das3Model):
                    math.atan2(R[1, 2], R[1, 0])])
     return (q[:6].copy(), work.P[HUMERUS_FRAME, :, 0].copy(), work.R[SCAPULA_FRAME, :, :, 0].copy(), th,
             float(q[9]), float(q[10]))
+
+
+REST_TOL_NM = 1e-9
+"""Largest generalized force a rest posture may leave (N m)."""
+SETTLE_S, SETTLE_STEP_S, SETTLE_CHUNK = 60.0, 0.004, 250
+"""How long the arm may fall to rest, its step, and the steps between checks of its stillness."""
+SETTLED_RAD_S = 1e-9
+"""Every coordinate rate below this: the arm is still."""
 
 
 def moment_scale(config) -> float:
@@ -222,9 +226,8 @@ def _arrays(das3: Das3Model, params: MtgParameters, girdle, actuators: ActuatorP
     girdle_q, gh_centre, scap_R = girdle[:3]
     frame_to_seg = {HUMERUS_FRAME: 0, HUMERUS_FRAME + 1: 1, HUMERUS_FRAME + 2: 2}
     bodies = [b for b in range(A.body_mass.shape[0]) if int(A.body_frame[b]) in frame_to_seg]
-    ax, ay = _stack_curves([s.curves.a_curve for s in params.mtgs])
-    vx, vy = _stack_curves([s.curves.v_curve for s in params.mtgs])
-    px, py = _stack_curves([s.curves.p_curve for s in params.mtgs])
+    start, width, coef, count = stack_tables([[tabulate(c.xs, c.ys) for c in (s.curves.a_curve, s.curves.v_curve,
+                                                                   s.curves.p_curve)] for s in params.mtgs])
     act = np.array([[1.0 / s.tact - 1.0 / s.tdeact, 1.0 / s.tdeact] * 2 for s in params.mtgs])
     return MtgArrays(
         gh_centre=gh_centre, elbow_loc=A.joint_loc[9].copy(), elbow_axis=A.joint_axis[9].copy(),
@@ -249,7 +252,8 @@ def _arrays(das3: Das3Model, params: MtgParameters, girdle, actuators: ActuatorP
         contr_slope=contracture.slope.copy(),
         mtg_fit=np.array([[s.fit.s_a, s.fit.s_v, s.fit.delta_p, s.fit.lambda_a, s.fit.lambda_v, s.fit.lambda_p,
                            s.fit.s_tau] for s in params.mtgs]),
-        mtg_act=act, a_xs=ax, a_ys=ay, v_xs=vx, v_ys=vy, p_xs=px, p_ys=py)
+        mtg_act=act, curve_start=start, curve_width=width, curve_coef=coef,
+        curve_count=count)
 
 
 class MtgModel:
@@ -350,13 +354,39 @@ class MtgModel:
 
     def _rest_state(self, start: np.ndarray) -> np.ndarray:
         """The posture where gravity and the passive MTG moments balance with all activations zero, found from
-        the DAS3 equilibrium posture (least squares: a coordinate without a restoring moment stays put)."""
+        the DAS3 equilibrium posture: least squares on Q(q) = 0 (a coordinate without a restoring moment stays put).
+        Where that stalls (a coordinate that feels no moment of its own cannot cancel the moment the others couple
+        into its row), the arm is let fall from there until it is still (:func:`_settled`) and balanced again; one
+        that still does not balance is :class:`MtgParameterError`."""
+        q = self._balanced(start)
+        if q is None:
+            q = self._balanced(self._settled(start))
+        if q is None:
+            raise MtgParameterError("the MTG arm has no rest posture near the DAS3 one (gravity and the passive "
+                                    f"moments leave more than {REST_TOL_NM:g} N m at the best posture found)")
+        x = np.zeros(self.n_states)
+        x[:5] = q
+        return x
+
+    def _balanced(self, start: np.ndarray) -> np.ndarray | None:
+        """Least squares on Q(q) = 0 from ``start``; None unless every |Q| <= :data:`REST_TOL_NM` there."""
         from scipy.optimize import least_squares  # imported where it is used: scipy.optimize is slow to import
         sol = least_squares(lambda q: self.generalized_forces(q), start, x_scale=0.1, xtol=1e-14, ftol=1e-14,
                             gtol=1e-14, max_nfev=500)
+        return sol.x if np.max(np.abs(self.generalized_forces(sol.x))) <= REST_TOL_NM else None
+
+    def _settled(self, start: np.ndarray) -> np.ndarray:
+        """The posture the unexcited arm comes to rest in from ``start`` (its own step, at most
+        :data:`SETTLE_S`)."""
         x = np.zeros(self.n_states)
-        x[:5] = sol.x
-        return x
+        x[:5] = start
+        work = new_mtg_work(self.arrays.body_mass.shape[0], self.n_muscles)
+        u, applied, loads = np.zeros(self.n_muscles), np.zeros(self.n_muscles), np.zeros(len(LOAD_NAMES))
+        for _ in range(round(SETTLE_S / SETTLE_STEP_S / SETTLE_CHUNK)):
+            status, _, _ = mtg_steps(self.arrays, work, x, applied, u, loads, SETTLE_STEP_S, SETTLE_CHUNK)
+            if status != MTG_STEP_OK or np.max(np.abs(x[5:10])) < SETTLED_RAD_S:
+                break
+        return x[:5].copy()
 
 
 def mtg_model_for(model_config, patient, parameters: str | Path | None = None) -> MtgModel:

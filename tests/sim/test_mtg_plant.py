@@ -146,6 +146,16 @@ def test_rest_state_is_an_equilibrium(model):
     assert np.max(np.abs(plant.x[:5] - rest[:5])) < 1e-6
 
 
+def test_a_rest_solve_that_stalls_lets_the_arm_fall_to_rest(model):
+    """From a plane of elevation where no MTG's passive moment acts, least squares cannot move it (its row holds the
+    moment the axial rotation couples in): the arm falls to rest and is balanced there."""
+    start = model.das3_posture.copy()
+    start[0] = math.radians(-0.7)
+    x = model._rest_state(start)
+    assert np.max(np.abs(model.generalized_forces(x[:5]))) <= 1e-9
+    assert x[0] < math.radians(-10.0)                 # in the horizontal flexor's passive range (theta_0^PE -10 deg)
+
+
 def _switching_run(model, h, duration=1.0, level=0.5):
     """Each MTG excited in turn for 0.1 s; the coordinates at the end."""
     plant = MtgPlant(model, h)
