@@ -78,6 +78,10 @@ class Das3Linear:
         except (EquilibriumError, ValueError) as exc:
             raise LinearizeError(f"no rest posture under the operating inputs: {exc}") from None
 
+    def fd_error(self, x0, loads=None) -> None:
+        """None: A and B are exact (no finite differences to estimate the error of)."""
+        return None
+
     def driven_states(self, B: np.ndarray) -> list[int]:
         """The fibre states and activations of the muscles the inputs drive (activation rows of B not zero)."""
         act = [IA + i for i in range(N_MUS) if np.any(B[IA + i] != 0.0)]

@@ -6,7 +6,8 @@ A linear view has ``n_states``, ``state_names``, ``coordinate_names``, ``positio
 reduction takes -> coordinate j, whose angle and rate are states ``iq + j`` and ``iqd + j``), ``ia`` (the first
 activation state), ``method`` (how A and B are obtained) and ``residual(x0, u, loads)``, ``state_matrices(x0, u,
 loads)`` -> (A, B per excitation), ``rest_state(u, loads, x_guess)``, ``output_matrices(x0, spec)``,
-``driven_states(B)`` and ``excitation_inputs(select, grouped)``.
+``driven_states(B)``, ``excitation_inputs(select, grouped)`` and ``fd_error(x0, loads)`` (the estimated relative
+error of a finite-difference A, None where A is exact).
 
 An operating point held by inputs v (excitations, groups or, in :mod:`hil.linearize`, stimulation channel levels) is
 found by :func:`hold_posture`: Levenberg-Marquardt steps on v within bounds, each posture the plant's own rest
@@ -50,9 +51,9 @@ def linearize(model, x0, inputs: Inputs, v0, outputs: str = "q,qdot", loads=None
                              "('hil model equilibrium --out') or a posture")
     A, Bu = view.state_matrices(x0, u0, loads)
     C, y0, out_names, notes = view.output_matrices(x0, outputs)
-    if hasattr(view, "fd_error"):
-        notes.append(f"A: Richardson estimate of the central differences' error {view.fd_error(x0, loads):.1e} "
-                     "of its largest entry")
+    fd_error = view.fd_error(x0, loads)
+    if fd_error is not None:
+        notes.append(f"A: Richardson estimate of the central differences' error {fd_error:.1e} of its largest entry")
     B = Bu @ dudv
     return LinearModel(A=A, B=B, C=C, D=np.zeros((C.shape[0], B.shape[1])), x0=x0, u0=v0, y0=y0,
                        state_names=view.state_names, input_names=inputs.names, output_names=out_names,
