@@ -116,14 +116,15 @@ class Elbow:
         self.angle.append(float(record[0]["frame"]["elbow_flexion"]))
 
 
-ARMS = {"DAS3 arm": ("elbow-lqr.toml", "elbow-hold.toml"), "MTG arm": ("elbow-lqr-mtg.toml", "elbow-hold-mtg.toml")}
-"""Each arm's LQR and PID configs."""
+ARMS = {"DAS3 arm": ("elbow-lqr.toml", "elbow-mpc.toml", "elbow-hold.toml"),
+        "MTG arm": ("elbow-lqr-mtg.toml", "elbow-mpc-mtg.toml", "elbow-hold-mtg.toml")}
+"""Each arm's LQR, MPC and PID configs."""
 
 
 def lqr_vs_pid(out_dir):
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), sharey=True)
     for ax, (arm, configs) in zip(axes, ARMS.items()):
-        for kind, cfg_name in zip(("LQR", "PID"), configs):
+        for kind, cfg_name in zip(("LQR", "MPC", "PID"), configs):
             name = f"{kind} (configs/{cfg_name})"
             cfg = load_service_config(ROOT / "configs" / cfg_name)
             keep = Elbow()
@@ -135,7 +136,7 @@ def lqr_vs_pid(out_dir):
                   f"{math.degrees(m['final_error_rad']):.4f} deg")
             ax.plot(np.arange(a.size) * cfg.loop.period_s, np.degrees(a), label=name)
         ax.axhline(90.0, color="k", lw=0.5)
-        ax.set(xlabel="time (s)", title=f"Holding the elbow at 90 deg, {arm} (offline run)")
+        ax.set(xlabel="time (s)", title=f"Holding the elbow at 90 deg, {arm} (offline run)", xlim=(0.0, 2.0))
         ax.legend(fontsize=8)
     axes[0].set(ylabel="elbow flexion (deg)")
     fig.tight_layout()

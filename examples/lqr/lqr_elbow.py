@@ -1,5 +1,6 @@
-"""An LQR controller plug-in (drivers.controllers.plugin) that holds the elbow with the biceps and triceps channels,
-its gain designed from the linearised DAS3 model by examples/lqr/design.py (docs/analyses/linearize.md).
+"""An LQR controller plug-in (drivers.controllers.plugin) that holds the elbow with a flexor and an extensor channel,
+its gain designed from the linearised arm by examples/lqr/design.py (docs/analyses/linearize.md), and a
+model-predictive one on the same model (:class:`MpcElbow`, configs/elbow-mpc.toml).
 
 Each call: z = [integral of e, e, qdot_ELx] with e = elbow - target; levels l = l0 - K z, clipped to [0, phi]; each
 level becomes an amplitude by inverting the recruitment curve l = phi (3 x^2 - 2 x^3), x = (PW I - Q_th) / (Q_sat -
@@ -50,29 +51,37 @@ class LqrElbow(Controller):
         self.max_amp = float(p.pop("max_amplitude_ma", 80.0))
         self.band = math.radians(float(p.pop("integration_band_deg", 5.0)))
         self.target = math.radians(float(p.pop("target_deg", g["target_deg"])))   # the design's by default
-        if p:
-            raise ValueError(f"unknown parameter(s) {sorted(p)}")
         n = len(settings.channel_names)
         if not 1 <= self.flexor <= n or not 1 <= self.extensor <= n:
             raise ValueError(f"channels are 1..{n}")
         self.K = np.array(g["K"], float)
         self.level0 = np.array(g["level0"], float)
         self.rec = [g["recruitment"][c] for c in g["channels"]]
+        self.top = np.array([r["phi"] for r in self.rec])
         self.pw_us, self.freq = float(g["pulse_width_us"]), float(g["frequency_hz"])
         self.elbow = settings.dof_names.index("ELx")
         self.dt = settings.call_period_s
         self.integral = 0.0
         self.amps = [0.0, 0.0]
+        self.configure(p, g)
+        if p:
+            raise ValueError(f"unknown parameter(s) {sorted(p)}")
+
+    def configure(self, params: dict, gain: dict) -> None:
+        """A subclass's own keys (popped from ``params``) and set-up; the LQR has none."""
+
+    def plan(self, z: np.ndarray) -> np.ndarray:
+        """The levels wanted for the state z (clipped to [0, phi] after): v0 - K z."""
+        return self.level0 - self.K @ z
 
     def step(self, tick, time_s, frame):
         if frame is None:
             return []
         e = float(frame["elbow_flexion"][0]) - self.target
         z = np.array([self.integral, e, float(frame["qdot"][0][self.elbow])])
-        want = self.level0 - self.K @ z
-        top = np.array([r["phi"] for r in self.rec])
-        levels = np.clip(want, 0.0, top)
-        if abs(e) < self.band and np.all(want < top):    # clipping at 0 is the pair's normal split
+        want = self.plan(z)
+        levels = np.clip(want, 0.0, self.top)
+        if abs(e) < self.band and np.all(want < self.top):    # clipping at 0 is the pair's normal split
             self.integral += e * self.dt
         self.amps = [min(self.max_amp, amplitude_ma(float(lv), r, self.pw_us * 1e-6)) for lv, r in zip(levels, self.rec)]
         return [ChannelCommand(self.flexor, self.pw_us, self.amps[0], self.freq),
@@ -81,3 +90,52 @@ class LqrElbow(Controller):
     def state(self):
         return {"integral_rad_s": self.integral, "flexor_amplitude_ma": self.amps[0],
                 "extensor_amplitude_ma": self.amps[1]}
+
+
+class MpcElbow(LqrElbow):
+    """Model-predictive control of the same z = [integral of e, e, qdot_ELx] on the same reduced model (the gain
+    file's A_reduced, B_reduced, held over each call: zero-order hold at the call period) with the same weights Q, R:
+    each call minimises
+
+        sum_{k<N} (z_k' Q z_k + dv_k' R dv_k) + z_N' P z_N,   0 <= v0 + dv_k <= phi   (every k)
+
+    over the next N = ``horizon`` calls' level changes dv, P the discrete Riccati solution of the LQR design, and
+    sends the first (receding horizon: Rawlings, Mayne & Diehl, Model Predictive Control, 2nd ed. 2017, ch. 1-2).
+    With no bound active its first move is the LQR's -K z exactly (the terminal cost is the infinite horizon's);
+    a bound is planned for rather than clipped. Condensed, with Z = Phi z0 + Gamma U, the problem is the bounded
+    least squares |L U + L^-T F z0|^2, H = Gamma' Qbar Gamma + Rbar = L'L, F = Gamma' Qbar Phi
+    (``scipy.optimize.lsq_linear``, bounded-variable least squares).
+
+        horizon = 10                # calls (10 x 0.02 s)
+    """
+
+    def configure(self, params: dict, gain: dict) -> None:
+        from scipy.linalg import cholesky, expm, solve_discrete_are, solve_triangular
+
+        n = int(params.pop("horizon", 10))
+        if not 1 <= n <= 200:
+            raise ValueError(f"horizon is 1..200 calls, not {n}")
+        A, B = np.array(gain["A_reduced"], float), np.array(gain["B_reduced"], float)
+        E = expm(np.block([[A, B], [np.zeros((2, 4))]]) * self.dt)
+        Az = np.block([[np.eye(1), self.dt * np.eye(1, 2)], [np.zeros((2, 1)), E[:2, :2]]])
+        Bz = np.vstack([np.zeros((1, 2)), E[:2, 2:]])
+        Q, R = np.diag(gain["Q_diag"]), np.diag(gain["R_diag"])
+        P = solve_discrete_are(Az, Bz, Q, R)
+        powers = [np.linalg.matrix_power(Az, k) for k in range(n + 1)]
+        Phi = np.vstack(powers[1:])
+        Gamma = np.zeros((3 * n, 2 * n))
+        for row in range(n):
+            for col in range(row + 1):
+                Gamma[3 * row:3 * row + 3, 2 * col:2 * col + 2] = powers[row - col] @ Bz
+        Qbar = np.kron(np.eye(n), Q)
+        Qbar[-3:, -3:] = P
+        H = Gamma.T @ Qbar @ Gamma + np.kron(np.eye(n), R)
+        self.L = cholesky(H)
+        self.M = solve_triangular(self.L, Gamma.T @ Qbar @ Phi, trans="T")
+        self.bounds = (np.tile(-self.level0, n), np.tile(self.top - self.level0, n))
+
+    def plan(self, z: np.ndarray) -> np.ndarray:
+        from scipy.optimize import lsq_linear
+
+        plan = lsq_linear(self.L, -(self.M @ z), bounds=self.bounds, method="bvls", tol=1e-12)
+        return self.level0 + plan.x[:2]
