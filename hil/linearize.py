@@ -22,7 +22,10 @@ from scipy.io import savemat
 
 from hil import __version__
 from hil.config import ServiceConfig
+from hil.patients import load_patient
 from hil.rt.stimulation import StimulationModel, amplitude_for_level, channel_phi, load_stimulation_config
+from sim.das3.config import ModelConfig
+from sim.das3.model import load_model
 from sim.linear.operating import (
     Inputs,
     LinearizeError,
@@ -35,6 +38,8 @@ from sim.linear.operating import (
     reduced_states,
 )
 from sim.linear.reduce import pade_delays, residualize, zoh
+from sim.mtg.model import mtg_model_for
+from sim.patient import apply_patient
 from sim.stimulation_map import excitations_of_levels, excitations_with_spill
 
 INPUT_KINDS = ("excitations", "groups", "channels")
@@ -179,6 +184,16 @@ def build(model, cfg: ServiceConfig | None, *, x_state=None, posture: str | None
             arrays["A_reduced_discrete"], arrays["B_reduced_discrete"] = zoh(arrays["A_reduced"],
                                                                              arrays["B_reduced"], period_s)
     return lm, arrays
+
+
+def linearized_model(plant: str | None, patient: str | None):
+    """The model ``hil model linearize`` takes without ``--config``: the published DAS3 arm, or the MTG arm
+    (``--plant mtg``), built for ``--patient`` when one is given."""
+    if plant not in (None, "das3", "mtg"):
+        raise LinearizeError(f"--plant: {plant!r} is not a plant type (das3 or mtg)")
+    who = None if patient is None else load_patient(patient)
+    config = ModelConfig() if who is None else apply_patient(ModelConfig(), who)
+    return mtg_model_for(config, who) if plant == "mtg" else load_model(config)
 
 
 def angles_deg(model, x: np.ndarray) -> dict[str, float]:

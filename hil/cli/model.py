@@ -325,27 +325,35 @@ def model_linearize(
     ] = None,
     pade: Annotated[bool, typer.Option(
         help="Also the model with a first-order Pade delay per channel's electromechanical delay.")] = False,
+    plant: Annotated[Optional[str], typer.Option(
+        help="Override [plant] type: das3 (the full model) or mtg (the reduced muscle-torque-generator arm).")
+    ] = None,
+    patient: Annotated[Optional[str], typer.Option(
+        help="The virtual patient (preset name or patient file) the arm is built for; replaces the config's "
+             "[patient] table.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")] = False,
 ) -> None:
     """The linear model x' = A dx + B du, y = C dx + D du of the config's plant at an equilibrium: the DAS3 arm from
     the exact Jacobians of its implicit form (A = -(df/dx')^-1 df/dx, B = -(df/dx')^-1 df/du), the MTG arm from
     central differences of its compiled forces; docs/analyses/linearize.md."""
     with user_errors():
-        from hil.config import load_service_config
-        from hil.linearize import angles_deg, build, check_out, provenance, write
+        from hil.config import ConfigOverrides, load_service_config
+        from hil.linearize import angles_deg, build, check_out, linearized_model, provenance, write
+        from hil.patients import patient_override
         from hil.recording.files import load_state_file
         from hil.rt.plants import plant_type
-        from sim.das3.model import load_model
         from sim.linear.operating import LinearizeError
 
         check_out(out)
         check_output_path(out, "--out")
         if state is not None and posture is not None:
             raise LinearizeError("give --state or --posture, not both")
-        cfg = None if config is None else load_service_config(config)
-        model = load_model(ModelConfig()) if cfg is None else plant_type(cfg.plant.type).load_model(cfg)
+        cfg = None if config is None else ConfigOverrides(plant, patient_override(patient)).apply(
+            load_service_config(config))
+        model = linearized_model(plant, patient) if cfg is None else plant_type(cfg.plant.type).load_model(cfg)
         x_state = None if state is None else load_state_file(state, model.n_states)
-        options = {"state": None if state is None else str(state), "posture": posture, "inputs": inputs,
+        options = {"plant": plant, "patient": patient, "state": None if state is None else str(state),
+                   "posture": posture, "inputs": inputs,
                    "channel_input": channel_input, "pulse_width_us": pulse_width_us, "frequency_hz": frequency_hz,
                    "outputs": outputs, "reduce": reduce, "pade": pade}
         lm, arrays = build(model, cfg, x_state=x_state, posture=posture, inputs=inputs, channel_input=channel_input,

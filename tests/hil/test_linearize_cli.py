@@ -14,9 +14,13 @@ from scipy.io import loadmat
 
 from hil.config import load_service_config
 from hil.linearize import channel_inputs, level_per_ma, stimulation_model
+from hil.patients import load_patient
 from hil.rt.plants import plant_type
 from hil.rt.stimulation import amplitude_for_level
+from sim.das3.config import ModelConfig
 from sim.das3.model import load_model
+from sim.mtg.model import mtg_model_for
+from sim.patient import apply_patient
 
 ROOT = Path(__file__).resolve().parents[2]
 HOLD = str(ROOT / "configs/elbow-hold.toml")
@@ -78,6 +82,22 @@ def test_mtg_arm_of_its_config_at_a_channel_held_posture(tmp_path):
     assert np.max(np.linalg.eigvals(z["A"]).real) < 0.0
 
 
+def test_a_patients_mtg_arm_without_a_config(tmp_path):
+    out = tmp_path / "stroke.npz"
+    run = _linearize("--plant", "mtg", "--patient", "stroke-hemiparesis", "--posture", "ELx=90",
+                     "--inputs", "excitations=elbow_flexor", "--outputs", "q:ELx", "--out", str(out), "--json")
+    assert run.returncode == 0, run.stderr
+    summary = json.loads(run.stdout)
+    who = load_patient("stroke-hemiparesis")
+    arm = mtg_model_for(apply_patient(ModelConfig(), who), who)
+    prov = json.loads(str(np.load(out)["provenance"]))
+    assert summary["plant"] == "mtg" and summary["states"] == 20 and prov["options"]["patient"] == "stroke-hemiparesis"
+    assert prov["model_data_sha256"] == arm.data_sha256 != mtg_model_for(ModelConfig(), None).data_sha256
+    able = json.loads(_linearize("--plant", "mtg", "--posture", "ELx=90", "--inputs", "excitations=elbow_flexor",
+                                 "--out", str(tmp_path / "able.npz"), "--json").stdout)
+    assert summary["u0"][0] > able["u0"][0]                   # the weakened flexor needs more to hold 90 deg
+
+
 def test_amplitude_slope_matches_the_recruitment_curve():
     cfg = load_service_config(HOLD)
     model = load_model(cfg.model)
@@ -103,6 +123,7 @@ def test_amplitude_slope_matches_the_recruitment_curve():
     ("no_channels", ["--config", str(ROOT / "configs/loopback.toml"), "--inputs", "channels"],
      "--inputs channels needs stimulation channels"),
     ("mtg_groups", ["--config", HOLD_MTG, "--inputs", "groups"], "the MTG arm has no muscle groups"),
+    ("bad_plant", ["--plant", "mtx"], "--plant: 'mtx' is not a plant type (das3 or mtg)"),
     ("mtg_short_state", ["--config", HOLD_MTG, "--state", "{short}"], "expected 20 state values"),
 ])
 def test_bad_input_is_one_clear_line(tmp_path, case, args, message):
