@@ -9,7 +9,8 @@ Reset options (all optional): ``patient`` (a preset name or patient file, :mod:`
 again when it changes), ``target`` (the task's target parameters: rad, or m for a point), ``target_deg`` (an
 angle target's first parameter in degrees), ``hand_load_kg``, ``reference`` (a recorded motion, .mot/.sto/.trc/.c3d:
 the target follows it, resampled at the action period and held at its last value; ElbowHold: the elbow flexion,
-ForwardFlexion: the thoracohumeral elevation of the 11 recorded coordinates; :mod:`sim.motion.reference`).
+ForwardFlexion: the thoracohumeral elevation, Reach: the hand position of the 11 recorded coordinates;
+:mod:`sim.motion.reference`).
 """
 from __future__ import annotations
 
@@ -81,7 +82,8 @@ class Episodes:
             params = params.copy()
             params[0] = math.radians(float(options.pop("target_deg")))
         reference = options.pop("reference", None)
-        self.references[i] = None if reference is None else t.reference_targets(reference, self.action_period_s)
+        self.references[i] = None if reference is None else t.reference_targets(
+            reference, self.action_period_s, self.arms.segment_arrays(i))
         self._referenced[i] = reference is not None
         if options:
             raise ValueError(f"unknown reset option(s): {', '.join(options)} "

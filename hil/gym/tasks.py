@@ -17,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from sim.das3.model import DOF_NAMES, load_model
-from sim.motion.reference import reference_trajectory, thoracohumeral_angles
+from sim.das3.model import DOF_NAMES
+from sim.motion.reference import hand_positions, reference_trajectory, thoracohumeral_angles
 
 CONFIG_DIR = Path(__file__).resolve().parents[1].parent / "configs" / "gym"
 """The environments' service configs (a source checkout's configs/gym)."""
@@ -77,14 +77,15 @@ class Task:
         """What the target moves from (a task with a moving target), from the first frames."""
         return np.zeros(frames.shape[0])
 
-    def reference_targets(self, path: str, period_s: float) -> np.ndarray:
-        """The target at every action step from a recorded motion (:mod:`sim.motion`): (steps, n_target)."""
+    def reference_targets(self, path: str, period_s: float, arrays) -> np.ndarray:
+        """The target at every action step from a recorded motion (:mod:`sim.motion`): (steps, n_target);
+        ``arrays``: the DAS3 arrays of the arm's segments (its size)."""
         raise ValueError(f"{self.name} takes no reference trajectory")
 
 
 @dataclass(frozen=True)
 class ElbowHold(Task):
-    def reference_targets(self, path, period_s):
+    def reference_targets(self, path, period_s, arrays):
         return reference_trajectory(path, period_s, dofs=("ELx",))[1]
 
     def errors(self, frames, targets, out):
@@ -98,6 +99,11 @@ class Reach(Task):
 
     def sample_parameters(self, rng, rest_frame):
         return rest_frame["hand_position"][0] + super().sample_parameters(rng, rest_frame)
+
+    def reference_targets(self, path, period_s, arrays):
+        """The hand position of the recorded DAS3 coordinates (all 11) on the arm's segments, by the plant's
+        definition (a marker file gives the elbow only: :func:`sim.motion.reference.reference_trajectory`)."""
+        return hand_positions(arrays, reference_trajectory(path, period_s, dofs=DOF_NAMES)[1])
 
     def errors(self, frames, targets, out):
         out[:] = np.sqrt(((frames["hand_position"] - targets) ** 2).sum(axis=1))
@@ -116,10 +122,10 @@ class ForwardFlexion(Task):
     def start_values(self, frames):
         return frames["th_angles"][:, 1].copy()
 
-    def reference_targets(self, path, period_s):
+    def reference_targets(self, path, period_s, arrays):
         """The thoracohumeral elevation of the recorded DAS3 coordinates (all 11), by the plant's definition."""
         q = reference_trajectory(path, period_s, dofs=DOF_NAMES)[1]
-        return thoracohumeral_angles(load_model().arrays, q)[:, 1:2]
+        return thoracohumeral_angles(arrays, q)[:, 1:2]
 
     def errors(self, frames, targets, out):
         np.abs(frames["th_angles"][:, 1] - targets[:, 0], out=out)

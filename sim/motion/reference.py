@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from sim.das3.kinematics import frames
-from sim.das3.layout import DOF_NAMES, HUMERUS_FRAME
+from sim.das3.layout import DOF_NAMES, HUMERUS_FRAME, RADIUS_FRAME
 from sim.das3.model import ModelArrays
 from sim.das3.release import opensim_names
 from sim.motion.data import Motion, MotionFileError, resample
@@ -70,6 +70,13 @@ def thoracohumeral_angles(arrays: ModelArrays, q: np.ndarray) -> np.ndarray:
     R = frames(arrays, q)[0][:, HUMERUS_FRAME]
     return np.column_stack([np.arctan2(R[:, 2, 1], -R[:, 0, 1]), np.arccos(np.clip(R[:, 1, 1], -1.0, 1.0)),
                             np.arctan2(R[:, 1, 2], R[:, 1, 0])])
+
+
+def hand_positions(arrays: ModelArrays, q: np.ndarray) -> np.ndarray:
+    """The hand's centre of mass (n, 3; thorax frame, m) in postures q (n, 11), as the plant's output defines it:
+    the radius frame's origin plus its orientation times ``hand_com_radius``."""
+    R, P = frames(arrays, q)
+    return P[:, RADIUS_FRAME] + R[:, RADIUS_FRAME] @ arrays.hand_com_radius
 
 
 def reference_trajectory(path: str | os.PathLike, period_s: float, dofs=DOF_NAMES,

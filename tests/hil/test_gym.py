@@ -249,8 +249,55 @@ def test_a_recorded_motion_is_the_elbow_target(tmp_path):
         targets.append(obs[-1])
     step_times = np.arange(10) * env.dt
     assert np.allclose(targets, np.interp(step_times, t, elbow), atol=1e-6)
-    with pytest.raises(ValueError, match="takes no reference"):
+    with pytest.raises(ValueError, match="no column .SC_y. .or .SCy.. for DOF SCy"):   # the hand needs all 11
         FesArmEnv("Reach", **SHORT).reset(options={"reference": str(tmp_path / "ref.mot")})
+
+
+def _plant_hand(model, q):
+    """The DAS3 plant's own hand-position output in posture q."""
+    from sim.das3.kernels.outputs import compute_outputs
+    from sim.das3.kernels.step import evaluate, new_plant_work
+
+    W = new_plant_work(model.arrays)
+    x = np.array(model.equilibrium_state)
+    x[:11] = q
+    evaluate(model.arrays, x, np.zeros(x.size), x[160:].copy(), np.zeros(10), W)
+    compute_outputs(model.arrays, W)
+    return W.out.hand_position.copy()
+
+
+@pytest.mark.parametrize("plant", ["das3", "mtg"])
+def test_recorded_coordinates_are_the_reach_hand_target(tmp_path, plant):
+    """Reach follows the hand position of recorded DAS3 coordinates, as the DAS3 plant computes it in each posture
+    (on the MTG arm too: its hand is in the same thorax frame)."""
+    from hil.patients import load_patient
+    from sim.das3.config import ModelConfig
+    from sim.das3.model import load_model
+    from sim.das3.release import opensim_names
+    from sim.patient import apply_patient
+
+    model = load_model()
+    t = np.linspace(0.0, 0.5, 51)
+    q = np.tile(model.equilibrium_state[:11], (t.size, 1))
+    q[:, 9] += 0.6 * np.sin(2 * np.pi * t)                     # elbow
+    q[:, 7] += 0.3 * t                                         # GH elevation
+    coordinate = opensim_names()[0]
+    write_mot(tmp_path / "reach.mot", t, {coordinate[n]: q[:, j] for j, n in enumerate(model.dof_names)})
+    env = FesArmEnv("Reach", plant=plant, **SHORT)
+    env.reset(seed=0, options={"reference": str(tmp_path / "reach.mot")})
+    targets = [env.episodes.targets[0].copy()]
+    for _ in range(9):
+        env.step(np.zeros(env.action_space.shape, np.float32))
+        targets.append(env.episodes.targets[0].copy())
+    for k, target in enumerate(targets):
+        step_q = np.array([np.interp(k * env.dt, t, q[:, j]) for j in range(11)])
+        np.testing.assert_allclose(target, _plant_hand(model, step_q), rtol=0, atol=1e-12)
+    small = tmp_path / "small.toml"                             # a smaller patient: the hand on its own segments
+    small.write_text('[patient]\nname = "small"\n[patient.size]\nheight_m = 1.6\nbody_mass_kg = 60.0\n')
+    env.reset(seed=0, options={"reference": str(tmp_path / "reach.mot"), "patient": str(small)})
+    sized = load_model(apply_patient(ModelConfig(), load_patient(str(small))))
+    np.testing.assert_allclose(env.episodes.targets[0], _plant_hand(sized, q[0]), rtol=0, atol=1e-12)
+    assert np.linalg.norm(env.episodes.targets[0] - targets[0]) > 0.02
 
 
 def test_an_environment_step_is_the_service_tick_with_the_same_commands():
