@@ -25,7 +25,6 @@ from __future__ import annotations
 import numpy as np
 
 from sim.linear.base import (
-    EQUILIBRIUM_TOL,
     HAND_NAMES,
     OUTPUT_FD_STEP_RAD,
     TH_NAMES,
@@ -36,7 +35,7 @@ from sim.linear.base import (
     selection_inputs,
 )
 from sim.mtg.arm import N_COORD, generalized_forces, new_mtg_work
-from sim.mtg.model import COORDINATES, MtgModel
+from sim.mtg.model import COORDINATES, REST_TOL_NM, MtgModel
 from sim.mtg.step import refresh_outputs
 
 FD_STEP = 1e-6
@@ -116,25 +115,16 @@ class MtgLinear:
         return float(np.max(np.abs(J1 - J2)) / 3.0 / np.max(np.abs(J1)))
 
     def rest_state(self, excitation, loads=None, x_guess=None) -> np.ndarray:
-        """The rest state under excitations u: activations gate * u and the posture where Q(q, 0, a) = 0, by least
-        squares from ``x_guess`` (default: the arm's resting state; a coordinate without a restoring moment stays
-        put, as the arm's own rest solution)."""
-        from scipy.optimize import least_squares  # imported where it is used: scipy.optimize is slow to import
-
+        """The rest state under excitations u: activations gate * u and the posture the arm's own rest solution finds
+        from ``x_guess`` (default: the arm's resting state; :meth:`sim.mtg.model.MtgModel.rest_posture`)."""
         x = np.zeros(self.n_states)
         x[IA:] = self.gate() * np.asarray(excitation, float)
         start = (self.model.equilibrium_state if x_guess is None else np.asarray(x_guess, float))[IQ:IQD]
-
-        def moments(q):
-            x[IQ:IQD] = q
-            return self._forces(x, loads)[1]
-
-        sol = least_squares(moments, start, x_scale=0.1, xtol=1e-14, ftol=1e-14, gtol=1e-14, max_nfev=500)
-        x[IQ:IQD] = sol.x
-        worst = float(np.max(np.abs(self._acceleration(x, loads))))
-        if not (np.all(np.isfinite(x)) and worst <= EQUILIBRIUM_TOL):
-            raise LinearizeError(f"no rest posture under the operating inputs: the moments leave an angular "
-                                 f"acceleration of {worst:.3g} rad/s^2 at the best posture found")
+        q = self.model.rest_posture(x[IA:], loads, start)
+        if q is None:
+            raise LinearizeError("no rest posture under the operating inputs: gravity, the loads and the moments "
+                                 f"leave more than {REST_TOL_NM:g} N m at the best posture found")
+        x[IQ:IQD] = q
         return x
 
     def driven_states(self, B: np.ndarray) -> list[int]:

@@ -353,14 +353,9 @@ class MtgModel:
         return work.axis[:3].T.copy()
 
     def _rest_state(self, start: np.ndarray) -> np.ndarray:
-        """The posture where gravity and the passive MTG moments balance with all activations zero, found from
-        the DAS3 equilibrium posture: least squares on Q(q) = 0 (a coordinate without a restoring moment stays put).
-        Where that stalls (a coordinate that feels no moment of its own cannot cancel the moment the others couple
-        into its row), the arm is let fall from there until it is still (:func:`_settled`) and balanced again; one
-        that still does not balance is :class:`MtgParameterError`."""
-        q = self._balanced(start)
-        if q is None:
-            q = self._balanced(self._settled(start))
+        """The state where gravity and the passive MTG moments balance with all activations zero, from the DAS3
+        equilibrium posture (:meth:`rest_posture`); none is :class:`MtgParameterError`."""
+        q = self.rest_posture(np.zeros(self.n_muscles), start=start)
         if q is None:
             raise MtgParameterError("the MTG arm has no rest posture near the DAS3 one (gravity and the passive "
                                     f"moments leave more than {REST_TOL_NM:g} N m at the best posture found)")
@@ -368,20 +363,36 @@ class MtgModel:
         x[:5] = q
         return x
 
-    def _balanced(self, start: np.ndarray) -> np.ndarray | None:
-        """Least squares on Q(q) = 0 from ``start``; None unless every |Q| <= :data:`REST_TOL_NM` there."""
-        from scipy.optimize import least_squares  # imported where it is used: scipy.optimize is slow to import
-        sol = least_squares(lambda q: self.generalized_forces(q), start, x_scale=0.1, xtol=1e-14, ftol=1e-14,
-                            gtol=1e-14, max_nfev=500)
-        return sol.x if np.max(np.abs(self.generalized_forces(sol.x))) <= REST_TOL_NM else None
+    def rest_posture(self, activation: np.ndarray, loads=None, start=None) -> np.ndarray | None:
+        """The coordinates where the moments at ``activation`` (one per MTG), gravity and ``loads`` balance,
+        Q(q, 0, a) = 0 with every |Q| <= :data:`REST_TOL_NM`, from ``start`` (default: the DAS3 equilibrium
+        posture): least squares (a coordinate without a restoring moment stays put). Where that stalls (a coordinate
+        that feels no moment of its own cannot cancel the moment the others couple into its row), the arm is let
+        fall from there under the same activations until it is still (:meth:`_settled`) and balanced again. None
+        when no such posture is found."""
+        start = self.das3_posture if start is None else np.asarray(start, np.float64)
+        a = np.asarray(activation, np.float64)
+        q = self._balanced(start, a, loads)
+        return q if q is not None else self._balanced(self._settled(start, a, loads), a, loads)
 
-    def _settled(self, start: np.ndarray) -> np.ndarray:
-        """The posture the unexcited arm comes to rest in from ``start`` (its own step, at most
-        :data:`SETTLE_S`)."""
+    def _balanced(self, start: np.ndarray, a: np.ndarray, loads) -> np.ndarray | None:
+        """Least squares on Q(q, 0, a) = 0 from ``start``; None unless every |Q| <= :data:`REST_TOL_NM` there."""
+        from scipy.optimize import least_squares  # imported where it is used: scipy.optimize is slow to import
+        forces = lambda q: self.generalized_forces(q, None, a, loads)      # noqa: E731
+        sol = least_squares(forces, start, x_scale=0.1, xtol=1e-14, ftol=1e-14, gtol=1e-14, max_nfev=500)
+        q = sol.x
+        return q if np.all(np.isfinite(q)) and np.max(np.abs(forces(q))) <= REST_TOL_NM else None
+
+    def _settled(self, start: np.ndarray, a: np.ndarray, loads) -> np.ndarray:
+        """The posture the arm comes to rest in from ``start`` holding the activations ``a`` (its own step, at most
+        :data:`SETTLE_S`; the excitation a / gate holds them)."""
         x = np.zeros(self.n_states)
-        x[:5] = start
+        x[:5], x[10:] = start, a
         work = new_mtg_work(self.arrays.body_mass.shape[0], self.n_muscles)
-        u, applied, loads = np.zeros(self.n_muscles), np.zeros(self.n_muscles), np.zeros(len(LOAD_NAMES))
+        gate = self.arrays.mtg_gate
+        u = np.divide(a, gate, out=np.zeros(self.n_muscles), where=gate > 0.0)
+        applied = np.zeros(self.n_muscles)
+        loads = np.zeros(len(LOAD_NAMES)) if loads is None else np.asarray(loads, np.float64)
         for _ in range(round(SETTLE_S / SETTLE_STEP_S / SETTLE_CHUNK)):
             status, _, _ = mtg_steps(self.arrays, work, x, applied, u, loads, SETTLE_STEP_S, SETTLE_CHUNK)
             if status != MTG_STEP_OK or np.max(np.abs(x[5:10])) < SETTLED_RAD_S:
