@@ -68,7 +68,7 @@ class MtgLinear:
         return np.asarray(self.model.arrays.mtg_gate, np.float64)
 
     # -- dynamics --------------------------------------------------------------------------------------------------
-    def _forces(self, x: np.ndarray, loads) -> np.ndarray:
+    def _forces(self, x: np.ndarray, loads) -> tuple[np.ndarray, np.ndarray]:
         """(M, Q) at the state x."""
         W = self._work
         loads = self._zero_loads if loads is None else np.asarray(loads, np.float64)
