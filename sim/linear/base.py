@@ -8,7 +8,7 @@ and radians, v in the inputs' unit. How a plant's A and B are obtained is the pl
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Protocol
 
 import numpy as np
 
@@ -63,6 +63,42 @@ class Inputs:
     upper: np.ndarray
     excitation: InputMap           # v -> (u, du/dv), the one-sided (increasing) derivative where u is not smooth
     of_excitation: Callable[[np.ndarray], np.ndarray]   # the v that gives an operating excitation (a state file's a)
+
+
+class LinearView(Protocol):
+    """What :mod:`sim.linear.operating` needs of a plant (:class:`sim.linear.das3.Das3Linear`,
+    :class:`sim.linear.mtg.MtgLinear`). Coordinate j's angle and rate are states ``iq + j`` and ``iqd + j``; the
+    activations start at ``ia``."""
+
+    method: str                          # how A and B are obtained (the provenance's "method")
+    iq: int
+    iqd: int
+    ia: int
+    n_states: int
+    state_names: tuple[str, ...]         # q_<coordinate>, qdot_<coordinate>, ..., a_<muscle>
+    coordinate_names: tuple[str, ...]
+    positions: dict[str, int]            # the names a posture or a reduction takes -> coordinate j
+
+    def residual(self, x0, excitation, loads=None) -> np.ndarray:
+        """Zero at an equilibrium under the commanded excitations."""
+
+    def state_matrices(self, x0, excitation, loads=None) -> tuple[np.ndarray, np.ndarray]:
+        """(A, B per commanded excitation) at (x0, u)."""
+
+    def fd_error(self, x0, loads=None) -> float | None:
+        """The estimated relative error of a finite-difference A; None where A is exact."""
+
+    def rest_state(self, excitation, loads=None, x_guess=None) -> np.ndarray:
+        """The rest state under the excitations (:class:`LinearizeError` where there is none)."""
+
+    def output_matrices(self, x0, spec: str) -> tuple[np.ndarray, np.ndarray, tuple, list]:
+        """(C, y0, output names, notes) of ``spec`` (:func:`parse_outputs`)."""
+
+    def driven_states(self, B: np.ndarray) -> list[int]:
+        """The muscle states a reduction keeps for the inputs of B."""
+
+    def excitation_inputs(self, select: list[str] | None = None, grouped: bool = False) -> Inputs:
+        """The plant's excitations (or groups) as inputs."""
 
 
 def checked_state(x, n_states: int, what: str) -> np.ndarray:

@@ -41,7 +41,7 @@ from sim.linear.base import (
 
 
 class Das3Linear:
-    """The DAS3 plant as :mod:`sim.linear.operating` linearises it (the interface every plant's linear view has)."""
+    """The DAS3 plant as :mod:`sim.linear.operating` linearises it (a :class:`sim.linear.base.LinearView`)."""
 
     method = "A = -(df/dx')^-1 df/dx, B = -(df/dx')^-1 df/du from the exact Jacobians (sim.das3.dynamics)"
     iq, iqd, ia = IQ, IQD, IA

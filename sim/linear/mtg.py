@@ -47,7 +47,7 @@ FRAME_COORDINATE = {"ELx": 3, "PSy": 4}
 
 
 class MtgLinear:
-    """The MTG arm as :mod:`sim.linear.operating` linearises it (the interface of :class:`sim.linear.das3.Das3Linear`)."""
+    """The MTG arm as :mod:`sim.linear.operating` linearises it (a :class:`sim.linear.base.LinearView`)."""
 
     method = (f"A, B: central differences (step {FD_STEP:g}) of qdot' = M^-1 Q of the compiled generalized forces "
               "(sim.mtg.arm), activation rows exact (Chadwick et al. 2014 eq. 1)")

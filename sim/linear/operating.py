@@ -1,13 +1,6 @@
 """A plant's linear model at an operating point, whatever the plant: the equilibrium check, the inputs, the posture
-held by them and the states a reduction keeps, over the plant's linear view (:func:`linear_view`:
-:class:`sim.linear.das3.Das3Linear` or :class:`sim.linear.mtg.MtgLinear`).
-
-A linear view has ``n_states``, ``state_names``, ``coordinate_names``, ``positions`` (the names a posture or a
-reduction takes -> coordinate j, whose angle and rate are states ``iq + j`` and ``iqd + j``), ``ia`` (the first
-activation state), ``method`` (how A and B are obtained) and ``residual(x0, u, loads)``, ``state_matrices(x0, u,
-loads)`` -> (A, B per excitation), ``rest_state(u, loads, x_guess)``, ``output_matrices(x0, spec)``,
-``driven_states(B)``, ``excitation_inputs(select, grouped)`` and ``fd_error(x0, loads)`` (the estimated relative
-error of a finite-difference A, None where A is exact).
+held by them and the states a reduction keeps, over the plant's linear view (:class:`sim.linear.base.LinearView`;
+:func:`linear_view` gives :class:`sim.linear.das3.Das3Linear` or :class:`sim.linear.mtg.MtgLinear`).
 
 An operating point held by inputs v (excitations, groups or, in :mod:`hil.linearize`, stimulation channel levels) is
 found by :func:`hold_posture`: Levenberg-Marquardt steps on v within bounds, each posture the plant's own rest
@@ -20,14 +13,22 @@ import math
 import numpy as np
 from scipy.optimize import lsq_linear
 
-from sim.linear.base import EQUILIBRIUM_TOL, POSTURE_TOL_RAD, Inputs, LinearizeError, LinearModel, checked_state
+from sim.linear.base import (
+    EQUILIBRIUM_TOL,
+    POSTURE_TOL_RAD,
+    Inputs,
+    LinearizeError,
+    LinearModel,
+    LinearView,
+    checked_state,
+)
 from sim.linear.das3 import Das3Linear
 from sim.linear.mtg import MtgLinear
 
 _VIEWS = {"das3": Das3Linear, "mtg": MtgLinear}
 
 
-def linear_view(model):
+def linear_view(model) -> LinearView:
     """The linear view of a DAS3 or MTG model (by its ``kind``)."""
     try:
         return _VIEWS[model.kind](model)
