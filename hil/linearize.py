@@ -22,10 +22,8 @@ from scipy.io import savemat
 
 from hil import __version__
 from hil.config import ServiceConfig
-from hil.patients import load_patient
+from hil.patients import load_patient, patient_arm
 from hil.rt.stimulation import StimulationModel, amplitude_for_level, channel_phi, load_stimulation_config
-from sim.das3.config import ModelConfig
-from sim.das3.model import load_model
 from sim.linear.operating import (
     Inputs,
     LinearizeError,
@@ -38,8 +36,6 @@ from sim.linear.operating import (
     reduced_states,
 )
 from sim.linear.reduce import pade_delays, residualize, zoh
-from sim.mtg.model import mtg_model_for
-from sim.patient import apply_patient
 from sim.stimulation_map import excitations_of_levels, excitations_with_spill
 
 INPUT_KINDS = ("excitations", "groups", "channels")
@@ -191,9 +187,7 @@ def linearized_model(plant: str | None, patient: str | None):
     (``--plant mtg``), built for ``--patient`` when one is given."""
     if plant not in (None, "das3", "mtg"):
         raise LinearizeError(f"--plant: {plant!r} is not a plant type (das3 or mtg)")
-    who = None if patient is None else load_patient(patient)
-    config = ModelConfig() if who is None else apply_patient(ModelConfig(), who)
-    return mtg_model_for(config, who) if plant == "mtg" else load_model(config)
+    return patient_arm(plant or "das3", None if patient is None else load_patient(patient))
 
 
 def angles_deg(model, x: np.ndarray) -> dict[str, float]:

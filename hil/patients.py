@@ -4,16 +4,26 @@ given in the config itself, resolved to one :class:`sim.patient.Patient` and the
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 from pathlib import Path
 
 from drivers.core.config_table import ConfigTable
-from sim.das3.config import ConfigError, read_toml_document, unknown_name
+from sim.das3.config import ConfigError, ModelConfig, read_toml_document, unknown_name
 from sim.das3.kinematics import segment_sizes
-from sim.das3.model import fmax_scale
+from sim.das3.model import fmax_scale, load_model
 from sim.das3.muscle_groups import group_members, group_of
 from sim.das3.release import muscle_element_names
-from sim.patient import GROUP_SCHEMA, PATIENT_SCHEMA, SPASTICITY_SCHEMA, GroupState, Patient, muscle_group_names
+from sim.mtg.model import mtg_model_for
+from sim.patient import (
+    GROUP_SCHEMA,
+    PATIENT_SCHEMA,
+    SPASTICITY_SCHEMA,
+    GroupState,
+    Patient,
+    apply_patient,
+    muscle_group_names,
+)
 from sim.subject_size import REFERENCE_HEIGHT_M, REFERENCE_MASS_KG, SIZE_SCHEMA, SubjectSize, size_from_values
 
 PRESET_DIR = Path(__file__).resolve().parents[1] / "configs" / "patients"
@@ -159,6 +169,14 @@ def patient_override(value: str | None) -> dict | None:
     if value is None:
         return None
     return {"preset": os.path.abspath(value) if names_a_file(value) else value}
+
+
+def patient_arm(plant: str, patient: Patient | None, **changes):
+    """The model of ``plant`` (das3 or mtg; the caller checks the name) built for ``patient`` (None: able-bodied),
+    on the published model options with the fields ``changes`` replaced."""
+    config = ModelConfig() if patient is None else apply_patient(ModelConfig(), patient)
+    config = dataclasses.replace(config, **changes)
+    return mtg_model_for(config, patient) if plant == "mtg" else load_model(config)
 
 
 def load_patient(value: str) -> Patient:

@@ -11,7 +11,7 @@ import numpy as np
 import typer
 from rich.table import Table
 
-from hil.cli.common import BadInputError, load_model_options, out_console, print_json, user_errors
+from hil.cli.common import BadInputError, out_console, print_json, user_errors
 from sim.analysis import passive_range as pr
 
 ABLE = "able-bodied"
@@ -22,21 +22,14 @@ PLANTS = ("das3", "mtg")
 
 def _arm(plant: str, patient, **changes):
     """(the model of ``plant``, das3 or mtg, for ``patient``, with the model options' fields ``changes``
-    replaced; its plant class)."""
-    from dataclasses import replace
-
-    from sim.das3.model import load_model
+    replaced (:func:`hil.patients.patient_arm`); its plant class)."""
+    from hil.patients import patient_arm
     from sim.das3.plant import Plant
-    from sim.mtg.model import mtg_model_for
     from sim.mtg.plant import MtgPlant
-    from sim.patient import apply_patient
 
-    config = replace(apply_patient(load_model_options(None), patient), **changes)
-    if plant == "das3":
-        return load_model(config), Plant
-    if plant == "mtg":
-        return mtg_model_for(config, patient), MtgPlant
-    raise BadInputError(f"--plant must be {' or '.join(PLANTS)}, not {plant!r}")
+    if plant not in PLANTS:
+        raise BadInputError(f"--plant must be {' or '.join(PLANTS)}, not {plant!r}")
+    return patient_arm(plant, patient, **changes), (Plant if plant == "das3" else MtgPlant)
 
 
 def _plants(who):
