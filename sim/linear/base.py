@@ -85,8 +85,9 @@ class LinearView(Protocol):
     def state_matrices(self, x0, excitation, loads=None) -> tuple[np.ndarray, np.ndarray]:
         """(A, B per commanded excitation) at (x0, u)."""
 
-    def fd_error(self, x0, loads=None) -> float | None:
-        """The estimated relative error of a finite-difference A; None where A is exact."""
+    def fd_error(self, x0, A: np.ndarray, loads=None) -> float | None:
+        """The estimated relative error of ``A`` (:meth:`state_matrices` at x0) where it is a finite difference;
+        None where it is exact."""
 
     def rest_state(self, excitation, loads=None, x_guess=None) -> np.ndarray:
         """The rest state under the excitations (:class:`LinearizeError` where there is none)."""

@@ -78,7 +78,7 @@ class Das3Linear:
         except (EquilibriumError, ValueError) as exc:
             raise LinearizeError(f"no rest posture under the operating inputs: {exc}") from None
 
-    def fd_error(self, x0, loads=None) -> None:
+    def fd_error(self, x0, A: np.ndarray, loads=None) -> None:
         """None: A and B are exact (no finite differences to estimate the error of)."""
         return None
 

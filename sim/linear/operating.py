@@ -52,7 +52,7 @@ def linearize(model, x0, inputs: Inputs, v0, outputs: str = "q,qdot", loads=None
                              "('hil model equilibrium --out') or a posture")
     A, Bu = view.state_matrices(x0, u0, loads)
     C, y0, out_names, notes = view.output_matrices(x0, outputs)
-    fd_error = view.fd_error(x0, loads)
+    fd_error = view.fd_error(x0, A, loads)
     if fd_error is not None:
         notes.append(f"A: Richardson estimate of the central differences' error {fd_error:.1e} of its largest entry")
     B = Bu @ dudv
