@@ -85,6 +85,13 @@ class MtgParameters:
         """The parameters as sorted, compact JSON: what the model identity (``data_sha256``) hashes."""
         return json.dumps(parameters_json(self), sort_keys=True, separators=(",", ":"))
 
+    @functools.cached_property
+    def curve_tables(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Every MTG's tA, tV and tPE as tables (:func:`sim.mtg.curve_table.stack_tables`), built once per parameter
+        set: a patient's arm is built on the plain arm's parameters, whose curves no patient changes."""
+        return stack_tables([[tabulate(c.xs, c.ys) for c in (s.curves.a_curve, s.curves.v_curve, s.curves.p_curve)]
+                             for s in self.mtgs])
+
 
 def _number(entry: dict, key: str, where: str) -> float:
     value = entry.get(key)
@@ -226,8 +233,7 @@ def _arrays(das3: Das3Model, params: MtgParameters, girdle, actuators: ActuatorP
     girdle_q, gh_centre, scap_R = girdle[:3]
     frame_to_seg = {HUMERUS_FRAME: 0, HUMERUS_FRAME + 1: 1, HUMERUS_FRAME + 2: 2}
     bodies = [b for b in range(A.body_mass.shape[0]) if int(A.body_frame[b]) in frame_to_seg]
-    start, width, coef, count = stack_tables([[tabulate(c.xs, c.ys) for c in (s.curves.a_curve, s.curves.v_curve,
-                                                                   s.curves.p_curve)] for s in params.mtgs])
+    start, width, coef, count = params.curve_tables
     act = np.array([[1.0 / s.tact - 1.0 / s.tdeact, 1.0 / s.tdeact] * 2 for s in params.mtgs])
     return MtgArrays(
         gh_centre=gh_centre, elbow_loc=A.joint_loc[9].copy(), elbow_axis=A.joint_axis[9].copy(),
