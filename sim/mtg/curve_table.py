@@ -41,12 +41,12 @@ class CurveTable(NamedTuple):
     coef: np.ndarray    # (N, 6)
 
 
-def _segment_point(xs, ys, k: int, u: float) -> tuple[float, float, float]:
-    """(x, dy/dx, d2y/dx2, y) of Bezier segment k at its parameter u."""
+def _segment_point(xs, ys, k: int, u: float) -> tuple[float, tuple[float, float, float]]:
+    """(x, (y, dy/dx, d2y/dx2)) of Bezier segment k at its parameter u."""
     x, dx, ddx = bezier5(xs, k, u)
     y, dy, ddy = bezier5(ys, k, u)
     slope = dy / dx
-    return x, slope, (ddy - slope * ddx) / (dx * dx), y
+    return x, (y, slope, (ddy - slope * ddx) / (dx * dx))
 
 
 def _hermite(left, right, h: float) -> np.ndarray:
@@ -66,14 +66,13 @@ def tabulate(xs: np.ndarray, ys: np.ndarray, corner_intervals: int = CORNER_INTE
         x0, x1 = float(xs[k, 0]), float(xs[k, 5])
         linear = np.allclose(np.diff(xs[k]), (x1 - x0) / 5.0, rtol=LINEAR_X_RTOL, atol=0.0)
         n = 1 if linear else corner_intervals
-        ends = [_segment_point(xs, ys, k, i / n) for i in range(n + 1)]
-        knots = [x0] + [e[0] for e in ends[1:-1]] + [x1]
+        points = [_segment_point(xs, ys, k, i / n) for i in range(n + 1)]
+        knots = [x0] + [x for x, _ in points[1:-1]] + [x1]
         for i in range(n):
             h = knots[i + 1] - knots[i]
-            left, right = ends[i], ends[i + 1]
             start.append(knots[i])
             width.append(h)
-            coef.append(_hermite((left[3], left[1], left[2]), (right[3], right[1], right[2]), h))
+            coef.append(_hermite(points[i][1], points[i + 1][1], h))
     return CurveTable(np.array(start), np.array(width), np.array(coef))
 
 
