@@ -74,6 +74,7 @@ def design(config=CONFIG, target_deg: float = TARGET_DEG) -> dict:
                             "saturation_charge_c": chans[n].saturation_charge_c,
                             "phi": float(both.upper[i])} for i, n in enumerate([flexor, extensor])},
         "A_reduced": Ar.tolist(), "B_reduced": Br.tolist(), "Q_diag": np.diag(Q).tolist(), "R_diag": np.diag(R).tolist(),
+        "A_z": Az.tolist(), "B_z": Bz.tolist(), "P": P.tolist(),
         "reduction_error_0.1_100_rad_s": err, "closed_loop_poles_abs": sorted(float(abs(p)) for p in poles),
         "model_data_sha256": model.data_sha256, "residual_max": lm.residual_max,
         "q0_deg": {k: round(v, 4) for k, v in angles_deg(model, x0).items()},

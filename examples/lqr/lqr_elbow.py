@@ -93,9 +93,8 @@ class LqrElbow(Controller):
 
 
 class MpcElbow(LqrElbow):
-    """Model-predictive control of the same z = [integral of e, e, qdot_ELx] on the same reduced model (the gain
-    file's A_reduced, B_reduced, held over each call: zero-order hold at the call period) with the same weights Q, R:
-    each call minimises
+    """Model-predictive control of the same z = [integral of e, e, qdot_ELx] on the LQR's own design model (the gain
+    file's A_z, B_z: the reduced model held over each call, with the integral) and weights Q, R: each call minimises
 
         sum_{k<N} (z_k' Q z_k + dv_k' R dv_k) + z_N' P z_N,   0 <= v0 + dv_k <= phi   (every k)
 
@@ -110,17 +109,13 @@ class MpcElbow(LqrElbow):
     """
 
     def configure(self, params: dict, gain: dict) -> None:
-        from scipy.linalg import cholesky, expm, solve_discrete_are, solve_triangular
+        from scipy.linalg import cholesky, solve_triangular
 
         n = int(params.pop("horizon", 10))
         if not 1 <= n <= 200:
             raise ValueError(f"horizon is 1..200 calls, not {n}")
-        A, B = np.array(gain["A_reduced"], float), np.array(gain["B_reduced"], float)
-        E = expm(np.block([[A, B], [np.zeros((2, 4))]]) * self.dt)
-        Az = np.block([[np.eye(1), self.dt * np.eye(1, 2)], [np.zeros((2, 1)), E[:2, :2]]])
-        Bz = np.vstack([np.zeros((1, 2)), E[:2, 2:]])
+        Az, Bz, P = (np.array(gain[key], float) for key in ("A_z", "B_z", "P"))
         Q, R = np.diag(gain["Q_diag"]), np.diag(gain["R_diag"])
-        P = solve_discrete_are(Az, Bz, Q, R)
         powers = [np.linalg.matrix_power(Az, k) for k in range(n + 1)]
         Phi = np.vstack(powers[1:])
         Gamma = np.zeros((3 * n, 2 * n))
