@@ -71,6 +71,7 @@ class LinearView(Protocol):
     activations start at ``ia``."""
 
     method: str                          # how A and B are obtained (the provenance's "method")
+    rest_hint: str                       # how to give this plant an operating point at rest
     iq: int
     iqd: int
     ia: int

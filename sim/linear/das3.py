@@ -45,6 +45,7 @@ class Das3Linear:
 
     method = "A = -(df/dx')^-1 df/dx, B = -(df/dx')^-1 df/du from the exact Jacobians (sim.das3.dynamics)"
     iq, iqd, ia = IQ, IQD, IA
+    rest_hint = "a rest state ('hil model equilibrium --out') or a posture (--posture)"
 
     def __init__(self, model: Das3Model) -> None:
         self.model = model

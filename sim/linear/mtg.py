@@ -52,6 +52,7 @@ class MtgLinear:
     method = (f"A, B: central differences (step {FD_STEP:g}) of qdot' = M^-1 Q of the compiled generalized forces "
               "(sim.mtg.arm), activation rows exact (Chadwick et al. 2014 eq. 1)")
     iq, iqd, ia = IQ, IQD, IA
+    rest_hint = "a posture (--posture), at which the arm's own rest solution balances it"
 
     def __init__(self, model: MtgModel) -> None:
         self.model = model

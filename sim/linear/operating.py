@@ -48,8 +48,7 @@ def linearize(model, x0, inputs: Inputs, v0, outputs: str = "q,qdot", loads=None
     if not rmax <= tol:
         worst = view.state_names[int(np.argmax(np.abs(f)))].split("_", 1)
         raise LinearizeError(f"the operating point is no equilibrium: max |f(x0, 0, u0)| = {rmax:.3g} "
-                             f"(equation of {worst[1]}, {worst[0]} row) > {tol:g}; give a rest state "
-                             "('hil model equilibrium --out') or a posture")
+                             f"(equation of {worst[1]}, {worst[0]} row) > {tol:g}; give {view.rest_hint}")
     A, Bu = view.state_matrices(x0, u0, loads)
     C, y0, out_names, notes = view.output_matrices(x0, outputs)
     fd_error = view.fd_error(x0, A, loads)
