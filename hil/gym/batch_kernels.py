@@ -1,5 +1,6 @@
 """The compiled bookkeeping of a batch's action step (:mod:`hil.gym.arm_batch`), one call for all arms instead of
-Python per arm: latching the policy's checked commands, and gathering the arms' tick records.
+Python per arm: latching the policy's checked commands, and gathering the arms' tick records; and the byte copy
+that restores an engine's snapshot (:mod:`hil.gym.snapshot`).
 
 Both take numba typed lists of the arms' own arrays (built once per batch layout), so each arm's engine keeps
 its arrays and its compiled tick's arguments unchanged. ``entry``: a typed list is a reference-counted object.
@@ -54,3 +55,12 @@ def gather_records(records, sources, arms):
         row, source = records[a], sources[a]
         for b in range(source.shape[0]):
             row[b] = source[b]
+
+
+@entry
+def copy_bytes(targets, sources):
+    """``targets[k][:] = sources[k]`` for every k (byte arrays of equal sizes)."""
+    for k in range(len(targets)):
+        target, source = targets[k], sources[k]
+        for b in range(source.shape[0]):
+            target[b] = source[b]

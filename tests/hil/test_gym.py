@@ -70,6 +70,29 @@ def test_a_reset_in_place_equals_a_fresh_environment():
     assert seen_used == seen_fresh and r_used.tobytes() == r_fresh.tobytes()
 
 
+def snapshot_state(snapshot):
+    """What a snapshot saw: every array's bytes, and each object's scalars and empty dicts, in walk order."""
+    arrays = [saved.tobytes() for _, saved in snapshot.arrays]
+    scalars = [(type(obj).__name__, values, empty) for obj, values, empty in snapshot.scalars.values()]
+    return arrays, scalars
+
+
+def test_a_restored_engine_is_the_engine_as_built_in_every_array_and_attribute():
+    from hil.gym.snapshot import EngineSnapshot
+    env = FesArmEnv("ElbowHold", **SHORT)
+    engine = env.episodes.arms.arms[0].engine
+    engine.strided_probe = np.zeros((4, 4))[:, ::2]          # an array that is not contiguous
+    snapshot = EngineSnapshot(engine)
+    built = snapshot_state(snapshot)
+    rollout(env, 3, [np.ones(2, np.float32)] * 10)        # an episode that changes every state
+    engine.strided_probe[:] = 1.0
+    engine.driver_lost(0, 0)                                # fills an empty dict
+    changed = snapshot_state(EngineSnapshot(engine))
+    assert changed[0] != built[0] and changed[1] != built[1]
+    snapshot.restore()
+    assert snapshot_state(EngineSnapshot(engine)) == built
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 def test_the_batch_equals_single_environments_bit_for_bit(threads):
     n, steps = 3, 14       # 10 steps per episode: the batch autoresets within the run
