@@ -22,6 +22,7 @@ An arm's episode ends when a safety action stops it, its plant diverges, or ever
 from __future__ import annotations
 
 import math
+import threading
 import time
 
 import numba
@@ -133,7 +134,7 @@ class ArmBatch:
         and reads (again after an arm was rebuilt)."""
         if len({arm.engine.record.dtype for arm in self.arms}) > 1:
             raise ValueError("the arms of a batch must have the same layout (channels, fatigue, sensors)")
-        engines = [arm.engine for arm in self.arms]
+        engines = self._engines = [arm.engine for arm in self.arms]
         self._arrays = _typed([e.tick_arrays for e in engines])
         self._latched = _typed([e.latched for e in engines])
         self._latched_by = _typed([e.latched_by for e in engines])
@@ -142,6 +143,8 @@ class ArmBatch:
         self._received_at = np.array([e.counters.received_at[POLICY_DRIVER] for e in engines], np.int64)
         self._record_bytes = _typed([e.record.view(np.uint8) for e in engines])
         self._records_u8 = self.records.view(np.uint8).reshape(self.n, -1)
+        self._frames_u8 = self.frames.view(np.uint8).reshape(self.n, -1)
+        self._frame_offset = self.records.dtype.fields["frame"][1]
         self._compile()
         self._each_tick = any(e.finishes_each_tick for e in engines)
         self._fatigue = engines[0].has_fatigue
@@ -191,8 +194,7 @@ class ArmBatch:
         arms keep theirs."""
         running = np.flatnonzero(stepping & (self.status == RUNNING))
         self._command_all(running, actions)
-        if self.threads != numba.get_num_threads():
-            numba.set_num_threads(min(self.threads, numba.config.NUMBA_NUM_THREADS))
+        _use_threads(self.threads)
         if self._each_tick:
             for k in range(self.ticks_per_action):
                 running = running[self.status[running] == RUNNING]
@@ -208,9 +210,9 @@ class ArmBatch:
         """``n_ticks`` ticks of the arms ``running`` in one compiled call, then they book them."""
         if running.shape[0] == 0:
             return
-        stale = self._stale
+        stale, engines = self._stale, self._engines
         for i in running.tolist():
-            engine = self.arms[i].engine
+            engine = engines[i]
             if not first:
                 engine.begin(int(self.ticks[i]))
             stale[i] = engine.plant.begin_steps()
@@ -238,18 +240,18 @@ class ArmBatch:
         (:meth:`_finish`)."""
         rows = self.rows(running)
         results = self._results[rows]
-        if self._each_tick or results[:, 0].any() or results[:, 3].any():
+        if self._each_tick or results[:, 0::3].any():            # a plant status or a safety stop (columns 0, 3)
             for i in running.tolist():
                 self._finish(i)
             self._gather(running)
             return
-        for i, n_clipped, n_done, n_ticks in zip(running.tolist(), *results[:, [1, 2, 4]].T.tolist()):
-            engine = self.arms[i].engine
+        engines, first_ticks = self._engines, self.ticks[rows].tolist()
+        for i, n_clipped, n_done, n_ticks, tick in zip(running.tolist(), *results[:, [1, 2, 4]].T.tolist(), first_ticks):
+            engine = engines[i]
             engine.plant.finish_steps(0, n_clipped, n_done, engine.u)
-            engine.tick = int(self.ticks[i]) + n_ticks - 1
+            engine.tick = tick + n_ticks - 1
         self.ticks[rows] += results[:, 4]
-        self._gather(running)
-        self.frames[rows] = self.records["frame"][rows]
+        self._gather(running, frames=True)
         if self._fatigue:
             fitness = self.records["fitness"][rows][:, self._channel_index]
             for i in running[fitness.max(axis=1) < FIBRE_COLLAPSE].tolist():
@@ -286,12 +288,26 @@ class ArmBatch:
     def _end(self, i: int, status: int, detail: str) -> None:
         self.status[i], self.arms[i].detail = status, detail
 
-    def _gather(self, arms: np.ndarray) -> None:
-        """:attr:`records` of ``arms`` from their engines (one compiled copy)."""
-        gather_records(self._records_u8, self._record_bytes, arms)
+    def _gather(self, arms: np.ndarray, frames: bool = False) -> None:
+        """:attr:`records` of ``arms`` from their engines, and with ``frames`` their :attr:`frames` from the
+        records (one compiled copy)."""
+        gather_records(self._records_u8, self._record_bytes, arms, self._frames_u8,
+                       self._frame_offset if frames else -1)
 
     def time_s(self) -> np.ndarray:
         return self.ticks * self.period_s
+
+
+_THREADS_SET = threading.local()
+"""The numba thread count a batch last set in this thread (``numba.get_num_threads`` costs microseconds a call)."""
+
+
+def _use_threads(threads: int) -> None:
+    """numba's thread count for this thread's next parallel call: ``threads``, at most numba's pool."""
+    threads = min(threads, numba.config.NUMBA_NUM_THREADS)
+    if getattr(_THREADS_SET, "count", None) != threads:
+        numba.set_num_threads(threads)
+        _THREADS_SET.count = threads
 
 
 def _typed(items: list) -> List:

@@ -48,13 +48,18 @@ def latch_checked_actions(latched, latched_by, counters, watchdogs, received_at,
 
 
 @entry
-def gather_records(records, sources, arms):
-    """``records[a] = sources[a]`` (the bytes of arm ``a``'s tick record) for each arm in ``arms``."""
+def gather_records(records, sources, arms, frames, frame_offset):
+    """``records[a] = sources[a]`` (the bytes of arm ``a``'s tick record) for each arm in ``arms``, and where
+    ``frame_offset`` >= 0 also ``frames[a]`` = the record's frame (its bytes from ``frame_offset``)."""
     for k in range(arms.shape[0]):
         a = arms[k]
         row, source = records[a], sources[a]
         for b in range(source.shape[0]):
             row[b] = source[b]
+        if frame_offset >= 0:
+            frame = frames[a]
+            for b in range(frame.shape[0]):
+                frame[b] = source[frame_offset + b]
 
 
 @entry

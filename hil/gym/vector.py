@@ -41,8 +41,9 @@ class FesArmVectorEnv(VectorEnv):
     def step(self, actions):
         ep = self.episodes
         resetting = self._autoreset.copy()
-        for i in np.flatnonzero(resetting):
-            ep.reset_arm(i)
+        if resetting.any():
+            for i in np.flatnonzero(resetting).tolist():
+                ep.reset_arm(i)
         ep.step(actions, ~resetting)
         terminated, truncated = ep.terminated(), ep.truncated()
         rewards = ep.rewards.copy()

@@ -6,6 +6,7 @@ import warnings
 from pathlib import Path
 
 import gymnasium as gym
+import numba
 import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
@@ -106,6 +107,7 @@ def test_the_batch_equals_single_environments_bit_for_bit(threads):
         obs, r, term, trunc, _ = batch.step(actions[t])
         batch_obs.append(obs)
         batch_rewards.append(r)
+    assert numba.get_num_threads() == min(threads, numba.config.NUMBA_NUM_THREADS)     # the batch's threads
     for i, env in enumerate(singles):
         obs, _ = env.reset(seed=10 + i)
         assert obs.tobytes() == batch_obs[0][i].tobytes()
@@ -119,6 +121,7 @@ def test_the_batch_equals_single_environments_bit_for_bit(threads):
                 reset_next = term or trunc
             assert obs.tobytes() == batch_obs[t + 1][i].tobytes(), (i, t)
             assert reward == batch_rewards[t][i]
+    assert numba.get_num_threads() == 1                        # a single environment's
 
 
 def test_make_vec_uses_the_batched_entry_point():
