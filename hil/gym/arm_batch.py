@@ -31,6 +31,7 @@ from numba.typed import List
 
 from drivers.controllers.policy_io import ActionLayout, ObservationLayout, action_layout
 from hil.config import ServiceConfig, with_patient
+from hil.gym.arguments import MAX_ENVS, fixed_pulse, whole_number
 from hil.gym.batch_kernels import gather_records, latch_checked_actions
 from hil.gym.snapshot import EngineSnapshot
 from hil.rt.plants import plant_type
@@ -88,9 +89,9 @@ class ArmBatch:
     def __init__(self, cfg: ServiceConfig, n: int, channel_names, observe, n_target: int, ticks_per_action: int,
                  kind: str = "level", pulse_width_us: float = 300.0, frequency_hz: float = 40.0,
                  threads: int = 1) -> None:
-        if n < 1:
-            raise ValueError("a batch has at least one arm")
-        self.cfg, self.n, self.ticks_per_action, self.threads = cfg, n, ticks_per_action, max(1, threads)
+        n = whole_number("num_envs", n, 1, MAX_ENVS)
+        threads = whole_number("threads", threads, 1, MAX_ENVS)
+        self.cfg, self.n, self.ticks_per_action, self.threads = cfg, n, ticks_per_action, threads
         self.arms = [Arm(cfg, None) for _ in range(n)]
         engine = self.arms[0].engine
         self.period_s = engine.period_s
@@ -101,6 +102,7 @@ class ArmBatch:
                   for ch in stim.channels] if stim is not None else []
         self.actions: ActionLayout = action_layout(limits, names, tuple(channel_names), kind, pulse_width_us,
                                                    frequency_hz)
+        fixed_pulse(self.actions, pulse_width_us, frequency_hz)
         self.observation = ObservationLayout(observe, engine.sensor.dtype, self.arms[0].model.dof_names, n_target)
         self.frames = np.zeros(n, engine.sensor.dtype)
         self.status = np.full(n, RUNNING, np.int64)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 
+from hil.gym import arguments
 from hil.gym.episodes import Episodes
 
 
@@ -42,7 +43,7 @@ class FesArmEnv(gym.Env):
         return self.episodes.obs[0].copy(), self.episodes.info(0)
 
     def step(self, action):
-        self._action[0] = action
+        self._action[0] = arguments.action_array(action, self.action_space.shape)
         ep = self.episodes
         ep.step(self._action, self._one)
         return (ep.obs[0].copy(), float(ep.rewards[0]), bool(ep.terminated()[0]), bool(ep.truncated()[0]),

@@ -14,13 +14,12 @@ ForwardFlexion: the thoracohumeral elevation, Reach: the hand position of the 11
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 from gymnasium import spaces
 from gymnasium.utils import seeding
 
 from hil.config import load_service_config
+from hil.gym import arguments
 from hil.gym.arm_batch import ENDINGS, RUNNING, ArmBatch, ticks_per_action
 from hil.gym.tasks import TASKS, RewardWeights, Task
 from hil.patients import patient_override
@@ -34,18 +33,21 @@ class Episodes:
                  duration_s: float | None = None, observe=None, weights: RewardWeights | None = None,
                  pulse_width_us: float = 300.0, frequency_hz: float = 40.0, threads: int = 1,
                  hand_load_kg: tuple[float, float] | None = None) -> None:
-        self.task = TASKS[task] if isinstance(task, str) else task
+        self.task = TASKS[arguments.task_name(task, TASKS)] if not isinstance(task, Task) else task
         t = self.task
         cfg = load_service_config(config or t.config_file(plant))
         period = cfg.loop.period_s
-        self.ticks_per_action = ticks_per_action(action_period_s or t.action_period_s, period)
+        action_period_s = arguments.seconds("action_period_s", t.action_period_s if action_period_s is None
+                                            else action_period_s, arguments.MAX_ACTION_PERIOD_S)
+        duration_s = arguments.seconds("duration_s", t.duration_s if duration_s is None else duration_s,
+                                       arguments.MAX_DURATION_S)
+        self.ticks_per_action = ticks_per_action(action_period_s, period)
         self.action_period_s = self.ticks_per_action * period
-        self.max_steps = max(1, int(round((duration_s or t.duration_s) / self.action_period_s)))
-        self.weights = weights or t.weights
-        self.hand_load_kg = tuple(hand_load_kg) if hand_load_kg is not None else t.hand_load_kg
-        if len(self.hand_load_kg) != 2 or not 0.0 <= self.hand_load_kg[0] <= self.hand_load_kg[1] <= 20.0:
-            raise ValueError(f"hand_load_kg: (low, high) with 0 <= low <= high <= 20 kg, not {hand_load_kg!r}")
-        self.arms = ArmBatch(cfg, n, t.channels[cfg.plant.type], tuple(observe or t.observe), t.n_target,
+        self.max_steps = max(1, int(round(duration_s / self.action_period_s)))
+        self.weights = arguments.reward_weights(t.weights if weights is None else weights, RewardWeights)
+        self.hand_load_kg = arguments.hand_load_range(hand_load_kg if hand_load_kg is not None else t.hand_load_kg)
+        observe = arguments.observed_items(t.observe if observe is None else observe)
+        self.arms = ArmBatch(cfg, n, t.channels[cfg.plant.type], observe, t.n_target,
                              self.ticks_per_action, action_kind, pulse_width_us, frequency_hz, threads)
         self.n = n
         low, high = self.arms.actions.bounds()
@@ -65,29 +67,36 @@ class Episodes:
 
     # -- resets ------------------------------------------------------------------------------------------
     def reset_arm(self, i: int, seed: int | None = None, options: dict | None = None) -> None:
-        """Arm ``i``'s next episode (a new generator when ``seed`` is given)."""
+        """Arm ``i``'s next episode (a new generator when ``seed`` is given); the options are checked first."""
+        options, t = arguments.reset_options(options), self.task
+        patient = arguments.patient_name(options.pop("patient", None))
+        hand_kg = options.pop("hand_load_kg", None)
+        hand_kg = None if hand_kg is None else arguments.hand_load(hand_kg)
+        target = options.pop("target", None)
+        target = None if target is None else arguments.target_parameters(target, t.target_limits, t.target_unit)
+        target_deg = options.pop("target_deg", None)
+        target_deg = None if target_deg is None else arguments.degrees(target_deg, t.target_limits[0])
+        reference = options.pop("reference", None)
+        if options:
+            raise ValueError(f"unknown reset option(s): {', '.join(map(str, options))} "
+                             "(patient, target, target_deg, hand_load_kg, reference)")
         if seed is not None:
             self.rngs[i] = seeding.np_random(seed)[0]
-        options = dict(options or {})
-        rng, t = self.rngs[i], self.task
-        patient = options.pop("patient", None)
+        rng = self.rngs[i]
         noise_seed = int(rng.integers(2**63))
         low, high = self.hand_load_kg
-        hand_kg = float(options.pop("hand_load_kg", rng.uniform(low, high) if high > low else low))
+        if hand_kg is None:
+            hand_kg = float(rng.uniform(low, high) if high > low else low)
         self.arms.reset_arm(i, noise_seed, hand_kg, patient_override(patient), patient)
         params = t.sample_parameters(rng, self.arms.frames[i:i + 1])
-        if "target" in options:
-            params = np.broadcast_to(np.asarray(options.pop("target"), float), params.shape)
-        if "target_deg" in options:
+        if target is not None:
+            params = target
+        if target_deg is not None:
             params = params.copy()
-            params[0] = math.radians(float(options.pop("target_deg")))
-        reference = options.pop("reference", None)
+            params[0] = target_deg
         self.references[i] = None if reference is None else t.reference_targets(
             reference, self.action_period_s, self.arms.segment_arrays(i))
         self._referenced[i] = reference is not None
-        if options:
-            raise ValueError(f"unknown reset option(s): {', '.join(options)} "
-                             "(patient, target, target_deg, hand_load_kg, reference)")
         self.params[i] = params
         self.start[i] = t.start_values(self.arms.frames[i:i + 1])[0]
         self.steps[i] = 0
@@ -96,7 +105,7 @@ class Episodes:
     # -- steps -------------------------------------------------------------------------------------------
     def step(self, actions: np.ndarray, stepping: np.ndarray) -> None:
         """One action step of the arms where ``stepping``: frames, observations, rewards, errors."""
-        self.arms.step(np.asarray(actions, np.float64), stepping)
+        self.arms.step(arguments.action_array(actions, (self.n, self.action_space.shape[0])), stepping)
         self.steps[stepping] += 1
         idx = np.flatnonzero(stepping)
         self._observe(idx)

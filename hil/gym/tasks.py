@@ -40,8 +40,9 @@ class Task:
     """One task. ``configs``: the service config of each plant type; ``channels``: the stimulation channels its
     actions drive, by plant type; ``observe``: the frame items observed (:mod:`drivers.controllers.policy_io`);
     ``n_target``: the target's size; ``duration_s`` and ``action_period_s``: the episode and how often the
-    policy acts; ``target_range``: (low, high) of each sampled target parameter; ``hand_load_kg``: (low, high)
-    of the sampled hand load."""
+    policy acts; ``target_range``: (low, high) of each sampled target parameter; ``target_limits``: (low, high) of
+    each target parameter a reset may give (*proposals*: what is physically meaningful), in ``target_unit``;
+    ``hand_load_kg``: (low, high) of the sampled hand load."""
 
     name: str
     doc: str
@@ -50,6 +51,8 @@ class Task:
     observe: tuple[str, ...]
     n_target: int
     target_range: tuple[tuple[float, float], ...]
+    target_limits: tuple[tuple[float, float], ...]
+    target_unit: str
     duration_s: float = 4.0
     action_period_s: float = 0.02
     hand_load_kg: tuple[float, float] = (0.0, 0.0)
@@ -137,7 +140,8 @@ TASKS = {t.name: t for t in (
         configs={"das3": "elbow-hold.toml", "mtg": "elbow-hold-mtg.toml"},
         channels={"das3": ("biceps", "triceps"), "mtg": ("elbow_flexor", "elbow_extensor")},
         observe=("q[ELx]", "qdot[ELx]"), n_target=1,
-        target_range=((math.radians(40.0), math.radians(110.0)),), hand_load_kg=(0.0, 0.5)),
+        target_range=((math.radians(40.0), math.radians(110.0)),), target_limits=((-math.pi, math.pi),),
+        target_unit="rad", hand_load_kg=(0.0, 0.5)),
     Reach(
         "Reach", "bring the hand to a target point in front of the shoulder with the eight channels of the "
         "default map", configs={"das3": "reach.toml", "mtg": "reach-mtg.toml"},
@@ -146,7 +150,8 @@ TASKS = {t.name: t for t in (
                   "mtg": ("horizontal_flexor", "horizontal_extensor", "elevator", "depressor", "internal_rotator",
                           "external_rotator", "elbow_flexor", "elbow_extensor")},
         observe=("q", "qdot", "hand_position"), n_target=3,
-        target_range=((-0.05, 0.05), (0.0, 0.25), (-0.20, -0.05)), weights=RewardWeights(error_scale=0.1)),
+        target_range=((-0.05, 0.05), (0.0, 0.25), (-0.20, -0.05)), target_limits=((-1.5, 1.5),) * 3,
+        target_unit="m, a point in the thorax frame", weights=RewardWeights(error_scale=0.1)),
     ForwardFlexion(
         "ForwardFlexion", "raise the arm forward along a minimum-jerk elevation profile and hold it",
         configs={"das3": "forward-flexion.toml", "mtg": "forward-flexion-mtg.toml"},
@@ -154,7 +159,8 @@ TASKS = {t.name: t for t in (
                            "serratus_anterior", "lower_trapezius"),
                   "mtg": ("horizontal_flexor", "horizontal_extensor", "elevator", "depressor")},
         observe=("q", "qdot", "th_angles", "gh_stability"), n_target=1,
-        target_range=((math.radians(40.0), math.radians(80.0)), (1.0, 2.0)), duration_s=3.0),
+        target_range=((math.radians(40.0), math.radians(80.0)), (1.0, 2.0)),
+        target_limits=((-math.pi, math.pi), (0.02, 60.0)), target_unit="rad, s", duration_s=3.0),
 )}
 """The registered tasks by name (``fes_hil/<name>-v0``). The Reach offsets (the DAS3 thorax frame: x lateral,
 y up, z posterior; m) are a *proposal*: a box in front of and above the resting hand, not every point of which the electrode set can

@@ -13,6 +13,7 @@ from gymnasium.utils.env_checker import check_env
 
 import hil.gym
 from hil.gym.env import FesArmEnv
+from hil.gym.tasks import RewardWeights
 from hil.gym.vector import FesArmVectorEnv
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::numba.NumbaTypeSafetyWarning")
@@ -167,6 +168,98 @@ def test_on_the_mtg_arm_a_patients_episodes_differ_from_able_bodied_and_the_batc
         (tmp_path / f"{name}.toml").write_text(f'[patient]\nname = "{name}"\n{table}\n')
         obs = rollout(single, 7, actions, {"patient": str(tmp_path / f"{name}.toml")})[0]
         assert obs[0] != able_obs[0], name           # a contracted or smaller arm rests elsewhere
+
+
+BAD_RESETS = [
+    ({"target": [1.0, 2.0]}, r"target: 1 number\(s\) \(rad\) within \[-3.14159, 3.14159\], not \[1.0, 2.0\]"),
+    ({"target": float("nan")}, "target: 1 number"),
+    ({"target": "x"}, "target: 1 number"),
+    ({"target": 4.0}, "target: 1 number"),
+    ({"target_deg": 1e300}, r"target_deg: an angle in degrees within \[-180, 180\], not 1e\+300"),
+    ({"target_deg": "ninety"}, "target_deg: an angle in degrees"),
+    ({"hand_load_kg": -5}, "hand_load_kg: kg from 0 to 20, not -5"),
+    ({"hand_load_kg": float("nan")}, "hand_load_kg: kg from 0 to 20"),
+    ({"hand_load_kg": 1e9}, "hand_load_kg: kg from 0 to 20"),
+    ({"patient": 3}, "patient: a preset name or a patient file, not int"),
+    ([("target", 1.0)], "reset options: a dict, not list"),
+]
+
+
+@pytest.mark.parametrize("options, message", BAD_RESETS)
+def test_bad_reset_options_are_refused_in_one_line_and_leave_the_environment_as_it_was(options, message):
+    env, fresh = FesArmEnv("ElbowHold", **SHORT), FesArmEnv("ElbowHold", **SHORT)
+    env.reset(seed=1)
+    with pytest.raises(ValueError, match=message) as refused:
+        env.reset(seed=0, options=options)
+    assert "\n" not in str(refused.value)
+    actions = random_actions(env.action_space, 5)
+    fresh.reset(seed=1)
+    assert [env.step(a)[0].tobytes() for a in actions] == [fresh.step(a)[0].tobytes() for a in actions]
+
+
+def test_a_target_is_checked_against_its_tasks_limits():
+    flexion = FesArmEnv("ForwardFlexion", **SHORT)
+    with pytest.raises(ValueError, match=r"target: 2 number\(s\) \(rad, s\) within .*\[0.02, 60\]"):
+        flexion.reset(options={"target": [1.0, 0.0]})        # a rise in no time
+    flexion.reset(options={"target": [1.0, 1.5]})
+    assert flexion.episodes.params[0].tolist() == [1.0, 1.5]
+    reach = FesArmEnv("Reach", **SHORT)
+    with pytest.raises(ValueError, match=r"target: 3 number\(s\) \(m, a point in the thorax frame\)"):
+        reach.reset(options={"target": [0.1, 0.2, 9.0]})
+
+
+BAD_ARGUMENTS = [
+    ({"duration_s": float("inf")}, "duration_s: seconds, more than 0 and at most 3600, not inf"),
+    ({"duration_s": 0.0}, "duration_s: seconds"),
+    ({"action_period_s": 1e9}, "action_period_s: seconds, more than 0 and at most 10"),
+    ({"action_period_s": float("nan")}, "action_period_s: seconds"),
+    ({"hand_load_kg": (1.0, 0.5)}, r"hand_load_kg: \(low, high\) with 0 <= low <= high <= 20 kg"),
+    ({"hand_load_kg": (0.0, 50.0)}, "hand_load_kg: "),
+    ({"num_envs": 0}, "num_envs: a whole number from 1 to 1024, not 0"),
+    ({"num_envs": 10**7}, "num_envs: a whole number from 1 to 1024, not 10000000"),
+    ({"num_envs": 2.5}, "num_envs: a whole number"),
+    ({"threads": 0}, "threads: a whole number from 1 to 1024, not 0"),
+    ({"threads": "2"}, "threads: a whole number"),
+    ({"observe": (3,)}, r"observe: frame item names such as \('q\[ELx\]', 'qdot\[ELx\]'\), not \(3,\)"),
+    ({"weights": RewardWeights(error_scale=0.0)}, "weights: a RewardWeights of finite numbers with error_scale > 0"),
+    ({"weights": RewardWeights(effort=float("nan"))}, "weights: a RewardWeights"),
+    ({"weights": 3}, "weights: a RewardWeights"),
+    ({"task": "Nope"}, r"unknown task 'Nope' \(one of ElbowHold, Reach, ForwardFlexion\)"),
+]
+
+
+@pytest.mark.parametrize("kwargs, message", BAD_ARGUMENTS)
+def test_bad_environment_arguments_are_refused_in_one_line_before_anything_is_built(kwargs, message, monkeypatch):
+    import hil.gym.arm_batch as arm_batch
+    monkeypatch.setattr(arm_batch, "Arm", None)             # building an arm would fail with a TypeError
+    kwargs = {"task": "ElbowHold", "num_envs": 2, **kwargs}
+    with pytest.raises(ValueError, match=message) as refused:
+        FesArmVectorEnv(**kwargs)
+    assert "\n" not in str(refused.value)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"pulse_width_us": 1e9}, r"pulse_width_us: more than 0 and at most 500 \(the channels' limit\), not 1000000000.0"),
+    ({"pulse_width_us": float("nan")}, "pulse_width_us: more than 0"),
+    ({"frequency_hz": -5.0}, r"frequency_hz: from 10 to 100 Hz \(the channels' limits\), not -5.0"),
+])
+def test_a_fixed_pulse_outside_the_channels_limits_is_refused(kwargs, message):
+    with pytest.raises(ValueError, match=message):       # every command of such an environment would be rejected
+        FesArmEnv("ElbowHold", **SHORT, **kwargs)
+    FesArmEnv("ElbowHold", **SHORT, action_kind="pw_amp_freq", **kwargs)     # its actions carry their own
+
+
+def test_actions_of_the_wrong_shape_or_not_numbers_are_refused_in_one_line():
+    env, batch = FesArmEnv("ElbowHold", **SHORT), FesArmVectorEnv("ElbowHold", num_envs=3, **SHORT)
+    env.reset(seed=0)
+    batch.reset(seed=0)
+    for step, bad, message in ((env.step, np.zeros(5), r"action: numbers of shape \(2,\), not shape \(5,\)"),
+                               (env.step, "abc", r"action: numbers of shape \(2,\), not non-numbers"),
+                               (batch.step, np.zeros((2, 2)), r"action: numbers of shape \(3, 2\), not shape \(2, 2\)"),
+                               (batch.step, [["a", 1.0]] * 3, "not non-numbers")):
+        with pytest.raises(ValueError, match=message):
+            step(bad)
+    assert int(env.episodes.steps[0]) == 0 and batch.episodes.steps.tolist() == [0, 0, 0]     # nothing stepped
 
 
 def test_level_actions_reach_the_channels_through_the_limits():

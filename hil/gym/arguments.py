@@ -1,0 +1,148 @@
+"""The checks of what a caller gives the environments: constructor arguments, reset options and actions. Each
+refuses a bad value with one :class:`ValueError` line naming the argument, what it takes and what it got, before
+anything is built or stepped (a batch of arms is never half reset or half stepped by a bad value).
+
+The bounds are *proposals* of this project, set where a larger value is a mistake rather than an experiment.
+"""
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+
+import numpy as np
+
+MAX_ENVS = 1024
+"""Most arms in one batch: a DAS3 arm's engine holds about 0.9 MB (``ru_maxrss`` over 64 arms, 2026-11-29), so
+1024 arms are about 1 GB; more arms belong in more processes (Stable-Baselines3's ``SubprocVecEnv`` of batches)."""
+MAX_DURATION_S = 3600.0
+"""Longest episode: an hour of simulated time (fatigue protocols run for minutes)."""
+MAX_ACTION_PERIOD_S = 10.0
+"""Longest action period: 2500 ticks of 4 ms per step (controllers of FES act every 10-100 ms)."""
+MAX_HAND_LOAD_KG = 20.0
+"""Heaviest hand load, drawn or given (well beyond what an FES-driven arm lifts)."""
+
+
+def whole_number(name: str, value, low: int, high: int) -> int:
+    """``value`` as an int in [low, high] (a bool is no number here)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not low <= value <= high:
+        raise ValueError(f"{name}: a whole number from {low} to {high}, not {value!r}")
+    return int(value)
+
+
+def seconds(name: str, value, high: float) -> float:
+    """``value`` as a finite number of seconds in (0, high]."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)) or \
+            not 0.0 < value <= high:             # false for NaN
+        raise ValueError(f"{name}: seconds, more than 0 and at most {high:g}, not {value!r}")
+    return float(value)
+
+
+def hand_load(value) -> float:
+    """A hand load in kg, finite, in [0, MAX_HAND_LOAD_KG]."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)) or \
+            not 0.0 <= value <= MAX_HAND_LOAD_KG:
+        raise ValueError(f"hand_load_kg: kg from 0 to {MAX_HAND_LOAD_KG:g}, not {value!r}")
+    return float(value)
+
+
+def hand_load_range(value) -> tuple[float, float]:
+    """(low, high) hand loads in kg with 0 <= low <= high <= MAX_HAND_LOAD_KG."""
+    pair = tuple(value) if isinstance(value, (tuple, list, np.ndarray)) else ()
+    numbers = len(pair) == 2 and all(isinstance(v, (int, float, np.floating, np.integer)) and not isinstance(v, bool)
+                                     for v in pair)
+    if not numbers or not 0.0 <= pair[0] <= pair[1] <= MAX_HAND_LOAD_KG:
+        raise ValueError(f"hand_load_kg: (low, high) with 0 <= low <= high <= {MAX_HAND_LOAD_KG:g} kg, not {value!r}")
+    return float(pair[0]), float(pair[1])
+
+
+def task_name(value, tasks: Mapping) -> str:
+    """The name of a registered task."""
+    if not isinstance(value, str) or value not in tasks:
+        raise ValueError(f"unknown task {value!r} (one of {', '.join(tasks)})")
+    return value
+
+
+def observed_items(value) -> tuple[str, ...]:
+    """The frame items to observe: a sequence of names (``"q"``, ``"q[ELx]"``; checked by the layout)."""
+    items = (value,) if isinstance(value, str) else tuple(value) if isinstance(value, (tuple, list)) else None
+    if not items or not all(isinstance(item, str) for item in items):
+        raise ValueError(f"observe: frame item names such as ('q[ELx]', 'qdot[ELx]'), not {value!r}")
+    return items
+
+
+def reward_weights(weights, kind: type):
+    """Reward weights of type ``kind``, finite, with an error scale above zero."""
+    values = vars(weights).values() if isinstance(weights, kind) else ()
+    if not values or not all(math.isfinite(v) for v in values) or not weights.error_scale > 0.0:
+        raise ValueError(f"weights: a {kind.__name__} of finite numbers with error_scale > 0, not {weights!r}")
+    return weights
+
+
+def fixed_pulse(layout, pulse_width_us, frequency_hz) -> None:
+    """The pulse width and frequency that actions of kind "level" or "amplitude_ma" hold fixed: within every
+    action channel's limits (pulse width in (0, max], frequency in [min, max]), or every command would be
+    rejected."""
+    if layout.kind == "pw_amp_freq":
+        return
+    top = min(layout.max_pulse_width_us)
+    lowest, highest = max(layout.min_frequency_hz), min(layout.max_frequency_hz)
+    if not _number(pulse_width_us) or not 0.0 < pulse_width_us <= top:
+        raise ValueError(f"pulse_width_us: more than 0 and at most {top:g} (the channels' limit), not {pulse_width_us!r}")
+    if not _number(frequency_hz) or not lowest <= frequency_hz <= highest:
+        raise ValueError(f"frequency_hz: from {lowest:g} to {highest:g} Hz (the channels' limits), not {frequency_hz!r}")
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float, np.floating, np.integer)) and not isinstance(value, bool)
+
+
+def reset_options(options) -> dict:
+    """A copy of the reset options (None: none)."""
+    if options is None:
+        return {}
+    if not isinstance(options, Mapping):
+        raise ValueError(f"reset options: a dict, not {type(options).__name__}")
+    return dict(options)
+
+
+def patient_name(value) -> str | None:
+    """A patient preset's name or a patient file's path (None: able-bodied)."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    raise ValueError(f"patient: a preset name or a patient file, not {type(value).__name__}")
+
+
+def target_parameters(value, limits: tuple[tuple[float, float], ...], unit: str) -> np.ndarray:
+    """The task's target parameters: one finite number per parameter, each within its ``limits``."""
+    try:
+        params = np.asarray(value, np.float64).reshape(-1)
+    except (TypeError, ValueError):
+        params = np.zeros(0)
+    if params.shape[0] != len(limits) or not all(lo <= v <= hi for v, (lo, hi) in zip(params.tolist(), limits)):
+        bounds = ", ".join(f"[{lo:g}, {hi:g}]" for lo, hi in limits)
+        raise ValueError(f"target: {len(limits)} number(s) ({unit}) within {bounds}, not {value!r}")
+    return params
+
+
+def degrees(value, limits: tuple[float, float]) -> float:
+    """An angle given in degrees, in radians, within ``limits`` (rad)."""
+    lo, hi = (math.degrees(v) for v in limits)
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)) or \
+            not lo <= value <= hi:
+        raise ValueError(f"target_deg: an angle in degrees within [{lo:g}, {hi:g}], not {value!r}")
+    return math.radians(float(value))
+
+
+def action_array(actions, shape: tuple[int, ...]) -> np.ndarray:
+    """``actions`` as float64 numbers of ``shape`` (non-finite values pass: the engine rejects and counts them)."""
+    try:
+        array = np.asarray(actions, np.float64)
+    except (TypeError, ValueError):
+        array = None
+    if array is None or array.shape != shape:
+        got = "non-numbers" if array is None else f"shape {array.shape}"
+        raise ValueError(f"action: numbers of shape {shape}, not {got}")
+    return array
