@@ -17,6 +17,7 @@ from hil.cli.common import (
     ExitCode,
     check_duration,
     check_port,
+    count,
     err_console,
     error,
     load_model_options,
@@ -31,11 +32,14 @@ app = typer.Typer(no_args_is_help=True, help="Measure the plant's speed.")
 PATIENT_HELP = "A virtual patient (preset name or patient file) replacing the config's [patient] table."
 
 
+MAX_TIMED_STEPS = 10_000_000
+"""Most timed steps per step size (the timings are kept: 80 MB; an MTG step takes a few µs, a DAS3 one about 50)."""
+
+
 def _step_options(step: Optional[float], steps: int, excitation: float) -> tuple:
     """The step sizes to time (--step, or the default pair), after checking --steps and --excitation."""
     from hil.bench.plant import STEP_SIZES_DEFAULT
-    if steps < 1:
-        raise BadInputError(f"--steps must be >= 1, not {steps}")
+    count("--steps", steps, 1, MAX_TIMED_STEPS)
     if not (math.isfinite(excitation) and 0.0 <= excitation <= 1.0):
         raise BadInputError(f"--excitation must be in [0, 1], not {excitation!r}")
     return STEP_SIZES_DEFAULT if step is None else (positive("--step", step),)
@@ -44,7 +48,7 @@ def _step_options(step: Optional[float], steps: int, excitation: float) -> tuple
 @app.command("mtg")
 def bench_mtg(
     step: Annotated[Optional[float], typer.Option(help="Step size h, s (default: 0.004 and 0.001).")] = None,
-    steps: Annotated[int, typer.Option(help="Timed steps per step size.")] = 20000,
+    steps: Annotated[int, typer.Option(help="Timed steps per step size (1 to 10^7).")] = 20000,
     excitation: Annotated[float, typer.Option(help="Constant excitation of every MTG.")] = 0.05,
     parameters: Annotated[Optional[Path], typer.Option(help="MTG parameter file (default: the shipped one).")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
@@ -77,7 +81,7 @@ def bench_mtg(
 def bench_plant(
     step: Annotated[Optional[float], typer.Option(
         help="Step size h, s (default: 0.004 and 0.001).")] = None,
-    steps: Annotated[int, typer.Option(help="Timed steps per step size.")] = 5000,
+    steps: Annotated[int, typer.Option(help="Timed steps per step size (1 to 10^7).")] = 5000,
     excitation: Annotated[float, typer.Option(
         help="Constant excitation of every muscle during the run (with --change-ms: the mean).")] = 0.05,
     change_ms: Annotated[Optional[float], typer.Option(
@@ -132,7 +136,7 @@ def bench_offline(
     config: Annotated[Optional[Path], typer.Option(
         help="Service config with in-process controllers (default: configs/elbow-hold.toml).")] = None,
     duration: Annotated[float, typer.Option(help="Simulated s per run.")] = 20.0,
-    runs: Annotated[int, typer.Option(help="Runs back to back, each timed on its own.")] = 7,
+    runs: Annotated[int, typer.Option(help="Runs back to back, each timed on its own (1 to 1000).")] = 7,
     record: Annotated[bool, typer.Option(help="Record each run, as hil run --offline does (to a temporary "
                                               "file).")] = True,
     patient: Annotated[Optional[str], typer.Option(help=PATIENT_HELP)] = None,
@@ -146,8 +150,7 @@ def bench_offline(
 
     with user_errors():
         check_duration(duration)
-        if runs < 1:
-            raise BadInputError(f"--runs must be >= 1, not {runs}")
+        count("--runs", runs, 1, 1000)
         doc = offline_bench(config or DEFAULT_CONFIG, duration, runs, record, cpu=loop_cpu(),
                             patient=patient_override(patient))
     if json_out:
@@ -336,33 +339,33 @@ def bench_sweep(
         help="Sweep file (default: a built-in sweep of configs/elbow-hold.toml, 8 gains x 8 sensor-noise seeds, "
              "5 s each).")] = None,
     workers: Annotated[Optional[int], typer.Option(help="Local Dask workers, one thread each (default: one per "
-                                                        "CPU).")] = None,
+                                                        "CPU; at most 256).")] = None,
     scheduler: Annotated[Optional[str], typer.Option(help="An existing Dask scheduler, tcp://HOST:PORT (instead "
                                                           "of a local cluster).")] = None,
-    runs: Annotated[Optional[int], typer.Option(help="Runs of the built-in sweep (default 64).")] = None,
+    runs: Annotated[Optional[int], typer.Option(help="Runs of the built-in sweep (default 64; at most 100000).")] = None,
     duration: Annotated[Optional[float], typer.Option(help="Simulated s per run (default: 5, or the file's).")] = None,
     serial_runs: Annotated[int, typer.Option(help="Whole runs back to back in this process first, the serial "
-                                                  "reference (0: none).")] = 8,
+                                                  "reference (0: none; at most 1000).")] = 8,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Run a sweep on Dask and compare its wall time with the single-run total over the workers: the scaling
     efficiency (goal: wall within 1.3x of the ideal), the serial reference, each worker's warm-up, the steal."""
     from hil.bench.sweep import DEFAULT_RUNS, default_spec, sweep_bench, with_duration
     from hil.sweep.spec import load_sweep
+    from hil.sweep.worker import MAX_LOCAL_WORKERS
 
     with user_errors():
-        if workers is not None and workers < 1:
-            raise BadInputError(f"--workers must be >= 1, not {workers}")
+        if workers is not None:
+            count("--workers", workers, 1, MAX_LOCAL_WORKERS)
         if workers is not None and scheduler is not None:
             raise BadInputError("--workers is for a local cluster; the cluster of --scheduler has its own")
-        if runs is not None and runs < 1:
-            raise BadInputError(f"--runs must be >= 1, not {runs}")
+        if runs is not None:
+            count("--runs", runs, 1, 100_000)
         if runs is not None and sweep_file is not None:
             raise BadInputError("--runs sizes the built-in sweep; a sweep file's runs are its grid and [random]")
         if duration is not None and not (math.isfinite(duration) and 0.0 < duration <= 3600.0):
             raise BadInputError(f"--duration must be a number in (0, 3600] s, not {duration!r}")
-        if serial_runs < 0:
-            raise BadInputError(f"--serial-runs must be >= 0, not {serial_runs}")
+        count("--serial-runs", serial_runs, 0, 1000)
         spec = default_spec(runs or DEFAULT_RUNS) if sweep_file is None else load_sweep(str(sweep_file))
         spec = with_duration(spec, duration)
         progress = Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),

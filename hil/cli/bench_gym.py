@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 import typer
 
 from hil.cli import bench_tables
-from hil.cli.common import BadInputError, ExitCode, err_console, error, out_console, print_json, user_errors
+from hil.cli.common import BadInputError, ExitCode, count, err_console, error, out_console, print_json, user_errors
 
 PEER_VENV = Path("runs/.venv-myosuite")
 """The peer's default virtual environment (``hil.bench.myo_peer.VENV``, which imports Gymnasium: not at start-up)."""
@@ -15,10 +15,10 @@ PEER_VENV = Path("runs/.venv-myosuite")
 
 def bench_gym(
     envs: Annotated[str, typer.Option(help="Numbers of environments, comma-separated.")] = "1,8,64",
-    steps: Annotated[int, typer.Option(help="Env steps measured per row (after a warm-up).")] = 4000,
+    steps: Annotated[int, typer.Option(help="Env steps measured per row (after a warm-up; 1 to 10^6).")] = 4000,
     plant: Annotated[str, typer.Option(help="das3, mtg or both.")] = "both",
-    threads: Annotated[int, typer.Option(help="Numba threads of the batched environments.")] = 1,
-    rounds: Annotated[int, typer.Option(help="Alternating rounds per pair of rows; the median is shown.")] = 3,
+    threads: Annotated[int, typer.Option(help="Numba threads of the batched environments (1 to 1024).")] = 1,
+    rounds: Annotated[int, typer.Option(help="Alternating rounds per pair of rows; the median is shown (1 to 100).")] = 3,
     action_period_ms: Annotated[Optional[float], typer.Option(
         help="The environments' action period (default: the task's, 20 ms).")] = None,
     peer: Annotated[bool, typer.Option(help="Measure the MyoSuite peer in the same run.")] = True,
@@ -40,13 +40,11 @@ def bench_gym(
             counts = ()
         if not counts or min(counts) < 1 or max(counts) > 1024:
             raise BadInputError(f"--envs: numbers of environments 1..1024, not {envs!r}")
-        if steps < 1:
-            raise BadInputError(f"--steps must be >= 1, not {steps}")
+        count("--steps", steps, 1, 1_000_000)
         plants = ("das3", "mtg") if plant == "both" else (plant,)
         if any(p not in ("das3", "mtg") for p in plants):
             raise BadInputError(f"--plant: das3, mtg or both, not {plant!r}")
-        if rounds < 1:
-            raise BadInputError(f"--rounds must be >= 1, not {rounds}")
+        count("--rounds", rounds, 1, 100)
         if action_period_ms is not None and not 1.0 <= action_period_ms <= 1000.0:
             raise BadInputError(f"--action-period-ms: 1..1000, not {action_period_ms}")
         rows = gym_rows(plants, counts, steps, threads, rounds=rounds,

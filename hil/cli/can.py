@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from hil.cli.common import BadInputError, user_errors
+from hil.cli.common import BadInputError, count, user_errors
 
 PROJECT_DBC = Path(__file__).resolve().parents[2] / "configs" / "fes-hil.dbc"
 
@@ -16,12 +16,15 @@ app = typer.Typer(no_args_is_help=True, help="The CAN message set (DBC).")
 
 @app.command("dbc")
 def can_dbc(out: Annotated[Optional[Path], typer.Option(help="Write the DBC here (default: stdout).")] = None,
-            channels: Annotated[int, typer.Option(help="Number of stimulation channels.")] = 8) -> None:
+            channels: Annotated[int, typer.Option(help="Number of stimulation channels (1 to 16).")] = 8) -> None:
     """Generate the testbed's DBC from the model's DOF, muscle element and group names."""
     from drivers.can.dbc import generate_dbc
+    from hil.rt.stimulation import MAX_CHANNELS
     from hil.service.build import muscle_groups
     from sim.das3.model import load_model
 
+    with user_errors():
+        count("--channels", channels, 1, MAX_CHANNELS)
     model = load_model()
     text = generate_dbc(model.dof_names, model.muscle_names, list(muscle_groups(model.muscle_names)), channels)
     if out is None:

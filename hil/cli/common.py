@@ -95,6 +95,13 @@ def positive(option: str, value: float) -> float:
     return value
 
 
+def count(option: str, value: int, low: int, high: int) -> int:
+    """A whole-number option within [low, high] (the upper bounds: where a larger count is a typo, not a plan)."""
+    if not low <= value <= high:
+        raise BadInputError(f"{option} must be a whole number from {low} to {high}, not {value}")
+    return value
+
+
 def check_duration(value: float) -> float:
     """A run's --duration: > 0 and at most MAX_RUN_DURATION_S (30 days; see hil.config)."""
     from hil.config import MAX_RUN_DURATION_S

@@ -8,8 +8,8 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from hil.cli.common import (
-    BadInputError,
     ExitCode,
+    count,
     err_console,
     error,
     key_value_table,
@@ -24,8 +24,8 @@ def sweep(
     sweep_file: Annotated[Path, typer.Argument(help="Sweep file (TOML): base config, [grid] and/or [random].")],
     out: Annotated[Path, typer.Option(help="Output directory: results.jsonl (streamed; a restart skips the runs "
                                           "in it), results.csv, runs/ (with keep_recordings).")],
-    workers: Annotated[int, typer.Option(help="Local Dask workers (processes, one thread each); 0: run in this "
-                                              "process.")] = 2,
+    workers: Annotated[int, typer.Option(help="Local Dask workers (processes, one thread each; at most 256); 0: "
+                                              "run in this process.")] = 2,
     scheduler: Annotated[Optional[str], typer.Option(help="An existing Dask scheduler, tcp://HOST:PORT "
                                                           "(instead of a local cluster).")] = None,
     report: Annotated[bool, typer.Option("--report", help="Then plot the results into DIR/report/: metrics vs "
@@ -38,10 +38,10 @@ def sweep(
     settling time, overshoot, GH margin, safety, charge per channel); with --report, plot them."""
     from hil.sweep.runner import run_sweep
     from hil.sweep.spec import load_sweep
+    from hil.sweep.worker import MAX_LOCAL_WORKERS
 
     with user_errors():
-        if workers < 0:
-            raise BadInputError(f"--workers must be >= 0, not {workers}")
+        count("--workers", workers, 0, MAX_LOCAL_WORKERS)
         spec = load_sweep(str(sweep_file))
         progress = Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                             console=err_console(), disable=not err_console().is_terminal)

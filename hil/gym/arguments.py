@@ -1,6 +1,7 @@
 """The checks of what a caller gives the environments: constructor arguments, reset options and actions. Each
-refuses a bad value with one :class:`ValueError` line naming the argument, what it takes and what it got, before
-anything is built or stepped (a batch of arms is never half reset or half stepped by a bad value).
+refuses a bad value with one :class:`ArgumentError` line (a ``ValueError``) naming the argument, what it takes and
+what it got, before anything is built or stepped (a batch of arms is never half reset or half stepped by a bad
+value); the command line shows it as one line (a :class:`sim.errors.UserInputError`).
 
 The bounds are *proposals* of this project, set where a larger value is a mistake rather than an experiment.
 """
@@ -11,6 +12,13 @@ import os
 from collections.abc import Mapping
 
 import numpy as np
+
+from sim.errors import UserInputError
+
+
+class ArgumentError(UserInputError, ValueError):
+    """A bad argument, reset option or action of an environment."""
+
 
 MAX_ENVS = 1024
 """Most arms in one batch: a DAS3 arm's engine holds about 0.9 MB (``ru_maxrss`` over 64 arms, 2026-11-29), so
@@ -26,7 +34,7 @@ MAX_HAND_LOAD_KG = 20.0
 def whole_number(name: str, value, low: int, high: int) -> int:
     """``value`` as an int in [low, high] (a bool is no number here)."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not low <= value <= high:
-        raise ValueError(f"{name}: a whole number from {low} to {high}, not {value!r}")
+        raise ArgumentError(f"{name}: a whole number from {low} to {high}, not {value!r}")
     return int(value)
 
 
@@ -34,7 +42,7 @@ def seconds(name: str, value, high: float) -> float:
     """``value`` as a finite number of seconds in (0, high]."""
     if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)) or \
             not 0.0 < value <= high:             # false for NaN
-        raise ValueError(f"{name}: seconds, more than 0 and at most {high:g}, not {value!r}")
+        raise ArgumentError(f"{name}: seconds, more than 0 and at most {high:g}, not {value!r}")
     return float(value)
 
 
@@ -42,7 +50,7 @@ def hand_load(value) -> float:
     """A hand load in kg, finite, in [0, MAX_HAND_LOAD_KG]."""
     if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)) or \
             not 0.0 <= value <= MAX_HAND_LOAD_KG:
-        raise ValueError(f"hand_load_kg: kg from 0 to {MAX_HAND_LOAD_KG:g}, not {value!r}")
+        raise ArgumentError(f"hand_load_kg: kg from 0 to {MAX_HAND_LOAD_KG:g}, not {value!r}")
     return float(value)
 
 
@@ -52,14 +60,14 @@ def hand_load_range(value) -> tuple[float, float]:
     numbers = len(pair) == 2 and all(isinstance(v, (int, float, np.floating, np.integer)) and not isinstance(v, bool)
                                      for v in pair)
     if not numbers or not 0.0 <= pair[0] <= pair[1] <= MAX_HAND_LOAD_KG:
-        raise ValueError(f"hand_load_kg: (low, high) with 0 <= low <= high <= {MAX_HAND_LOAD_KG:g} kg, not {value!r}")
+        raise ArgumentError(f"hand_load_kg: (low, high) with 0 <= low <= high <= {MAX_HAND_LOAD_KG:g} kg, not {value!r}")
     return float(pair[0]), float(pair[1])
 
 
 def task_name(value, tasks: Mapping) -> str:
     """The name of a registered task."""
     if not isinstance(value, str) or value not in tasks:
-        raise ValueError(f"unknown task {value!r} (one of {', '.join(tasks)})")
+        raise ArgumentError(f"unknown task {value!r} (one of {', '.join(tasks)})")
     return value
 
 
@@ -67,7 +75,7 @@ def observed_items(value) -> tuple[str, ...]:
     """The frame items to observe: a sequence of names (``"q"``, ``"q[ELx]"``; checked by the layout)."""
     items = (value,) if isinstance(value, str) else tuple(value) if isinstance(value, (tuple, list)) else None
     if not items or not all(isinstance(item, str) for item in items):
-        raise ValueError(f"observe: frame item names such as ('q[ELx]', 'qdot[ELx]'), not {value!r}")
+        raise ArgumentError(f"observe: frame item names such as ('q[ELx]', 'qdot[ELx]'), not {value!r}")
     return items
 
 
@@ -75,7 +83,7 @@ def reward_weights(weights, kind: type):
     """Reward weights of type ``kind``, finite, with an error scale above zero."""
     values = vars(weights).values() if isinstance(weights, kind) else ()
     if not values or not all(math.isfinite(v) for v in values) or not weights.error_scale > 0.0:
-        raise ValueError(f"weights: a {kind.__name__} of finite numbers with error_scale > 0, not {weights!r}")
+        raise ArgumentError(f"weights: a {kind.__name__} of finite numbers with error_scale > 0, not {weights!r}")
     return weights
 
 
@@ -88,9 +96,9 @@ def fixed_pulse(layout, pulse_width_us, frequency_hz) -> None:
     top = min(layout.max_pulse_width_us)
     lowest, highest = max(layout.min_frequency_hz), min(layout.max_frequency_hz)
     if not _number(pulse_width_us) or not 0.0 < pulse_width_us <= top:
-        raise ValueError(f"pulse_width_us: more than 0 and at most {top:g} (the channels' limit), not {pulse_width_us!r}")
+        raise ArgumentError(f"pulse_width_us: more than 0 and at most {top:g} (the channels' limit), not {pulse_width_us!r}")
     if not _number(frequency_hz) or not lowest <= frequency_hz <= highest:
-        raise ValueError(f"frequency_hz: from {lowest:g} to {highest:g} Hz (the channels' limits), not {frequency_hz!r}")
+        raise ArgumentError(f"frequency_hz: from {lowest:g} to {highest:g} Hz (the channels' limits), not {frequency_hz!r}")
 
 
 def _number(value) -> bool:
@@ -102,7 +110,7 @@ def reset_options(options) -> dict:
     if options is None:
         return {}
     if not isinstance(options, Mapping):
-        raise ValueError(f"reset options: a dict, not {type(options).__name__}")
+        raise ArgumentError(f"reset options: a dict, not {type(options).__name__}")
     return dict(options)
 
 
@@ -112,7 +120,7 @@ def patient_name(value) -> str | None:
         return value
     if isinstance(value, os.PathLike):
         return os.fspath(value)
-    raise ValueError(f"patient: a preset name or a patient file, not {type(value).__name__}")
+    raise ArgumentError(f"patient: a preset name or a patient file, not {type(value).__name__}")
 
 
 def target_parameters(value, limits: tuple[tuple[float, float], ...], unit: str) -> np.ndarray:
@@ -123,7 +131,7 @@ def target_parameters(value, limits: tuple[tuple[float, float], ...], unit: str)
         params = np.zeros(0)
     if params.shape[0] != len(limits) or not all(lo <= v <= hi for v, (lo, hi) in zip(params.tolist(), limits)):
         bounds = ", ".join(f"[{lo:g}, {hi:g}]" for lo, hi in limits)
-        raise ValueError(f"target: {len(limits)} number(s) ({unit}) within {bounds}, not {value!r}")
+        raise ArgumentError(f"target: {len(limits)} number(s) ({unit}) within {bounds}, not {value!r}")
     return params
 
 
@@ -132,7 +140,7 @@ def degrees(value, limits: tuple[float, float]) -> float:
     lo, hi = (math.degrees(v) for v in limits)
     if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)) or \
             not lo <= value <= hi:
-        raise ValueError(f"target_deg: an angle in degrees within [{lo:g}, {hi:g}], not {value!r}")
+        raise ArgumentError(f"target_deg: an angle in degrees within [{lo:g}, {hi:g}], not {value!r}")
     return math.radians(float(value))
 
 
@@ -144,5 +152,5 @@ def action_array(actions, shape: tuple[int, ...]) -> np.ndarray:
         array = None
     if array is None or array.shape != shape:
         got = "non-numbers" if array is None else f"shape {array.shape}"
-        raise ValueError(f"action: numbers of shape {shape}, not {got}")
+        raise ArgumentError(f"action: numbers of shape {shape}, not {got}")
     return array

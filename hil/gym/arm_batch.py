@@ -31,7 +31,7 @@ from numba.typed import List
 
 from drivers.controllers.policy_io import ActionLayout, ObservationLayout, action_layout
 from hil.config import ServiceConfig, with_patient
-from hil.gym.arguments import MAX_ENVS, fixed_pulse, whole_number
+from hil.gym.arguments import MAX_ENVS, ArgumentError, fixed_pulse, whole_number
 from hil.gym.batch_kernels import gather_records, latch_checked_actions
 from hil.gym.snapshot import EngineSnapshot
 from hil.rt.plants import plant_type
@@ -135,7 +135,7 @@ class ArmBatch:
         """The typed lists of the arms' compiled tick arguments and of the arrays the batch's bookkeeping writes
         and reads (again after an arm was rebuilt)."""
         if len({arm.engine.record.dtype for arm in self.arms}) > 1:
-            raise ValueError("the arms of a batch must have the same layout (channels, fatigue, sensors)")
+            raise ArgumentError("the arms of a batch must have the same layout (channels, fatigue, sensors)")
         engines = self._engines = [arm.engine for arm in self.arms]
         self._arrays = _typed([e.tick_arrays for e in engines])
         self._latched = _typed([e.latched for e in engines])

@@ -78,7 +78,7 @@ class Episodes:
         target_deg = None if target_deg is None else arguments.degrees(target_deg, t.target_limits[0])
         reference = options.pop("reference", None)
         if options:
-            raise ValueError(f"unknown reset option(s): {', '.join(map(str, options))} "
+            raise arguments.ArgumentError(f"unknown reset option(s): {', '.join(map(str, options))} "
                              "(patient, target, target_deg, hand_load_kg, reference)")
         if seed is not None:
             self.rngs[i] = seeding.np_random(seed)[0]

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from hil.gym.arguments import ArgumentError
 from sim.das3.model import DOF_NAMES
 from sim.motion.reference import hand_positions, reference_trajectory, thoracohumeral_angles
 
@@ -60,7 +61,7 @@ class Task:
 
     def config_file(self, plant: str) -> Path:
         if plant not in self.configs:
-            raise ValueError(f"{self.name}: no {plant!r} plant (one of {', '.join(self.configs)})")
+            raise ArgumentError(f"{self.name}: no {plant!r} plant (one of {', '.join(self.configs)})")
         return CONFIG_DIR / self.configs[plant]
 
     def sample_parameters(self, rng: np.random.Generator, rest_frame: np.ndarray) -> np.ndarray:
@@ -83,7 +84,7 @@ class Task:
     def reference_targets(self, path: str, period_s: float, arrays) -> np.ndarray:
         """The target at every action step from a recorded motion (:mod:`sim.motion`): (steps, n_target);
         ``arrays``: the DAS3 arrays of the arm's segments (its size)."""
-        raise ValueError(f"{self.name} takes no reference trajectory")
+        raise ArgumentError(f"{self.name} takes no reference trajectory")
 
 
 @dataclass(frozen=True)

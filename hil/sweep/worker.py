@@ -27,6 +27,11 @@ WARM_UP_CANDIDATES = 3
 """The sweep's first tasks a warm-up tries in turn until one is ok (a variant may be invalid)."""
 
 
+MAX_LOCAL_WORKERS = 256
+"""Most local worker processes (*proposal*: each holds a plant and numba's compiled kernels, about 0.3 GB, so 256
+workers want a large machine; a larger number is a typo)."""
+
+
 def local_cluster(workers: int, dashboard_address: str | None = None) -> LocalCluster:
     """``workers`` worker processes on this machine, one thread each."""
     return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=dashboard_address)

@@ -45,6 +45,19 @@ def test_bench_plant_refuses_a_bad_change_period(value):
     assert len(lines) == 1 and lines[0].startswith("Error: --change-ms"), done.stderr
 
 
+@pytest.mark.parametrize("args, message", [
+    (["plant", "--steps", "0"], "--steps must be a whole number from 1 to 10000000, not 0"),
+    (["plant", "--steps", "100000000000"], "--steps must be a whole number from 1 to 10000000, not 100000000000"),
+    (["mtg", "--steps", "100000000000"], "--steps must be a whole number from 1 to 10000000"),
+    (["offline", "--runs", "0"], "--runs must be a whole number from 1 to 1000, not 0"),
+    (["offline", "--runs", "1000000000"], "--runs must be a whole number from 1 to 1000"),
+])
+def test_absurd_counts_are_refused_in_one_line_before_anything_runs(args, message):
+    done = hil("bench", *args)          # a count in the billions used to run out of memory or run for days
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"Error: {message}"), done.stderr
+
+
 def test_bench_mtg_times_the_reduced_arm_per_call_and_in_one_compiled_call():
     done = hil("bench", "mtg", "--step", "0.004", "--steps", "50", "--json")
     assert done.returncode == 0, done.stderr

@@ -83,13 +83,16 @@ def test_error_rows_fail_the_benchmark(tmp_path):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--workers", "0"], "--workers must be >= 1"),
+    (["--workers", "0"], "--workers must be a whole number from 1 to 256, not 0"),
+    (["--workers", "100000"], "--workers must be a whole number from 1 to 256, not 100000"),
     (["--workers", "2", "--scheduler", "tcp://127.0.0.1:1"], "--workers is for a local cluster"),
-    (["--runs", "0"], "--runs must be >= 1"),
+    (["--runs", "0"], "--runs must be a whole number from 1 to 100000, not 0"),
+    (["--runs", "100000000"], "--runs must be a whole number from 1 to 100000"),
     ([str(BASE), "--runs", "4"], "--runs sizes the built-in sweep"),
     (["--duration", "0"], "--duration must be a number in (0, 3600]"),
     (["--duration", "nan"], "--duration must be a number in (0, 3600]"),
-    (["--serial-runs", "-1"], "--serial-runs must be >= 0"),
+    (["--serial-runs", "-1"], "--serial-runs must be a whole number from 0 to 1000, not -1"),
+    (["--serial-runs", "100000000"], "--serial-runs must be a whole number from 0 to 1000"),
     ([str(ROOT / "nowhere.toml")], "cannot read the sweep file"),
 ])
 def test_bad_options_are_refused_before_any_run(args, message):

@@ -35,6 +35,13 @@ def test_version_matches_the_package_metadata():
         assert tomllib.load(fh)["project"]["version"] == __version__
 
 
+@pytest.mark.parametrize("channels", ["0", "17", "100000000"])
+def test_can_dbc_takes_one_to_sixteen_channels(channels):
+    result = invoke("can", "dbc", "--channels", channels)      # 10^8 channels used to generate until memory ran out
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert f"--channels must be a whole number from 1 to 16, not {channels}" in " ".join(result.output.split())
+
+
 @pytest.mark.parametrize("option, value", [("--duration", "0"), ("--duration", "-1"),
                                            ("--step", "nan"), ("--step", "0")])
 def test_simulate_rejects_bad_numbers_before_loading_anything(tmp_path, option, value):

@@ -43,7 +43,10 @@ def test_without_the_peer_environment_the_table_says_how_to_make_it(tmp_path):
 
 def test_bad_options_are_one_line():
     for args, words in ((["--envs", "eight"], "--envs"), (["--envs", "0"], "--envs"), (["--plant", "ode"], "--plant"),
-                        (["--rounds", "0"], "--rounds"), (["--action-period-ms", "0"], "--action-period-ms")):
+                        (["--rounds", "0"], "--rounds"), (["--action-period-ms", "0"], "--action-period-ms"),
+                        (["--steps", "100000000"], "--steps must be a whole number from 1 to 1000000"),
+                        (["--rounds", "1000"], "--rounds must be a whole number from 1 to 100"),
+                        (["--threads", "0"], "threads: a whole number from 1 to 1024, not 0")):
         out = bench(*args, "--no-peer")
         assert out.returncode == 2 and words in out.stderr and "Traceback" not in out.stderr, out.stderr
         assert len(out.stderr.strip().splitlines()) == 1

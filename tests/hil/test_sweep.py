@@ -98,6 +98,13 @@ def test_a_sweep_of_too_many_runs_is_refused_from_its_counts(tmp_path, body, key
                           str(sweep), f"key {key!r}", words, "at most 100000")
 
 
+@pytest.mark.parametrize("workers", ["-1", "1000000"])
+def test_a_worker_count_out_of_range_is_refused_before_the_sweep_file_is_read(tmp_path, workers):
+    from helpers import assert_one_error_line, hil_process
+    assert_one_error_line(*hil_process("sweep", tmp_path / "nowhere.toml", "--out", tmp_path / "out", "--workers",
+                                       workers), f"--workers must be a whole number from 0 to 256, not {workers}")
+
+
 def test_a_device_as_the_initial_state_fails_the_sweep_before_any_worker(tmp_path):
     from helpers import assert_one_error_line, hil_process
     base = tmp_path / "base.toml"
