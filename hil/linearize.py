@@ -89,6 +89,20 @@ def channel_inputs(stim: StimulationModel, select: list[str] | None, frequency_h
     return Inputs(tuple(keys), "channel level r*phi (0..phi)", np.zeros(len(cols)), upper, excitation, of_excitation)
 
 
+def check_pulse(stim: StimulationModel, names, pulse_width_us: float | None, frequency_hz: float) -> None:
+    """The pulse frequency (and, for amplitude inputs, the pulse width) within every input channel's limits: a
+    pulse the channel would reject has no linear effect, and its B columns would be silently zero."""
+    chans = [ch for ch in stim.channels if ch.name in names]
+    lowest, highest = max(ch.min_frequency_hz for ch in chans), min(ch.max_frequency_hz for ch in chans)
+    if not lowest <= frequency_hz <= highest:
+        raise LinearizeError(f"--frequency-hz must be within the input channels' limits, {lowest:g} to {highest:g} Hz, "
+                             f"not {frequency_hz!r}")
+    top = min(ch.max_pulse_width_us for ch in chans)
+    if pulse_width_us is not None and not 0.0 < pulse_width_us <= top:
+        raise LinearizeError(f"--pulse-width-us must be more than 0 and at most {top:g} us (the input channels' "
+                             f"limit), not {pulse_width_us!r}")
+
+
 def level_per_ma(ch, amplitude_ma: float, pulse_width_s: float, frequency_hz: float) -> float:
     """dl/dI (per mA) at ``amplitude_ma``: phi 6 x (1 - x) PW / (Q_sat - Q_th), 0 outside 0 < x < 1."""
     x = (pulse_width_s * amplitude_ma * 1e-3 - ch.threshold_charge_c) / (ch.saturation_charge_c - ch.threshold_charge_c)
@@ -146,6 +160,7 @@ def build(model, cfg: ServiceConfig | None, *, x_state=None, posture: str | None
     if kind == "channels":
         stim = stimulation_model(cfg, model)
         inp = channel_inputs(stim, select, frequency_hz)
+        check_pulse(stim, inp.names, pulse_width_us if channel_input == "amplitude" else None, frequency_hz)
     elif kind == "groups":
         inp = excitation_inputs(model, select, grouped=True)
     else:

@@ -316,8 +316,10 @@ def model_linearize(
     ] = "excitations",
     channel_input: Annotated[str, typer.Option(
         help="Channel input variable: 'level' (r*phi, the recruitment inverted) or 'amplitude' (mA).")] = "level",
-    pulse_width_us: Annotated[float, typer.Option(help="Pulse width of --channel-input amplitude.")] = 300.0,
-    frequency_hz: Annotated[float, typer.Option(help="Pulse frequency of the channel inputs.")] = 40.0,
+    pulse_width_us: Annotated[float, typer.Option(help="Pulse width of --channel-input amplitude (within the input "
+                                                       "channels' limit).")] = 300.0,
+    frequency_hz: Annotated[float, typer.Option(help="Pulse frequency of the channel inputs (within their "
+                                                     "limits).")] = 40.0,
     outputs: Annotated[str, typer.Option(
         help="Comma list of q, qdot (all DOFs or q:ELx), th_angles, hand_position.")] = "q,qdot",
     reduce: Annotated[Optional[str], typer.Option(

@@ -83,8 +83,8 @@ def parse_posture(model, spec: str) -> dict[int, float]:
             deg = float(value)
         except ValueError:
             deg = math.nan
-        if not math.isfinite(deg):
-            raise LinearizeError(f"--posture: {token!r}: the angle must be a finite number of degrees")
+        if not -180.0 <= deg <= 180.0:           # false for NaN
+            raise LinearizeError(f"--posture: {token!r}: the angle must be a number of degrees from -180 to 180")
         targets[positions[name.strip()]] = math.radians(deg)
     if not targets:
         raise LinearizeError("--posture: name at least one DOF=deg")

@@ -125,6 +125,13 @@ def test_amplitude_slope_matches_the_recruitment_curve():
     ("mtg_groups", ["--config", HOLD_MTG, "--inputs", "groups"], "the MTG arm has no muscle groups"),
     ("bad_plant", ["--plant", "mtx"], "--plant: 'mtx' is not a plant type (das3 or mtg)"),
     ("mtg_short_state", ["--config", HOLD_MTG, "--state", "{short}"], "expected 20 state values"),
+    ("huge_angle", ["--posture", "ELx=1e300"], "--posture: 'ELx=1e300': the angle must be a number of degrees from -180"),
+    ("nan_angle", ["--plant", "mtg", "--posture", "ELx=nan"], "the angle must be a number of degrees from -180 to 180"),
+    ("nan_frequency", ["--config", HOLD, "--inputs", "channels=biceps",
+                       "--frequency-hz", "nan"], "--frequency-hz must be within the input channels' limits, 10 to 100"),
+    ("huge_pulse", ["--config", HOLD, "--inputs", "channels=biceps",
+                    "--channel-input", "amplitude", "--pulse-width-us", "1e9"],
+     "--pulse-width-us must be more than 0 and at most 500 us"),
 ])
 def test_bad_input_is_one_clear_line(tmp_path, case, args, message):
     short, nan = tmp_path / "short.json", tmp_path / "nan.csv"
