@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from hil.cli.common import BadInputError, count, user_errors
+from hil.cli.common import BadInputError, check_output_path, count, user_errors
 
 PROJECT_DBC = Path(__file__).resolve().parents[2] / "configs" / "fes-hil.dbc"
 
@@ -25,12 +25,14 @@ def can_dbc(out: Annotated[Optional[Path], typer.Option(help="Write the DBC here
 
     with user_errors():
         count("--channels", channels, 1, MAX_CHANNELS)
-    model = load_model()
-    text = generate_dbc(model.dof_names, model.muscle_names, list(muscle_groups(model.muscle_names)), channels)
-    if out is None:
-        sys.stdout.write(text)
-    else:
-        out.write_text(text)
+        if out is not None:
+            check_output_path(out, "--out")
+        model = load_model()
+        text = generate_dbc(model.dof_names, model.muscle_names, list(muscle_groups(model.muscle_names)), channels)
+        if out is None:
+            sys.stdout.write(text)
+        else:
+            out.write_text(text)
 
 
 @app.command("table")

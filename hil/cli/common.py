@@ -123,13 +123,35 @@ def load_model_options(path: Optional[Path]) -> ModelConfig:
     return ModelConfig() if path is None else load_model_config(path)
 
 
-def check_output_path(path: Path, option: str) -> None:
-    """An output file can be created: its directory exists and it is not a directory itself."""
+def check_output_path(path: Path, option: str, inputs: tuple = ()) -> None:
+    """An output file can be created: its directory exists, it is not a directory itself, and it is none of the
+    command's ``inputs`` (paths, or None), which writing it would destroy."""
     parent = path.resolve().parent
     if not parent.is_dir():
         raise BadInputError(f"{option} {path}: directory {parent} does not exist")
     if path.is_dir():
         raise BadInputError(f"{option} {path} is a directory")
+    for given in inputs:
+        if given is not None and same_file(path, Path(given)):
+            raise BadInputError(f"{option} {path} is this command's input {given}; writing it would destroy it")
+
+
+def check_output_paths(outputs: dict, inputs: tuple = ()) -> None:
+    """:func:`check_output_path` for each given output (option -> path or None), and no two of them one file."""
+    given = [(option, Path(path)) for option, path in outputs.items() if path is not None]
+    for k, (option, path) in enumerate(given):
+        check_output_path(path, option, inputs)
+        for other, other_path in given[:k]:
+            if same_file(path, other_path):
+                raise BadInputError(f"{other} and {option} are one file, {path}; give each output its own")
+
+
+def same_file(a: Path, b: Path) -> bool:
+    """Whether two paths name one file (through links; by their resolved paths where one does not exist)."""
+    try:
+        return a.samefile(b)
+    except OSError:
+        return a.resolve() == b.resolve()
 
 
 def key_value_table(title: str):

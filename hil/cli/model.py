@@ -177,7 +177,7 @@ def model_equilibrium(
     """Solve the passive equilibrium (zero excitation) and report posture, residual and GH force."""
     with user_errors():
         if out is not None:
-            check_output_path(out, "--out")
+            check_output_path(out, "--out", inputs=(model_config,))
         from sim.das3.equilibrium import solve_equilibrium
         from sim.das3.model import load_model
 
@@ -347,7 +347,7 @@ def model_linearize(
         from sim.linear.operating import LinearizeError
 
         check_out(out)
-        check_output_path(out, "--out")
+        check_output_path(out, "--out", inputs=(state, config))
         if state is not None and posture is not None:
             raise LinearizeError("give --state or --posture, not both")
         cfg = None if config is None else ConfigOverrides(plant, patient_override(patient)).apply(

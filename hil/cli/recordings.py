@@ -15,7 +15,7 @@ from rich.table import Table
 from hil.cli.common import (
     BadInputError,
     ExitCode,
-    check_output_path,
+    check_output_paths,
     check_port,
     err_console,
     key_value_table,
@@ -50,10 +50,8 @@ def export(
 
         if csv_out is None and mot_out is None and sto_out is None:
             raise BadInputError("give at least one of --csv, --mot, --sto")
+        check_output_paths({"--csv": csv_out, "--mot": mot_out, "--sto": sto_out}, inputs=(run_file,))
         reader = read_run_recording(str(run_file))
-        for option, path in (("--csv", csv_out), ("--mot", mot_out), ("--sto", sto_out)):
-            if path is not None:
-                check_output_path(path, option)
         written = {}
         if csv_out is not None:
             h = reader.header

@@ -47,7 +47,7 @@ def simulate(
     """Simulate the plant offline under an excitation schedule and write the outputs to CSV."""
     with user_errors():
         n_steps = _step_count(duration, step)
-        check_output_path(out, "--out")
+        check_output_path(out, "--out", inputs=(excitations, model_config, None if initial == "equilibrium" else initial))
 
         from sim.das3.model import load_model
         from sim.das3.plant import Plant

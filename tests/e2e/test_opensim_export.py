@@ -213,6 +213,26 @@ def test_export_errors_are_one_line(run, tmp_path):
     assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize("option", ["--csv", "--mot", "--sto"])
+def test_an_export_over_its_own_recording_is_refused_and_the_recording_kept(run, tmp_path, option):
+    rec, _ = run
+    copy = tmp_path / "run.hilrec"
+    copy.write_bytes(rec.read_bytes())
+    (tmp_path / "link.hilrec").symlink_to(copy)
+    for output in (copy, tmp_path / "." / "run.hilrec"):              # the same file, also by another path
+        out = hil("export", tmp_path / "link.hilrec", option, output)
+        assert out.returncode == 2 and "writing it would destroy it" in out.stderr
+        assert len(out.stderr.strip().splitlines()) == 1
+    assert copy.read_bytes() == rec.read_bytes()                      # a .sto over it used to replace it
+
+
+def test_two_exports_to_one_file_are_refused(run, tmp_path):
+    rec, _ = run
+    out = hil("export", rec, "--mot", tmp_path / "run.mot", "--sto", tmp_path / "." / "run.mot")
+    assert out.returncode == 2 and f"--mot and --sto are one file, {tmp_path / 'run.mot'}" in out.stderr
+    assert not (tmp_path / "run.mot").exists()
+
+
 def test_fit_mtg_takes_the_exported_mot(run, tmp_path):
     """The .mot of a DAS3 run: the fit computes the thoracohumeral angles from the 11 coordinates."""
     rec, ticks = run

@@ -90,6 +90,26 @@ def test_simulate_unknown_muscle_exits_2_naming_it(tmp_path):
     assert not (tmp_path / "out.csv").exists()
 
 
+def test_can_dbc_to_a_missing_directory_or_a_directory_is_one_line(tmp_path):
+    for out, words in ((tmp_path / "no" / "x.dbc", "does not exist"), (tmp_path, "is a directory")):
+        result = invoke("can", "dbc", "--out", out)     # both used to end in an OSError's traceback
+        assert result.exit_code == 2 and words in " ".join(result.output.split()) and "Traceback" not in result.output
+
+
+def test_an_output_over_an_input_file_is_refused_and_the_input_kept(tmp_path):
+    ramp, model_toml, state = tmp_path / "ramp.csv", tmp_path / "model.toml", tmp_path / "state.npz"
+    ramp.write_bytes((REPO / "examples" / "ramp.csv").read_bytes())
+    model_toml.write_text("[model]\njoint_k1 = 0.0\n")
+    state.write_bytes(b"not a state")
+    for args in (["simulate", "--excitations", ramp, "--duration", "0.008", "--step", "0.004", "--out", ramp],
+                 ["model", "equilibrium", "--model-config", model_toml, "--out", model_toml],
+                 ["model", "linearize", "--state", state, "--out", state]):
+        result = invoke(*args)
+        assert result.exit_code == 2 and "writing it would destroy it" in " ".join(result.output.split()), args
+    assert ramp.read_bytes() == (REPO / "examples" / "ramp.csv").read_bytes()
+    assert model_toml.read_text() == "[model]\njoint_k1 = 0.0\n" and state.read_bytes() == b"not a state"
+
+
 def test_simulate_missing_excitation_file_exits_2(tmp_path):
     pytest.importorskip("sim.das3.plant")
     result = invoke("simulate", "--excitations", tmp_path / "none.csv", "--duration", "0.008",
