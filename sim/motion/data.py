@@ -12,6 +12,10 @@ from sim.errors import UserInputError
 
 MAX_SAMPLES = 10_000_000
 """Most samples a motion or its resampling may hold (*proposal*: 10^7 rows, about 28 h at 100 Hz)."""
+MAX_FILE_BYTES = 1 << 30
+"""Largest motion file read (*proposal*: 1 GiB, far above an hour of 100 Hz full-body marker data)."""
+LENGTH_UNITS = {"mm": 1e-3, "cm": 1e-2, "m": 1.0}
+"""Metres per unit of the marker files' ``Units`` (TRC) or ``POINT:UNITS`` (C3D) values the readers know."""
 
 
 class MotionFileError(UserInputError, ValueError):

@@ -10,22 +10,21 @@ says, and refuses a file whose units it cannot tell.
   columns and no ``inDegrees`` line is refused: its unit is unknown.
 - **TRC** (``PathFileType 4``): the ``Units`` value (mm, cm, m) scales the positions to m; an empty field (a
   marker not seen in that frame) is a gap, which the motion check refuses.
-- **C3D**: the ``POINT:UNITS`` parameter scales to m; ezc3d marks invalid points NaN (gaps), refused likewise.
+- **C3D** (:mod:`sim.motion.c3d`, ezc3d in a child process): the ``POINT:UNITS`` parameter scales to m; ezc3d
+  marks invalid points NaN (gaps), refused likewise.
 """
 from __future__ import annotations
 
 import os
-import struct
 from pathlib import Path
 
 import numpy as np
 
 from sim.das3.layout import DOF_NAMES
 from sim.das3.release import opensim_names
-from sim.motion.data import Motion, MotionFileError
+from sim.motion.c3d import read_c3d
+from sim.motion.data import LENGTH_UNITS, MAX_FILE_BYTES, Motion, MotionFileError
 
-MAX_FILE_BYTES = 1 << 30
-"""Largest motion file read (*proposal*: 1 GiB, far above an hour of 100 Hz full-body marker data)."""
 MAX_COLUMNS = 100_000
 """Most columns a motion file may declare (*proposal*)."""
 
@@ -33,8 +32,6 @@ MAX_COLUMNS = 100_000
 #: names) and the reduced arm's angles (``sim.fitting.mtg_motion.ANGLE_COLUMNS``).
 ANGLE_NAMES = frozenset((*DOF_NAMES, *opensim_names()[0].values(), "th_plane_of_elevation", "th_elevation",
                          "th_axial_rotation", "elbow_flexion", "forearm_pronation"))
-LENGTH_UNITS = {"mm": 1e-3, "cm": 1e-2, "m": 1.0}
-"""Metres per unit of the marker-file ``Units`` values this reader knows."""
 
 
 def read_motion(path: str | os.PathLike) -> Motion:
@@ -170,73 +167,3 @@ def _trc_row(line: str, width: int) -> list[str]:
     while len(cells) > width and not cells[-1].strip():
         cells.pop()
     return cells + [""] * (width - len(cells)) if len(cells) >= 2 else cells
-
-
-def read_c3d(path: str | os.PathLike) -> Motion:
-    """A C3D file's 3-D points (markers), read with ezc3d; time from ``POINT:RATE`` and the first frame."""
-    path = Path(path)
-    try:
-        import ezc3d  # optional: the `motion` extra
-    except ImportError:
-        raise MotionFileError(f"{path}: reading C3D needs ezc3d (pip install 'fes-hil[motion]')") from None
-    _text_size_check(path)
-    _c3d_complete(path)
-    try:
-        c3d = ezc3d.c3d(str(path))
-        point = c3d["parameters"]["POINT"]
-        labels = [str(s).strip() for s in point["LABELS"]["value"]]
-        units = str(point["UNITS"]["value"][0]).strip() if point["UNITS"]["value"] else ""
-        rate = float(point["RATE"]["value"][0])
-        first = int(c3d["header"]["points"]["first_frame"])
-        pts = np.asarray(c3d["data"]["points"], np.float64)
-    except MotionFileError:
-        raise
-    except Exception as exc:                       # ezc3d raises RuntimeError/IOError/KeyError on bad files
-        reason = str(exc).strip().splitlines()[0][:120] if str(exc).strip() else type(exc).__name__
-        raise MotionFileError(f"{path}: not a readable C3D file ({reason})") from None
-    if units not in LENGTH_UNITS:
-        raise MotionFileError(f"{path}: POINT:UNITS={units!r}; known: {', '.join(LENGTH_UNITS)}")
-    if not (np.isfinite(rate) and rate > 0.0):
-        raise MotionFileError(f"{path}: POINT:RATE={rate!r}; a frame rate is > 0 Hz")
-    if pts.ndim != 3 or pts.shape[1] != len(labels) or not labels:
-        raise MotionFileError(f"{path}: {len(labels)} point labels for points of shape {pts.shape}")
-    xyz = np.transpose(pts[:3], (2, 1, 0)) * LENGTH_UNITS[units]
-    return Motion(str(path), (first + np.arange(xyz.shape[0])) / rate, tuple(labels), np.ascontiguousarray(xyz))
-
-
-def _c3d_complete(path: Path) -> None:
-    """Refuse a C3D file shorter than its header's frames need (ezc3d reads a cut file without a word). Header
-    words (16-bit, C3D.org "The C3D File Format User Guide", Motion Lab Systems 2008, ch. 3): 1 parameter block,
-    2 points, 3 analog values per frame, 4/5 first/last frame, 7-8 scale (< 0: float data), 9 data block; the
-    parameter section's 4th byte gives the processor (84 Intel, 85 DEC, 86 MIPS big-endian)."""
-    try:
-        with open(path, "rb") as fh:
-            head = fh.read(512)
-            fh.seek(max(head[0] - 1, 0) * 512 + 3 if len(head) == 512 else 0)
-            processor = fh.read(1)
-        size = path.stat().st_size
-    except OSError as exc:
-        raise MotionFileError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    if len(head) < 512 or len(head) < 2 or head[1] != 0x50 or not processor:
-        raise MotionFileError(f"{path}: not a readable C3D file (no C3D header)")
-    if processor[0] not in (84, 86):
-        return                                  # DEC floats: scale sign not read here; ezc3d checks the rest
-    order = "<" if processor[0] == 84 else ">"
-    points, analog, first, last = struct.unpack_from(order + "4H", head, 2)
-    scale, = struct.unpack_from(order + "f", head, 12)
-    data_block, = struct.unpack_from(order + "H", head, 16)
-    word = 4 if scale < 0 else 2
-    need = (data_block - 1) * 512 + max(last - first + 1, 0) * (points * 4 + analog) * word
-    if size < need:
-        raise MotionFileError(f"{path}: not a readable C3D file (cut off: {size} bytes, its {last - first + 1} "
-                              f"frames need {need})")
-
-
-def _text_size_check(path: Path) -> None:
-    try:
-        size = path.stat().st_size
-    except OSError as exc:
-        raise MotionFileError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    if size > MAX_FILE_BYTES:
-        raise MotionFileError(f"{path}: {size} bytes; a motion file holds at most {MAX_FILE_BYTES}")
-

@@ -208,3 +208,67 @@ def test_a_cut_c3d_and_a_binary_mot_are_one_clear_error(tmp_path):
     binary.write_bytes(b"\xff\xfe\x00" * 50)
     with pytest.raises(MotionFileError, match="not UTF-8"):
         read_motion(binary)
+
+
+def damaged_c3d(tmp_path, damage=lambda data: data.__delitem__(slice(1104, 1135))):
+    """A C3D whose parameter section lost 31 bytes (found by mutating files): ezc3d 1.7 crashes the process that
+    reads it with a segmentation fault."""
+    names, t = ["RSHO", "RELB", "RWRA"], np.arange(50) * 0.01
+    xyz = np.stack([np.column_stack([np.zeros(50), np.full(50, 1400.0), np.zeros(50)]),
+                    np.column_stack([np.zeros(50), np.full(50, 1100.0), np.zeros(50)]),
+                    np.column_stack([np.full(50, 250.0), 1100.0 + t * 100, np.zeros(50)])], axis=1)
+    good = tmp_path / "good.c3d"
+    write_c3d(good, names, xyz)
+    data = bytearray(good.read_bytes())
+    damage(data)
+    path = tmp_path / "damaged.c3d"
+    path.write_bytes(bytes(data))
+    return path
+
+
+def test_a_c3d_that_crashes_its_reader_is_one_clear_error_and_this_process_lives(tmp_path):
+    path = damaged_c3d(tmp_path)
+    with pytest.raises(MotionFileError, match="damaged.c3d: not a readable C3D file") as err:
+        read_motion(path)
+    assert "\n" not in str(err.value)
+
+
+def test_a_c3d_on_which_its_reader_never_ends_is_one_clear_error_in_bounded_time(tmp_path, monkeypatch):
+    import sim.motion.c3d as c3d
+    monkeypatch.setattr(c3d, "CHILD_TIMEOUT_S", 1.0)
+    path = damaged_c3d(tmp_path, damage=lambda data: data.__setitem__(1104, 30))    # ezc3d 1.7 loops on it
+    with pytest.raises(MotionFileError, match=r"damaged.c3d: not a readable C3D file \(reading it took over 1 s\)"):
+        read_motion(path)
+
+
+def test_whatever_ends_the_c3d_reader_is_one_line(tmp_path, monkeypatch):
+    import sim.motion.c3d as c3d
+    good = tmp_path / "good.c3d"
+    write_c3d(good, ["A", "B"], np.random.default_rng(0).random((50, 2, 3)))
+    for name, value, words in (
+            ("CHILD", "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)", "ezc3d, crashed on it: signal 11"),
+            ("CHILD_MEMORY_BYTES", 64 << 20, "not a readable C3D file ("),      # too little to import numpy
+            ("CHILD_TIMEOUT_S", 1e-3, "reading it took over 0.00")):
+        with monkeypatch.context() as patch:
+            patch.setattr(c3d, name, value)
+            c3d._read_cached.cache_clear()
+            with pytest.raises(MotionFileError, match="good.c3d: ") as err:
+                read_motion(good)
+            assert words in str(err.value) and "\n" not in str(err.value)
+    c3d._read_cached.cache_clear()
+    assert read_motion(good).values.shape == (50, 2, 3)
+
+
+def test_a_c3d_is_read_once_per_version_of_the_file(tmp_path, monkeypatch):
+    import subprocess
+
+    import sim.motion.c3d as c3d
+    calls = []
+    run = subprocess.run
+    monkeypatch.setattr(c3d.subprocess, "run", lambda *a, **k: calls.append(a) or run(*a, **k))
+    path = tmp_path / "ref.c3d"
+    write_c3d(path, ["A", "B"], np.random.default_rng(0).random((50, 2, 3)))
+    first, again = read_motion(path), read_motion(path)
+    assert len(calls) == 1 and again is first and not first.values.flags.writeable
+    write_c3d(path, ["A", "B"], np.random.default_rng(1).random((60, 2, 3)))     # a new version of the file
+    assert read_motion(path).values.shape == (60, 2, 3) and len(calls) == 2
