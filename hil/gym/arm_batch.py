@@ -305,7 +305,8 @@ _THREADS_SET = threading.local()
 
 
 def _use_threads(threads: int) -> None:
-    """numba's thread count for this thread's next parallel call: ``threads``, at most numba's pool."""
+    """numba's thread count for this thread's next parallel call: ``threads``, at most numba's pool (a count set
+    elsewhere in between is not seen; it changes the speed only, never a result: the arms are independent)."""
     threads = min(threads, numba.config.NUMBA_NUM_THREADS)
     if getattr(_THREADS_SET, "count", None) != threads:
         numba.set_num_threads(threads)
