@@ -29,6 +29,10 @@ ACTIVATIONS = {"tanh": np.tanh, "relu": lambda x: np.maximum(x, 0.0)}
 MAX_LAYERS = 16
 MAX_WEIGHTS = 10_000_000
 """The largest policy file accepted (layers, weights): a bound on what a corrupt file can make us allocate."""
+MAX_UNPACKED_BYTES = 8 * MAX_WEIGHTS + (1 << 20)
+"""Most bytes the file's arrays may unpack to (the weights as float64, and a MiB for the rest), checked from the
+zip directory before any array is read: a file whose header declares a huge array, or a zip bomb, is refused
+instead of filling the memory."""
 
 
 class PolicyFileError(ValueError):
@@ -55,6 +59,7 @@ class PolicyNetwork:
 def read_policy(path: str) -> PolicyNetwork:
     """The policy in ``path``; PolicyFileError with the reason for anything else."""
     try:
+        _check_unpacked_size(path)
         with np.load(path, allow_pickle=False) as data:
             meta = json.loads(str(data["meta"]))
             n_layers = int(meta["n_layers"])
@@ -69,6 +74,26 @@ def read_policy(path: str) -> PolicyNetwork:
             from None
     check_network(path, layers, mean, var, meta)
     return PolicyNetwork(layers, meta["activation"], mean, var, float(meta.get("obs_clip", math.inf)), meta)
+
+
+def _check_unpacked_size(path: str) -> None:
+    """The sizes the zip directory gives the file's members (what reading them produces, at most) and each array's
+    declared shape: within :data:`MAX_UNPACKED_BYTES`."""
+    with zipfile.ZipFile(path) as archive:
+        total = sum(info.file_size for info in archive.infolist())
+        if total > MAX_UNPACKED_BYTES:
+            raise PolicyFileError(f"its arrays unpack to {total} bytes; at most {MAX_UNPACKED_BYTES}")
+        for info in archive.infolist():
+            with archive.open(info) as member:
+                version = np.lib.format.read_magic(member)
+                read_header = {(1, 0): np.lib.format.read_array_header_1_0,
+                               (2, 0): np.lib.format.read_array_header_2_0}.get(version)
+                if read_header is None:
+                    raise PolicyFileError(f"{info.filename}: .npy format version {version} (1.0 or 2.0)")
+                shape, _, dtype = read_header(member)
+            if math.prod(shape) * dtype.itemsize > MAX_UNPACKED_BYTES:
+                raise PolicyFileError(f"{info.filename} declares an array of shape {shape}; at most "
+                                      f"{MAX_UNPACKED_BYTES} bytes")
 
 
 def check_network(path: str, layers, mean, var, meta: dict) -> None:

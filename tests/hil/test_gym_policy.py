@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from drivers.controllers.policy import read_policy
+from drivers.controllers.policy import PolicyFileError, read_policy
 from hil.config import load_service_config
 from hil.gym.env import FesArmEnv
 from hil.gym.policy_file import save_network
@@ -92,3 +92,31 @@ def test_a_bad_policy_file_is_one_config_error(tmp_path, damage, words):
     key = "driver[0].target_deg" if damage == "target" else "driver[0].policy"
     assert out.returncode == 2 and key in out.stderr and words in out.stderr, out.stderr
     assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+def test_a_policy_file_that_would_unpack_to_gigabytes_is_refused_before_it_is_read(tmp_path):
+    import io
+    import zipfile
+    env = FesArmEnv("ElbowHold")
+    good = tmp_path / "good.npz"
+    save_network(str(good), env.episodes, proportional_layers())
+    declared = tmp_path / "declared.npz"           # W0's header declares 320 GB, its data is a few bytes
+    with zipfile.ZipFile(good) as src, zipfile.ZipFile(declared, "w") as dst:
+        for info in src.infolist():
+            data = src.read(info)
+            if info.filename == "W0.npy":
+                header = io.BytesIO()
+                np.lib.format.write_array_header_1_0(header, {"descr": "<f8", "fortran_order": False,
+                                                              "shape": (200000, 200000)})
+                data = header.getvalue() + bytes(16)
+            dst.writestr(info.filename, data)
+    with pytest.raises(PolicyFileError, match=r"W0.npy declares an array of shape \(200000, 200000\)"):
+        read_policy(str(declared))                 # numpy would have tried to allocate 298 GiB: a MemoryError
+    bomb = tmp_path / "bomb.npz"                   # 400 MB of zeros in a 0.4 MB file
+    with zipfile.ZipFile(bomb, "w", compression=zipfile.ZIP_DEFLATED) as dst:
+        data = io.BytesIO()
+        np.save(data, np.zeros((5000, 10000)))
+        dst.writestr("W0.npy", data.getvalue())
+    with pytest.raises(PolicyFileError, match="its arrays unpack to 400000128 bytes; at most"):
+        read_policy(str(bomb))
+    assert read_policy(str(good)).meta["task"] == "ElbowHold"
