@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 from stable_baselines3.common.vec_env import VecEnv
 
+from hil.gym.arguments import action_array
 from hil.gym.episodes import Episodes
 
 
@@ -31,7 +32,7 @@ class FesArmSb3VecEnv(VecEnv):
         return self.episodes.obs.copy()
 
     def step_async(self, actions) -> None:
-        self._actions[:] = actions
+        self._actions[:] = action_array(actions, self._actions.shape)
 
     def step_wait(self):
         ep = self.episodes

@@ -345,6 +345,8 @@ def test_stable_baselines3_trains_on_the_batched_arms():
     assert ended and all("terminal_observation" in info and info["TimeLimit.truncated"] for info in ended)
     assert all(info["episode"]["l"] == venv.episodes.max_steps for info in ended)
     assert obs.shape == (2, 3) and rewards.dtype == np.float32
+    with pytest.raises(ValueError, match=r"action: numbers of shape \(2, 2\), not shape \(3, 2\)"):
+        venv.step_async(np.zeros((3, 2)))
 
 
 def write_mot(path, time_s, columns: dict) -> None:
