@@ -136,6 +136,12 @@ def check_output_path(path: Path, option: str, inputs: tuple = ()) -> None:
             raise BadInputError(f"{option} {path} is this command's input {given}; writing it would destroy it")
 
 
+def check_output_dir(path: Path, option: str) -> None:
+    """An output directory can be used: it is a directory or does not exist yet (it is created, with its parents)."""
+    if path.exists() and not path.is_dir():
+        raise BadInputError(f"{option} {path} is a file, not a directory")
+
+
 def check_output_paths(outputs: dict, inputs: tuple = ()) -> None:
     """:func:`check_output_path` for each given output (option -> path or None), and no two of them one file."""
     given = [(option, Path(path)) for option, path in outputs.items() if path is not None]

@@ -12,9 +12,10 @@ from rich.table import Table
 from hil.cli.common import (
     BadInputError,
     ExitCode,
-    check_output_path,
+    check_output_dir,
     load_model_options,
     out_console,
+    positive,
     print_json,
     user_errors,
 )
@@ -48,7 +49,9 @@ def fit_mtg(
     makes the motion feasible (activations in [0, a_max], passive multiplier below t_max^PE), checked after the
     fact on the nonlinear model; exits 1 if any MTG stays infeasible."""
     with user_errors():
-        check_output_path(out, "--out")
+        check_output_dir(out, "--out")
+        if max_scale is not None:
+            positive("--max-scale", max_scale)
         from hil.reports.mtg_figure import plot_envelopes
         from sim.das3.model import load_model
         from sim.fitting.mtg_motion import fit_arm, joint_fit_summary, load_motion, weakened

@@ -243,3 +243,9 @@ def test_fit_mtg_takes_the_exported_mot(run, tmp_path):
     report = json.loads(out.stdout)
     assert report["samples"] == len(ticks) and report["torques"] == "inverse dynamics"
     assert math.isfinite(report["fit_time_s"])
+    again = hil("fit", "mtg", "--motion", mot, "--amax", "1", "--tmax-pe", "1", "--out", tmp_path / "fit", "--json")
+    assert again.returncode == out.returncode and json.loads(again.stdout)["mtgs"] == report["mtgs"]  # the same dir
+    for args, words in ((["--out", mot], f"--out {mot} is a file, not a directory"),
+                        (["--out", tmp_path / "f2", "--max-scale", "nan"], "--max-scale must be a finite number > 0")):
+        bad = hil("fit", "mtg", "--motion", mot, "--amax", "1", "--tmax-pe", "1", *args)
+        assert bad.returncode == 2 and words in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
