@@ -49,9 +49,17 @@ def coordinate_names(dof_names) -> list[str]:
     return [osim[d] for d in dof_names]
 
 
+def recorded_ticks(reader: RecordingReader) -> np.ndarray:
+    """The recording's ticks; a recording without a whole tick (cut or damaged) has nothing to export."""
+    ticks = reader.read("ticks")
+    if ticks.shape[0] == 0:
+        raise RecordingError(f"{reader.path}: the recording holds no whole tick; nothing to export")
+    return ticks
+
+
 def export_mot(reader: RecordingReader, path: str, degrees: bool = False) -> int:
     """time (s) and the coordinates (rad, or degrees with ``degrees``) of every tick; returns the rows."""
-    frame = reader.read("ticks")["frame"]
+    frame = recorded_ticks(reader)["frame"]
     labels = ["time", *coordinate_names(reader.header["dof_names"])]
     q = np.degrees(frame["q"]) if degrees else frame["q"]
     return _write(path, "hil run (DAS3 coordinates)", labels, np.column_stack([frame["time"], q]), degrees)
@@ -81,7 +89,7 @@ def recomputed_muscle_states(path: str, n_ticks: int) -> tuple[np.ndarray, np.nd
 
 def export_sto(reader: RecordingReader, path: str, muscle_states: bool = True) -> int:
     """Excitations, (recomputed) activations and forces, GH reaction and stability per tick; returns the rows."""
-    ticks = reader.read("ticks")
+    ticks = recorded_ticks(reader)
     frame, names = ticks["frame"], reader.header["muscle_names"]
     osim = opensim_names()[1]
     das3 = all(m in osim for m in names)         # else the reduced arm's MTGs: torque actuators, N m

@@ -226,6 +226,24 @@ def test_an_export_over_its_own_recording_is_refused_and_the_recording_kept(run,
     assert copy.read_bytes() == rec.read_bytes()                      # a .sto over it used to replace it
 
 
+def test_a_recording_cut_before_its_first_tick_exports_no_opensim_file(tmp_path):
+    from hil.recording.hilrec import RecordingError, read_run_recording
+    data = (Path(__file__).resolve().parents[1] / "data" / "elbow-hold-v0.4.hilrec").read_bytes()
+    cut = tmp_path / "cut.hilrec"
+    for size in range(100, len(data), 50):               # the first cut whose header reads: no whole tick yet
+        cut.write_bytes(data[:size])
+        try:
+            read_run_recording(str(cut))
+            break
+        except RecordingError:
+            continue
+    assert read_run_recording(str(cut)).read("ticks").shape[0] == 0
+    for option in ("--mot", "--sto"):                   # the .sto used to end in a reshape traceback
+        out = hil("export", cut, option, tmp_path / f"cut{option[2:]}")
+        assert out.returncode == 2 and "the recording holds no whole tick; nothing to export" in out.stderr
+        assert len(out.stderr.strip().splitlines()) == 1 and not (tmp_path / f"cut{option[2:]}").exists()
+
+
 def test_two_exports_to_one_file_are_refused(run, tmp_path):
     rec, _ = run
     out = hil("export", rec, "--mot", tmp_path / "run.mot", "--sto", tmp_path / "." / "run.mot")
