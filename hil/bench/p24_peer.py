@@ -9,6 +9,7 @@ channel's frequency limits. The packet number of each update or pulse is the cou
 """
 from __future__ import annotations
 
+import math
 import os
 import select
 import time
@@ -30,6 +31,9 @@ from drivers.stimulators.sensor_stream import SensorStreamReader
 from hil.bench.peers import AMPLITUDES_MA, STIM_CHANNEL, RoundTrips
 
 PULSE_RATE_HZ = 40.0
+MIN_PULSE_GAP_S = 1.0 / (1.5 * PULSE_RATE_HZ)
+"""Least time between two low-level pulses the peer sends (a client paces its pulses by a clock: sensor frames
+read in a burst after a stall must not become a burst of pulses, which the device would take as a high rate)."""
 KEEPALIVE_EVERY_S = 0.5
 PERIOD_MS = 25
 
@@ -86,7 +90,7 @@ def _closed_loop(level: str, stim, sensors, readers, every: int, duration_s: flo
     parser, reader, rt = readers
     build = _update if level == "mid" else _pulse
     frames = [build(c, AMPLITUDES_MA[c]) for c in range(64)]
-    number, frames_seen, replies, t_keepalive = 2, 0, 0, time.monotonic()
+    number, frames_seen, replies, t_keepalive, t_pulse = 2, 0, 0, time.monotonic(), -math.inf
     t_end, fds = time.monotonic() + duration_s, [stim.fileno(), sensors.fileno()]
     while time.monotonic() < t_end:
         readable, _, _ = select.select(fds, [], [], 0.5)
@@ -97,8 +101,8 @@ def _closed_loop(level: str, stim, sensors, readers, every: int, duration_s: flo
             continue
         frames_seen += 1
         now = time.monotonic()
-        if frames_seen % every == 0:
-            t_command = time.monotonic()
+        if frames_seen % every == 0 and (level == "mid" or now - t_pulse >= MIN_PULSE_GAP_S):
+            t_command = t_pulse = time.monotonic()
             stim.write(frames[number])
             rt.sent_now(number, t_command, newest)
             number = (number + 1) % 64
