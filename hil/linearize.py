@@ -23,7 +23,13 @@ from scipy.io import savemat
 from hil import __version__
 from hil.config import ServiceConfig
 from hil.patients import load_patient, patient_arm
-from hil.rt.stimulation import StimulationModel, amplitude_for_level, channel_phi, load_stimulation_config
+from hil.rt.stimulation import (
+    StimulationModel,
+    amplitude_for_level,
+    channel_phi,
+    common_pulse_limits,
+    load_stimulation_config,
+)
 from sim.linear.operating import (
     Inputs,
     LinearizeError,
@@ -92,12 +98,10 @@ def channel_inputs(stim: StimulationModel, select: list[str] | None, frequency_h
 def check_pulse(stim: StimulationModel, names, pulse_width_us: float | None, frequency_hz: float) -> None:
     """The pulse frequency (and, for amplitude inputs, the pulse width) within every input channel's limits: a
     pulse the channel would reject has no linear effect, and its B columns would be silently zero."""
-    chans = [ch for ch in stim.channels if ch.name in names]
-    lowest, highest = max(ch.min_frequency_hz for ch in chans), min(ch.max_frequency_hz for ch in chans)
+    top, lowest, highest = common_pulse_limits([ch for ch in stim.channels if ch.name in names])
     if not lowest <= frequency_hz <= highest:
         raise LinearizeError(f"--frequency-hz must be within the input channels' limits, {lowest:g} to {highest:g} Hz, "
                              f"not {frequency_hz!r}")
-    top = min(ch.max_pulse_width_us for ch in chans)
     if pulse_width_us is not None and not 0.0 < pulse_width_us <= top:
         raise LinearizeError(f"--pulse-width-us must be more than 0 and at most {top:g} us (the input channels' "
                              f"limit), not {pulse_width_us!r}")

@@ -40,16 +40,14 @@ def whole_number(name: str, value, low: int, high: int) -> int:
 
 def seconds(name: str, value, high: float) -> float:
     """``value`` as a finite number of seconds in (0, high]."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)) or \
-            not 0.0 < value <= high:             # false for NaN
+    if not _number(value) or not 0.0 < value <= high:             # false for NaN
         raise ArgumentError(f"{name}: seconds, more than 0 and at most {high:g}, not {value!r}")
     return float(value)
 
 
 def hand_load(value) -> float:
     """A hand load in kg, finite, in [0, MAX_HAND_LOAD_KG]."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)) or \
-            not 0.0 <= value <= MAX_HAND_LOAD_KG:
+    if not _number(value) or not 0.0 <= value <= MAX_HAND_LOAD_KG:
         raise ArgumentError(f"hand_load_kg: kg from 0 to {MAX_HAND_LOAD_KG:g}, not {value!r}")
     return float(value)
 
@@ -57,9 +55,7 @@ def hand_load(value) -> float:
 def hand_load_range(value) -> tuple[float, float]:
     """(low, high) hand loads in kg with 0 <= low <= high <= MAX_HAND_LOAD_KG."""
     pair = tuple(value) if isinstance(value, (tuple, list, np.ndarray)) else ()
-    numbers = len(pair) == 2 and all(isinstance(v, (int, float, np.floating, np.integer)) and not isinstance(v, bool)
-                                     for v in pair)
-    if not numbers or not 0.0 <= pair[0] <= pair[1] <= MAX_HAND_LOAD_KG:
+    if len(pair) != 2 or not all(_number(v) for v in pair) or not 0.0 <= pair[0] <= pair[1] <= MAX_HAND_LOAD_KG:
         raise ArgumentError(f"hand_load_kg: (low, high) with 0 <= low <= high <= {MAX_HAND_LOAD_KG:g} kg, not {value!r}")
     return float(pair[0]), float(pair[1])
 
@@ -87,14 +83,13 @@ def reward_weights(weights, kind: type):
     return weights
 
 
-def fixed_pulse(layout, pulse_width_us, frequency_hz) -> None:
-    """The pulse width and frequency that actions of kind "level" or "amplitude_ma" hold fixed: within every
-    action channel's limits (pulse width in (0, max], frequency in [min, max]), or every command would be
-    rejected."""
-    if layout.kind == "pw_amp_freq":
+def fixed_pulse(kind: str, limits: tuple[float, float, float], pulse_width_us, frequency_hz) -> None:
+    """The pulse width and frequency that actions of kind "level" or "amplitude_ma" hold fixed: within the action
+    channels' common ``limits`` (:func:`hil.rt.stimulation.common_pulse_limits`: pulse width in (0, max], frequency
+    in [min, max]), or every command would be rejected."""
+    if kind == "pw_amp_freq":
         return
-    top = min(layout.max_pulse_width_us)
-    lowest, highest = max(layout.min_frequency_hz), min(layout.max_frequency_hz)
+    top, lowest, highest = limits
     if not _number(pulse_width_us) or not 0.0 < pulse_width_us <= top:
         raise ArgumentError(f"pulse_width_us: more than 0 and at most {top:g} (the channels' limit), not {pulse_width_us!r}")
     if not _number(frequency_hz) or not lowest <= frequency_hz <= highest:
@@ -102,6 +97,7 @@ def fixed_pulse(layout, pulse_width_us, frequency_hz) -> None:
 
 
 def _number(value) -> bool:
+    """A real number (a bool is none here)."""
     return isinstance(value, (int, float, np.floating, np.integer)) and not isinstance(value, bool)
 
 
@@ -138,8 +134,7 @@ def target_parameters(value, limits: tuple[tuple[float, float], ...], unit: str)
 def degrees(value, limits: tuple[float, float]) -> float:
     """An angle given in degrees, in radians, within ``limits`` (rad)."""
     lo, hi = (math.degrees(v) for v in limits)
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)) or \
-            not lo <= value <= hi:
+    if not _number(value) or not lo <= value <= hi:
         raise ArgumentError(f"target_deg: an angle in degrees within [{lo:g}, {hi:g}], not {value!r}")
     return math.radians(float(value))
 

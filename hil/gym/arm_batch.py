@@ -35,6 +35,7 @@ from hil.gym.arguments import MAX_ENVS, ArgumentError, fixed_pulse, whole_number
 from hil.gym.batch_kernels import gather_records, latch_checked_actions
 from hil.gym.snapshot import EngineSnapshot
 from hil.rt.plants import plant_type
+from hil.rt.stimulation import common_pulse_limits
 from hil.rt.tick_kernel import direct_call
 from hil.service.build import build_tick_engine
 from sim.plants import PlantDivergedError
@@ -102,7 +103,9 @@ class ArmBatch:
                   for ch in stim.channels] if stim is not None else []
         self.actions: ActionLayout = action_layout(limits, names, tuple(channel_names), kind, pulse_width_us,
                                                    frequency_hz)
-        fixed_pulse(self.actions, pulse_width_us, frequency_hz)
+        if stim is not None:
+            fixed_pulse(kind, common_pulse_limits([stim.channels[c] for c in self.actions.channels]), pulse_width_us,
+                        frequency_hz)
         self.observation = ObservationLayout(observe, engine.sensor.dtype, self.arms[0].model.dof_names, n_target)
         self.frames = np.zeros(n, engine.sensor.dtype)
         self.status = np.full(n, RUNNING, np.int64)

@@ -380,6 +380,13 @@ class StimulationModel:
                 min(max(freq_hz, ch.min_frequency_hz), ch.max_frequency_hz), mode), reason
 
 
+def common_pulse_limits(channels) -> tuple[float, float, float]:
+    """(longest pulse width us, lowest and highest frequency Hz) that every one of ``channels`` accepts: the range
+    in which one fixed pulse can drive them all."""
+    return (min(ch.max_pulse_width_us for ch in channels), max(ch.min_frequency_hz for ch in channels),
+            min(ch.max_frequency_hz for ch in channels))
+
+
 def fatigue_channel_names(table) -> list[str]:
     """The channel names of a ``[stimulation]`` table with a fatigue model (the labels of
     ``hil_fatigue_fitness``), else none; also read before the table is validated, so defensive."""

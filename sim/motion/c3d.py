@@ -10,6 +10,7 @@ happens to the child, the caller gets a :class:`sim.motion.data.MotionFileError`
 from __future__ import annotations
 
 import functools
+import importlib.util
 import os
 import struct
 import subprocess
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sim.motion.data import LENGTH_UNITS, MAX_FILE_BYTES, Motion, MotionFileError
+from sim.motion.data import LENGTH_UNITS, Motion, MotionFileError, file_status
 
 CHILD_TIMEOUT_S = 10.0
 """Longest a child may take to read a small file; a larger one gets :data:`CHILD_SECONDS_PER_BYTE` more per byte
@@ -51,12 +52,10 @@ except BaseException as exc:
 def read_c3d(path: str | os.PathLike) -> Motion:
     """A C3D file's 3-D points (markers); time from ``POINT:RATE`` and the first frame; ``POINT:UNITS`` to m."""
     path = Path(path)
-    try:
-        import ezc3d  # noqa: F401  (optional: the `motion` extra; the child imports it)
-    except ImportError:
-        raise MotionFileError(f"{path}: reading C3D needs ezc3d (pip install 'fes-hil[motion]')") from None
-    size, mtime = _stat(path)
-    return _read_cached(str(path.resolve()), size, mtime, str(path))
+    if importlib.util.find_spec("ezc3d") is None:      # optional (the `motion` extra); only the child loads it
+        raise MotionFileError(f"{path}: reading C3D needs ezc3d (pip install 'fes-hil[motion]')")
+    st = file_status(path)
+    return _read_cached(str(path.resolve()), st.st_size, st.st_mtime_ns, str(path))
 
 
 @functools.lru_cache(maxsize=8)
@@ -98,16 +97,6 @@ def _child_read(path: Path, timeout_s: float) -> dict:
             raise MotionFileError(f"{path}: not a readable C3D file ({reason})")
         with np.load(out, allow_pickle=False) as data:
             return {key: data[key] for key in data.files}
-
-
-def _stat(path: Path) -> tuple[int, int]:
-    try:
-        st = path.stat()
-    except OSError as exc:
-        raise MotionFileError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    if st.st_size > MAX_FILE_BYTES:
-        raise MotionFileError(f"{path}: {st.st_size} bytes; a motion file holds at most {MAX_FILE_BYTES}")
-    return st.st_size, st.st_mtime_ns
 
 
 def c3d_complete(path: Path, size: int) -> None:

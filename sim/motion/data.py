@@ -4,7 +4,9 @@ interpolation."""
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -20,6 +22,17 @@ LENGTH_UNITS = {"mm": 1e-3, "cm": 1e-2, "m": 1.0}
 
 class MotionFileError(UserInputError, ValueError):
     """A motion file that cannot be used; the message names the file and the reason."""
+
+
+def file_status(path: Path) -> os.stat_result:
+    """The file's status, its size at most :data:`MAX_FILE_BYTES`."""
+    try:
+        st = path.stat()
+    except OSError as exc:
+        raise MotionFileError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if st.st_size > MAX_FILE_BYTES:
+        raise MotionFileError(f"{path}: {st.st_size} bytes; a motion file holds at most {MAX_FILE_BYTES}")
+    return st
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ import numpy as np
 from sim.das3.layout import DOF_NAMES
 from sim.das3.release import opensim_names
 from sim.motion.c3d import read_c3d
-from sim.motion.data import LENGTH_UNITS, MAX_FILE_BYTES, Motion, MotionFileError
+from sim.motion.data import LENGTH_UNITS, Motion, MotionFileError, file_status
 
 MAX_COLUMNS = 100_000
 """Most columns a motion file may declare (*proposal*)."""
@@ -45,10 +45,8 @@ def read_motion(path: str | os.PathLike) -> Motion:
 
 
 def _text(path: Path) -> list[str]:
+    file_status(path)
     try:
-        size = path.stat().st_size
-        if size > MAX_FILE_BYTES:
-            raise MotionFileError(f"{path}: {size} bytes; a motion file holds at most {MAX_FILE_BYTES}")
         return path.read_bytes().decode("utf-8").splitlines()
     except UnicodeDecodeError:
         raise MotionFileError(f"{path}: not a text file (not UTF-8)") from None

@@ -272,3 +272,16 @@ def test_a_c3d_is_read_once_per_version_of_the_file(tmp_path, monkeypatch):
     assert len(calls) == 1 and again is first and not first.values.flags.writeable
     write_c3d(path, ["A", "B"], np.random.default_rng(1).random((60, 2, 3)))     # a new version of the file
     assert read_motion(path).values.shape == (60, 2, 3) and len(calls) == 2
+
+
+def test_a_motion_file_above_the_size_limit_is_refused_before_it_is_read(tmp_path, monkeypatch):
+    import sim.motion.data as data
+    mot = tmp_path / "big.mot"
+    mot.write_text("big\nversion=1\nendheader\ntime\tEL_x\n0\t1\n0.01\t1\n")
+    c3d = tmp_path / "big.c3d"
+    write_c3d(c3d, ["A", "B"], np.random.default_rng(0).random((50, 2, 3)))
+    monkeypatch.setattr(data, "MAX_FILE_BYTES", 40)            # the limit (1 GiB), scaled to these files
+    for path in (mot, c3d):
+        with pytest.raises(MotionFileError, match=f"{path.name}: {path.stat().st_size} bytes; a motion file holds at "
+                                                  "most 40"):
+            read_motion(path)
