@@ -342,7 +342,7 @@ def model_linearize(
         from hil.config import ConfigOverrides, load_service_config
         from hil.linearize import angles_deg, build, check_out, linearized_model, provenance, write
         from hil.patients import patient_override
-        from hil.recording.files import load_state_file
+        from hil.recording.files import load_model_state
         from hil.rt.plants import plant_type
         from sim.linear.operating import LinearizeError
 
@@ -353,7 +353,7 @@ def model_linearize(
         cfg = None if config is None else ConfigOverrides(plant, patient_override(patient)).apply(
             load_service_config(config))
         model = linearized_model(plant, patient) if cfg is None else plant_type(cfg.plant.type).load_model(cfg)
-        x_state = None if state is None else load_state_file(state, model.n_states)
+        x_state = None if state is None else load_model_state(state, model)
         options = {"plant": plant, "patient": patient, "state": None if state is None else str(state),
                    "posture": posture, "inputs": inputs,
                    "channel_input": channel_input, "pulse_width_us": pulse_width_us, "frequency_hz": frequency_hz,

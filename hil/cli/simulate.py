@@ -24,7 +24,7 @@ from hil.cli.common import (
     positive,
     user_errors,
 )
-from hil.recording.files import OutputRecorder, load_state_file
+from hil.recording.files import OutputRecorder, load_model_state
 from sim.das3.excitations import load_excitation_csv
 
 PROGRESS_INTERVAL_S = 0.05  # refresh the progress bar at most ~20 times per second
@@ -54,7 +54,7 @@ def simulate(
 
         model = load_model(load_model_options(model_config))
         schedule = load_excitation_csv(excitations, model.muscle_names)
-        x0 = None if initial == "equilibrium" else load_state_file(initial, model.n_states)
+        x0 = None if initial == "equilibrium" else load_model_state(initial, model)
 
         plant = Plant(model, step_s=step, initial_state=x0, scheme=scheme)
         t_warm = time.perf_counter()

@@ -15,7 +15,7 @@ from sim.das3.config import not_utf8
 from sim.errors import UserInputError
 from sim.input_file import InputFileError, read_input_file
 
-__all__ = ["StateFileError", "load_state_file", "write_state_json", "output_columns", "OutputRecorder"]
+__all__ = ["StateFileError", "load_model_state", "load_state_file", "write_state_json", "output_columns", "OutputRecorder"]
 
 
 class StateFileError(UserInputError, ValueError):
@@ -95,6 +95,16 @@ def load_state_file(path: str | PathLike, n_states: int) -> np.ndarray:
         raise StateFileError(path, f"expected one row of state values (plus an optional header), "
                                    f"found {len(parsed)} rows")
     return _as_state(path, parsed[0], n_states)
+
+
+def load_model_state(path: str | PathLike, model) -> np.ndarray:
+    """:func:`load_state_file` for ``model`` (a plant's model): its number of values, and values the model can take
+    (``model.state_problem``: angles, fibre lengths, activations in their ranges), else :class:`StateFileError`."""
+    x = load_state_file(path, model.n_states)
+    problem = model.state_problem(x)
+    if problem is not None:
+        raise StateFileError(path, f"not a state of the {model.kind.upper()} model: {problem}")
+    return x
 
 
 def write_state_json(path: str | PathLike, x: np.ndarray, description: str) -> None:

@@ -24,7 +24,7 @@ from drivers.core.contract import REJECT_REASONS
 from drivers.core.interface import DriverContext, DriverInitializationError, driver_class
 from hil import __version__
 from hil.config import MAX_RUN_DURATION_S, ServiceConfig
-from hil.recording.files import load_state_file
+from hil.recording.files import load_model_state
 from hil.rt.engine import TickEngine
 from hil.rt.loop import tick_timing_us
 from hil.rt.plants import config_file, plant_type
@@ -61,7 +61,7 @@ def _initial_state(cfg: ServiceConfig, model):
     """``[plant] initial``: None for the model's own resting state, else the state file's values."""
     if cfg.plant.initial == "equilibrium":
         return None
-    return load_state_file(config_file(cfg, cfg.plant.initial), model.n_states)
+    return load_model_state(config_file(cfg, cfg.plant.initial), model)
 
 
 def build_tick_engine(cfg: ServiceConfig, counters=None):

@@ -16,6 +16,11 @@ from sim.das3.muscle_groups import group_of
 N_DOF = 11
 N_MUS = 138
 N_STATES = 2 * N_DOF + 2 * N_MUS  # 298
+FIBRE_MIN = 0.05
+"""s = Lce cos(p) / Lceopt below which the model is outside its validity (the Hill model is singular at zero fibre
+length; :data:`sim.das3.kernels.step.STEP_FIBRE_COLLAPSE`)."""
+ACTIVATION_ROUNDOFF = 1e-9
+"""How far outside [0, 1] a state file's activation may be (round-off of the solver that wrote it)."""
 N_LOADS = 10  # 5 moments, arm support (distance, force), hand force (3)
 N_FRAMES = N_DOF + 1  # frame 0 = thorax (ground), frame j+1 = after DOF j
 
@@ -125,6 +130,22 @@ class Das3Model:
     n_dof: int = N_DOF
     n_muscles: int = N_MUS
     n_states: int = N_STATES
+
+    def state_problem(self, x: np.ndarray) -> str | None:
+        """Why ``x`` (N_STATES finite values, state order q, qdot, s, a) is no state of this model, or None: every
+        angle within +-pi rad (+-180 deg), every fibre state s at least :data:`FIBRE_MIN`, every activation in [0, 1]
+        (the activation dynamics, paper eq. 1, keep it there for excitations in [0, 1]) up to the round-off
+        :data:`ACTIVATION_ROUNDOFF` of a solver's rest state (the published equilibrium has a = -3e-19)."""
+        q, s, a = x[:N_DOF], x[2 * N_DOF:2 * N_DOF + N_MUS], x[2 * N_DOF + N_MUS:]
+        checks = ((np.abs(q) > np.pi, self.dof_names, "angle {} is {:.4g} rad, beyond +-pi (+-180 deg)", q),
+                  (s < FIBRE_MIN, self.muscle_names, f"fibre state s of {{}} is {{:.4g}}, below {FIBRE_MIN} "
+                   "(the model's validity)", s),
+                  ((a < -ACTIVATION_ROUNDOFF) | (a > 1.0 + ACTIVATION_ROUNDOFF), self.muscle_names, "activation of {} is {:.4g}, outside [0, 1]", a))
+        for bad, names, text, values in checks:
+            if bad.any():
+                i = int(np.flatnonzero(bad)[0])
+                return text.format(names[i], values[i])
+        return None
 
     def voluntary_reach(self, patient) -> np.ndarray:
         """(n_muscles,) how much of each element the patient's own drive reaches: 1 where its group is voluntary

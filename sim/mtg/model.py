@@ -304,6 +304,15 @@ class MtgModel:
         self.das3_posture = np.array([*girdle[3], girdle[4], girdle[5]])
         self._rest = None
 
+    def state_problem(self, x: np.ndarray) -> str | None:
+        """Why ``x`` (finite values: q 5, qd 5, activations) is no state of this arm, or None: activations in [0, 1],
+        the elevation strictly between 0 and 180 deg (the YZY angles are singular at 0 and 180 deg)."""
+        if np.any(x[10:] < 0.0) or np.any(x[10:] > 1.0):
+            return "activations must lie in [0, 1]"
+        if math.sin(x[1]) <= 0.0:
+            return "the elevation must lie strictly between 0 and 180 deg"
+        return None
+
     def voluntary_reach(self, patient) -> np.ndarray:
         """(n_mtg,) how much of each MTG the patient's own drive reaches (:mod:`sim.mtg.patient`; this model is
         built for ``patient``)."""

@@ -81,10 +81,9 @@ class MtgPlant(ArmPlant):
             if x0.shape != (self.model.n_states,) or not np.all(np.isfinite(x0)):
                 raise InvalidInputError(f"initial state must be {self.model.n_states} finite values "
                                         "(q 5, qd 5, activations)")
-            if np.any(x0[10:] < 0.0) or np.any(x0[10:] > 1.0):
-                raise InvalidInputError("initial activations must lie in [0, 1]")
-            if math.sin(x0[1]) <= 0.0:
-                raise InvalidInputError("initial elevation must lie strictly between 0 and 180 deg")
+            problem = self.model.state_problem(x0)
+            if problem is not None:
+                raise InvalidInputError(f"initial state: {problem}")
         self._x[:] = x0
         self._u[:] = 0.0
         self._work.rx_ring[:] = 0.0                  # the stretch reflex starts from a still arm

@@ -1,5 +1,6 @@
 """CLI file formats: state files (--initial, --out of equilibrium) and the simulation output CSV."""
 import json
+import re
 from importlib import resources
 from types import SimpleNamespace
 
@@ -133,3 +134,25 @@ def test_a_fifo_as_the_state_file_is_a_state_file_error(tmp_path):
     os.mkfifo(path)
     with pytest.raises(StateFileError, match="not a regular file"):
         load_state_file(path, 3)
+
+
+@pytest.mark.parametrize("index, value, message", [
+    (9, 50.0, "angle ELx is 50 rad, beyond +-pi"),
+    (2 * 11 + 4, 0.01, "fibre state s of trapscap5 is 0.01, below 0.05"),
+    (2 * 11 + 138 + 5, -3.0, "activation of trapscap6 is -3, outside [0, 1]"),
+    (2 * 11 + 138 + 5, 1.5, "activation of trapscap6 is 1.5, outside [0, 1]"),
+])
+def test_a_state_the_model_cannot_take_is_refused_by_name(tmp_path, index, value, message):
+    """A state file whose values are finite but outside what the model can be in (an angle beyond +-180 deg, a
+    collapsed fibre, an activation outside [0, 1]) is one StateFileError naming the element; the published
+    equilibrium, at the edge of none, is taken."""
+    from hil.recording.files import load_model_state
+    from sim.das3.model import load_model
+    model = load_model()
+    write_state_json(tmp_path / "ok.json", published_state(), "published")
+    np.testing.assert_array_equal(load_model_state(tmp_path / "ok.json", model), published_state())
+    x = published_state()
+    x[index] = value
+    write_state_json(tmp_path / "s.json", x, "bad")
+    with pytest.raises(StateFileError, match=re.escape(f"not a state of the DAS3 model: {message}")):
+        load_model_state(tmp_path / "s.json", model)

@@ -125,6 +125,9 @@ def test_amplitude_slope_matches_the_recruitment_curve():
     ("mtg_groups", ["--config", HOLD_MTG, "--inputs", "groups"], "the MTG arm has no muscle groups"),
     ("bad_plant", ["--plant", "mtx"], "--plant: 'mtx' is not a plant type (das3 or mtg)"),
     ("mtg_short_state", ["--config", HOLD_MTG, "--state", "{short}"], "expected 20 state values"),
+    ("negative_activation", ["--state", "{negative}"], "not a state of the DAS3 model: activation of trapscap6 is -3"),
+    ("mtg_activation", ["--config", HOLD_MTG, "--state", "{mtg_over}"],
+     "not a state of the MTG model: activations must lie in [0, 1]"),
     ("huge_angle", ["--posture", "ELx=1e300"], "--posture: 'ELx=1e300': the angle must be a number of degrees from -180"),
     ("nan_angle", ["--plant", "mtg", "--posture", "ELx=nan"], "the angle must be a number of degrees from -180 to 180"),
     ("nan_frequency", ["--config", HOLD, "--inputs", "channels=biceps",
@@ -137,7 +140,12 @@ def test_bad_input_is_one_clear_line(tmp_path, case, args, message):
     short, nan = tmp_path / "short.json", tmp_path / "nan.csv"
     short.write_text(json.dumps({"x": [0.0] * 100}))
     nan.write_text(",".join(["0.1"] * 297 + ["nan"]) + "\n")
-    args = [a.format(short=short, nan=nan, tmp=tmp_path) for a in args]
+    negative, mtg_over = tmp_path / "negative.json", tmp_path / "mtg_over.json"
+    x = load_model().equilibrium_state.copy()
+    x[2 * 11 + 138 + 5] = -3.0                                 # an activation
+    negative.write_text(json.dumps({"x": x.tolist()}))
+    mtg_over.write_text(json.dumps({"x": [0.1, 1.0] + [0.0] * 8 + [1.5] * 10}))
+    args = [a.format(short=short, nan=nan, tmp=tmp_path, negative=negative, mtg_over=mtg_over) for a in args]
     if "--out" not in args:
         args += ["--out", str(tmp_path / "m.npz")]
     run = _linearize(*args)

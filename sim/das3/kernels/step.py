@@ -36,7 +36,7 @@ from sim.das3.kernels.muscles import (
 )
 from sim.das3.kernels.outputs import OutputWork, compute_outputs, new_output_work
 from sim.das3.kernels.reflex import ReflexWork, add_reflex, new_reflex_work, record_velocity
-from sim.das3.layout import MUS_EXCITATION_GATE, MUS_FMAX, N_DOF, N_MUS, N_STATES
+from sim.das3.layout import FIBRE_MIN, MUS_EXCITATION_GATE, MUS_FMAX, N_DOF, N_MUS, N_STATES
 from sim.jit.bundle import borrowed_items
 from sim.jit.kernel import entry, kernel
 
@@ -52,7 +52,6 @@ STEP_RESIDUAL = 2
 STEP_SINGULAR = 3
 STEP_BAD_INPUT = 4
 STEP_FIBRE_COLLAPSE = 5
-FIBRE_MIN = 0.05  # s = Lce cos(p) / Lceopt below which the model is outside its validity
 STEP_MESSAGES = {
     STEP_FIBRE_COLLAPSE: (f"a muscle fibre collapsed (s < {FIBRE_MIN} L_CEopt): the Hill model is singular "
                           "at zero fibre length, so this excitation/posture is outside the DAS3 model's "
