@@ -31,6 +31,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from drivers.core.contract import IMU_SEGMENTS, STATUS_BITS
+from sim.errors import UserInputError
+from sim.input_file import InputFileError, read_input_file
+
+MAX_DBC_BYTES = 16 * 1024 * 1024
+"""The largest DBC file read (a whole vehicle's DBC is a few MB; the testbed's own is tens of kB)."""
+DBC_ENCODING = "cp1252"
+"""The text encoding of DBC files (cantools's default for them)."""
 
 FRAME_ID_STIM = 0x200
 FRAME_ID_EXCITATION = 0x210
@@ -244,3 +251,30 @@ def message_table(db) -> str:
         direction = "ctrl→hil" if m.senders == [CONTROLLER] else "hil→ctrl"
         rows.append(f"| 0x{m.frame_id:03X} | {m.name} | {direction} | {m.length}{' (FD)' if m.is_fd else ''} | {text} |")
     return "\n".join(rows) + "\n"
+
+
+class DbcFileError(UserInputError, ValueError):
+    """A DBC file that cannot be used; the message names the file and the reason, on one line."""
+
+    def __init__(self, path, reason: str):
+        self.path, self.reason = str(path), reason
+        super().__init__(f"{self.path}: {reason}")
+
+
+def read_dbc(path):
+    """The cantools database of the DBC file ``path``, or :class:`DbcFileError`: not a regular file, larger than
+    :data:`MAX_DBC_BYTES`, not cp1252 text, or a text cantools does not take as a DBC (its reason, on one line).
+    Any failure of the parser counts as the file's: the file is the only input."""
+    import cantools
+    try:
+        text = read_input_file(path, MAX_DBC_BYTES).decode(DBC_ENCODING)
+    except InputFileError as exc:
+        raise DbcFileError(path, exc.reason) from None
+    except UnicodeDecodeError as exc:
+        raise DbcFileError(path, f"byte {exc.start} is not {DBC_ENCODING} text") from None
+    try:
+        return cantools.database.load_string(text, database_format="dbc")
+    except Exception as exc:                  # noqa: BLE001 - any parser failure is the file's (see docstring)
+        reason = " ".join(str(exc).split())
+        raise DbcFileError(path, f"not a DBC file cantools can read: {reason[:300]}") from None
+

@@ -21,7 +21,15 @@ import time
 
 import numpy as np
 
-from drivers.can.dbc import FRAME_ID_EXCITATION, FRAME_ID_GROUP, FRAME_ID_HEARTBEAT, FRAME_ID_STATUS, FRAME_ID_STIM
+from drivers.can.dbc import (
+    FRAME_ID_EXCITATION,
+    FRAME_ID_GROUP,
+    FRAME_ID_HEARTBEAT,
+    FRAME_ID_STATUS,
+    FRAME_ID_STIM,
+    DbcFileError,
+    read_dbc,
+)
 from drivers.can.feedback import FeedbackSet
 from drivers.can.local_bus import HOST_LOCAL_GROUP, HostLocalUdpMulticastBus, is_host_local_group
 from drivers.core.config_table import ConfigTable
@@ -99,7 +107,7 @@ class CanEndpoint(LinkEndpoint):
     def open(self) -> dict[str, str]:
         import can
         import cantools
-        self.db = cantools.database.load_file(self.dbc_path)
+        self.db = read_dbc(self.dbc_path)
         self._can_message = can.Message
         self._can_error = can.CanError
         self._decode_error = cantools.database.DecodeError
@@ -263,11 +271,18 @@ class CanDriver(LinkDriver):
         dbc_path = dbc if os.path.isabs(dbc) else os.path.join(ctx.base_dir, dbc)
         if not os.path.isfile(dbc_path):
             raise t.error("dbc", f"DBC file {dbc_path} not found")
+        try:
+            names = {m.name for m in read_dbc(dbc_path).messages}
+        except DbcFileError as exc:
+            raise t.error("dbc", str(exc)) from None
         args = dict(interface=interface, channel=_channel(t, interface), dbc_path=dbc_path,
                     muscle_names=list(ctx.muscle_names), bus_kwargs=_bus_arguments(t), feedback=_feedback_set(t),
                     feedback_every=t.key(KEYS["feedback_every"]), counter_reset_s=t.key(KEYS["counter_reset_s"]))
         if lab_fields(ctx.frame_dtype):
             args["frame"] = ctx.frame_dtype
+        for name in args["feedback"]:
+            if name not in names:
+                raise t.error("feedback", f"{name} is not in {dbc_path}: regenerate it with `hil can dbc`")
         for name in set(args["feedback"]) & set(LAB_MESSAGES):
             need = "imu_quat" if name.startswith("HIL_Imu") else "emg_mwave"
             if need not in ctx.frame_dtype.names:

@@ -39,10 +39,8 @@ def can_dbc(out: Annotated[Optional[Path], typer.Option(help="Write the DBC here
 def can_table(dbc: Annotated[Path, typer.Option(help="DBC file (default: the project's configs/fes-hil.dbc).")]
               = PROJECT_DBC) -> None:
     """Print the message table of a DBC file as Markdown (the README's table)."""
-    import cantools
-
-    from drivers.can.dbc import message_table
+    from drivers.can.dbc import message_table, read_dbc
     with user_errors():
         if not dbc.is_file():
             raise BadInputError(f"--dbc {dbc} not found")
-        sys.stdout.write(message_table(cantools.database.load_file(str(dbc))))
+        sys.stdout.write(message_table(read_dbc(dbc)))

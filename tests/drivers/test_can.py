@@ -513,6 +513,10 @@ def test_link_over_socketcan_vcan(db):
 @pytest.mark.parametrize("extra, key, words", [
     ('colour = "red"', "driver[0].colour", "unknown key"),
     ('dbc = "missing.dbc"', "driver[0].dbc", "not found"),
+    ('dbc = "{overlapping}"', "driver[0].dbc", "not a DBC file cantools can read: DBC: \"The signals u_trapscap1 and "
+     "u_trapscap1 are overlapping"),
+    ('dbc = "{no_arm}"\n        feedback = ["HIL_Status", "HIL_Arm"]', "driver[0].feedback",
+     "HIL_Arm is not in"),
     ('feedback = ["HIL_Everything"]', "driver[0].feedback", "unknown entries ['HIL_Everything']"),
     ("feedback_every = 0", "driver[0].feedback_every", "integer in [1,"),
     ('interface = ""', "driver[0].interface", "non-empty string"),
@@ -530,10 +534,17 @@ def test_link_over_socketcan_vcan(db):
     ('channel = "ff15::1"', "driver[0].channel", "set allow_lan = true"),
     ('allow_lan = "yes"', "driver[0].allow_lan", "true or false"),
 ])
-def test_can_config_errors_name_the_key(config_over, extra, key, words):
+def test_can_config_errors_name_the_key(config_over, tmp_path, extra, key, words):
+    """Every bad key of a CAN driver is one config error naming it, found when the config is loaded: also a DBC
+    file cantools cannot read (one signal twice) and one without a feedback message the config asks for."""
     from hil.config import load_service_config
     from hil.service.build import build_engine
     from sim.das3.config import ConfigError
+    text = DBC.read_text()
+    line = next(ln for ln in text.splitlines() if ln.startswith(" SG_ u_trapscap1 "))
+    (tmp_path / "overlapping.dbc").write_text(text.replace(line, line + "\n" + line))
+    (tmp_path / "no_arm.dbc").write_text(text.replace("HIL_Arm", "HIL_Other"))
+    extra = extra.replace("{overlapping}", str(tmp_path / "overlapping.dbc")).replace("{no_arm}", str(tmp_path / "no_arm.dbc"))
     cfg = config_over("can.toml", f"""
         [[driver]]
         type = "can"
@@ -618,3 +629,20 @@ def test_can_table_prints_one_row_per_dbc_message():
     messages = cantools.database.load_file(str(DBC)).messages
     assert sorted(rows) == sorted(r for m in messages for r in rows if r.startswith(f"| 0x{m.frame_id:03X} | {m.name} |"))
     assert len(rows) == len(messages) > 0
+
+
+@pytest.mark.parametrize("damage, words", [
+    (lambda t: t[:len(t) // 2] + '"\n', "not a DBC file cantools can read: DBC: \"Invalid syntax"),
+    (lambda t: t.replace("BO_ 512 FES_StimCmd", "BO_ 512 FES_StimCmd\nBO_ 512 FES_StimCmd"), "not a DBC file"),
+    (lambda t: t.replace("VERSION", "VERSI\x81N"), "is not cp1252 text"),
+], ids=["cut", "message-twice", "not-cp1252"])
+def test_can_table_of_a_damaged_dbc_is_one_line(tmp_path, damage, words):
+    """A DBC that cantools refuses (cut short, a message twice) or that is not cp1252 text: one error line
+    naming the file and the parser's reason, exit 2, never the parser's traceback."""
+    bad = tmp_path / "bad.dbc"
+    bad.write_bytes(damage(DBC.read_text()).encode("latin-1"))        # the DBC is ASCII; \x81 is no cp1252 byte
+    out = subprocess.run([sys.executable, "-m", "hil", "can", "table", "--dbc", str(bad)], capture_output=True,
+                         text=True, timeout=60, cwd=ROOT)
+    lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
+    assert out.returncode == 2 and len(lines) == 1 and "Traceback" not in out.stderr, out.stderr
+    assert lines[0].startswith(f"Error: {bad}: ") and words in lines[0], lines[0]
