@@ -88,8 +88,11 @@ class StaticOptError(RuntimeError):
     ``solution``: the best point found, with its checks (None if there is none)."""
 
     def __init__(self, message: str, solution: "StaticSolution | None" = None) -> None:
-        super().__init__(message, solution)
+        super().__init__(message, solution)      # both in args: the error pickles whole (the sweep's workers)
         self.solution = solution
+
+    def __str__(self) -> str:
+        return str(self.args[0])
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,14 @@ POSTURE = so.Posture(0.8, 0.5, 0.0, 0.66, 1.42)
      "Error: the GH stability limit must be a finite number, not nan"),
     (["channels", "--config", str(CONFIGS / "elbow-hold.toml"), "--elevation", "nan"],
      "Error: the posture's elevation must be a finite angle, not nan"),
+    # finite angles beyond their coordinate's range: an elevation of 500 deg was solved and written as 500 deg
+    (["static-opt", "--elevation", "500"], "Error: --elevation 500 deg must lie within 0 and 180 deg"),
+    (["static-opt", "--elevation", "60", "--plane", "1e308"], "Error: --plane 1e+308 deg must lie within -90 and 180 deg"),
+    (["static-opt", "--elevation", "60", "--girdle", "1,2,3,4,5,1e300"],
+     "Error: --girdle: girdle angles must lie within -180 and 180 deg"),
+    (["channels", "--config", str(CONFIGS / "elbow-hold.toml"), "--elevation", "60", "--elbow", "400"],
+     "Error: --elbow 400 deg must lie within -180 and 180 deg"),
+    (["feedforward", "--stop", "500"], "Error: --stop 500 deg must lie within 0 and 180 deg (an elevation)"),
 ])
 def test_hil_analyze_reports_bad_input_in_one_line(tmp_path, args, message):
     out = hil("analyze", *args, "--out", tmp_path / "out")
@@ -44,3 +52,23 @@ def test_dof_indices_come_from_the_model_names():
     assert [names[i] for i in (so.ELBOW, so.PRONATION)] == ["ELx", "PSy"]
     assert [names[i] for i in so.GH_DOFS] == ["GHy", "GHz", "GHyy"]
     assert [names[i] for i in so.GIRDLE_DOFS] == ["SCy", "SCz", "SCx", "ACy", "ACz", "ACx"]
+
+
+def test_a_trajectory_row_beyond_the_angle_ranges_is_one_line_naming_it(tmp_path):
+    """A trajectory whose third row has an elevation of -500 deg: one line naming the file, the line and the
+    column, before anything is solved."""
+    path = tmp_path / "t.csv"
+    path.write_text("elevation_deg,plane_deg\n30,45\n-500,45\n")
+    out = hil("analyze", "static-opt", "--trajectory", path, "--out", tmp_path / "out")
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.strip() == f"Error: --trajectory {path}, line 3: elevation_deg -500 deg must lie within 0 and 180 deg"
+
+
+
+def test_a_static_opt_error_reads_as_its_message_and_pickles_whole():
+    """``hil analyze static-opt`` prints a posture that cannot be set up as ``label: <the error>``; the error
+    must read as its message (it printed as the tuple of message and solution), and still carry both through
+    pickling (sweeps on Dask)."""
+    import pickle
+    err = pickle.loads(pickle.dumps(so.StaticOptError("cannot place the humerus", None)))
+    assert str(err) == "cannot place the humerus" and err.solution is None and err.args[1] is None

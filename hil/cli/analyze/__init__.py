@@ -22,6 +22,7 @@ from hil.cli.analyze.options import (
     GirdleRanges,
     RandomStarts,
     Seed,
+    check_posture,
     finish_checked,
     held_girdle_posture,
     optima_note,
@@ -87,11 +88,13 @@ def static_opt(
         loads = parse_loads(load)
         defaults = {"plane_deg": plane, "elevation_deg": elevation, "axial_rotation_deg": axial_rotation,
                     "elbow_deg": elbow, "pronation_deg": pronation}
+        check_posture(defaults)
         postures = [defaults] if trajectory is None else read_trajectory(trajectory, defaults)
         if (girdle is not None or rhythm is not None) and any(v.get("girdle_deg") for v in postures):
             raise BadInputError(f"--trajectory {trajectory} has girdle columns: give no --girdle or --rhythm")
         if girdle is not None:
             postures = [{**v, "girdle_deg": parse_girdle(girdle)} for v in postures]
+            check_posture({"girdle_deg": postures[0]["girdle_deg"]})
         model = load_model(load_model_options(model_config))
         shape = None if rhythm is None else load_rhythm(rhythm, model)
         held = [held_girdle_posture(model, v, shape) for v in postures]
@@ -193,6 +196,11 @@ def feedforward(
             raise BadInputError("--step-ms must be a number in [0.1, 20]")
         if figure is not None and play == 0:
             raise BadInputError("--figure needs --play")
+        check_posture({"plane_deg": plane, "axial_rotation_deg": axial_rotation, "elbow_deg": elbow,
+                       "pronation_deg": pronation})
+        for option, value in (("--start", start), ("--stop", stop)):
+            if math.isfinite(value) and not 0.0 <= value <= 180.0:
+                raise BadInputError(f"{option} {value:g} deg must lie within 0 and 180 deg (an elevation)")
         model = load_model(load_model_options(model_config))
         axial = REST_LONG_AXIS_RAD - math.radians(plane) if axial_rotation is None else math.radians(axial_rotation)
         base = Posture(math.radians(plane), 0.0, axial, math.radians(elbow), math.radians(pronation))
@@ -245,6 +253,8 @@ def channels(
                 raise BadInputError(f"{name} must be a finite number > 0")
         if not 1 <= starts <= 50:
             raise BadInputError("--starts must be in 1..50")
+        check_posture({"plane_deg": plane, "elevation_deg": elevation, "axial_rotation_deg": axial_rotation,
+                       "elbow_deg": elbow, "pronation_deg": pronation})
         service = load_service_config(config)
         model = load_model(service.model)
         stim = load_stimulation_config(service.stimulation, model.muscle_names, str(config))

@@ -53,6 +53,29 @@ def parse_angles(text: str, option: str = "--angles") -> np.ndarray:
 
 
 
+POSTURE_RANGES_DEG = {"plane_deg": ("--plane", -90.0, 180.0), "elevation_deg": ("--elevation", 0.0, 180.0),
+                      "axial_rotation_deg": ("--axial-rotation", -180.0, 180.0), "elbow_deg": ("--elbow", -180.0, 180.0),
+                      "pronation_deg": ("--pronation", -180.0, 180.0)}
+"""Each posture angle's coordinate range, deg: the thoracohumeral YZY angles (plane of elevation as ``hil analyze
+criteria`` takes it, elevation from hanging to overhead), the others one turn."""
+
+
+def check_posture(values: dict, where: str | None = None) -> None:
+    """Each angle of a posture in degrees (``values``: keys of :data:`POSTURE_RANGES_DEG`, ``girdle_deg`` optional)
+    within its range (non-finite ones are left to :class:`sim.analysis.static_opt.Posture`'s check), girdle angles
+    within +-180, else one BadInputError line naming the option (``where`` None)
+    or the column at ``where`` (a trajectory's line)."""
+    for key, value in values.items():
+        if key not in POSTURE_RANGES_DEG or value is None or not math.isfinite(value):   # NaN: the posture's own check
+            continue
+        option, lo, hi = POSTURE_RANGES_DEG[key]
+        if not lo <= value <= hi:
+            name = option if where is None else f"{where}: {key}"
+            raise BadInputError(f"{name} {value:g} deg must lie within {lo:g} and {hi:g} deg")
+    if any(abs(v) > 180.0 for v in values.get("girdle_deg") or ()):
+        raise BadInputError(f"{where or '--girdle'}: girdle angles must lie within -180 and 180 deg")
+
+
 def read_trajectory(path: Path, defaults: dict) -> list[dict]:
     """Postures from a CSV with ``elevation_deg`` and optional ``plane_deg``, ``axial_rotation_deg``,
     ``elbow_deg``, ``pronation_deg`` columns (missing ones take the command's options) and optionally all
@@ -73,7 +96,9 @@ def read_trajectory(path: Path, defaults: dict) -> list[dict]:
             raise BadInputError(f"--trajectory {path}, line {n}: values must be numbers") from None
         if not all(math.isfinite(v) for v in [*values.values(), *girdle]):
             raise BadInputError(f"--trajectory {path}, line {n}: values must be finite")
-        postures.append({**values, "girdle_deg": tuple(girdle) if girdle else None})
+        posture = {**values, "girdle_deg": tuple(girdle) if girdle else None}
+        check_posture(posture, f"--trajectory {path}, line {n}")
+        postures.append(posture)
     return postures
 
 
