@@ -295,7 +295,7 @@ def bench_link(
 def bench_accuracy(
     step: Annotated[float, typer.Option(help="Rosenbrock step size h, s.")] = 0.003,
     duration: Annotated[float, typer.Option(help="Ramp duration (all excitations 0 -> 1), s.")] = 0.5,
-    rtol: Annotated[float, typer.Option(help="Relative tolerance of the reference solver.")] = 1e-8,
+    rtol: Annotated[float, typer.Option(help="Relative tolerance of the reference solver, 1e-10 to 1e-2.")] = 1e-8,
     scheme: Annotated[str, typer.Option(help=SCHEME_HELP)] = "activation",
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
@@ -309,6 +309,8 @@ def bench_accuracy(
     with user_errors():
         h = positive("--step", step)
         T = check_duration(duration)
+        if not 1e-10 <= rtol <= 1e-2:
+            raise BadInputError(f"--rtol must be in [1e-10, 1e-2], not {rtol:g}")
         from sim.das3.config import ModelConfig
         from sim.das3.model import load_model
 

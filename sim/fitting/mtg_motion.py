@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import io
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +25,8 @@ import numpy as np
 from sim.das3.model import LOAD_NAMES
 from sim.errors import UserInputError
 from sim.fitting.mtg_fit import JointFit, fit_joint
-from sim.motion.data import MotionFileError
+from sim.input_file import InputFileError, read_input_file
+from sim.motion.data import MAX_FILE_BYTES, MotionFileError
 from sim.motion.files import read_motion
 from sim.motion.reference import coordinate_column, thoracohumeral_angles
 from sim.mtg.model import COORDINATES, MtgModel, MtgParameters, MtgSpec
@@ -49,11 +51,14 @@ class Motion:
 
 
 def _read_columns(path: Path) -> dict[str, np.ndarray]:
+    """The columns of a CSV motion file (a regular file of at most :data:`sim.motion.data.MAX_FILE_BYTES`)."""
     try:
-        with open(path, newline="", encoding="utf-8") as f:
-            rows = list(csv.reader(f))
+        text = read_input_file(path, MAX_FILE_BYTES).decode("utf-8")
+    except InputFileError as exc:
+        raise MotionError(str(exc)) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise MotionError(f"{path}: cannot read: {exc}") from None
+    rows = list(csv.reader(io.StringIO(text, newline="")))
     if len(rows) < 2:
         raise MotionError(f"{path}: needs a header row and at least {MIN_SAMPLES} data rows")
     header = [h.strip() for h in rows[0]]

@@ -270,3 +270,12 @@ def test_a_fifo_as_an_input_file_of_hil_simulate_is_one_line(tmp_path, fifo, opt
     assert_one_error_line(*hil_process("simulate", *args, "--duration", "0.01", "--step", "0.005",
                                       "--out", tmp_path / "out.csv"), str(fifo),
                           "not a regular file")
+
+
+@pytest.mark.parametrize("which", ["fifo", "device"])
+def test_a_fifo_or_device_as_the_csv_motion_of_hil_fit_mtg_is_one_line(tmp_path, fifo, which):
+    """``hil fit mtg --motion`` of a CSV read the file unbounded: /dev/zero hung it (found by a hostile pass over the
+    CLI); it is now read the bounded way, like the .mot/.trc/.c3d readers."""
+    motion = fifo if which == "fifo" else "/dev/zero"
+    assert_one_error_line(*hil_process("fit", "mtg", "--motion", motion, "--amax", "1", "--tmax-pe", "1",
+                                       "--out", tmp_path / "fit"), str(motion), "not a regular file")

@@ -51,6 +51,8 @@ def test_bench_plant_refuses_a_bad_change_period(value):
     (["mtg", "--steps", "100000000000"], "--steps must be a whole number from 1 to 10000000"),
     (["offline", "--runs", "0"], "--runs must be a whole number from 1 to 1000, not 0"),
     (["offline", "--runs", "1000000000"], "--runs must be a whole number from 1 to 1000"),
+    (["accuracy", "--rtol", "0"], "--rtol must be in [1e-10, 1e-2], not 0"),      # the reference solve ran on and on
+    (["accuracy", "--rtol", "nan"], "--rtol must be in [1e-10, 1e-2], not nan"),
 ])
 def test_absurd_counts_are_refused_in_one_line_before_anything_runs(args, message):
     done = hil("bench", *args)          # a count in the billions used to run out of memory or run for days

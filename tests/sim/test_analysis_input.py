@@ -29,6 +29,14 @@ POSTURE = so.Posture(0.8, 0.5, 0.0, 0.66, 1.42)
     (["channels", "--config", str(CONFIGS / "elbow-hold.toml"), "--elevation", "60", "--elbow", "400"],
      "Error: --elbow 400 deg must lie within -180 and 180 deg"),
     (["feedforward", "--stop", "500"], "Error: --stop 500 deg must lie within 0 and 180 deg (an elevation)"),
+    # a schedule of absurdly many knots (each a static optimisation): an OverflowError or a memory error before
+    (["feedforward", "--move", "1e308"],
+     "Error: --move 1e+308 s and --hold 0 s at --knot-ms 20 are inf knots, each a static optimisation; at most 2000"),
+    (["feedforward", "--knot-ms", "1e-300"],
+     "Error: --move 1.3 s and --hold 0 s at --knot-ms 1e-300 are 1.3e+303 knots, each a static optimisation; "
+     "at most 2000"),
+    (["max-moment", "--task", "abduction", "--angles", "-500:-400:50"],
+     "Error: --angles of abduction: the elevation angles must lie within 0 and 180 deg, not -500 to -400"),
 ])
 def test_hil_analyze_reports_bad_input_in_one_line(tmp_path, args, message):
     out = hil("analyze", *args, "--out", tmp_path / "out")

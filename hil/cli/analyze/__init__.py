@@ -122,6 +122,10 @@ def static_opt(
         finish_checked(failed, f"{failed} of {len(postures)} postures", str(out))
 
 
+MAX_FEEDFORWARD_KNOTS = 2000
+"""The most knots of a feed-forward schedule (*proposal*: about an hour of static optimisations on this machine
+type; the default movement has 65)."""
+
 app.command("static-opt")(static_opt)
 app.command("max-moment")(max_moment)
 
@@ -155,7 +159,7 @@ def feedforward(
     stop: Annotated[float, typer.Option(help="End elevation, deg (Chadwick 2014 Fig. 3: 80).")] = 80.0,
     move: Annotated[float, typer.Option(help="Movement time, s (minimum jerk; Chadwick 2014 Fig. 3: 1.3).")] = 1.3,
     hold: Annotated[float, typer.Option(help="Hold before and after the movement, s.")] = 0.0,
-    knot_ms: Annotated[float, typer.Option(help="Schedule row spacing, ms (the playback's command period).")] = 20.0,
+    knot_ms: Annotated[float, typer.Option(help="Schedule row spacing, ms (the playback's command period; at most 2000 rows in all).")] = 20.0,
     plane: Annotated[float, typer.Option(help=PLANE_HELP + " Chadwick 2014 Fig. 3: about 50.")] = 50.0,
     axial_rotation: Annotated[Optional[float], typer.Option(
         help="Axial rotation, deg (+ = internal); default 60 - plane, the resting posture's plane + axial rotation."
@@ -190,6 +194,10 @@ def feedforward(
                 raise BadInputError(f"{name} must be a finite number > 0")
         if not (math.isfinite(hold) and hold >= 0):
             raise BadInputError("--hold must be a finite number >= 0")
+        knots = (move + 2 * hold) / (knot_ms * 1e-3)
+        if not knots <= MAX_FEEDFORWARD_KNOTS:
+            raise BadInputError(f"--move {move:g} s and --hold {hold:g} s at --knot-ms {knot_ms:g} are {knots:.3g} knots, "
+                                f"each a static optimisation; at most {MAX_FEEDFORWARD_KNOTS}")
         if not (math.isfinite(play) and 0 <= play <= 60):
             raise BadInputError("--play must be a number of seconds in [0, 60]")
         if not (math.isfinite(step_ms) and 0.1 <= step_ms <= 20):

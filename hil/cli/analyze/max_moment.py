@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from hil.cli.analyze.options import (
+    POSTURE_RANGES_DEG,
     ConoidElongationMm,
     ContactEMin,
     GirdleRanges,
@@ -57,6 +58,8 @@ def max_moment(
         names = list(TASKS) if task == "all" else [task]
         chosen = {name: parse_angles(angles or ":".join(f"{v:g}" for v in TASKS[name].default_angles_deg))
                   for name in names}
+        for name, angles_rad in chosen.items():
+            _check_swept(name, TASKS[name].swept, angles_rad)
         settings = SweepSettings(plan=start_plan(random_starts, seed), gh_limit=gh_limit,
                                  limits=parse_limits(contact_e_min, conoid_elongation_mm, girdle_ranges),
                                  workers=sweep_workers(workers))
@@ -74,6 +77,19 @@ def max_moment(
         if len(sweeps) > 1:
             plot_overview(out / "overview.png", sweeps)
         finish_checked(failed, f"{failed} angles", str(out))
+
+
+SWEPT_POSTURE_KEY = {"elevation": "elevation_deg", "axial_rotation": "axial_rotation_deg", "elbow_flexion": "elbow_deg",
+                     "pronation": "pronation_deg"}
+
+
+def _check_swept(task: str, swept: str, angles_rad) -> None:
+    """The swept angles of ``task`` within their coordinate's range (:data:`POSTURE_RANGES_DEG`), else one line."""
+    _, lo, hi = POSTURE_RANGES_DEG[SWEPT_POSTURE_KEY[swept]]
+    degrees = [math.degrees(a) for a in angles_rad]
+    if min(degrees) < lo or max(degrees) > hi:
+        raise BadInputError(f"--angles of {task}: the {swept.replace('_', ' ')} angles must lie within {lo:g} and "
+                            f"{hi:g} deg, not {min(degrees):g} to {max(degrees):g}")
 
 
 def _report_max_moments(task: str, angles_rad, results: list, plan) -> None:
