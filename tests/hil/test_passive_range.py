@@ -50,3 +50,15 @@ def test_a_bad_hold_or_patient_is_one_error_line(args, words):
     base.update(dict(zip(args[::2], args[1::2])))
     out = hil("analyze", "passive-range", *[x for kv in base.items() for x in kv])
     assert_one_error_line(out.returncode, out.stderr, *words)
+
+
+@pytest.mark.parametrize("command", ["passive-range", "catch"])
+def test_an_output_that_is_a_file_is_one_line_before_anything_runs(tmp_path, command):
+    """``--out`` names a file, not a directory: one line before the holds or the catch test run (it was a
+    FileExistsError traceback after them)."""
+    taken = tmp_path / "taken"
+    taken.write_text("x")
+    patient = "c5-tetraplegia" if command == "passive-range" else "stroke-hemiparesis"
+    out = hil("analyze", command, "--patient", patient, "--out", taken)
+    assert_one_error_line(out.returncode, out.stderr, f"--out {taken} is a file, not a directory")
+    assert taken.read_text() == "x"

@@ -11,7 +11,7 @@ import numpy as np
 import typer
 from rich.table import Table
 
-from hil.cli.common import BadInputError, out_console, print_json, user_errors
+from hil.cli.common import BadInputError, check_output_dir, out_console, print_json, user_errors
 from sim.analysis import passive_range as pr
 
 ABLE = "able-bodied"
@@ -77,6 +77,8 @@ def passive_range(
     from hil.reports.passive_range_figure import write_passive_range
 
     with user_errors():
+        if out is not None:
+            check_output_dir(out, "--out")
         try:
             pr.check_hold(moment_nm, seconds)
         except ValueError as exc:
@@ -93,8 +95,9 @@ def passive_range(
                 out_console().print(f"{r['plant']}, {r['arm']}: still moving at the end of the hold at "
                                     f"{', '.join(f'{m:+g}' for m in r['unsettled_Nm'])} N m (hold longer)")
     if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        paths = write_passive_range(out, ranges, f"passive range, {who.name}")
+        with user_errors():
+            out.mkdir(parents=True, exist_ok=True)
+            paths = write_passive_range(out, ranges, f"passive range, {who.name}")
         if not json_out:
             out_console().print(f"wrote {paths[0]} and {paths[1]}")
 
@@ -115,6 +118,8 @@ def catch(
     from sim.fitting import spasticity as sp
 
     with user_errors():
+        if out is not None:
+            check_output_dir(out, "--out")
         who = load_patient(patient)
         if not any(g.spasticity for _, g in who.groups):
             raise BadInputError(f"patient {who.name!r} has no spastic group ([patient.groups.<group>.spasticity])")
@@ -129,8 +134,9 @@ def catch(
             out_console().print(f"{who.name} ({plant} arm): elbow extended at {speed} deg/s, peak reflex moment "
                                 f"{peak:.3f} N m")
     if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        paths = write_catch(out, runs, sp.STEP_S, f"catch test, {who.name}, {plant} arm")
+        with user_errors():
+            out.mkdir(parents=True, exist_ok=True)
+            paths = write_catch(out, runs, sp.STEP_S, f"catch test, {who.name}, {plant} arm")
         if not json_out:
             out_console().print(f"wrote {paths[0]} and {paths[1]}")
 
