@@ -140,7 +140,8 @@ class Das3Model:
         checks = ((np.abs(q) > np.pi, self.dof_names, "angle {} is {:.4g} rad, beyond +-pi (+-180 deg)", q),
                   (s < FIBRE_MIN, self.muscle_names, f"fibre state s of {{}} is {{:.4g}}, below {FIBRE_MIN} "
                    "(the model's validity)", s),
-                  ((a < -ACTIVATION_ROUNDOFF) | (a > 1.0 + ACTIVATION_ROUNDOFF), self.muscle_names, "activation of {} is {:.4g}, outside [0, 1]", a))
+                  ((a < -ACTIVATION_ROUNDOFF) | (a > 1.0 + ACTIVATION_ROUNDOFF), self.muscle_names,
+                   "activation of {} is {:.4g}, outside [0, 1]", a))
         for bad, names, text, values in checks:
             if bad.any():
                 i = int(np.flatnonzero(bad)[0])
