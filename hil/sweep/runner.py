@@ -40,15 +40,9 @@ METRIC_COLUMNS = ("status", "error", "ticks", "simulated_s", "wall_s", "stopped_
 def finished_ids(out_dir: str) -> set[str]:
     """Ids of the runs already in ``results.jsonl`` (a torn last line, from an interrupted sweep, is ignored)."""
     path = os.path.join(out_dir, "results.jsonl")
-    done = set()
-    if os.path.exists(path):
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                try:
-                    done.add(json.loads(line)["id"])
-                except (json.JSONDecodeError, KeyError, TypeError):
-                    continue
-    return done
+    if not os.path.lexists(path):
+        return set()
+    return {doc["id"] for doc in json_lines(path) if isinstance(doc.get("id"), str)}
 
 
 def tasks(spec: SweepSpec, runs: list[Variant], out_dir: str) -> list[RunTask]:
@@ -107,15 +101,16 @@ def _append(out_dir: str, row: dict) -> None:
 
 
 def json_lines(path: str):
-    """The JSON objects of a JSON-lines file (a torn line, from an interrupted sweep, or a foreign one is skipped)."""
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            try:
-                doc = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(doc, dict):
-                yield doc
+    """The JSON objects of a JSON-lines file (a torn line, from an interrupted sweep, a damaged or a foreign one is
+    skipped). The file must be a regular file (a FIFO or device: :class:`sim.input_file.InputFileError`, one line)."""
+    text = read_input_file(path, None).decode("utf-8", errors="replace")
+    for line in text.splitlines():
+        try:
+            doc = json.loads(line)
+        except (json.JSONDecodeError, RecursionError):     # RecursionError: a line nested too deep to parse
+            continue
+        if isinstance(doc, dict):
+            yield doc
 
 
 def _rows(out_dir: str) -> list[dict]:

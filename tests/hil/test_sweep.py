@@ -125,3 +125,36 @@ def test_a_sweep_whose_every_run_fails_names_the_sweep_file_and_key(tmp_path):
                           "unknown key")
     rows = [json.loads(line) for line in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
     assert all(r["error_key"] == "driver.0.kp_ma_per_rx" and str(sweep) in r["error"] for r in rows)
+
+
+def test_finished_runs_are_read_from_a_damaged_results_file_and_a_fifo_is_refused(tmp_path):
+    """Resuming reads ``results.jsonl``: lines that are not UTF-8, not JSON, nested too deep to parse or not an
+    object are skipped (non-UTF-8 bytes were a UnicodeDecodeError traceback), the finished ids of the others are
+    found; a FIFO in its place is one InputFileError instead of a wait without end."""
+    import os
+    import threading
+
+    from hil.sweep.runner import finished_ids
+    from sim.input_file import InputFileError
+    out = tmp_path / "out"
+    out.mkdir()
+    lines = [b'{"id": "a1"}', b"\xff\xfe garbage", b"[" * 100000 + b"]" * 100000, b'["not", "an", "object"]',
+             b'{"id": ["unhashable"]}', b'{"id": "b2", "rms_deg": 1.5}', b'{"id": "c3"']
+    (out / "results.jsonl").write_bytes(b"\n".join(lines))
+    assert finished_ids(str(out)) == {"a1", "b2"}
+    fifo_dir = tmp_path / "fifo"
+    fifo_dir.mkdir()
+    os.mkfifo(fifo_dir / "results.jsonl")
+    outcome = []
+
+    def resume():                    # in a thread: a reader that waits on the FIFO must fail the test, not hang it
+        try:
+            finished_ids(str(fifo_dir))
+        except InputFileError as exc:
+            outcome.append(str(exc))
+
+    reader = threading.Thread(target=resume, daemon=True)
+    reader.start()
+    reader.join(30)
+    assert len(outcome) == 1 and "not a regular file" in outcome[0], outcome
+    assert finished_ids(str(tmp_path / "empty")) == set()

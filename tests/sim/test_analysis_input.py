@@ -80,3 +80,16 @@ def test_a_static_opt_error_reads_as_its_message_and_pickles_whole():
     import pickle
     err = pickle.loads(pickle.dumps(so.StaticOptError("cannot place the humerus", None)))
     assert str(err) == "cannot place the humerus" and err.solution is None and err.args[1] is None
+
+
+@pytest.mark.parametrize("kind", ["device", "not-utf8"])
+def test_a_trajectory_that_is_a_device_or_not_utf8_is_one_line(tmp_path, kind):
+    """``--trajectory /dev/zero`` hung the command (the CSV was read unbounded) and a Latin-1 file was a
+    UnicodeDecodeError traceback; both are one line, the file read the bounded way."""
+    path = "/dev/zero" if kind == "device" else tmp_path / "t.csv"
+    if kind == "not-utf8":
+        path.write_bytes("elevation_deg\n30\n".encode() + b"\xff\n")
+    out = hil("analyze", "static-opt", "--trajectory", path, "--out", tmp_path / "out")
+    assert out.returncode == 2, out.stderr
+    words = "is not a regular file" if kind == "device" else "not UTF-8 text: byte 0xff on line 3"
+    assert len(out.stderr.strip().splitlines()) == 1 and words in out.stderr, out.stderr

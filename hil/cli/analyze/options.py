@@ -5,6 +5,7 @@ command whose solutions did not all pass their checks."""
 from __future__ import annotations
 
 import csv
+import io
 import math
 from pathlib import Path
 from typing import Annotated, Optional
@@ -14,6 +15,8 @@ import typer
 
 from hil.cli.common import BadInputError, ExitCode, error, out_console
 from hil.reports.analysis_output import GIRDLE_COLUMNS
+from sim.das3.config import not_utf8
+from sim.input_file import read_input_file
 
 CRITERION_HELP = ("(a) min sum F^2, (b) min sum (F/PCSA)^2, (c) min sum a^2 (= (F_active/(Fmax f_FL))^2), "
                   "(d) min max F/PCSA, then (b) at that maximum (van der Helm 1994).")
@@ -80,8 +83,11 @@ def read_trajectory(path: Path, defaults: dict) -> list[dict]:
     """Postures from a CSV with ``elevation_deg`` and optional ``plane_deg``, ``axial_rotation_deg``,
     ``elbow_deg``, ``pronation_deg`` columns (missing ones take the command's options) and optionally all
     six girdle columns ``SCy_deg`` .. ``ACx_deg`` (the girdle held, key ``girdle_deg``)."""
-    with open(path, newline="") as fh:
-        rows = list(csv.DictReader(fh))
+    try:
+        text = read_input_file(path).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadInputError(f"--trajectory {path}: {not_utf8(exc)}") from None
+    rows = list(csv.DictReader(io.StringIO(text, newline="")))
     if not rows or "elevation_deg" not in rows[0]:
         raise BadInputError(f"--trajectory {path}: a CSV with at least an 'elevation_deg' column and one row")
     present = [c for c in GIRDLE_COLUMNS if c in rows[0]]
