@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,11 +26,14 @@ class MotionFileError(UserInputError, ValueError):
 
 
 def file_status(path: Path) -> os.stat_result:
-    """The file's status, its size at most :data:`MAX_FILE_BYTES`."""
+    """The file's status: a regular file (a FIFO would block the reader, a device never end) of at most
+    :data:`MAX_FILE_BYTES`."""
     try:
         st = path.stat()
     except OSError as exc:
         raise MotionFileError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise MotionFileError(f"{path}: is not a regular file (a directory, device, FIFO or socket); nothing was read")
     if st.st_size > MAX_FILE_BYTES:
         raise MotionFileError(f"{path}: {st.st_size} bytes; a motion file holds at most {MAX_FILE_BYTES}")
     return st

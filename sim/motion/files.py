@@ -22,8 +22,9 @@ import numpy as np
 
 from sim.das3.layout import DOF_NAMES
 from sim.das3.release import opensim_names
+from sim.input_file import InputFileError, read_input_file
 from sim.motion.c3d import read_c3d
-from sim.motion.data import LENGTH_UNITS, Motion, MotionFileError, file_status
+from sim.motion.data import LENGTH_UNITS, MAX_FILE_BYTES, Motion, MotionFileError, file_status
 
 MAX_COLUMNS = 100_000
 """Most columns a motion file may declare (*proposal*)."""
@@ -47,7 +48,9 @@ def read_motion(path: str | os.PathLike) -> Motion:
 def _text(path: Path) -> list[str]:
     file_status(path)
     try:
-        return path.read_bytes().decode("utf-8").splitlines()
+        return read_input_file(path, MAX_FILE_BYTES).decode("utf-8").splitlines()
+    except InputFileError as exc:
+        raise MotionFileError(str(exc)) from None
     except UnicodeDecodeError:
         raise MotionFileError(f"{path}: not a text file (not UTF-8)") from None
     except OSError as exc:

@@ -285,3 +285,30 @@ def test_a_motion_file_above_the_size_limit_is_refused_before_it_is_read(tmp_pat
         with pytest.raises(MotionFileError, match=f"{path.name}: {path.stat().st_size} bytes; a motion file holds at "
                                                   "most 40"):
             read_motion(path)
+
+
+@pytest.mark.parametrize("suffix", [".mot", ".sto", ".trc", ".c3d"])
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_a_motion_file_that_is_a_fifo_or_a_device_is_refused_unread(tmp_path, suffix, kind):
+    """A FIFO named like a motion file blocked the text readers for ever, and a link to /dev/zero passed the size
+    check (a device has size 0) and was read without end: a motion file must be a regular file, checked before it
+    is read. In a thread, so that a reader that waits fails the test instead of hanging it."""
+    import os
+    import threading
+    path = tmp_path / f"motion{suffix}"
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to("/dev/zero")
+    outcome = []
+
+    def read():
+        try:
+            read_motion(path)
+        except MotionFileError as exc:
+            outcome.append(str(exc))
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(30)
+    assert outcome == [f"{path}: is not a regular file (a directory, device, FIFO or socket); nothing was read"]
