@@ -277,4 +277,3 @@ def read_dbc(path):
     except Exception as exc:                  # noqa: BLE001 - any parser failure is the file's (see docstring)
         reason = " ".join(str(exc).split())
         raise DbcFileError(path, f"not a DBC file cantools can read: {reason[:300]}") from None
-

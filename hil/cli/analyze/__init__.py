@@ -16,6 +16,7 @@ from hil.cli.analyze.max_moment import max_moment
 from hil.cli.analyze.options import (
     CRITERION_HELP,
     PLANE_HELP,
+    POSTURE_RANGES_DEG,
     RHYTHM_HELP,
     ConoidElongationMm,
     ContactEMin,
@@ -93,8 +94,8 @@ def static_opt(
         if (girdle is not None or rhythm is not None) and any(v.get("girdle_deg") for v in postures):
             raise BadInputError(f"--trajectory {trajectory} has girdle columns: give no --girdle or --rhythm")
         if girdle is not None:
-            postures = [{**v, "girdle_deg": parse_girdle(girdle)} for v in postures]
-            check_posture({"girdle_deg": postures[0]["girdle_deg"]})
+            held_girdle = parse_girdle(girdle)
+            postures = [{**v, "girdle_deg": held_girdle} for v in postures]
         model = load_model(load_model_options(model_config))
         shape = None if rhythm is None else load_rhythm(rhythm, model)
         held = [held_girdle_posture(model, v, shape) for v in postures]
@@ -206,9 +207,11 @@ def feedforward(
             raise BadInputError("--figure needs --play")
         check_posture({"plane_deg": plane, "axial_rotation_deg": axial_rotation, "elbow_deg": elbow,
                        "pronation_deg": pronation})
+        _, lowest, highest = POSTURE_RANGES_DEG["elevation_deg"]
         for option, value in (("--start", start), ("--stop", stop)):
-            if math.isfinite(value) and not 0.0 <= value <= 180.0:
-                raise BadInputError(f"{option} {value:g} deg must lie within 0 and 180 deg (an elevation)")
+            if math.isfinite(value) and not lowest <= value <= highest:
+                raise BadInputError(f"{option} {value:g} deg must lie within {lowest:g} and {highest:g} deg (an "
+                                    "elevation)")
         model = load_model(load_model_options(model_config))
         axial = REST_LONG_AXIS_RAD - math.radians(plane) if axial_rotation is None else math.radians(axial_rotation)
         base = Posture(math.radians(plane), 0.0, axial, math.radians(elbow), math.radians(pronation))

@@ -66,8 +66,8 @@ criteria`` takes it, elevation from hanging to overhead), the others one turn.""
 def check_posture(values: dict, where: str | None = None) -> None:
     """Each angle of a posture in degrees (``values``: keys of :data:`POSTURE_RANGES_DEG`, ``girdle_deg`` optional)
     within its range (non-finite ones are left to :class:`sim.analysis.static_opt.Posture`'s check), girdle angles
-    within +-180, else one BadInputError line naming the option (``where`` None)
-    or the column at ``where`` (a trajectory's line)."""
+    within +-180, else one BadInputError line naming the option (``where`` None) or the column at ``where`` (a
+    trajectory's line)."""
     for key, value in values.items():
         if key not in POSTURE_RANGES_DEG or value is None or not math.isfinite(value):   # NaN: the posture's own check
             continue
@@ -213,6 +213,7 @@ def parse_girdle(text: str) -> tuple[float, ...]:
     if len(values) != 6 or not all(math.isfinite(v) for v in values):
         raise BadInputError(f"--girdle {text!r}: six finite numbers SCy,SCz,SCx,ACy,ACz,ACx in degrees "
                             f"(got {len(values)})")
+    check_posture({"girdle_deg": values})
     return values
 
 
