@@ -7,7 +7,9 @@ decorators, cache and CPU target); beside them the plant base (``plants``), the 
 nor ``hil``."""
 
 from sim.jit.cache import configure as _configure_numba_cache
+from sim.jit.cache_lock import lock_cache_saves as _lock_numba_cache_saves
 from sim.jit.target import configure as _configure_numba_target
 
 _configure_numba_target()
 _configure_numba_cache()
+_lock_numba_cache_saves()

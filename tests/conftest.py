@@ -1,14 +1,11 @@
 """Shared fixtures (the DAS3 models, configs on the shipped ones, a held port, a localhost LSL config) and the
 suite's organisation: the ``e2e`` marker by folder, the ``realtime`` marker by module or test, one xdist group
-that runs the real-time and host-bus tests one at a time, and numba's cache warmed in one process before parallel
+that runs the real-time and host-bus tests one at a time, and numba's cache warmed (``warm_up.py``) before parallel
 workers start. Plain helper functions live in ``helpers.py``."""
 import os
 import socket
-import subprocess
 import sys
-import tempfile
 import textwrap
-import time
 from pathlib import Path
 
 # One BLAS thread per process: two workers on two cores, each with a multi-threaded BLAS, oversubscribe the CPU
@@ -17,7 +14,8 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
 import pytest
-from helpers import CONFIGS, plant_trajectory, start_hil
+import warm_up
+from helpers import CONFIGS
 
 from sim.das3.config import ModelConfig
 from sim.das3.model import load_model
@@ -54,17 +52,6 @@ a socket hears the groups other sockets joined) and LSL's stream discovery (modu
 
 SERIAL_GROUP = "serial"
 """The xdist group (``--dist loadgroup``) of the realtime and host-bus tests: one worker runs them in turn."""
-
-WARM_UP_CONFIGS = ("elbow-hold.toml", "elbow-hold-mtg.toml", "elbow-hold-imu.toml")
-"""Shipped configs whose offline run compiles the plants' kernels before parallel workers start."""
-WARM_UP_BATCHES = ("import gymnasium as gym, hil.gym\n"
-                   "for plant in ('das3', 'mtg'):\n"
-                   "    gym.make_vec('fes_hil/ElbowHold-v0', num_envs=1, vectorization_mode='vector_entry_point', "
-                   "plant=plant)\n")
-"""Builds a batch of each plant: compiles the batched ticks of the Gymnasium environments (hil.rt.plants)."""
-WARM_UP_TIMEOUT_S = 1800.0
-"""Longest a warm-up step may take (a cold cache on a slow machine takes minutes)."""
-
 
 def _listed(table: dict, item) -> bool:
     names = table.get(item.path.stem, ())
@@ -113,44 +100,13 @@ def pytest_sessionstart(session) -> None:
 
 
 def warm_numba_cache(reporter) -> None:
-    """``hil run --offline`` of each of WARM_UP_CONFIGS for a few ticks, the plant stepped from Python
-    (``helpers.plant_trajectory``: ``Plant.step``'s entry, which a run does not use), then WARM_UP_BATCHES, while
-    the plant's kernels for the generic CPU compile into their own cache on the other core; a failure is reported
-    and left to the tests that need the plant."""
+    """The kernels compiled on both cores (:func:`warm_up.warm`), a line per step on the terminal."""
     def say(text: str) -> None:
         if reporter is not None:
             reporter.write_line(text)
         else:
             print(text, file=sys.stderr)
-    with tempfile.TemporaryDirectory() as work:
-        t_generic, generic = time.monotonic(), plant_trajectory(Path(work) / "generic.npy", generic=True)
-        for name in WARM_UP_CONFIGS:
-            t0 = time.monotonic()
-            child = start_hil("run", "--offline", "--config", CONFIGS / name, "--duration", "0.05", "--record",
-                              Path(work) / f"{name}.hilrec")
-            say(f"numba kernels of configs/{name}: {_warm_up_outcome(child, t0)}")
-        t0 = time.monotonic()
-        say(f"numba kernels of the plant stepped from Python: "
-            f"{_warm_up_outcome(plant_trajectory(Path(work) / 'host.npy'), t0)}")
-        t0 = time.monotonic()
-        child = subprocess.Popen([sys.executable, "-c", WARM_UP_BATCHES], stdout=subprocess.DEVNULL,
-                                 stderr=subprocess.PIPE, text=True, cwd=CONFIGS.parent)
-        say(f"numba kernels of the Gymnasium batches: {_warm_up_outcome(child, t0)}")
-        say(f"numba kernels of the plant for the generic CPU: {_warm_up_outcome(generic, t_generic)}")
-
-
-def _warm_up_outcome(child: subprocess.Popen, t0: float) -> str:
-    """``ready after N s`` when ``child`` (started at ``t0``) ends well, else why not: its last line on stderr, or
-    a timeout (WARM_UP_TIMEOUT_S, then it is killed)."""
-    try:
-        _, err = child.communicate(timeout=WARM_UP_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        child.kill()
-        child.communicate()
-        return f"warm-up timed out after {time.monotonic() - t0:.0f} s"
-    last = (err.strip().splitlines() or [""])[-1]
-    state = "ready" if child.returncode == 0 else f"warm-up failed ({last})"
-    return f"{state} after {time.monotonic() - t0:.0f} s"
+    warm_up.warm(say)
 
 
 @pytest.fixture(scope="session")

@@ -13,6 +13,7 @@ import sys
 import textwrap
 import threading
 import time
+import traceback
 from pathlib import Path
 
 import numpy as np
@@ -75,6 +76,23 @@ def hil(*args, timeout: float = 300.0, **kw) -> subprocess.CompletedProcess:
     kw.setdefault("cwd", ROOT)
     return subprocess.run([sys.executable, "-m", "hil", *map(str, args)], capture_output=True, text=True,
                           timeout=timeout, **kw)
+
+
+def hil_in_process(*args) -> subprocess.CompletedProcess:
+    """``hil ARGS`` run in this process on the same command tree (typer's CliRunner on ``hil.cli.app``), its
+    output captured as :func:`hil`'s: for input checks that end before anything runs, without the start-up of a
+    Python process per case. An exception escaping the command is written to stderr as the process would print
+    it (a traceback), so the tests that say "one line, no traceback" see it. Not for inputs that could hang, fill
+    memory or end the process when a check breaks: those run in :func:`hil` / :func:`hil_process`."""
+    from typer.testing import CliRunner
+
+    from hil.cli import app
+    argv = [str(a) for a in args]
+    result = CliRunner().invoke(app, argv, prog_name="hil")
+    stderr = result.stderr
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        stderr += "".join(traceback.format_exception(result.exception))
+    return subprocess.CompletedProcess(["hil", *argv], result.exit_code, result.stdout, stderr)
 
 
 def start_hil(*args, **kw) -> subprocess.Popen:

@@ -15,6 +15,7 @@ import can
 import cantools
 import numpy as np
 import pytest
+from helpers import hil_in_process
 
 from drivers.can.dbc import generate_dbc
 from drivers.can.driver import CanDriver, CanEndpoint
@@ -641,8 +642,7 @@ def test_can_table_of_a_damaged_dbc_is_one_line(tmp_path, damage, words):
     naming the file and the parser's reason, exit 2, never the parser's traceback."""
     bad = tmp_path / "bad.dbc"
     bad.write_bytes(damage(DBC.read_text()).encode("latin-1"))        # the DBC is ASCII; \x81 is no cp1252 byte
-    out = subprocess.run([sys.executable, "-m", "hil", "can", "table", "--dbc", str(bad)], capture_output=True,
-                         text=True, timeout=60, cwd=ROOT)
+    out = hil_in_process("can", "table", "--dbc", bad)
     lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
     assert out.returncode == 2 and len(lines) == 1 and "Traceback" not in out.stderr, out.stderr
     assert lines[0].startswith(f"Error: {bad}: ") and words in lines[0], lines[0]

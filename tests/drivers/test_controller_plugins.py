@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import hil_in_process
 
 from drivers.controllers.builtin import ElbowHoldController, PlaybackController
 from drivers.controllers.plugin import ControllerLoadError, controller_class
@@ -235,8 +236,7 @@ def test_plugins_that_cannot_load_are_config_errors_naming_the_key(tmp_path, con
     cfg = tmp_path / "run.toml"
     cfg.write_text(f'include = ["{CONFIGS / "loopback.toml"}"]\n[[driver]]\ntype = "loopback"\n'
                    f'controller = "{controller}"\n')
-    out = subprocess.run([sys.executable, "-m", "hil", "check-config", str(cfg)], capture_output=True, text=True,
-                         cwd=ROOT, timeout=120)
+    out = hil_in_process("check-config", cfg)
     assert out.returncode == 2 and "driver[0].controller" in out.stderr and words in out.stderr, out.stderr
     assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
 

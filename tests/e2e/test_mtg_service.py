@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import SensorFrames, wait_for_port_file
+from helpers import SensorFrames, hil_in_process, wait_for_port_file
 
 from drivers.can.local_bus import host_local_group
 from drivers.core.contract import STATUS_GH_UNSTABLE
@@ -117,8 +117,7 @@ def test_the_unmodified_rehastim2_client_flexes_the_mtg_elbow(tmp_path):
 ])
 def test_mtg_config_errors_name_the_key(tmp_path, text, plant, key):
     cfg = _mtg_config(tmp_path, "elbow-hold-mtg.toml", text, plant)
-    out = subprocess.run([sys.executable, "-m", "hil", "check-config", str(cfg)], capture_output=True, text=True,
-                         cwd=ROOT, timeout=120)
+    out = hil_in_process("check-config", cfg)
     assert out.returncode == 2 and key in out.stderr, out.stderr
 
 

@@ -5,7 +5,7 @@ import json
 
 import numpy as np
 import pytest
-from helpers import hil
+from helpers import hil, hil_in_process
 
 from hil.bench.plant import excitation_schedule
 
@@ -39,7 +39,7 @@ def test_bench_plant_under_changing_stimulation_reports_its_schedule():
 
 @pytest.mark.parametrize("value", ["0", "-4", "nan", "inf"])
 def test_bench_plant_refuses_a_bad_change_period(value):
-    done = hil("bench", "plant", "--step", "0.004", "--steps", "10", "--change-ms", value)
+    done = hil_in_process("bench", "plant", "--step", "0.004", "--steps", "10", "--change-ms", value)
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("Error: --change-ms"), done.stderr

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from helpers import hil_in_process
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -47,6 +49,6 @@ def test_bad_options_are_one_line():
                         (["--steps", "100000000"], "--steps must be a whole number from 1 to 1000000"),
                         (["--rounds", "1000"], "--rounds must be a whole number from 1 to 100"),
                         (["--threads", "0"], "threads: a whole number from 1 to 1024, not 0")):
-        out = bench(*args, "--no-peer")
+        out = hil_in_process("bench", "gym", *args, "--no-peer")
         assert out.returncode == 2 and words in out.stderr and "Traceback" not in out.stderr, out.stderr
         assert len(out.stderr.strip().splitlines()) == 1

@@ -3,12 +3,11 @@ the same observation and action layouts, the network's commands applied through 
 file that is corrupt or does not fit gives one config error line."""
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import hil_in_process
 
 from drivers.controllers.policy import PolicyFileError, read_policy
 from hil.config import load_service_config
@@ -87,8 +86,7 @@ def test_a_bad_policy_file_is_one_config_error(tmp_path, damage, words):
     if damage == "garbage":
         path.write_bytes(b"PK\x03\x04 not a zip at all")
     cfg = policy_config(tmp_path, path, target='"ninety"' if damage == "target" else "80")
-    out = subprocess.run([sys.executable, "-m", "hil", "check-config", str(cfg)], capture_output=True, text=True,
-                         cwd=ROOT, timeout=300)
+    out = hil_in_process("check-config", cfg)
     key = "driver[0].target_deg" if damage == "target" else "driver[0].policy"
     assert out.returncode == 2 and key in out.stderr and words in out.stderr, out.stderr
     assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import hil_in_process
 from scipy.io import loadmat
 
 from hil.config import load_service_config
@@ -148,7 +149,7 @@ def test_bad_input_is_one_clear_line(tmp_path, case, args, message):
     args = [a.format(short=short, nan=nan, tmp=tmp_path, negative=negative, mtg_over=mtg_over) for a in args]
     if "--out" not in args:
         args += ["--out", str(tmp_path / "m.npz")]
-    run = _linearize(*args)
+    run = hil_in_process("model", "linearize", *args)
     assert run.returncode == 2 and "Traceback" not in run.stderr
     lines = [ln for ln in run.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and message in " ".join(run.stderr.split()), run.stderr

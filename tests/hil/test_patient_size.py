@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import hil
+from helpers import hil, hil_in_process
 
 from hil.config import load_service_config, service_config_from_dict
 from hil.patients import read_patient
@@ -55,7 +55,7 @@ def test_a_bad_size_is_one_error_line_naming_the_key(tmp_path, size_toml, key, m
     with pytest.raises(ConfigError) as err:
         load_service_config(_config(tmp_path, f"[patient.size]\n{size_toml}"))
     assert err.value.key == key and message in err.value.reason
-    out = hil("check-config", _config(tmp_path, f"[patient.size]\n{size_toml}"))
+    out = hil_in_process("check-config", _config(tmp_path, f"[patient.size]\n{size_toml}"))
     assert out.returncode == 2 and "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import hil
+from helpers import hil, hil_in_process
 
 from drivers.controllers.plugin import ChannelCommand, Controller, ExcitationCommand
 from drivers.core.contract import KIND_CHANNEL, KIND_VOLUNTARY, REJECT_REASONS
@@ -290,5 +290,5 @@ def test_an_lsl_stream_is_a_voluntary_source(tmp_path, lsl_config):
     ('type = "lsl"\ngroups = ["trapclav"]\n', "voluntary source only"),
 ])
 def test_lsl_voluntary_config_errors_name_the_key(tmp_path, lsl_config, driver, words):
-    out = hil("check-config", write_config(tmp_path, f"[[driver]]\n{driver}"))
+    out = hil_in_process("check-config", write_config(tmp_path, f"[[driver]]\n{driver}"))
     assert out.returncode == 2 and "driver[0].groups" in out.stderr and words in out.stderr, out.stderr

@@ -111,3 +111,50 @@ def test_the_service_processes_share_one_keyed_directory(tmp_path):
     assert out.returncode == 0, out.stderr
     here, configured, child = out.stdout.split()
     assert here == configured == child == str(tmp_path / "base" / source_key())
+
+
+SAVER = """
+import sys, time
+from pathlib import Path
+sys.path.insert(0, {root!r})
+import sim                                    # wraps numba's cache save (sim.jit.cache_lock)
+from numba.core.caching import IndexDataCacheFile
+
+load_index = IndexDataCacheFile._load_index
+def slow_load_index(self):                    # widen the read-then-write window of a save
+    overloads = load_index(self)
+    time.sleep(0.3)
+    return overloads
+IndexDataCacheFile._load_index = slow_load_index
+cache = IndexDataCacheFile({cache!r}, "kernel-1.py311", ("stamp", 1))
+go = Path({go!r})
+while not go.exists():
+    time.sleep(0.01)
+cache.save(("signature", {i}), "machine code of signature {i}")
+"""
+
+
+def test_processes_saving_one_kernel_at_once_keep_every_entry(tmp_path):
+    """Four processes save four signatures of one kernel at the same moment (the window between reading and
+    writing the index widened to 0.3 s): each signature loads its own code afterwards. Without the lock
+    all four read the empty index, take data file 1, and the index keeps one entry naming another's code."""
+    from numba.core.caching import IndexDataCacheFile
+    cache, go = tmp_path / "cache", tmp_path / "go"
+    cache.mkdir()
+    savers = [subprocess.Popen([sys.executable, "-c", SAVER.format(root=str(ROOT), cache=str(cache), go=str(go), i=i)],
+                               stderr=subprocess.PIPE, text=True) for i in range(4)]
+    go.touch()
+    for saver in savers:
+        _, err = saver.communicate(timeout=120)
+        assert saver.returncode == 0, err
+    index = IndexDataCacheFile(str(cache), "kernel-1.py311", ("stamp", 1))
+    assert [index.load(("signature", i)) for i in range(4)] == [f"machine code of signature {i}" for i in range(4)]
+
+
+def test_a_read_only_cache_directory_saves_unlocked_instead_of_failing(tmp_path):
+    """Where the lock file cannot be made, the save itself decides (numba warns about an unwritable cache)."""
+    from sim.jit.cache_lock import exclusive
+    ran = []
+    with exclusive(str(tmp_path / "missing")):
+        ran.append(True)
+    assert ran == [True] and not (tmp_path / "missing").exists()
