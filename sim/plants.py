@@ -20,6 +20,7 @@ import math
 import numpy as np
 
 from sim.errors import UserInputError
+from sim.jit.kernel import writable
 
 
 class InvalidInputError(UserInputError, ValueError):
@@ -102,9 +103,11 @@ class FixedStepPlant:
         self.finish_steps(status, n_clipped, n_done, u)
 
     def excitation_input(self, u) -> np.ndarray:
-        """``u`` as a float64 array of one value per actuator (its finiteness is the kernel's to check)."""
-        if not (isinstance(u, np.ndarray) and u.dtype == np.float64 and u.shape == self._u.shape):
-            u = np.asarray(u, dtype=np.float64)
+        """``u`` as a float64 array of one value per actuator (its finiteness is the kernel's to check), of the
+        type the step is compiled for (:func:`sim.jit.kernel.writable`)."""
+        if not (isinstance(u, np.ndarray) and u.dtype == np.float64 and u.shape == self._u.shape
+                and u.flags.writeable and u.flags.c_contiguous):
+            u = writable(u)
             if u.shape != self._u.shape:
                 raise InvalidInputError(f"excitation must have {self._u.shape[0]} values, got shape {u.shape}")
         return u

@@ -9,6 +9,7 @@ import numpy as np
 
 from sim.das3.kernels.step import IA, IQ, IQD, IS, PlantWork, evaluate, new_plant_work
 from sim.das3.model import N_DOF, N_LOADS, N_MUS, N_STATES, Das3Model
+from sim.jit.kernel import writable
 
 
 def _work_for(model: Das3Model) -> PlantWork:
@@ -16,7 +17,7 @@ def _work_for(model: Das3Model) -> PlantWork:
 
 
 def _vector(values, n: int, name: str) -> np.ndarray:
-    arr = np.ascontiguousarray(values, dtype=np.float64)
+    arr = writable(values)
     if arr.shape != (n,):
         raise ValueError(f"{name} must have shape ({n},), got {arr.shape}")
     return arr

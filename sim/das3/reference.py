@@ -18,6 +18,7 @@ from sim.das3.kernels.multibody import multibody_eval
 from sim.das3.kernels.muscles import activation_rates, muscle_eval, solve_contraction
 from sim.das3.kernels.step import IA, IQD, IS, new_plant_work
 from sim.das3.model import N_LOADS, N_STATES, Das3Model
+from sim.jit.kernel import writable
 
 
 @njit(cache=True)
@@ -61,9 +62,9 @@ class ReferenceModel:
 
     def rhs(self, t: float, x: np.ndarray) -> np.ndarray:
         self.n_rhs += 1
-        u = np.asarray(self.excitation(t), np.float64)
+        u = writable(self.excitation(t))
         # the previous solution's sdot is a good Newton start
-        if not _explicit_rates(self.model.arrays, np.ascontiguousarray(x), u, self.loads, self._work, self._xd):
+        if not _explicit_rates(self.model.arrays, writable(x), u, self.loads, self._work, self._xd):
             raise RuntimeError(f"contraction velocities did not converge at t = {t}")
         return self._xd.copy()
 

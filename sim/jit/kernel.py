@@ -20,7 +20,20 @@ and the compiler need not guard every division (the arithmetic, and so every res
 """
 from __future__ import annotations
 
+import numpy as np
 from numba import njit
 
 kernel = njit(cache=True, nogil=True, boundscheck=False, _nrt=False, error_model="numpy")
 entry = njit(cache=True, nogil=True, boundscheck=False, error_model="numpy")
+
+
+def writable(values) -> np.ndarray:
+    """``values`` as the array type the kernels are compiled for from Python: float64, C-contiguous and
+    writable; the array itself when it already is one, else a copy. numba compiles a function once per
+    argument type, and read-only is part of the type: a read-only state (a model's published equilibrium)
+    passed to an entry point would compile a second copy of every kernel below it (tens of seconds), and
+    cache it beside the first."""
+    arr = np.asarray(values, dtype=np.float64)
+    if arr.flags.c_contiguous and arr.flags.writeable:
+        return arr
+    return np.array(arr, dtype=np.float64, order="C")

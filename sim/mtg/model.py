@@ -26,6 +26,7 @@ from sim.das3.kernels.multibody import multibody_eval, new_multibody_work
 from sim.das3.model import HUMERUS_FRAME, LOAD_NAMES, SCAPULA_FRAME, Das3Model, load_model
 from sim.errors import UserInputError
 from sim.input_file import InputFileError, read_input_file
+from sim.jit.kernel import writable
 from sim.mtg.arm import MtgArrays, bias_and_mass, generalized_forces, kinematics, new_mtg_work
 from sim.mtg.contracture import ContractureTable, contracture_table, no_contracture
 from sim.mtg.curve_table import stack_tables, tabulate
@@ -329,10 +330,10 @@ class MtgModel:
     def generalized_forces(self, q, qd=None, a=None, loads=None) -> np.ndarray:
         """Q(q, qd, a) (5,) without inertia of qdd (offline use: allocates)."""
         work = new_mtg_work(self.arrays.body_mass.shape[0], self.n_muscles)
-        qd = np.zeros(5) if qd is None else np.asarray(qd, dtype=np.float64)
-        a = np.zeros(self.n_muscles) if a is None else np.asarray(a, dtype=np.float64)
-        loads = np.zeros(len(LOAD_NAMES)) if loads is None else np.asarray(loads, dtype=np.float64)
-        generalized_forces(self.arrays, np.asarray(q, dtype=np.float64), qd, a, loads, work)
+        qd = np.zeros(5) if qd is None else writable(qd)
+        a = np.zeros(self.n_muscles) if a is None else writable(a)
+        loads = np.zeros(len(LOAD_NAMES)) if loads is None else writable(loads)
+        generalized_forces(self.arrays, writable(q), qd, a, loads, work)
         return work.Q.copy()
 
     def inverse_dynamics(self, q, qd, qdd, loads=None) -> np.ndarray:
@@ -345,7 +346,7 @@ class MtgModel:
         work = new_mtg_work(self.arrays.body_mass.shape[0], self.n_muscles)
         out = np.empty((q.shape[0], 5))
         for j in range(q.shape[0]):
-            bias_and_mass(self.arrays, q[j], qd[j], np.ascontiguousarray(loads[j]), work)
+            bias_and_mass(self.arrays, writable(q[j]), writable(qd[j]), writable(loads[j]), work)
             needed = work.M @ qdd[j] - work.Q + self.arrays.damping * qd[j] - self.range_stops(q[j])
             axes = work.axis[:3].T
             out[j, :3] = np.linalg.solve(axes.T @ axes, needed[:3])
@@ -364,7 +365,7 @@ class MtgModel:
         """(3, 3) columns e_y, z', y_h: the axes of the YZY joints, i.e. the basis the shoulder MTG and load
         moments act in (T_plane e_y + T_elev z' + T_axial y_h)."""
         work = new_mtg_work(self.arrays.body_mass.shape[0], self.n_muscles)
-        kinematics(self.arrays, np.asarray(q, dtype=np.float64), np.zeros(5), work)
+        kinematics(self.arrays, writable(q), np.zeros(5), work)
         return work.axis[:3].T.copy()
 
     def _rest_state(self, start: np.ndarray) -> np.ndarray:
