@@ -42,6 +42,7 @@ from sim.linear.operating import (
     reduced_states,
 )
 from sim.linear.reduce import pade_delays, residualize, zoh
+from sim.output_file import output_file
 from sim.stimulation_map import excitations_of_levels, excitations_with_spill
 
 INPUT_KINDS = ("excitations", "groups", "channels")
@@ -235,8 +236,10 @@ def write(path: Path, arrays: dict, prov: dict) -> None:
     ``provenance`` a struct)."""
     check_out(path)
     if path.suffix.lower() == ".npz":
-        np.savez(path, provenance=np.array(json.dumps(prov)), **arrays)
+        with output_file(path, "wb") as fh:
+            np.savez(fh, provenance=np.array(json.dumps(prov)), **arrays)
     else:
         mat = {k: (np.array(v, dtype=object) if v.dtype.kind == "U" else v) for k, v in arrays.items()}
-        savemat(path, {**mat, "provenance": {k: ("" if v is None else json.dumps(v) if isinstance(v, (dict, list))
-                                              else v) for k, v in prov.items()}})
+        with output_file(path, "wb") as fh:
+            savemat(fh, {**mat, "provenance": {k: ("" if v is None else json.dumps(v) if isinstance(v, (dict, list))
+                                                else v) for k, v in prov.items()}})

@@ -123,6 +123,20 @@ def assert_one_error_line(code: int, stderr: str, *words: str) -> None:
         assert word in lines[0], lines[0]
 
 
+def mount_small_tmpfs(path: Path, size: str, *options: str) -> bool:
+    """Make the directory ``path`` and mount a tmpfs of ``size`` (``"160k"``) with ``options`` (``"ro"``) on it;
+    whether it could be mounted (root, or a mount namespace). Unmount it with ``umount`` after the test."""
+    path.mkdir()
+    opts = ",".join((f"size={size}",) + options)
+    return subprocess.run(["mount", "-t", "tmpfs", "-o", opts, "tmpfs", str(path)], capture_output=True).returncode == 0
+
+
+def file_size_limit(limit: int):
+    """A ``preexec_fn`` limiting the files a process writes to ``limit`` bytes: where no small tmpfs can be
+    mounted, a write past it fails as on a full disk (Python ignores SIGXFSZ, so the write raises EFBIG)."""
+    return lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+
 def rms(v) -> float:
     """Root mean square: sqrt(mean(v²))."""
     return float(np.sqrt(np.mean(np.square(v))))

@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from hil.cli.common import BadInputError, check_output_path, count, user_errors
+from sim.output_file import write_output_text
 
 PROJECT_DBC = Path(__file__).resolve().parents[2] / "configs" / "fes-hil.dbc"
 
@@ -32,7 +33,7 @@ def can_dbc(out: Annotated[Optional[Path], typer.Option(help="Write the DBC here
         if out is None:
             sys.stdout.write(text)
         else:
-            out.write_text(text)
+            write_output_text(out, text)
 
 
 @app.command("table")

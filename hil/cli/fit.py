@@ -19,6 +19,7 @@ from hil.cli.common import (
     print_json,
     user_errors,
 )
+from sim.output_file import write_output_text
 
 app = typer.Typer(no_args_is_help=True, help="Fit the reduced MTG arm to a recorded motion.")
 
@@ -71,13 +72,13 @@ def fit_mtg(
         out.mkdir(parents=True, exist_ok=True)
         fitted = result.fitted(f"fitted by `hil fit mtg` to {motion.name} (a_max {amax:g}, t_max^PE {tmax_pe:g}, "
                                f"pre-weakened {pre_weaken:g})")
-        (out / "mtg_fitted.json").write_text(json.dumps(parameters_json(fitted), indent=1) + "\n")
+        write_output_text(out / "mtg_fitted.json", json.dumps(parameters_json(fitted), indent=1) + "\n")
         report = {"motion": str(motion), "samples": int(recorded.time.size), "torques": recorded.torque_source,
                   "a_max": amax, "t_max_pe": tmax_pe, "pre_weaken": pre_weaken, "fit_time_s": round(elapsed, 3),
                   "feasible": result.feasible,
                   "mtgs": [row for coord, (fit, idx) in result.joints.items()
                            for row in joint_fit_summary(fit, [start.mtgs[i].name for i in idx])]}
-        (out / "fit.json").write_text(json.dumps(report, indent=1) + "\n")
+        write_output_text(out / "fit.json", json.dumps(report, indent=1) + "\n")
         plot_envelopes(result, recorded, amax, str(out / "envelopes.png"))
         if json_out:
             print_json(report)

@@ -23,6 +23,7 @@ from hil.cli.common import (
 )
 from hil.recording.files import write_state_json
 from sim.das3.config import ModelConfig
+from sim.output_file import write_output_text
 
 app = typer.Typer(no_args_is_help=True, help="Inspect the DAS3 model.")
 
@@ -286,7 +287,7 @@ def mtg_defaults(
     with user_errors():
         check_output_path(out, "--out")
         doc = derive_defaults(load_model(ModelConfig()))
-        out.write_text(json.dumps(doc, indent=1) + "\n")
+        write_output_text(out, json.dumps(doc, indent=1) + "\n")
     table = Table(title=f"MTG defaults -> {out}")
     for col in ("MTG", "coordinate", "u", "tau_o (N m)", "theta_o (deg)", "theta_w (deg)", "theta_0^PE (deg)",
                 "theta_1^PE (deg)", "tact/tdeact (ms)"):

@@ -13,6 +13,7 @@ import json
 import numpy as np
 
 from hil.gym.episodes import Episodes
+from sim.output_file import output_file
 
 TARGET_UNITS = {"ElbowHold": "deg", "ForwardFlexion": "deg", "Reach": "m"}
 
@@ -37,7 +38,7 @@ def save_network(path: str, episodes: Episodes, layers, activation: str = "tanh"
     arrays["obs_mean"] = np.zeros(size) if obs_mean is None else np.asarray(obs_mean, float)
     arrays["obs_var"] = np.ones(size) if obs_var is None else np.asarray(obs_var, float)
     arrays["meta"] = np.array(json.dumps(policy_meta(episodes, activation, len(layers), obs_clip)))
-    with open(path, "wb") as f:
+    with output_file(path, "wb") as f:
         np.savez(f, **arrays)
 
 

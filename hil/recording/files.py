@@ -14,6 +14,7 @@ import numpy as np
 from sim.das3.config import not_utf8
 from sim.errors import UserInputError
 from sim.input_file import InputFileError, read_input_file
+from sim.output_file import output_file
 
 __all__ = ["StateFileError", "load_model_state", "load_state_file", "write_state_json", "output_columns", "OutputRecorder"]
 
@@ -110,7 +111,7 @@ def load_model_state(path: str | PathLike, model) -> np.ndarray:
 def write_state_json(path: str | PathLike, x: np.ndarray, description: str) -> None:
     """Write a state in the JSON format read by :func:`load_state_file` (exact float round trip)."""
     doc = {"description": description, "x": [float(v) for v in x]}
-    with open(path, "w", encoding="utf-8") as fh:
+    with output_file(path, "w", encoding="utf-8") as fh:
         json.dump(doc, fh, indent=1)
         fh.write("\n")
 
@@ -158,5 +159,6 @@ class OutputRecorder:
 
     def save(self, path: str | PathLike) -> None:
         """Write the recorded rows (only those) with a header row."""
-        np.savetxt(path, self.data[: self.n_rows], fmt="%.17g", delimiter=",",
-                   header=",".join(self.columns), comments="")
+        with output_file(path, "w", encoding="utf-8") as fh:
+            np.savetxt(fh, self.data[: self.n_rows], fmt="%.17g", delimiter=",",
+                       header=",".join(self.columns), comments="")

@@ -41,6 +41,7 @@ from drivers.ipc.process import die_with_parent
 from drivers.ipc.shm_ring import ShmRing
 from sim.errors import UserInputError
 from sim.input_file import InputFileError, read_input_file
+from sim.output_file import output_file
 
 MAGIC = b"FESHILREC1\n"
 BLOCK_MAGIC = b"BLK1"
@@ -409,7 +410,7 @@ def export_csv(reader: RecordingReader, out_path: str, muscle_names, dof_names, 
     table = np.column_stack([ticks["tick"].astype(float), frame["time"], frame["q"], frame["gh_stability"],
                              frame["status"].astype(float), ticks["u"], *[ticks["applied"][:, c, :3] for c in range(len(channel_names))],
                              *voluntary])
-    with open(out_path, "w", encoding="utf-8") as fh:
+    with output_file(out_path, "w", encoding="utf-8") as fh:
         fh.write(",".join(cols) + "\n")
         np.savetxt(fh, table, delimiter=",", fmt="%.17g")
     return table.shape[0]
@@ -432,7 +433,7 @@ def export_driver_streams(reader: RecordingReader, csv_path: str) -> dict[str, i
         path = f"{stem}.{name}.csv"
         table = np.column_stack([rows[f].astype(float) for f in dtype.names]) if len(rows) else \
             np.zeros((0, len(dtype.names)))
-        with open(path, "w", encoding="utf-8") as fh:
+        with output_file(path, "w", encoding="utf-8") as fh:
             fh.write(",".join(dtype.names) + "\n")
             np.savetxt(fh, table, delimiter=",", fmt="%.17g")
         written[path] = len(rows)

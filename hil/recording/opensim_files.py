@@ -25,6 +25,7 @@ import numpy as np
 from hil.recording.hilrec import RecordingError, RecordingReader
 from hil.recording.replay import replay_recording
 from sim.das3.release import opensim_names
+from sim.output_file import output_file
 
 UNITS_LINE = "Units are S.I. units (second, meters, Newtons, ...)"
 """The units sentence OpenSim's own Storage writer puts in the header of every file it writes."""
@@ -32,7 +33,7 @@ UNITS_LINE = "Units are S.I. units (second, meters, Newtons, ...)"
 
 def _write(path: str, name: str, labels: list[str], table: np.ndarray, degrees: bool) -> int:
     """OpenSim Storage version 1: name line, nRows, nColumns, inDegrees, the units line, endheader, labels, rows."""
-    with open(path, "w", encoding="utf-8") as fh:
+    with output_file(path, "w", encoding="utf-8") as fh:
         fh.write(f"{name}\nversion=1\nnRows={table.shape[0]}\nnColumns={len(labels)}\n"
                  f"inDegrees={'yes' if degrees else 'no'}\n{UNITS_LINE}\nendheader\n")
         fh.write("\t".join(labels) + "\n")

@@ -17,6 +17,7 @@ from sim.analysis.static_opt import CRITERION_UNITS, StaticSolution
 from sim.das3.layout import GIRDLE_NAMES
 from sim.das3.model import MUS_FMAX
 from sim.das3.muscle_groups import group_members
+from sim.output_file import output_file, write_output_text
 
 GIRDLE_COLUMNS = tuple(f"{name}_deg" for name in GIRDLE_NAMES)
 
@@ -47,7 +48,7 @@ def solution_dict(sol: StaticSolution, model) -> dict:
 
 
 def write_muscles(path: Path, sol: StaticSolution, model) -> None:
-    with open(path, "w", newline="") as fh:
+    with output_file(path, "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(["muscle", "activation", "force_N", "force_per_Fmax"])
         fmax = model.arrays.mus[:, MUS_FMAX]
@@ -57,7 +58,7 @@ def write_muscles(path: Path, sol: StaticSolution, model) -> None:
 
 def write_solution(out_dir: Path, sol: StaticSolution, model) -> None:
     """``solution.json``, ``muscles.csv`` and ``static_opt.png`` for one posture."""
-    (out_dir / "solution.json").write_text(json.dumps(solution_dict(sol, model), indent=2) + "\n")
+    write_output_text(out_dir / "solution.json", json.dumps(solution_dict(sol, model), indent=2) + "\n")
     write_muscles(out_dir / "muscles.csv", sol, model)
     plot_solution(out_dir / "static_opt.png", sol, model)
 
@@ -118,12 +119,12 @@ def write_trajectory(out_dir: Path, sols: list, model) -> None:
     """``trajectory.csv`` (one row per posture), ``activations.csv`` and ``forces.csv`` (postures x
     muscles) and ``trajectory.png`` (forces of the strongest muscle groups vs elevation and the GH force
     path in the glenoid, in the manner of van der Helm 1994 Figs. 7-8)."""
-    with open(out_dir / "trajectory.csv", "w", newline="") as fh:
+    with output_file(out_dir / "trajectory.csv", "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(TRAJECTORY_COLUMNS)
         w.writerows(trajectory_row(s) for s in sols)
     for name, values in (("activations.csv", [s.activation for s in sols]), ("forces.csv", [s.force for s in sols])):
-        with open(out_dir / name, "w", newline="") as fh:
+        with output_file(out_dir / name, "w", newline="") as fh:
             w = csv.writer(fh)
             w.writerow(["elevation_deg", *model.muscle_names])
             w.writerows([f"{math.degrees(s.th_angles[1]):.4f}", *(f"{v:.6g}" for v in row)]
@@ -158,10 +159,10 @@ def write_feedforward(out_dir: Path, ff, model) -> None:
     """``feedforward.csv`` (time + one column per muscle element: the loopback playback's direct
     schedule), ``initial_state.json`` (the first posture's rest state, for ``[plant] initial``) and the
     trajectory files of :func:`write_trajectory` for the distinct postures."""
-    with open(out_dir / "feedforward.csv", "w", newline="") as fh:
+    with output_file(out_dir / "feedforward.csv", "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(["time", *model.muscle_names])
         w.writerows([f"{t:.6f}", *(f"{v:.6f}" for v in row)] for t, row in zip(ff.times, ff.excitation))
-    (out_dir / "initial_state.json").write_text(json.dumps({"x": ff.initial_state.tolist()}) + "\n")
+    write_output_text(out_dir / "initial_state.json", json.dumps({"x": ff.initial_state.tolist()}) + "\n")
     distinct = list({id(s): s for s in ff.solutions}.values())
     write_trajectory(out_dir, distinct, model)

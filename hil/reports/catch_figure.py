@@ -9,13 +9,14 @@ from pathlib import Path
 import numpy as np
 
 from hil.reports.run_report import pyplot_agg, save_png
+from sim.output_file import output_file
 
 
 def write_catch(out_dir: Path, runs: dict, step_s: float, title: str) -> tuple[Path, Path]:
     """``runs``: speed (deg/s) -> (elbow angle, rad, and reflex moment, N m, from the start of the extension).
     Writes one CSV row per step and speed and the two-panel figure; returns their paths."""
     csv_path, png_path = out_dir / "catch.csv", out_dir / "catch.png"
-    with open(csv_path, "w", newline="") as fh:
+    with output_file(csv_path, "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(["speed_deg_s", "t_s", "elbow_deg", "reflex_moment_Nm"])
         for speed, (angle, moment) in runs.items():

@@ -22,6 +22,7 @@ from sim.analysis.criteria import (
     rotator_cuff_force,
 )
 from sim.das3.layout import GIRDLE_NAMES
+from sim.output_file import output_file
 
 LINE_STYLES = {"a": "-", "b": ":", "c": "--", "d": "-."}
 """van der Helm (1994) Fig. 8 caption: (a) solid, (b) dotted, (c) dashed, (d) long dash (here dash-dot)."""
@@ -54,7 +55,7 @@ def write_criteria(out_dir: Path, points: list[CriteriaPoint], model, title: str
     """``criteria.csv`` and ``criteria.png`` in ``out_dir``; returns their paths."""
     rows = csv_rows(points, model)
     csv_path, png_path = out_dir / "criteria.csv", out_dir / "criteria.png"
-    with open(csv_path, "w", newline="") as fh:
+    with output_file(csv_path, "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)

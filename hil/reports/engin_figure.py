@@ -18,6 +18,7 @@ from hil.reports.run_report import pyplot_agg
 from sim.das3 import engin as en
 from sim.das3.model import Das3Model
 from sim.das3.plant import Plant
+from sim.output_file import output_file
 
 LEVELS_NM = (6.0, 10.0, 14.0, 18.0, 22.0, 26.0)   # contour levels of Engin's Fig. E.4 range (6 to 26 Nm)
 CSV_LEVELS_NM = (6.0, 26.0)
@@ -75,7 +76,7 @@ def write_engin_sinus(out_dir: Path, model: Das3Model) -> Path:
     """``engin_sinus.csv`` (per phi: the sinus and the 6 and 26 Nm contours, degrees) and ``.png``."""
     E = model.arrays.engin
     table = sinus_table(E)
-    with open(out_dir / "engin_sinus.csv", "w", newline="") as fh:
+    with output_file(out_dir / "engin_sinus.csv", "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(["phi_deg", "sinus_theta_deg", *[f"theta_{level:g}Nm_deg" for level in CSV_LEVELS_NM]])
         for k, p in enumerate(table["phi"]):
@@ -204,5 +205,6 @@ def _plot(path: Path, E, table: dict, rest) -> None:
     fig.suptitle("Engin's directional passive shoulder moments (shoulder_passive = \"das3+engin\"): "
                  "bending part (a, b; torsion excluded), torsion part (c)", fontsize=10)
     fig.tight_layout(rect=(0.0, 0.0, 1.0, 0.95))
-    fig.savefig(path, dpi=100)
+    with output_file(path, "wb") as fh:
+        fig.savefig(fh, dpi=100, format="png")
     plt.close(fig)

@@ -15,6 +15,7 @@ import numpy as np
 from hil.reports.run_report import glenoid_angles, pyplot_agg, save_png
 from sim.analysis.feedforward import Playback
 from sim.das3.model import DOF_NAMES
+from sim.output_file import output_file
 
 TH_NAMES = ("plane of elevation", "elevation", "axial rotation")
 PANELS = (("A  thorax - clavicle", ("SCy", "SCz", "SCx")), ("B  clavicle - scapula", ("ACy", "ACz", "ACx")))
@@ -24,7 +25,7 @@ def write_playback(path: Path, pb: Playback, model) -> None:
     """``played.csv``: time, thoracohumeral and girdle angles, GH force direction and stability per step."""
     theta, phi = glenoid_angles(pb.gh_force, model.arrays.glenoid)
     girdle = [DOF_NAMES.index(n) for _, names in PANELS for n in names]
-    with open(path, "w", newline="") as fh:
+    with output_file(path, "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(["time_s", "plane_deg", "elevation_deg", "axial_rotation_deg",
                     *(f"{DOF_NAMES[i]}_deg" for i in girdle), "gh_theta_deg", "gh_phi_deg", "gh_stability"])

@@ -10,6 +10,7 @@ import numpy as np
 
 from hil.reports.run_report import pyplot_agg, save_png
 from hil.rt.lab_sensors import GM_PEAK_TAU, ImuConfig, LabSensors, LabSensorsConfig, gyro_record
+from sim.output_file import output_file
 
 DEG_PER_H = math.radians(1.0) / 3600.0
 
@@ -48,7 +49,7 @@ def write_imu_allan(out_dir: Path, imu: ImuConfig, hours: float = 4.0, seed: int
     tau = clusters / fs
     adev = np.stack([allan_deviation(record[:, i], fs, clusters) for i in range(3)])
     csv_path, png_path = out_dir / "imu-allan.csv", out_dir / "imu-allan.png"
-    with open(csv_path, "w", newline="") as fh:
+    with output_file(csv_path, "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(["tau_s", "adev_x_deg_h", "adev_y_deg_h", "adev_z_deg_h"])
         for k, t in enumerate(tau):

@@ -18,6 +18,7 @@ from hil.reports.run_report import pyplot_agg, save_png
 from sim.analysis.literature import literature_curves, study_ratios, within_spread
 from sim.analysis.max_moment import MaxMomentPoint
 from sim.das3.model import LOAD_NAMES, N_STATES
+from sim.output_file import output_file
 
 MAX_MOMENT_COLUMNS = ("angle_deg", "moment_Nm", "gh_stability", *GIRDLE_COLUMNS, "contact_E_TS", "contact_E_AI",
                       "contact_force_TS_N", "contact_force_AI_N", "conoid_force_N", "gh_force_N",
@@ -31,12 +32,12 @@ def write_max_moment(out_dir: Path, task_name: str, task, angles_rad, results: l
     """``max_moment_<task>.csv``, ``max_moment_<task>_states.csv`` and ``max_moment_<task>.png``; returns the
     first. ``tolerance``: the relative gap between the best two optima above which a point is flagged."""
     path = out_dir / f"max_moment_{task_name}.csv"
-    with open(path, "w", newline="") as fh:
+    with output_file(path, "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(MAX_MOMENT_COLUMNS)
         for angle, r in zip(angles_rad, results):
             w.writerow(_row(angle, r, tolerance))
-    with open(out_dir / f"max_moment_{task_name}_states.csv", "w", newline="") as fh:
+    with output_file(out_dir / f"max_moment_{task_name}_states.csv", "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(STATE_COLUMNS)
         for angle, r in zip(angles_rad, results):
@@ -137,7 +138,7 @@ def summary_row(task_name: str, angles_rad, results: list, tolerance: float) -> 
 
 
 def write_summary(path: Path, rows: list) -> None:
-    with open(path, "w", newline="") as fh:
+    with output_file(path, "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(SUMMARY_COLUMNS)
         w.writerows(rows)

@@ -9,6 +9,7 @@ import numpy as np
 from hil.reports.run_report import pyplot_agg, save_png
 from sim.das3 import muscle_curves as mc
 from sim.das3.model import MUS_LCEOPT, MUS_SEESLACK, Das3Model
+from sim.output_file import output_file
 
 FIBRE_RANGE = (0.4, 1.7)            # muscle-tendon length swept as slack + (this range) x L_CEopt
 VELOCITIES = np.linspace(-10.0, 5.0, 61)   # L_CEopt/s, > 0 lengthening
@@ -32,7 +33,7 @@ def muscle_curves(models: dict[str, Das3Model], muscle: int) -> dict:
 
 def write_muscle_curves(out_dir: Path, muscle_name: str, curves: dict, names: list[str]) -> Path:
     """``muscle_curves_<name>.csv`` (force-length and force-velocity rows) and ``.png``; returns the PNG."""
-    with open(out_dir / f"muscle_curves_{muscle_name}.csv", "w", newline="") as fh:
+    with output_file(out_dir / f"muscle_curves_{muscle_name}.csv", "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(["curve", "x", *[f"{n}_N" for n in names]])
         for k, x in enumerate(curves["length_rel"]):

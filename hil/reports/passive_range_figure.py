@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from hil.reports.run_report import pyplot_agg, save_png
+from sim.output_file import output_file
 
 HOLD_COLOURS = ("tab:blue", "tab:grey", "tab:red")
 """Extension, rest and flexion holds (dashed able-bodied, solid the patient)."""
@@ -19,7 +20,7 @@ def write_passive_range(out_dir: Path, ranges: dict, title: str) -> tuple[Path, 
     """``ranges``: (plant, arm) -> :class:`sim.analysis.passive_range.PassiveRange`, arm "able-bodied" or the
     patient's name. One CSV row per step, hold and arm; a panel per plant. Returns the two paths."""
     csv_path, png_path = out_dir / "passive_range.csv", out_dir / "passive_range.png"
-    with open(csv_path, "w", newline="") as fh:
+    with output_file(csv_path, "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(["plant", "arm", "moment_Nm", "t_s", "elbow_deg"])
         for (plant, arm), r in ranges.items():

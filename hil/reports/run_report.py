@@ -38,6 +38,7 @@ from hil.reports.run_metrics import config_target, run_metrics
 from hil.rt.plants import plant_type
 from hil.rt.stimulation import fatigue_channel_names
 from sim.analysis.passive_limits import passive_load_history
+from sim.output_file import output_file
 
 
 def glenoid_angles(gh_force: np.ndarray, glenoid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -60,7 +61,8 @@ def save_png(plt, fig, file: str) -> str:
     (``layout="constrained"``) keeps it; any other is laid out tight."""
     if fig.get_layout_engine() is None:
         fig.tight_layout()
-    fig.savefig(file, dpi=100)
+    with output_file(file, "wb") as fh:
+        fig.savefig(fh, dpi=100, format="png")
     plt.close(fig)
     return file
 
@@ -292,6 +294,6 @@ def make_report(path: str, out_dir: str) -> dict:
         summary["fatigue"] = _fatigue_summary(t, ticks, fatigued)
     if passive is not None:
         summary["passive_loads"] = passive_loads_summary(passive)
-    with open(files["summary"], "w", encoding="utf-8") as fh:
+    with output_file(files["summary"], "w", encoding="utf-8") as fh:
         json.dump(summary, fh, indent=2)
     return summary

@@ -34,6 +34,7 @@ from hil.sweep.population import sample_patients
 from hil.sweep.runner import json_lines
 from hil.sweep.spec import SweepSpec, variants
 from sim.errors import UserInputError
+from sim.output_file import output_file
 
 METRICS = {
     "rms_error_deg": "RMS tracking error (deg)",
@@ -383,6 +384,6 @@ def sweep_report(spec: SweepSpec, out_dir: str) -> dict:
            "metrics": {m: metric_stats(ok, m) for m in [*METRICS, *charge]},
            "failures": failures, "figures": figures, "heat_maps": maps,
            "summary": os.path.join(report_dir, "summary.json")}
-    with open(doc["summary"], "w", encoding="utf-8") as f:
+    with output_file(doc["summary"], "w", encoding="utf-8") as f:
         json.dump(doc, f, indent=2, default=str)
     return doc

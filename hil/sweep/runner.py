@@ -30,6 +30,7 @@ from hil.sweep.worker import local_cluster, warm_up
 from sim.das3.config import ConfigError
 from sim.errors import UserInputError
 from sim.input_file import InputFileError, read_input_file
+from sim.output_file import output_file
 
 RETRIES = 2
 METRIC_COLUMNS = ("status", "error", "ticks", "simulated_s", "wall_s", "stopped_by", "rms_error_deg",
@@ -125,7 +126,7 @@ def write_csv(out_dir: str, keys: list[str], rows: list[dict]) -> str:
     charge = sorted({k for r in rows for k in r if k.startswith("charge_")})
     columns = ["id", *keys, *METRIC_COLUMNS, *charge]
     path = os.path.join(out_dir, "results.csv")
-    with open(path, "w", newline="", encoding="utf-8") as f:
+    with output_file(path, "w", newline="", encoding="utf-8") as f:
         w = csv.DictWriter(f, columns, extrasaction="ignore")
         w.writeheader()
         w.writerows(rows)

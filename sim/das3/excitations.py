@@ -31,6 +31,7 @@ import numpy as np
 from sim.das3.config import not_utf8
 from sim.errors import UserInputError
 from sim.input_file import MAX_TABLE_FILE_BYTES, InputFileError, read_input_file
+from sim.output_file import output_file
 
 __all__ = ["ExcitationFileError", "ExcitationSchedule", "load_excitation_csv", "write_ramp_csv",
            "TIME_TOLERANCE_S"]
@@ -251,7 +252,7 @@ def write_ramp_csv(path: str | PathLike, muscle_names: Sequence[str], duration: 
     if n_rows < 2:
         raise ValueError(f"n_rows must be >= 2, not {n_rows!r}")
     names = list(muscle_names)
-    with open(path, "w", newline="", encoding="utf-8") as fh:
+    with output_file(path, "w", newline="", encoding="utf-8") as fh:
         writer = csv.writer(fh, lineterminator="\n")
         writer.writerow(["time", *names])
         for k in range(n_rows):

@@ -53,6 +53,7 @@ from sim.analysis.solver import run_slsqp, satisfied
 from sim.das3.kernels.outputs import compute_outputs
 from sim.das3.kernels.step import IA, IQ, IS, evaluate, new_plant_work
 from sim.das3.model import DOF_NAMES, LOAD_NAMES, N_LOADS, N_STATES, Das3Model
+from sim.output_file import output_file
 
 DEG = math.pi / 180.0
 COORDINATES = ("plane_of_elevation", "elevation", "axial_rotation", "elbow_flexion", "pronation")
@@ -338,7 +339,7 @@ excursion beyond its range and the path warnings (:func:`short_paths`, ``muscle:
 def write_passive_csv(path: Path, points: list[SweepPoint]) -> None:
     """One row per sweep angle (the best unchecked state where the checks failed, NaN where none was set up);
     angles deg, moments N m."""
-    with open(path, "w", newline="") as fh:
+    with output_file(path, "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(PASSIVE_COLUMNS)
         for p in points:

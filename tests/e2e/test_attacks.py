@@ -17,7 +17,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 import serial
-from helpers import CONFIGS, descendants, free_port, hil, shared_memory_of, start_hil
+from helpers import (
+    CONFIGS,
+    descendants,
+    file_size_limit,
+    free_port,
+    hil,
+    mount_small_tmpfs,
+    shared_memory_of,
+    start_hil,
+)
 from helpers import wait_for_port_file as wait_for_file
 
 from drivers.can.local_bus import host_local_group
@@ -198,17 +207,6 @@ def test_recorder_killed_is_reported_counted_and_exits_non_zero(tmp_path, config
         assert summary["stopped_by"] == "duration" and summary["ticks"] == 1500
 
 
-def _tmpfs(path: Path, size: str, *options: str) -> bool:
-    path.mkdir()
-    opts = ",".join((f"size={size}",) + options)
-    return subprocess.run(["mount", "-t", "tmpfs", "-o", opts, "tmpfs", str(path)], capture_output=True).returncode == 0
-
-
-def _limit_file_size(limit: int):
-    import resource
-    return lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
-
-
 def test_full_disk_stops_the_run_with_one_red_line(tmp_path, config_over):
     """On a small tmpfs where one can be mounted; elsewhere a file-size limit gives the same write error."""
     cfg = config_over("elbow-hold.toml", """
@@ -216,9 +214,9 @@ def test_full_disk_stops_the_run_with_one_red_line(tmp_path, config_over):
         enabled = false
         """)
     disk = tmp_path / "disk"
-    mounted = _tmpfs(disk, "160k")
+    mounted = mount_small_tmpfs(disk, "160k")
     try:
-        extra = {} if mounted else {"preexec_fn": _limit_file_size(160_000)}
+        extra = {} if mounted else {"preexec_fn": file_size_limit(160_000)}
         out = hil("run", "--config", cfg, "--duration", "4", "--json", "--record", disk / "run.hilrec", **extra)
         assert out.returncode == 5, out.stderr
         lines = red_lines(out.stderr)
@@ -241,7 +239,7 @@ def test_read_only_recording_directory_fails_at_once(tmp_path, config_over):
         enabled = false
         """)
     ro = tmp_path / "ro"
-    mounted = _tmpfs(ro, "64k", "ro")
+    mounted = mount_small_tmpfs(ro, "64k", "ro")
     if not mounted:
         ro.mkdir(exist_ok=True)
         ro.chmod(0o555)

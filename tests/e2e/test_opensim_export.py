@@ -6,11 +6,12 @@ from __future__ import annotations
 import json
 import math
 import os
+import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import CONFIGS, hil
+from helpers import CONFIGS, file_size_limit, hil, mount_small_tmpfs
 
 from hil.recording.hilrec import RecordingReader
 from sim.das3.kinematics import frames
@@ -224,6 +225,24 @@ def test_an_export_over_its_own_recording_is_refused_and_the_recording_kept(run,
         assert out.returncode == 2 and "writing it would destroy it" in out.stderr
         assert len(out.stderr.strip().splitlines()) == 1
     assert copy.read_bytes() == rec.read_bytes()                      # a .sto over it used to replace it
+
+
+def test_an_export_to_a_full_disk_is_one_line_naming_it_and_leaves_no_truncated_file(run, tmp_path):
+    """The .mot of a 0.4 s run does not fit on an 8 KiB disk: one line naming the file, and no .mot cut short
+    (OpenSim would read its rows as the whole run). A file-size limit stands in where no tmpfs can be mounted."""
+    rec, _ = run
+    disk = tmp_path / "disk"
+    mounted = mount_small_tmpfs(disk, "8k")
+    try:
+        out = hil("export", rec, "--mot", disk / "run.mot", **({} if mounted else {"preexec_fn": file_size_limit(8192)}))
+        lines = [line for line in out.stderr.splitlines() if line.strip()]
+        assert out.returncode == 2 and len(lines) == 1 and "Traceback" not in out.stderr, out.stderr
+        assert lines[0].startswith(f"Error: {disk / 'run.mot'}: ")
+        assert ("No space left" if mounted else "too large") in lines[0], lines[0]
+        assert list(disk.iterdir()) == []
+    finally:
+        if mounted:
+            subprocess.run(["umount", str(disk)])
 
 
 def test_a_recording_cut_before_its_first_tick_exports_no_opensim_file(tmp_path):

@@ -37,6 +37,7 @@ from hil.cli.analyze.options import (
 )
 from hil.cli.analyze.patient import catch, passive_range
 from hil.cli.common import BadInputError, ExitCode, error, load_model_options, out_console, user_errors
+from sim.output_file import output_file, write_output_text
 
 app = typer.Typer(no_args_is_help=True, help="Optimisation analyses of the DAS3 model.")
 
@@ -285,8 +286,8 @@ def channels(
                "reached_deg": res.reached_deg, "gh_stability": res.gh_stability, "channels": rows,
                "checks_failures": res.checks.failures, "solve_time_s": res.time_s,
                "joint_angles_deg": dict(zip(model.dof_names, np.degrees(res.x[:11]).round(4).tolist()))}
-        (out / "channels.json").write_text(json.dumps(doc, indent=2) + "\n")
-        with open(out / "channels.csv", "w", newline="") as fh:
+        write_output_text(out / "channels.json", json.dumps(doc, indent=2) + "\n")
+        with output_file(out / "channels.csv", "w", newline="") as fh:
             w = csv.DictWriter(fh, fieldnames=list(rows[0]))
             w.writeheader()
             w.writerows(rows)

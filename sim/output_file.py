@@ -1,0 +1,69 @@
+"""Output files written whole or not at all.
+
+A command's output (an export, an analysis table, a linearised model, a figure) is written to a temporary
+file beside its final name, flushed to the disk, and renamed onto the name only when complete (a rename
+within a directory is atomic). A write that fails part-way (a full disk, a quota, an I/O error) then leaves
+no truncated file that reads as a complete one, the earlier file of that name, if any, stays as it was, and
+the error names the output being written rather than the temporary file or no file at all (a full disk's
+``[Errno 28]`` carries no name).
+
+A name that exists but is not a regular file (``/dev/null``, ``/dev/stdout``, a FIFO) is written in place:
+renaming onto it would replace the device or pipe with a file. A symbolic link is followed, so the file it
+points to is replaced and the link kept.
+"""
+from __future__ import annotations
+
+import os
+import stat
+from contextlib import contextmanager
+from os import PathLike
+from pathlib import Path
+
+
+@contextmanager
+def output_file(path: str | PathLike, mode: str = "w", **open_kwargs):
+    """``open(path, mode, **open_kwargs)`` for writing, made whole-or-nothing as the module says; yields the
+    file object. Any OSError leaves as one naming ``path``."""
+    if "w" not in mode or "+" in mode:
+        raise ValueError(f"output_file writes a new file (mode 'w' or 'wb'), not {mode!r}")
+    target = Path(os.path.realpath(path))
+    if _exists_as_other_than_a_file(target):
+        with _named(path, target), open(target, mode, **open_kwargs) as fh:
+            yield fh
+        return
+    partial = target.with_name(f".{target.name}.partial-{os.getpid()}")
+    try:
+        with _named(path, partial), open(partial, mode, **open_kwargs) as fh:
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())                 # a full disk may report only here (delayed allocation)
+        with _named(path, partial):
+            os.replace(partial, target)
+    finally:
+        if partial.exists():
+            partial.unlink()
+
+
+def _exists_as_other_than_a_file(target: Path) -> bool:
+    try:
+        return not stat.S_ISREG(target.stat().st_mode)
+    except FileNotFoundError:
+        return False
+
+
+@contextmanager
+def _named(path, written: Path):
+    """Re-raise an OSError of the file being ``written`` (naming it, or no file: a write's error) as the same
+    error naming ``path``; an error naming another file (an input read inside the block) passes unchanged."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno is None or exc.filename not in (None, str(written)):
+            raise
+        raise type(exc)(exc.errno, exc.strerror, str(path)) from None
+
+
+def write_output_text(path: str | PathLike, text: str) -> None:
+    """``text`` as the whole UTF-8 file ``path``, through :func:`output_file`."""
+    with output_file(path, "w", encoding="utf-8") as fh:
+        fh.write(text)
