@@ -9,7 +9,7 @@ the error names the output being written rather than the temporary file or no fi
 
 A name that exists but is not a regular file (``/dev/null``, ``/dev/stdout``, a FIFO) is written in place:
 renaming onto it would replace the device or pipe with a file. A symbolic link is followed, so the file it
-points to is replaced and the link kept.
+points to is replaced and the link kept. A replaced file keeps its permissions.
 """
 from __future__ import annotations
 
@@ -38,10 +38,20 @@ def output_file(path: str | PathLike, mode: str = "w", **open_kwargs):
             fh.flush()
             os.fsync(fh.fileno())                 # a full disk may report only here (delayed allocation)
         with _named(path, partial):
+            _keep_mode(target, partial)
             os.replace(partial, target)
     finally:
         if partial.exists():
             partial.unlink()
+
+
+def _keep_mode(target: Path, partial: Path) -> None:
+    """The permissions of the file being replaced (a user's 0600 on a patient's data), not the umask's."""
+    try:
+        mode = stat.S_IMODE(target.stat().st_mode)
+    except FileNotFoundError:
+        return
+    os.chmod(partial, mode)
 
 
 def _exists_as_other_than_a_file(target: Path) -> bool:

@@ -19,12 +19,14 @@ def leftovers(directory) -> list[str]:
     return sorted(p.name for p in directory.iterdir() if ".partial-" in p.name)
 
 
-def test_a_complete_write_replaces_the_file(tmp_path):
+def test_a_complete_write_replaces_the_file_and_keeps_its_permissions(tmp_path):
     path = tmp_path / "out.csv"
     path.write_text("old\n")
+    path.chmod(0o600)
     with output_file(path) as fh:
         fh.write("new\n")
     assert path.read_text() == "new\n" and leftovers(tmp_path) == []
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
 
 
 def test_a_write_that_fails_part_way_keeps_the_earlier_file_and_leaves_no_partial_one(tmp_path):
