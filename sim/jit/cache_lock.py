@@ -28,7 +28,9 @@ def exclusive(directory: str):
     """Hold an exclusive flock on ``directory/LOCK_NAME`` for the block; where the file cannot be opened
     (a read-only cache, which numba reports itself), run the block unlocked rather than fail the compile."""
     try:
-        fd = os.open(os.path.join(directory, LOCK_NAME), os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        # read-only suffices for flock, so users sharing a cache (the service and a lab member) can each open a
+        # lock file the other created
+        fd = os.open(os.path.join(directory, LOCK_NAME), os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o666)
     except OSError:
         yield
         return

@@ -158,3 +158,44 @@ def test_a_read_only_cache_directory_saves_unlocked_instead_of_failing(tmp_path)
     with exclusive(str(tmp_path / "missing")):
         ran.append(True)
     assert ran == [True] and not (tmp_path / "missing").exists()
+
+
+LOCK_PROBE = """
+import fcntl, importlib.util, os, sys
+spec = importlib.util.spec_from_file_location("cache_lock", sys.argv[1])
+cache_lock = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(cache_lock)
+if sys.argv[3] == "as-nobody":           # after Python and the module are loaded from root's directories
+    os.setgid(65534)
+    os.setuid(65534)
+with cache_lock.exclusive(sys.argv[2]):
+    probe = os.open(os.path.join(sys.argv[2], cache_lock.LOCK_NAME), os.O_RDONLY)
+    try:
+        fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        print("unlocked")
+    except BlockingIOError:
+        print("locked")
+"""
+
+
+def test_a_lock_file_the_user_may_not_write_still_locks(tmp_path):
+    """Users sharing a cache directory (the service and a lab member): the lock file one of them made, which
+    the other may not write, still locks for the other (flock needs only a read-only descriptor). As root, the
+    probe runs as nobody in a directory both can read; otherwise the file is simply made read-only."""
+    import shutil
+    import tempfile
+
+    from sim.jit.cache_lock import LOCK_NAME
+    as_nobody = os.geteuid() == 0
+    directory = Path(tempfile.mkdtemp(dir="/dev/shm")) if as_nobody else tmp_path
+    try:
+        directory.chmod(0o755)
+        (directory / LOCK_NAME).touch()
+        (directory / LOCK_NAME).chmod(0o444)
+        probe = subprocess.run([sys.executable, "-c", LOCK_PROBE, str(ROOT / "sim" / "jit" / "cache_lock.py"),
+                                str(directory), "as-nobody" if as_nobody else "as-me"],
+                               capture_output=True, text=True, timeout=60)
+        assert probe.stdout.strip() == "locked", probe.stderr
+    finally:
+        if as_nobody:
+            shutil.rmtree(directory)
