@@ -202,8 +202,7 @@ def _frozen_girdle(das3: Das3Model):
     """(girdle angles, GH centre, scapula orientation, thoracohumeral angles, elbow, pronation) of the
     published equilibrium, from the DAS3 model's own kinematics (spec "Outputs" for the YZY angles)."""
     work = new_multibody_work()
-    x = das3.equilibrium_state
-    q = np.ascontiguousarray(x[:das3.n_dof])
+    q = writable(das3.equilibrium_state[:das3.n_dof])     # a copy: the published state is read-only
     multibody_eval(das3.arrays, q, np.zeros(das3.n_dof), np.zeros(das3.n_dof), np.zeros(len(LOAD_NAMES)), work)
     R = work.R[HUMERUS_FRAME, :, :, 0]
     th = np.array([math.atan2(R[2, 1], -R[0, 1]), math.acos(min(1.0, max(-1.0, R[1, 1]))),

@@ -54,6 +54,14 @@ def test_the_dynamics_and_the_reference_take_the_published_equilibrium_as_it_is(
     assert not read_only_arrays(evaluate) and not read_only_arrays(_explicit_rates)
 
 
+def test_the_mtg_arm_is_built_on_the_writable_multibody_kernel(model):
+    """The MTG arm's frozen girdle comes from the DAS3 kinematics at the published (read-only) equilibrium."""
+    from sim.das3.kernels.multibody import multibody_eval
+    from sim.mtg.model import _frozen_girdle
+    _frozen_girdle(model)
+    assert multibody_eval.signatures and not read_only_arrays(multibody_eval)
+
+
 def test_the_mtg_arm_takes_read_only_postures():
     arm = mtg_model_for(ModelConfig(), Patient())
     q = read_only(arm.equilibrium_state[:5])
