@@ -7,6 +7,8 @@ no truncated file that reads as a complete one, the earlier file of that name, i
 the error names the output being written rather than the temporary file or no file at all (a full disk's
 ``[Errno 28]`` carries no name).
 
+:func:`append_line` adds one line to a log (a sweep's ``results.jsonl``) the same way: whole, or cut back off.
+
 A name that exists but is not a regular file (``/dev/null``, ``/dev/stdout``, a FIFO) is written in place:
 renaming onto it would replace the device or pipe with a file. A symbolic link is followed, so the file it
 points to is replaced and the link kept. A replaced file keeps its permissions.
@@ -77,3 +79,27 @@ def write_output_text(path: str | PathLike, text: str) -> None:
     """``text`` as the whole UTF-8 file ``path``, through :func:`output_file`."""
     with output_file(path, "w", encoding="utf-8") as fh:
         fh.write(text)
+
+
+def append_line(path: str | PathLike, line: str) -> None:
+    """Append ``line`` (ending in a newline) to the log ``path`` whole or not at all, on the disk when this
+    returns (fsync). A write that fails part-way (a full disk) is cut back off, so the next line appended, after
+    the user has made room, does not join a torn one; the error names ``path``. A last line torn by a killed
+    writer is ended first, so this line stays whole."""
+    data = line.encode("utf-8")
+    with _named(path, Path(path)):
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        try:
+            end = os.fstat(fd).st_size
+            if end and os.pread(fd, 1, end - 1) != b"\n":
+                data = b"\n" + data
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+                os.fsync(fd)
+            except OSError:
+                os.ftruncate(fd, end)
+                raise
+        finally:
+            os.close(fd)

@@ -30,7 +30,7 @@ from hil.sweep.worker import local_cluster, warm_up
 from sim.das3.config import ConfigError
 from sim.errors import UserInputError
 from sim.input_file import InputFileError, read_input_file
-from sim.output_file import output_file
+from sim.output_file import append_line, output_file
 
 RETRIES = 2
 METRIC_COLUMNS = ("status", "error", "ticks", "simulated_s", "wall_s", "stopped_by", "rms_error_deg",
@@ -95,10 +95,7 @@ def preflight(todo: list[RunTask]) -> tuple[list[RunTask], list[dict]]:
 
 
 def _append(out_dir: str, row: dict) -> None:
-    with open(os.path.join(out_dir, "results.jsonl"), "a", encoding="utf-8") as f:
-        f.write(json.dumps(row, default=float) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
+    append_line(os.path.join(out_dir, "results.jsonl"), json.dumps(row, default=float) + "\n")
 
 
 def json_lines(path: str):

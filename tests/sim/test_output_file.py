@@ -12,7 +12,7 @@ import threading
 
 import pytest
 
-from sim.output_file import output_file
+from sim.output_file import append_line, output_file
 
 
 def leftovers(directory) -> list[str]:
@@ -96,3 +96,33 @@ def test_a_pipe_is_written_in_place_and_a_link_is_followed(tmp_path):
     with output_file(link) as fh:
         fh.write("new\n")
     assert link.is_symlink() and real.read_text() == "new\n" and leftovers(tmp_path) == []
+
+
+def test_a_line_appended_after_a_torn_one_stays_whole(tmp_path):
+    """A sweep killed mid-line leaves a torn last line; the next run's line must not join it."""
+    log = tmp_path / "results.jsonl"
+    log.write_text('{"id": 1}\n{"id": 2, "err')
+    append_line(log, '{"id": 3}\n')
+    append_line(log, '{"id": 4}\n')
+    assert log.read_text().splitlines() == ['{"id": 1}', '{"id": 2, "err', '{"id": 3}', '{"id": 4}']
+
+
+def test_a_line_that_does_not_fit_is_cut_back_off_and_names_the_log(tmp_path):
+    """Past the file-size limit (a full disk's stand-in) the log keeps exactly its earlier lines, so the line
+    appended once there is room again starts a line of its own."""
+    log = tmp_path / "results.jsonl"
+    log.write_text('{"id": 1}\n' * 10)                    # 100 bytes
+    script = textwrap.dedent(f"""
+        import resource, signal, sys
+        sys.path.insert(0, {os.getcwd()!r})
+        from sim.output_file import append_line
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (120, 120))
+        try:
+            append_line({str(log)!r}, '{{"id": 11, "metrics": "' + 'x' * 60 + '"}}\\n')
+        except OSError as exc:
+            print(exc.errno, exc.filename)
+        """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.stdout.split() == [str(errno.EFBIG), str(log)], done.stderr
+    assert log.read_text() == '{"id": 1}\n' * 10
