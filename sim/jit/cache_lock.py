@@ -8,6 +8,8 @@ both take number 1, and one index entry ends up naming the other's machine code.
 wraps that save in an exclusive ``flock`` on :data:`LOCK_NAME` in the cache directory, so the second writer
 reads the index the first one wrote. Loads take no lock: numba replaces index and data files atomically
 (write to a temporary name, then rename), and a load that finds an entry without its data compiles afresh.
+A save that fails (a full disk) leaves the kernel compiled in memory and prints one warning, where numba would
+raise the error from the kernel's first call.
 """
 from __future__ import annotations
 
@@ -58,11 +60,28 @@ def _wrap_save(cls) -> None:
         return
 
     def locked_save(self, key, data):
-        with exclusive(self._cache_path):
-            save(self, key, data)
+        try:
+            with exclusive(self._cache_path):
+                save(self, key, data)
+        except OSError as exc:
+            _unsaved(self._cache_path, exc)
 
     locked_save.locked_by_fes_hil = True
     cls.save = locked_save
+
+
+_WARNED: list[str] = []
+"""The cache directory of this process's first failed save (one warning per process)."""
+
+
+def _unsaved(directory: str, exc: OSError) -> None:
+    """A kernel that compiled but could not be cached (a full disk, a quota) still runs: say so once per
+    process on stderr, instead of failing the command that compiled it (numba would raise the OSError from
+    the kernel's first call)."""
+    if not _WARNED:
+        _WARNED.append(directory)
+        sys.stderr.write(f"warning: numba's cache {directory}: {exc.strerror or exc}; the kernels run but compile "
+                         f"again in the next process\n")
 
 
 class _WrapOnImport(importlib.abc.MetaPathFinder):
