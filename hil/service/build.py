@@ -16,7 +16,6 @@ Processes (all started with the ``spawn`` method: nothing is forked from a proce
 from __future__ import annotations
 
 import math
-import os
 
 import numpy as np
 
@@ -34,6 +33,7 @@ from hil.rt.voluntary import VoluntaryLatch, driver_role, without_role
 from hil.service.run_result import RunResult
 from hil.telemetry.counters import RunCounters
 from sim.das3.muscle_groups import group_members
+from sim.output_file import write_output_text
 
 
 def muscle_groups(muscle_names) -> dict[str, np.ndarray]:
@@ -213,12 +213,10 @@ def announce_ports(drivers, port_file: str | None, metrics_address: str | None =
 
 
 def write_port_file(ports: dict, port_file: str) -> None:
-    """``ports`` as JSON in ``port_file``, atomically (a reader never sees a half-written file)."""
+    """``ports`` as JSON in ``port_file``, atomically (a reader never sees a half-written file; a failed write
+    leaves none: :mod:`sim.output_file`)."""
     import json
-    tmp = f"{port_file}.tmp{os.getpid()}"
-    with open(tmp, "w") as fh:
-        json.dump(ports, fh, indent=1)
-    os.replace(tmp, port_file)
+    write_output_text(port_file, json.dumps(ports, indent=1))
 
 
 def say(message: str) -> None:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hil.telemetry.metrics import MetricsError
+from sim.output_file import write_output_text
 
 #: Listen backlog: connections the kernel queues until the exporter accepts them. Accepting (a thread
 #: start each) is slower than a client connecting in a loop, so this queue, not the accept rate, is what
@@ -140,13 +141,11 @@ class TargetFile:
         self.written = False
 
     def write(self) -> None:
-        """Write the entry atomically (Prometheus never reads half a file; the temporary name does not
-        match ``*.json``); raises OSError if the directory cannot be created or written."""
+        """Write the entry atomically (:mod:`sim.output_file`: Prometheus never reads half a file, and the
+        temporary name does not match ``*.json``); raises OSError if the directory cannot be created or written."""
         self.directory.mkdir(parents=True, exist_ok=True)
         self._remove_stale()
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text(json.dumps([{"targets": [self.address]}]) + "\n")
-        os.replace(tmp, self.path)
+        write_output_text(self.path, json.dumps([{"targets": [self.address]}]) + "\n")
         self.written = True
 
     def remove(self) -> None:
