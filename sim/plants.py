@@ -105,11 +105,9 @@ class FixedStepPlant:
     def excitation_input(self, u) -> np.ndarray:
         """``u`` as a float64 array of one value per actuator (its finiteness is the kernel's to check), of the
         type the step is compiled for (:func:`sim.jit.kernel.writable`)."""
-        if not (isinstance(u, np.ndarray) and u.dtype == np.float64 and u.shape == self._u.shape
-                and u.flags.writeable and u.flags.c_contiguous):
-            u = writable(u)
-            if u.shape != self._u.shape:
-                raise InvalidInputError(f"excitation must have {self._u.shape[0]} values, got shape {u.shape}")
+        u = writable(u)
+        if u.shape != self._u.shape:
+            raise InvalidInputError(f"excitation must have {self._u.shape[0]} values, got shape {u.shape}")
         return u
 
     def advance(self, u: np.ndarray, stale: bool) -> tuple[int, int, int]:

@@ -8,15 +8,15 @@ ordered so that they rarely do, which would only repeat the work. With a warm ca
 kernels in seconds."""
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Callable
 
-from helpers import CONFIGS, GENERIC_CPU, PLANT_TRAJECTORY, ROOT
+from helpers import CONFIGS, ROOT, plant_trajectory, start_hil
 
 BATCH = ("import gymnasium as gym, hil.gym\n"
          "gym.make_vec('fes_hil/ElbowHold-v0', num_envs=1, vectorization_mode='vector_entry_point', plant={!r})\n")
@@ -25,32 +25,35 @@ TIMEOUT_S = 1800.0
 """Longest a step may take (a cold cache on a slow machine takes minutes)."""
 
 
-def _offline_run(name: str, work: Path) -> tuple[str, list[str], dict]:
-    return (f"configs/{name}", ["-m", "hil", "run", "--offline", "--config", str(CONFIGS / name), "--duration",
-                                "0.05", "--record", str(work / f"{name}.hilrec")], {})
+def _offline_run(name: str, work: Path) -> tuple[str, Callable[[], subprocess.Popen]]:
+    return f"configs/{name}", lambda: start_hil("run", "--offline", "--config", CONFIGS / name, "--duration", "0.05",
+                                                "--record", work / f"{name}.hilrec")
+
+
+def _batch(plant: str) -> Callable[[], subprocess.Popen]:
+    return lambda: subprocess.Popen([sys.executable, "-c", BATCH.format(plant)], cwd=ROOT, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.PIPE, text=True)
 
 
 def chains(work: Path) -> tuple[list, list]:
-    """(label, python arguments, extra environment) per step, in two chains of about equal length on a cold
+    """(label, a function starting the step's process) per step, in two chains of about equal length on a cold
     cache. One: the plant for the generic x86-64 CPU (its own cache, ``helpers.GENERIC_CPU``, for
     ``tests/sim/test_cpu_independence.py``), the MTG arm's run, then the MTG arm's Gymnasium batch. The other:
     the DAS3 run (the plant and the tick), the lab sensors' run, the plant stepped from Python (``Plant.step``'s
     entry, which a run does not use), then the DAS3 batch."""
-    generic = [("the plant for the generic CPU", ["-c", PLANT_TRAJECTORY, str(work / "generic.npy")], GENERIC_CPU),
+    generic = [("the plant for the generic CPU", lambda: plant_trajectory(work / "generic.npy", generic=True)),
                _offline_run("elbow-hold-mtg.toml", work),
-               ("the MTG arm's Gymnasium batch", ["-c", BATCH.format("mtg")], {})]
+               ("the MTG arm's Gymnasium batch", _batch("mtg"))]
     host = [_offline_run("elbow-hold.toml", work), _offline_run("elbow-hold-imu.toml", work),
-            ("the plant stepped from Python", ["-c", PLANT_TRAJECTORY, str(work / "host.npy")], {}),
-            ("the DAS3 Gymnasium batch", ["-c", BATCH.format("das3")], {})]
+            ("the plant stepped from Python", lambda: plant_trajectory(work / "host.npy")),
+            ("the DAS3 Gymnasium batch", _batch("das3"))]
     return generic, host
 
 
-def step_outcome(args: list[str], env: dict) -> str:
+def step_outcome(child: subprocess.Popen) -> str:
     """``ready after N s`` when the process ends well, else why not: its last line on stderr, or a timeout
     (TIMEOUT_S, then it is killed)."""
     t0 = time.monotonic()
-    child = subprocess.Popen([sys.executable, *args], cwd=ROOT, env={**os.environ, **env},
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         _, err = child.communicate(timeout=TIMEOUT_S)
     except subprocess.TimeoutExpired:
@@ -68,8 +71,8 @@ def warm(say) -> None:
     lock = threading.Lock()
 
     def run(chain) -> None:
-        for label, args, env in chain:
-            outcome = step_outcome(args, env)
+        for label, start in chain:
+            outcome = step_outcome(start())
             with lock:
                 say(f"numba kernels of {label}: {outcome}")
 
