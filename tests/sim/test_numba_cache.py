@@ -9,6 +9,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+from helpers import file_size_limit
+
 from sim.jit.cache import kernel_sources, source_key
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -202,12 +204,10 @@ def test_a_lock_file_the_user_may_not_write_still_locks(tmp_path):
 
 
 FULL_DISK_RUN = """
-import resource, signal, sys
+import sys
 sys.path.insert(0, {root!r})
 sys.path.insert(0, {tmp!r})
 import sim                                    # wraps numba's cache save (sim.jit.cache_lock)
-signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-resource.setrlimit(resource.RLIMIT_FSIZE, (512, 512))     # a full disk's stand-in: writes past 512 bytes fail
 from pkg.caller import caller
 print(caller(), caller())
 """
@@ -219,7 +219,8 @@ def test_a_kernel_that_cannot_be_cached_runs_and_says_so_once(tmp_path):
     _package(tmp_path, 7)
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "cache")}
     out = subprocess.run([sys.executable, "-c", FULL_DISK_RUN.format(root=str(ROOT), tmp=str(tmp_path))],
-                         capture_output=True, text=True, env=env, timeout=300)
+                         capture_output=True, text=True, env=env, timeout=300,
+                         preexec_fn=file_size_limit(512))       # a full disk's stand-in: writes past 512 bytes fail
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["7", "7"]
     warnings = [line for line in out.stderr.splitlines() if line.startswith("warning: numba's cache")]

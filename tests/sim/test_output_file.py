@@ -11,6 +11,7 @@ import textwrap
 import threading
 
 import pytest
+from helpers import file_size_limit
 
 from sim.output_file import append_line, output_file
 
@@ -43,11 +44,9 @@ def test_a_full_disk_is_an_error_naming_the_output_and_leaves_nothing(tmp_path):
     """The file-size limit gives a write error with no file name, as a full disk does (``[Errno 28]``)."""
     path = tmp_path / "big.mot"
     script = textwrap.dedent(f"""
-        import resource, signal, sys
+        import sys
         sys.path.insert(0, {os.getcwd()!r})
         from sim.output_file import output_file
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-        resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
         try:
             with output_file({str(path)!r}) as fh:
                 for _ in range(1000):
@@ -55,7 +54,8 @@ def test_a_full_disk_is_an_error_naming_the_output_and_leaves_nothing(tmp_path):
         except OSError as exc:
             print(exc.errno, exc.filename)
         """)
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                          preexec_fn=file_size_limit(4096))
     assert done.stdout.split() == [str(errno.EFBIG), str(path)], done.stderr
     assert not path.exists() and leftovers(tmp_path) == []
 
@@ -113,16 +113,15 @@ def test_a_line_that_does_not_fit_is_cut_back_off_and_names_the_log(tmp_path):
     log = tmp_path / "results.jsonl"
     log.write_text('{"id": 1}\n' * 10)                    # 100 bytes
     script = textwrap.dedent(f"""
-        import resource, signal, sys
+        import sys
         sys.path.insert(0, {os.getcwd()!r})
         from sim.output_file import append_line
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-        resource.setrlimit(resource.RLIMIT_FSIZE, (120, 120))
         try:
             append_line({str(log)!r}, '{{"id": 11, "metrics": "' + 'x' * 60 + '"}}\\n')
         except OSError as exc:
             print(exc.errno, exc.filename)
         """)
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                          preexec_fn=file_size_limit(120))
     assert done.stdout.split() == [str(errno.EFBIG), str(log)], done.stderr
     assert log.read_text() == '{"id": 1}\n' * 10
