@@ -8,6 +8,8 @@ the error names the output being written rather than the temporary file or no fi
 ``[Errno 28]`` carries no name).
 
 :func:`append_line` adds one line to a log (a sweep's ``results.jsonl``) the same way: whole, or cut back off.
+:func:`create_with_start` creates a file that is appended to while others may read it (a run's recording): its
+name appears with its start (the header) already in it.
 
 A name that exists but is not a regular file (``/dev/null``, ``/dev/stdout``, a FIFO) is written in place:
 renaming onto it would replace the device or pipe with a file. A symbolic link is followed, so the file it
@@ -15,6 +17,7 @@ points to is replaced and the link kept. A replaced file keeps its permissions.
 """
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from contextlib import contextmanager
@@ -103,3 +106,66 @@ def append_line(path: str | PathLike, line: str) -> None:
                 raise
         finally:
             os.close(fd)
+
+
+#: A file system that cannot hard-link (vfat, some network and FUSE mounts) answers ``link`` with one of these.
+_NO_HARD_LINKS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOSYS, errno.EMLINK}
+
+
+def create_with_start(path: str | PathLike, start: bytes):
+    """A new file ``path``, opened for binary writing after ``start``, that appears under its name with ``start``
+    already on the disk, so a reader who opens it as soon as it exists never sees its start cut short. An
+    existing name is refused (FileExistsError), as ``open(path, "xb")`` does.
+
+    ``start`` is written to a temporary file beside the name and fsynced, then hard-linked to the name (``link``
+    refuses an existing name atomically, like ``O_EXCL``) and the temporary name removed. Where the file system
+    cannot hard-link, the file is created in place, as ``open(path, "xb")`` would. Errors name ``path``."""
+    target = Path(path)
+    partial = target.with_name(f".{target.name}.partial-{os.getpid()}")
+    try:
+        with _named(path, partial):
+            fh = open(partial, "wb")          # a name of this process's: any file there is a stale one
+        try:
+            with _named(path, partial):
+                fh.write(start)
+                fh.flush()
+                os.fsync(fh.fileno())
+            if _linked(partial, target):
+                return fh
+            fh.close()
+        except BaseException:
+            _close_quietly(fh)
+            raise
+    finally:
+        partial.unlink(missing_ok=True)
+    return _created_in_place(path, start)
+
+
+def _linked(partial: Path, target: Path) -> bool:
+    """``partial`` given the name ``target``; False where the file system has no hard links."""
+    try:
+        os.link(partial, target)
+    except OSError as exc:
+        if exc.errno in _NO_HARD_LINKS:
+            return False
+        raise type(exc)(exc.errno, exc.strerror, str(target)) from None
+    return True
+
+
+def _created_in_place(path, start: bytes):
+    fh = open(path, "xb")
+    try:
+        fh.write(start)
+        fh.flush()
+    except BaseException:
+        _close_quietly(fh)
+        raise
+    return fh
+
+
+def _close_quietly(fh) -> None:
+    """Close a file whose write failed: closing flushes its buffer again, whose error would replace the first."""
+    try:
+        fh.close()
+    except OSError:
+        pass

@@ -41,7 +41,7 @@ from drivers.ipc.process import die_with_parent
 from drivers.ipc.shm_ring import ShmRing
 from sim.errors import UserInputError
 from sim.input_file import InputFileError, read_input_file
-from sim.output_file import output_file
+from sim.output_file import create_with_start, output_file
 
 MAGIC = b"FESHILREC1\n"
 BLOCK_MAGIC = b"BLK1"
@@ -134,8 +134,7 @@ class RecordingWriter:
         doc["streams"] = [{"name": n, "descr": dtype_descr(dt)} for n, dt in self.streams.items()]
         raw = json.dumps(doc, default=str).encode()
         try:
-            self.fh = open(self.path, "xb")
-            self.fh.write(encode_header(raw))
+            self.fh = create_with_start(self.path, encode_header(raw))   # a live reader never sees half a header
         except OSError as exc:
             raise RecordingError(f"{self.path}: cannot write recording: {exc.strerror or exc}") from exc
         self.flush()

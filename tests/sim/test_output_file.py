@@ -1,5 +1,6 @@
 """Output files are written whole or not at all (sim.output_file): a write that fails part-way leaves no
-truncated file and keeps the earlier one, its error names the output, and devices and links are honoured."""
+truncated file and keeps the earlier one, its error names the output, and devices and links are honoured; a file
+read while it is written (a live recording) appears with its start already in it."""
 from __future__ import annotations
 
 import errno
@@ -13,7 +14,7 @@ import threading
 import pytest
 from helpers import file_size_limit
 
-from sim.output_file import append_line, output_file
+from sim.output_file import append_line, create_with_start, output_file
 
 
 def leftovers(directory) -> list[str]:
@@ -125,3 +126,66 @@ def test_a_line_that_does_not_fit_is_cut_back_off_and_names_the_log(tmp_path):
                           preexec_fn=file_size_limit(120))
     assert done.stdout.split() == [str(errno.EFBIG), str(log)], done.stderr
     assert log.read_text() == '{"id": 1}\n' * 10
+
+
+def test_a_file_appears_under_its_name_with_its_start_already_in_it(tmp_path):
+    """A reader polling for a live recording opens it the moment its name exists: the start (the header, here
+    32 MiB so that writing it takes long against one poll) must all be there by then."""
+    path, size, seen = tmp_path / "run.hilrec", 32 << 20, []
+    start = b"H" * size
+    writer = threading.Thread(target=lambda: create_with_start(path, start).close(), daemon=True)
+    writer.start()
+    while writer.is_alive() or not seen:
+        try:
+            with open(path, "rb") as fh:
+                seen.append(os.fstat(fh.fileno()).st_size)
+        except FileNotFoundError:
+            continue
+    writer.join()
+    assert seen[0] == size, f"the name appeared with {seen[0]} of the start's {size} bytes"
+    assert path.stat().st_size == size and leftovers(tmp_path) == []
+
+
+def test_an_existing_name_is_refused_and_kept(tmp_path):
+    path = tmp_path / "run.hilrec"
+    path.write_bytes(b"an earlier run")
+    with pytest.raises(FileExistsError) as err:
+        create_with_start(path, b"header")
+    assert err.value.filename == str(path) and path.read_bytes() == b"an earlier run" and leftovers(tmp_path) == []
+
+
+def test_the_file_is_appended_after_its_start(tmp_path):
+    path = tmp_path / "run.hilrec"
+    with create_with_start(path, b"header|") as fh:
+        fh.write(b"block")
+    assert path.read_bytes() == b"header|block"
+
+
+def test_without_hard_links_the_file_is_created_in_place(tmp_path, monkeypatch):
+    """vfat and some network mounts answer link() with EPERM; the file is then made as open(path, "xb") would."""
+    def no_link(src, dst):
+        raise OSError(errno.EPERM, "Operation not permitted", str(src), None, str(dst))
+    monkeypatch.setattr(os, "link", no_link)
+    path = tmp_path / "run.hilrec"
+    with create_with_start(path, b"header|") as fh:
+        fh.write(b"block")
+    assert path.read_bytes() == b"header|block" and leftovers(tmp_path) == []
+    with pytest.raises(FileExistsError):
+        create_with_start(path, b"header|")
+
+
+def test_a_start_that_does_not_fit_names_the_file_and_leaves_nothing(tmp_path):
+    path = tmp_path / "run.hilrec"
+    script = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {os.getcwd()!r})
+        from sim.output_file import create_with_start
+        try:
+            create_with_start({str(path)!r}, b"H" * 8192)
+        except OSError as exc:
+            print(exc.errno, exc.filename)
+        """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                          preexec_fn=file_size_limit(4096))
+    assert done.stdout.split() == [str(errno.EFBIG), str(path)], done.stderr
+    assert not path.exists() and leftovers(tmp_path) == []
