@@ -550,8 +550,11 @@ def test_replay_plays_pauses_seeks_and_changes_speed(browser, live_run, model):
     try:
         _wait_http(f"http://127.0.0.1:{port}/api/info", server)
         page, errors = _page(browser)
+        slow_cpu = page.context.new_cdp_session(page)     # a busy lab PC: frames far apart as the first chunk comes
+        slow_cpu.send("Emulation.setCPUThrottlingRate", {"rate": 20})
         page.goto(f"http://127.0.0.1:{port}/")
-        page.wait_for_function("window.hilView.drawn", timeout=20_000)
+        page.wait_for_function("window.hilView.drawn", timeout=60_000)
+        slow_cpu.send("Emulation.setCPUThrottlingRate", {"rate": 1})
         assert page.text_content("#mode") == "replay"
         assert page.evaluate("hilView.first") == 0 and page.text_content("#play") == "pause"   # drawn, playing
         page.wait_for_function("window.hilView.drawn.t > 2.0", timeout=20_000)

@@ -430,14 +430,17 @@
 
   function replayStep(now) {
     const r = view.replay;
-    if (r.playing && r.wall !== null && sampleAt(r, Math.floor(r.pos))) {   // waits for a chunk still loading
+    // the clock runs from the frame that first shows the sample at pos: a chunk still loading holds the
+    // position, and the sample it brings is drawn before playing moves on (however long that frame took)
+    const ready = Boolean(sampleAt(r, Math.floor(r.pos)));
+    if (r.playing && r.wall !== null && ready) {
       r.pos = Math.min(r.n - 1, r.pos + (now - r.wall) / 1000 * r.speed / r.dt);
       if (r.pos >= r.n - 1) {
         r.playing = false;
         $("play").textContent = "play";
       }
     }
-    r.wall = now;
+    r.wall = ready ? now : null;
     const i = Math.floor(r.pos), back = Math.ceil(view.info.history_s / r.dt), k = Math.floor(i / r.chunk);
     for (const c of [Math.floor(Math.max(0, i - back) / r.chunk), k, k + 1]) fetchChunk(r, c);
     const s = sampleAt(r, i);
