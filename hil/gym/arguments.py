@@ -101,6 +101,28 @@ def _number(value) -> bool:
     return isinstance(value, (int, float, np.floating, np.integer)) and not isinstance(value, bool)
 
 
+def vector_seeds(seed, n: int) -> list:
+    """Each of ``n`` arms' seed for a vector reset: ``seed`` None (each arm's generator goes on), a whole number
+    s >= 0 (arm i gets s + i, as Gymnasium's vector environments do) or a list of ``n`` seeds, each a whole number
+    >= 0 or None. Checked whole before any arm is reset."""
+    if seed is None:
+        return [None] * n
+    if _seed(seed):
+        return [int(seed) + i for i in range(n)]
+    if not isinstance(seed, (list, tuple, np.ndarray)) or len(seed) != n:
+        got = f"{len(seed)} seeds" if isinstance(seed, (list, tuple, np.ndarray)) else repr(seed)[:80]
+        raise ArgumentError(f"seed: a whole number >= 0, or a list of {n} (one per environment), not {got}")
+    for i, s in enumerate(seed):
+        if s is not None and not _seed(s):
+            raise ArgumentError(f"seed[{i}]: a whole number >= 0 or None, not {repr(s)[:80]}")
+    return [None if s is None else int(s) for s in seed]
+
+
+def _seed(value) -> bool:
+    """A seed numpy's generators take: a whole number >= 0 (a bool is none here)."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= 0
+
+
 def reset_options(options) -> dict:
     """A copy of the reset options (None: none)."""
     if options is None:

@@ -14,6 +14,8 @@ ForwardFlexion: the thoracohumeral elevation, Reach: the hand position of the 11
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 from gymnasium import spaces
 from gymnasium.utils import seeding
@@ -23,6 +25,18 @@ from hil.gym import arguments
 from hil.gym.arm_batch import ENDINGS, RUNNING, ArmBatch, ticks_per_action
 from hil.gym.tasks import TASKS, RewardWeights, Task
 from hil.patients import patient_override
+
+
+@dataclass(frozen=True)
+class ResetOptions:
+    """A reset's options as checked (:meth:`Episodes.checked_options`); None: not given. ``recorded``: the
+    reference motion's angles at every action step (:meth:`hil.gym.tasks.Task.read_reference`)."""
+
+    patient: str | None = None
+    hand_kg: float | None = None
+    target: np.ndarray | None = None
+    target_deg: float | None = None
+    recorded: np.ndarray | None = None
 
 
 class Episodes:
@@ -68,35 +82,51 @@ class Episodes:
     # -- resets ------------------------------------------------------------------------------------------
     def reset_arm(self, i: int, seed: int | None = None, options: dict | None = None) -> None:
         """Arm ``i``'s next episode (a new generator when ``seed`` is given); the options are checked first."""
+        self.start_episode(i, seed, self.checked_options(options))
+
+    def checked_options(self, options: dict | None) -> ResetOptions:
+        """The reset ``options`` checked, and a reference motion read, before any arm is touched."""
         options, t = arguments.reset_options(options), self.task
         patient = arguments.patient_name(options.pop("patient", None))
         hand_kg = options.pop("hand_load_kg", None)
-        hand_kg = None if hand_kg is None else arguments.hand_load(hand_kg)
         target = options.pop("target", None)
-        target = None if target is None else arguments.target_parameters(target, t.target_limits, t.target_unit)
         target_deg = options.pop("target_deg", None)
-        target_deg = None if target_deg is None else arguments.degrees(target_deg, t.target_limits[0])
         reference = options.pop("reference", None)
         if options:
             raise arguments.ArgumentError(f"unknown reset option(s): {', '.join(map(str, options))} "
-                             "(patient, target, target_deg, hand_load_kg, reference)")
-        if seed is not None:
-            self.rngs[i] = seeding.np_random(seed)[0]
-        rng = self.rngs[i]
+                                          "(patient, target, target_deg, hand_load_kg, reference)")
+        return ResetOptions(
+            patient, None if hand_kg is None else arguments.hand_load(hand_kg),
+            None if target is None else arguments.target_parameters(target, t.target_limits, t.target_unit),
+            None if target_deg is None else arguments.degrees(target_deg, t.target_limits[0]),
+            None if reference is None else t.read_reference(reference, self.action_period_s))
+
+    def start_episode(self, i: int, seed: int | None, options: ResetOptions) -> None:
+        """Arm ``i``'s next episode with checked ``options``; a patient the arm cannot be built for leaves the
+        arm and its generator as they were."""
+        t = self.task
+        rng = self.rngs[i] if seed is None else seeding.np_random(seed)[0]
+        drawn_from = rng.bit_generator.state
         noise_seed = int(rng.integers(2**63))
         low, high = self.hand_load_kg
+        hand_kg = options.hand_kg
         if hand_kg is None:
             hand_kg = float(rng.uniform(low, high) if high > low else low)
-        self.arms.reset_arm(i, noise_seed, hand_kg, patient_override(patient), patient)
-        params = t.sample_parameters(rng, self.arms.frames[i:i + 1])
-        if target is not None:
-            params = target
-        if target_deg is not None:
+        try:
+            self.arms.reset_arm(i, noise_seed, hand_kg, patient_override(options.patient), options.patient)
+        except BaseException:
+            rng.bit_generator.state = drawn_from
+            raise
+        self.rngs[i] = rng
+        params = t.sample_parameters(rng, self.arms.frames[i:i + 1])     # drawn even when given: the same stream
+        if options.target is not None:
+            params = options.target
+        if options.target_deg is not None:
             params = params.copy()
-            params[0] = target_deg
-        self.references[i] = None if reference is None else t.reference_targets(
-            reference, self.action_period_s, self.arms.segment_arrays(i))
-        self._referenced[i] = reference is not None
+            params[0] = options.target_deg
+        recorded = options.recorded
+        self.references[i] = None if recorded is None else t.reference_targets(recorded, self.arms.segment_arrays(i))
+        self._referenced[i] = recorded is not None
         self.params[i] = params
         self.start[i] = t.start_values(self.arms.frames[i:i + 1])[0]
         self.steps[i] = 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 from stable_baselines3.common.vec_env import VecEnv
 
+from hil.gym import arguments
 from hil.gym.arguments import action_array
 from hil.gym.episodes import Episodes
 
@@ -19,15 +20,22 @@ class FesArmSb3VecEnv(VecEnv):
     def __init__(self, task: str, num_envs: int = 1, seed: int | None = None, **kwargs) -> None:
         self.episodes = Episodes(task, num_envs, **kwargs)
         super().__init__(num_envs, self.episodes.observation_space, self.episodes.action_space)
-        self._seed = seed
+        if seed is not None:
+            self.seed(seed)
         self._actions = np.zeros((num_envs, self.episodes.action_space.shape[0]))
         self._all = np.ones(num_envs, bool)
         self._returns, self._lengths = np.zeros(num_envs), np.zeros(num_envs, np.int64)
 
     def reset(self):
-        seed, self._seed = self._seed, None
+        """Every arm's next episode, with the seeds of :meth:`seed` (which ``PPO(..., seed=s)`` calls) and the
+        options of :meth:`set_options`, each used once, as Stable-Baselines3's own vector environments do; all
+        checked before any arm is reset."""
+        seeds = arguments.vector_seeds(list(self._seeds), self.num_envs)
+        checked = [self.episodes.checked_options(options or None) for options in self._options]
         for i in range(self.num_envs):
-            self.episodes.reset_arm(i, None if seed is None else seed + i)
+            self.episodes.start_episode(i, seeds[i], checked[i])
+        self._reset_seeds()
+        self._reset_options()
         self._returns[:], self._lengths[:] = 0.0, 0
         return self.episodes.obs.copy()
 

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from os import PathLike
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 
@@ -81,16 +83,28 @@ class Task:
         """What the target moves from (a task with a moving target), from the first frames."""
         return np.zeros(frames.shape[0])
 
-    def reference_targets(self, path: str, period_s: float, arrays) -> np.ndarray:
-        """The target at every action step from a recorded motion (:mod:`sim.motion`): (steps, n_target);
-        ``arrays``: the DAS3 arrays of the arm's segments (its size)."""
-        raise ArgumentError(f"{self.name} takes no reference trajectory")
+    reference_dofs: ClassVar[tuple[str, ...]] = ()
+    """The DAS3 coordinates a reference trajectory of the task is made of (none: it takes no reference)."""
+
+    def read_reference(self, path, period_s: float) -> np.ndarray:
+        """The angles (rad) of :attr:`reference_dofs` at every action step of the recorded motion in ``path``
+        (:mod:`sim.motion`): (steps, len(reference_dofs)); read and checked before any arm is reset."""
+        if not self.reference_dofs:
+            raise ArgumentError(f"{self.name} takes no reference trajectory")
+        if not isinstance(path, (str, PathLike)):
+            raise ArgumentError(f"reference: a motion file's path (.mot, .sto, .trc or .c3d), not "
+                                f"{type(path).__name__}")
+        return reference_trajectory(path, period_s, dofs=self.reference_dofs)[1]
+
+    def reference_targets(self, q: np.ndarray, arrays) -> np.ndarray:
+        """The target at every action step from the recorded angles ``q`` (:meth:`read_reference`):
+        (steps, n_target); ``arrays``: the DAS3 arrays of the arm's segments (its size)."""
+        return q
 
 
 @dataclass(frozen=True)
 class ElbowHold(Task):
-    def reference_targets(self, path, period_s, arrays):
-        return reference_trajectory(path, period_s, dofs=("ELx",))[1]
+    reference_dofs: ClassVar[tuple[str, ...]] = ("ELx",)
 
     def errors(self, frames, targets, out):
         np.abs(frames["elbow_flexion"] - targets[:, 0], out=out)
@@ -104,10 +118,12 @@ class Reach(Task):
     def sample_parameters(self, rng, rest_frame):
         return rest_frame["hand_position"][0] + super().sample_parameters(rng, rest_frame)
 
-    def reference_targets(self, path, period_s, arrays):
+    reference_dofs: ClassVar[tuple[str, ...]] = tuple(DOF_NAMES)
+
+    def reference_targets(self, q, arrays):
         """The hand position of the recorded DAS3 coordinates (all 11) on the arm's segments, by the plant's
         definition (a marker file gives the elbow only: :func:`sim.motion.reference.reference_trajectory`)."""
-        return hand_positions(arrays, reference_trajectory(path, period_s, dofs=DOF_NAMES)[1])
+        return hand_positions(arrays, q)
 
     def errors(self, frames, targets, out):
         out[:] = np.sqrt(((frames["hand_position"] - targets) ** 2).sum(axis=1))
@@ -126,9 +142,10 @@ class ForwardFlexion(Task):
     def start_values(self, frames):
         return frames["th_angles"][:, 1].copy()
 
-    def reference_targets(self, path, period_s, arrays):
+    reference_dofs: ClassVar[tuple[str, ...]] = tuple(DOF_NAMES)
+
+    def reference_targets(self, q, arrays):
         """The thoracohumeral elevation of the recorded DAS3 coordinates (all 11), by the plant's definition."""
-        q = reference_trajectory(path, period_s, dofs=DOF_NAMES)[1]
         return thoracohumeral_angles(arrays, q)[:, 1:2]
 
     def errors(self, frames, targets, out):

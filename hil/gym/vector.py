@@ -12,6 +12,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
+from hil.gym import arguments
 from hil.gym.episodes import Episodes
 
 
@@ -31,10 +32,9 @@ class FesArmVectorEnv(VectorEnv):
         self._present = np.ones(num_envs, bool)
 
     def reset(self, *, seed=None, options: dict | None = None):
-        seeds = [None] * self.num_envs if seed is None else (
-            [seed + i for i in range(self.num_envs)] if isinstance(seed, int) else list(seed))
+        seeds, checked = arguments.vector_seeds(seed, self.num_envs), self.episodes.checked_options(options)
         for i in range(self.num_envs):
-            self.episodes.reset_arm(i, seeds[i], options)
+            self.episodes.start_episode(i, seeds[i], checked)
         self._autoreset[:] = False
         return self.episodes.obs.copy(), self._infos()
 

@@ -182,6 +182,8 @@ BAD_RESETS = [
     ({"hand_load_kg": 1e9}, "hand_load_kg: kg from 0 to 20"),
     ({"patient": 3}, "patient: a preset name or a patient file, not int"),
     ([("target", 1.0)], "reset options: a dict, not list"),
+    ({"reference": 5}, r"reference: a motion file's path \(.mot, .sto, .trc or .c3d\), not int"),
+    ({"reference": "/nonexistent/elbow.mot"}, "/nonexistent/elbow.mot: cannot read"),    # read before the reset
 ]
 
 
@@ -195,6 +197,36 @@ def test_bad_reset_options_are_refused_in_one_line_and_leave_the_environment_as_
     actions = random_actions(env.action_space, 5)
     fresh.reset(seed=1)
     assert [env.step(a)[0].tobytes() for a in actions] == [fresh.step(a)[0].tobytes() for a in actions]
+
+
+def test_a_refused_patient_leaves_the_arms_generator_as_it_was():
+    """The patient is built at the reset itself (after the episode's draws): refusing it must undo them."""
+    env, twin = (FesArmEnv("ElbowHold", plant="mtg", **SHORT) for _ in range(2))
+    env.reset(seed=7)
+    twin.reset(seed=7)
+    with pytest.raises(ValueError, match="unknown preset 'nobody'"):
+        env.reset(options={"patient": "nobody"})
+    actions = random_actions(env.action_space, 4)
+    assert rollout(env, None, actions)[0] == rollout(twin, None, actions)[0]
+
+
+@pytest.mark.parametrize("seed, message", [
+    ([1, 2], r"seed: a whole number >= 0, or a list of 3 \(one per environment\), not 2 seeds"),
+    ([1, 2, 3, 4], "not 4 seeds"),
+    ([1, "x", 3], r"seed\[1\]: a whole number >= 0 or None, not 'x'"),
+    ([1, 2, -3], r"seed\[2\]: a whole number >= 0 or None, not -3"),
+    (1.5, "not 1.5"),
+    (True, "not True"),
+])
+def test_bad_vector_seeds_are_refused_in_one_line_before_any_arm_is_reset(seed, message):
+    batch, fresh = (FesArmVectorEnv("ElbowHold", num_envs=3, plant="mtg", **SHORT) for _ in range(2))
+    batch.reset(seed=[5, 6, 7])
+    with pytest.raises(ValueError, match=message) as refused:
+        batch.reset(seed=seed)
+    assert "\n" not in str(refused.value)
+    fresh.reset(seed=[5, 6, 7])
+    actions = [np.stack([a] * 3) for a in random_actions(gym.spaces.Box(0.0, 1.0, (2,), np.float32), 4)]
+    assert [batch.step(a)[0].tobytes() for a in actions] == [fresh.step(a)[0].tobytes() for a in actions]
 
 
 def test_a_target_is_checked_against_its_tasks_limits():
@@ -347,6 +379,34 @@ def test_stable_baselines3_trains_on_the_batched_arms():
     assert obs.shape == (2, 3) and rewards.dtype == np.float32
     with pytest.raises(ValueError, match=r"action: numbers of shape \(2, 2\), not shape \(3, 2\)"):
         venv.step_async(np.zeros((3, 2)))
+
+
+def test_stable_baselines3s_seed_and_options_reach_the_next_reset_once():
+    """PPO(..., seed=s) seeds its VecEnv through ``seed()`` and set_options() gives the next reset's options;
+    both are used by the next reset only, as in SB3's own vector environments."""
+    from stable_baselines3 import PPO
+
+    from hil.gym.sb3 import FesArmSb3VecEnv
+
+    a, b, c = (FesArmSb3VecEnv("ElbowHold", num_envs=2, plant="mtg", **SHORT) for _ in range(3))
+    for venv in (a, b):
+        PPO("MlpPolicy", venv, n_steps=16, batch_size=16, seed=3, device="cpu")
+    c.seed(4)
+    drawn = [(v.reset(), v.episodes.params.copy())[1] for v in (a, b, c)]
+    assert np.array_equal(drawn[0], drawn[1]) and not np.array_equal(drawn[0], drawn[2])
+    assert drawn[0][0, 0] != drawn[0][1, 0]                     # each arm its own seed
+    a.reset()
+    assert not np.array_equal(a.episodes.params, drawn[0])      # the seed was used once
+    a.set_options({"target_deg": 60.0})
+    a.reset()
+    assert np.all(a.episodes.params[:, 0] == np.radians(60.0))
+    a.reset()
+    assert not np.any(a.episodes.params[:, 0] == np.radians(60.0))
+    kept = a.episodes.params.copy()
+    a.set_options([{}, {"target_deg": 1e9}])
+    with pytest.raises(ValueError, match="target_deg: an angle in degrees"):
+        a.reset()
+    assert np.array_equal(a.episodes.params, kept)              # no arm reset
 
 
 def write_mot(path, time_s, columns: dict) -> None:
