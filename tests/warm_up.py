@@ -19,8 +19,11 @@ from typing import Callable
 from helpers import CONFIGS, ROOT, plant_trajectory, start_hil
 
 BATCH = ("import gymnasium as gym, hil.gym\n"
-         "gym.make_vec('fes_hil/ElbowHold-v0', num_envs=1, vectorization_mode='vector_entry_point', plant={!r})\n")
-"""Builds a batch of one plant: compiles its batched tick for the Gymnasium environments (hil.rt.plants)."""
+         "for threads in {threads!r}:\n"
+         "    gym.make_vec('fes_hil/ElbowHold-v0', num_envs=1, vectorization_mode='vector_entry_point', "
+         "plant={plant!r}, threads=threads)\n")
+"""Builds a batch of one plant on each number of threads: compiles its batched tick for the Gymnasium environments,
+the one-thread tick and, for two threads, the threaded one (hil.rt.plants)."""
 TIMEOUT_S = 1800.0
 """Longest a step may take (a cold cache on a slow machine takes minutes)."""
 
@@ -30,9 +33,9 @@ def _offline_run(name: str, work: Path) -> tuple[str, Callable[[], subprocess.Po
                                                 "--record", work / f"{name}.hilrec")
 
 
-def _batch(plant: str) -> Callable[[], subprocess.Popen]:
-    return lambda: subprocess.Popen([sys.executable, "-c", BATCH.format(plant)], cwd=ROOT, stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.PIPE, text=True)
+def _batch(plant: str, threads: tuple[int, ...]) -> Callable[[], subprocess.Popen]:
+    return lambda: subprocess.Popen([sys.executable, "-c", BATCH.format(plant=plant, threads=threads)], cwd=ROOT,
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
 def chains(work: Path) -> tuple[list, list]:
@@ -40,13 +43,13 @@ def chains(work: Path) -> tuple[list, list]:
     cache. One: the plant for the generic x86-64 CPU (its own cache, ``helpers.GENERIC_CPU``, for
     ``tests/sim/test_cpu_independence.py``), the MTG arm's run, then the MTG arm's Gymnasium batch. The other:
     the DAS3 run (the plant and the tick), the lab sensors' run, the plant stepped from Python (``Plant.step``'s
-    entry, which a run does not use), then the DAS3 batch."""
+    entry, which a run does not use), then the DAS3 batch (also on two threads, as ``tests/hil/test_gym.py`` runs it)."""
     generic = [("the plant for the generic CPU", lambda: plant_trajectory(work / "generic.npy", generic=True)),
                _offline_run("elbow-hold-mtg.toml", work),
-               ("the MTG arm's Gymnasium batch", _batch("mtg"))]
+               ("the MTG arm's Gymnasium batch", _batch("mtg", (1,)))]
     host = [_offline_run("elbow-hold.toml", work), _offline_run("elbow-hold-imu.toml", work),
             ("the plant stepped from Python", lambda: plant_trajectory(work / "host.npy")),
-            ("the DAS3 Gymnasium batch", _batch("das3"))]
+            ("the DAS3 Gymnasium batch", _batch("das3", (1, 2)))]
     return generic, host
 
 

@@ -96,7 +96,8 @@ class ArmBatch:
         self.arms = [Arm(cfg, None) for _ in range(n)]
         engine = self.arms[0].engine
         self.period_s = engine.period_s
-        self.batch_tick = plant_type(cfg.plant.type).batch_tick
+        plant = plant_type(cfg.plant.type)
+        self.batch_tick = plant.batch_tick_threaded if threads > 1 else plant.batch_tick   # one thread: no pool
         stim = engine.stim
         names = tuple(ch.name for ch in stim.channels) if stim is not None else ()
         limits = [(ch.max_pulse_width_us, ch.max_amplitude_ma, ch.min_frequency_hz, ch.max_frequency_hz)
@@ -199,7 +200,8 @@ class ArmBatch:
         arms keep theirs."""
         running = np.flatnonzero(stepping & (self.status == RUNNING))
         self._command_all(running, actions)
-        _use_threads(self.threads)
+        if self.threads > 1:
+            _use_threads(self.threads)
         if self._each_tick:
             for k in range(self.ticks_per_action):
                 running = running[self.status[running] == RUNNING]

@@ -13,7 +13,10 @@ and its config checks. The compiled tick is one numba entry written with the pub
 
 A plant type's batched tick (``batch_tick``) runs ``n_ticks`` compiled ticks of each of N engines of the same
 layout in one call (:mod:`hil.gym.arm_batch`): each engine's tick is the same compiled code on its own arrays, so
-each trajectory is the single engine's bit for bit, whichever thread runs it.
+each trajectory is the single engine's bit for bit, whichever thread runs it. ``batch_tick_threaded`` shares the
+engines among numba's threads; the one-thread batch does not use it, so a process that runs batches on one
+thread starts no thread pool (a pool costs a launch per call, and GNU OpenMP's does not survive a fork:
+:mod:`sim.jit.threads`).
 
 This is the one place in ``hil`` that names a plant's step kernel (``STEP_KERNEL`` of its ``sim`` package).
 """
@@ -44,7 +47,7 @@ class PlantType:
     the service config; ``make_plant(model, cfg, step_s, initial_state)``: the plant (``initial_state`` None: the
     model's resting state); ``tick``: its compiled tick (``tick(arrays, stale, tick, time_s, overrun, warm)`` ->
     (plant status, excitations clipped, steps done, STOP_* code)); ``batch_tick``: several ticks of N engines
-    (:func:`das3_ticks`); ``options``: the ``[plant]`` keys only it reads
+    (:func:`das3_ticks`), ``batch_tick_threaded`` the same on numba's threads; ``options``: the ``[plant]`` keys only it reads
     (``cfg.plant.options``), ``file_options`` those of them that name files; ``check(cfg_plant, cfg_model)``:
     (key, reason) of a config it cannot run, or None."""
 
@@ -55,6 +58,7 @@ class PlantType:
     make_plant: Callable
     tick: Callable
     batch_tick: Callable | None = None
+    batch_tick_threaded: Callable | None = None
     options: Section | None = None
     file_options: tuple[str, ...] = ()
     check: Callable | None = None
@@ -142,24 +146,36 @@ def compute_tick(arrays, stale, tick, time_s, overrun, warm):
     return das3_tick(arrays, stale, tick, time_s, overrun, warm)
 
 
-batch = njit(cache=True, nogil=True, parallel=True, error_model="numpy")
-"""The batched ticks: numba's threads run the engines of a batch (``numba.set_num_threads`` sets how many)."""
+threaded = njit(cache=True, nogil=True, parallel=True, error_model="numpy")
+"""The batched ticks on numba's threads (``numba.set_num_threads`` sets how many)."""
 
 
-@batch
+@entry
+def das3_engine_ticks(arrays, stale, ticks, n_ticks, period_s, results, i):
+    """Up to ``n_ticks`` ticks of engine ``i`` of a batch (``arrays``: a typed list of the engines' tick arguments;
+    ``stale[i]``: whether its first step re-evaluates; ``ticks[i]``: its first tick's index), each tick
+    :func:`das3_tick` at time (tick + 1) ``period_s``, stopping at a failed step or a safety stop. ``results[i]`` =
+    (the last plant status, excitations clipped, steps done, the STOP_* code, ticks run)."""
+    first, clipped, done, status, stop, k = stale[i], 0, 0, 0, 0, 0
+    while k < n_ticks and status == 0 and stop == 0:
+        tick = ticks[i] + k
+        status, n_clipped, n_done, stop = das3_tick(arrays[i], first, tick, (tick + 1) * period_s, False, False)
+        first, clipped, done, k = False, clipped + n_clipped, done + n_done, k + 1
+    results[i, 0], results[i, 1], results[i, 2], results[i, 3], results[i, 4] = status, clipped, done, stop, k
+
+
+@entry
 def das3_ticks(arrays, stale, ticks, n_ticks, period_s, results):
-    """Up to ``n_ticks`` ticks of engine i = 0..N-1 (``arrays``: a typed list of their tick arguments; ``stale``:
-    whether its first step re-evaluates; ``ticks``: its first tick's index), each tick :func:`das3_tick` at time
-    (tick + 1) ``period_s``, stopping at a failed step or a safety stop. ``results[i]`` = (the last plant status,
-    excitations clipped, steps done, the STOP_* code, ticks run)."""
+    """:func:`das3_engine_ticks` of engine i = 0..N-1, one after the other in the calling thread."""
+    for i in range(ticks.shape[0]):
+        das3_engine_ticks(arrays, stale, ticks, n_ticks, period_s, results, i)
+
+
+@threaded
+def das3_ticks_threaded(arrays, stale, ticks, n_ticks, period_s, results):
+    """:func:`das3_ticks` with the engines shared among numba's threads."""
     for i in prange(ticks.shape[0]):     # i is unsigned in a prange: the typed list takes it as int64
-        first, clipped, done, status, stop, k = stale[i], 0, 0, 0, 0, 0
-        while k < n_ticks and status == 0 and stop == 0:
-            tick = ticks[i] + k
-            status, n_clipped, n_done, stop = das3_tick(arrays[np.int64(i)], first, tick, (tick + 1) * period_s,
-                                                      False, False)
-            first, clipped, done, k = False, clipped + n_clipped, done + n_done, k + 1
-        results[i, 0], results[i, 1], results[i, 2], results[i, 3], results[i, 4] = status, clipped, done, stop, k
+        das3_engine_ticks(arrays, stale, ticks, n_ticks, period_s, results, np.int64(i))
 
 
 def _das3_plant(model, cfg, step_s: float, initial_state):
@@ -169,7 +185,7 @@ def _das3_plant(model, cfg, step_s: float, initial_state):
 DAS3 = register_plant(PlantType(
     name="das3", doc="the full DAS3 arm (sim.das3.plant)", model_class=Das3Model,
     load_model=lambda cfg: load_model(cfg.model), make_plant=_das3_plant, tick=compute_tick,
-    batch_tick=das3_ticks))
+    batch_tick=das3_ticks, batch_tick_threaded=das3_ticks_threaded))
 
 
 # -- the reduced MTG arm ---------------------------------------------------------------------------------
@@ -189,17 +205,29 @@ def compute_tick_mtg(arrays, stale, tick, time_s, overrun, warm):
     return mtg_tick(arrays, stale, tick, time_s, overrun, warm)
 
 
-@batch
+@entry
+def mtg_engine_ticks(arrays, stale, ticks, n_ticks, period_s, results, i):
+    """:func:`das3_engine_ticks` with the MTG arm's tick."""
+    first, clipped, done, status, stop, k = stale[i], 0, 0, 0, 0, 0
+    while k < n_ticks and status == 0 and stop == 0:
+        tick = ticks[i] + k
+        status, n_clipped, n_done, stop = mtg_tick(arrays[i], first, tick, (tick + 1) * period_s, False, False)
+        first, clipped, done, k = False, clipped + n_clipped, done + n_done, k + 1
+    results[i, 0], results[i, 1], results[i, 2], results[i, 3], results[i, 4] = status, clipped, done, stop, k
+
+
+@entry
 def mtg_ticks(arrays, stale, ticks, n_ticks, period_s, results):
-    """:func:`das3_ticks` with the MTG arm's tick."""
+    """:func:`mtg_engine_ticks` of engine i = 0..N-1, one after the other in the calling thread."""
+    for i in range(ticks.shape[0]):
+        mtg_engine_ticks(arrays, stale, ticks, n_ticks, period_s, results, i)
+
+
+@threaded
+def mtg_ticks_threaded(arrays, stale, ticks, n_ticks, period_s, results):
+    """:func:`mtg_ticks` with the engines shared among numba's threads."""
     for i in prange(ticks.shape[0]):
-        first, clipped, done, status, stop, k = stale[i], 0, 0, 0, 0, 0
-        while k < n_ticks and status == 0 and stop == 0:
-            tick = ticks[i] + k
-            status, n_clipped, n_done, stop = mtg_tick(arrays[np.int64(i)], first, tick, (tick + 1) * period_s,
-                                                     False, False)
-            first, clipped, done, k = False, clipped + n_clipped, done + n_done, k + 1
-        results[i, 0], results[i, 1], results[i, 2], results[i, 3], results[i, 4] = status, clipped, done, stop, k
+        mtg_engine_ticks(arrays, stale, ticks, n_ticks, period_s, results, np.int64(i))
 
 
 MTG_OPTIONS = Section("plant (mtg)", "Keys only the reduced MTG arm (`type = \"mtg\"`) reads.", (
@@ -221,5 +249,6 @@ def _mtg_plant(model, cfg, step_s: float, initial_state):
 MTG = register_plant(PlantType(
     name="mtg", doc="the reduced muscle-torque-generator arm (sim.mtg.plant)", model_class=MtgModel,
     load_model=_mtg_model, make_plant=_mtg_plant, tick=compute_tick_mtg, batch_tick=mtg_ticks,
+    batch_tick_threaded=mtg_ticks_threaded,
     options=MTG_OPTIONS,
     file_options=("mtg_parameters",)))

@@ -2,6 +2,8 @@
 environments bit for bit, next-step autoreset, reset options, and a random policy's long run."""
 from __future__ import annotations
 
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -10,6 +12,7 @@ import numba
 import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
+from helpers import ROOT
 
 import hil.gym
 from hil.gym.env import FesArmEnv
@@ -108,7 +111,8 @@ def test_the_batch_equals_single_environments_bit_for_bit(threads):
         obs, r, term, trunc, _ = batch.step(actions[t])
         batch_obs.append(obs)
         batch_rewards.append(r)
-    assert numba.get_num_threads() == min(threads, numba.config.NUMBA_NUM_THREADS)     # the batch's threads
+    if threads > 1:
+        assert numba.get_num_threads() == min(threads, numba.config.NUMBA_NUM_THREADS)     # the batch's threads
     for i, env in enumerate(singles):
         obs, _ = env.reset(seed=10 + i)
         assert obs.tobytes() == batch_obs[0][i].tobytes()
@@ -122,7 +126,35 @@ def test_the_batch_equals_single_environments_bit_for_bit(threads):
                 reset_next = term or trunc
             assert obs.tobytes() == batch_obs[t + 1][i].tobytes(), (i, t)
             assert reward == batch_rewards[t][i]
-    assert numba.get_num_threads() == 1                        # a single environment's
+
+
+def test_a_one_thread_batch_starts_no_thread_pool():
+    """numba's pool costs a launch per call, and GNU OpenMP's does not survive a fork (hil.rt.plants): a process
+    stepping batches on one thread must not start it."""
+    script = ("import numba, numpy as np\n"
+              "from hil.gym.vector import FesArmVectorEnv\n"
+              "batch = FesArmVectorEnv('ElbowHold', num_envs=2, plant='mtg', duration_s=0.2)\n"
+              "batch.reset(seed=0)\n"
+              "batch.step(np.zeros((2, 2)))\n"
+              "try:\n    print(numba.threading_layer())\nexcept ValueError:\n    print('no pool')\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert done.stdout.split() == ["no", "pool"], done.stdout + done.stderr
+
+
+def test_gymnasiums_forked_workers_step_the_arms_as_the_single_environment_does():
+    """AsyncVectorEnv steps an environment in this process, then forks its workers: they must step and give the
+    single environment's trajectory. (A one-thread batch starts no numba thread pool; GNU OpenMP's, numba's layer
+    here, aborts a forked child's first parallel call.)"""
+    FesArmVectorEnv("ElbowHold", num_envs=2, plant="mtg", **SHORT).step(np.zeros((2, 2)))
+    workers = gym.make_vec("fes_hil/ElbowHold-v0", num_envs=2, vectorization_mode="async",
+                           vector_kwargs={"context": "fork"}, plant="mtg", **SHORT)
+    try:
+        actions = random_actions(workers.single_action_space, 5)
+        obs, _ = workers.reset(seed=[3, 4])
+        forked = [obs[1].tobytes()] + [workers.step(np.stack([a, a]))[0][1].tobytes() for a in actions]
+    finally:
+        workers.close(terminate=True)
+    assert forked == rollout(FesArmEnv("ElbowHold", plant="mtg", **SHORT), 4, actions)[0]
 
 
 def test_make_vec_uses_the_batched_entry_point():
