@@ -21,6 +21,19 @@ def leftovers(directory) -> list[str]:
     return sorted(p.name for p in directory.iterdir() if ".partial-" in p.name)
 
 
+def error_past_size_limit(code: str, limit: int) -> list[str]:
+    """The errno and file name of the OSError that ``code`` (lines using ``sim.output_file``) raises in a child
+    process whose files may grow to ``limit`` bytes only: a write past it fails with EFBIG and no file name, as a
+    full disk's does with ENOSPC."""
+    script = "\n".join(["import sys", f"sys.path.insert(0, {os.getcwd()!r})", "from sim.output_file import *",
+                        "try:", textwrap.indent(textwrap.dedent(code).strip(), "    "),
+                        "except OSError as exc:", "    print(exc.errno, exc.filename)"])
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                          preexec_fn=file_size_limit(limit))
+    assert not done.stderr, done.stderr
+    return done.stdout.split()
+
+
 def test_a_complete_write_replaces_the_file_and_keeps_its_permissions(tmp_path):
     path = tmp_path / "out.csv"
     path.write_text("old\n")
@@ -44,20 +57,11 @@ def test_a_write_that_fails_part_way_keeps_the_earlier_file_and_leaves_no_partia
 def test_a_full_disk_is_an_error_naming_the_output_and_leaves_nothing(tmp_path):
     """The file-size limit gives a write error with no file name, as a full disk does (``[Errno 28]``)."""
     path = tmp_path / "big.mot"
-    script = textwrap.dedent(f"""
-        import sys
-        sys.path.insert(0, {os.getcwd()!r})
-        from sim.output_file import output_file
-        try:
-            with output_file({str(path)!r}) as fh:
-                for _ in range(1000):
-                    fh.write("0.004\\t" * 20 + "\\n")
-        except OSError as exc:
-            print(exc.errno, exc.filename)
-        """)
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
-                          preexec_fn=file_size_limit(4096))
-    assert done.stdout.split() == [str(errno.EFBIG), str(path)], done.stderr
+    assert error_past_size_limit(f"""
+        with output_file({str(path)!r}) as fh:
+            for _ in range(1000):
+                fh.write("0.004\\t" * 20 + "\\n")
+        """, 4096) == [str(errno.EFBIG), str(path)]
     assert not path.exists() and leftovers(tmp_path) == []
 
 
@@ -113,18 +117,8 @@ def test_a_line_that_does_not_fit_is_cut_back_off_and_names_the_log(tmp_path):
     appended once there is room again starts a line of its own."""
     log = tmp_path / "results.jsonl"
     log.write_text('{"id": 1}\n' * 10)                    # 100 bytes
-    script = textwrap.dedent(f"""
-        import sys
-        sys.path.insert(0, {os.getcwd()!r})
-        from sim.output_file import append_line
-        try:
-            append_line({str(log)!r}, '{{"id": 11, "metrics": "' + 'x' * 60 + '"}}\\n')
-        except OSError as exc:
-            print(exc.errno, exc.filename)
-        """)
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
-                          preexec_fn=file_size_limit(120))
-    assert done.stdout.split() == [str(errno.EFBIG), str(log)], done.stderr
+    line = '{"id": 11, "metrics": "' + "x" * 60 + '"}\n'
+    assert error_past_size_limit(f"append_line({str(log)!r}, {line!r})", 120) == [str(errno.EFBIG), str(log)]
     assert log.read_text() == '{"id": 1}\n' * 10
 
 
@@ -176,16 +170,6 @@ def test_without_hard_links_the_file_is_created_in_place(tmp_path, monkeypatch):
 
 def test_a_start_that_does_not_fit_names_the_file_and_leaves_nothing(tmp_path):
     path = tmp_path / "run.hilrec"
-    script = textwrap.dedent(f"""
-        import sys
-        sys.path.insert(0, {os.getcwd()!r})
-        from sim.output_file import create_with_start
-        try:
-            create_with_start({str(path)!r}, b"H" * 8192)
-        except OSError as exc:
-            print(exc.errno, exc.filename)
-        """)
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
-                          preexec_fn=file_size_limit(4096))
-    assert done.stdout.split() == [str(errno.EFBIG), str(path)], done.stderr
+    assert error_past_size_limit(f"create_with_start({str(path)!r}, b'H' * 8192)", 4096) == [str(errno.EFBIG),
+                                                                                               str(path)]
     assert not path.exists() and leftovers(tmp_path) == []
