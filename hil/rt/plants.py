@@ -207,7 +207,8 @@ def compute_tick_mtg(arrays, stale, tick, time_s, overrun, warm):
 
 @entry
 def mtg_engine_ticks(arrays, stale, ticks, n_ticks, period_s, results, i):
-    """:func:`das3_engine_ticks` with the MTG arm's tick."""
+    """:func:`das3_engine_ticks` with the MTG arm's tick (written out again: numba caches no compiled function that
+    takes the tick as an argument, its type names the dispatcher object of one process)."""
     first, clipped, done, status, stop, k = stale[i], 0, 0, 0, 0, 0
     while k < n_ticks and status == 0 and stop == 0:
         tick = ticks[i] + k
