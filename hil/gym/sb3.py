@@ -17,6 +17,9 @@ from hil.gym.episodes import Episodes
 class FesArmSb3VecEnv(VecEnv):
     """``num_envs`` arms on ``task`` (keyword arguments as :mod:`hil.gym.env`; ``seed``: of the first reset)."""
 
+    render_mode = None
+    """The arms draw nothing (SB3's ``VecEnv`` asks, and warns where an environment does not say)."""
+
     def __init__(self, task: str, num_envs: int = 1, seed: int | None = None, **kwargs) -> None:
         self.episodes = Episodes(task, num_envs, **kwargs)
         super().__init__(num_envs, self.episodes.observation_space, self.episodes.action_space)

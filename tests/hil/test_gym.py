@@ -413,6 +413,19 @@ def test_stable_baselines3_trains_on_the_batched_arms():
         venv.step_async(np.zeros((3, 2)))
 
 
+def test_stable_baselines3s_wrappers_take_the_batch_without_a_warning():
+    from stable_baselines3.common.vec_env import VecMonitor, VecNormalize
+
+    from hil.gym.sb3 import FesArmSb3VecEnv
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                  # this module ignores UserWarnings elsewhere
+        venv = VecNormalize(VecMonitor(FesArmSb3VecEnv("ElbowHold", num_envs=2, plant="mtg", **SHORT)))
+        venv.reset()
+        obs, rewards, dones, infos = venv.step(np.zeros((2, 2)))
+    assert obs.shape == (2, 3) and venv.render_mode is None
+
+
 def test_stable_baselines3s_seed_and_options_reach_the_next_reset_once():
     """PPO(..., seed=s) seeds its VecEnv through ``seed()`` and set_options() gives the next reset's options;
     both are used by the next reset only, as in SB3's own vector environments."""
