@@ -149,6 +149,10 @@ class PolicyController(Controller):
         self.action = action
         self.low, self.high = action.bounds()
         self.frame_items = tuple(meta["observe"])
+        unmodelled = [item for item in self.frame_items if item.partition("[")[0] in settings.unmodelled_fields]
+        if unmodelled:
+            raise PolicyFileError(f"the policy observes {', '.join(unmodelled)}, which this run's plant does not "
+                                  "model (NaN in every frame)")
         self.dof_names = settings.dof_names
         self.layout = None        # built from the first frame's layout
         self.obs = np.zeros((1, self.net.obs_mean.shape[0]))

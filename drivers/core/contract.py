@@ -51,6 +51,11 @@ def frame_dtype(n_dofs: int = len(DOF_NAMES)) -> np.dtype:
     ])
 
 
+#: The frame fields of the GH joint and the scapulothoracic contact, which a plant without a GH model (the MTG arm,
+#: ``has_glenohumeral`` False in ``sim.plants``) does not model: NaN (the contact flags 0) in its frames.
+GLENOHUMERAL_FIELDS = ("gh_stability", "gh_force", "st_contact_force", "st_in_contact")
+
+
 #: The lab sensors' frame fields (hil.rt.lab_sensors), appended to the frame only when configured: IMU
 #: quaternions (w, x, y, z) and gyro rates (rad/s, sensor frame) of these segments, one ``encoder_<DOF>`` (whole
 #: counts) per encoded joint, and each stimulation channel's M-wave amplitude (V).

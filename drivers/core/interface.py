@@ -83,6 +83,7 @@ class DriverContext:
     group_names: tuple[str, ...]        # muscle groups, in the order group excitations index them
     channel_names: tuple[str, ...]      # stimulation channels ([[stimulation.channel]]); () in direct mode
     frame_dtype: Any                    # numpy dtype of the sensor frame
+    unmodelled_fields: tuple[str, ...] = ()   # frame fields the plant does not model (NaN): GLENOHUMERAL_FIELDS or ()
     loop_sched_fifo: bool = False
     loop_priority: int = 0
     loop_cpu: int | None = None

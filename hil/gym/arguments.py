@@ -75,6 +75,16 @@ def observed_items(value) -> tuple[str, ...]:
     return items
 
 
+def modelled_items(items: tuple[str, ...], unmodelled_fields: tuple[str, ...], asked: bool) -> tuple[str, ...]:
+    """The frame items of ``items`` the plant models. A task's own items of ``unmodelled_fields`` (NaN in every
+    frame) are left out, so its observation holds only numbers (ForwardFlexion on the MTG arm observes no GH
+    stability); ``asked`` for by the caller, they are refused."""
+    left_out = tuple(item for item in items if item.partition("[")[0] in unmodelled_fields)
+    if left_out and asked:
+        raise ArgumentError(f"observe: {', '.join(left_out)}: not modelled by this plant (NaN in every frame)")
+    return tuple(item for item in items if item not in left_out)
+
+
 def reward_weights(weights, kind: type):
     """Reward weights of type ``kind``, finite, with an error scale above zero."""
     values = vars(weights).values() if isinstance(weights, kind) else ()

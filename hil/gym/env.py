@@ -8,7 +8,8 @@ Keyword arguments of ``make`` (and of the vector environment's ``make_vec``):
   or ``"pw_amp_freq"`` (:mod:`drivers.controllers.policy_io`); ``pulse_width_us``, ``frequency_hz``: the fixed
   pulse width and frequency of the first two kinds;
 - ``action_period_s`` (the task's default: 20 ms), ``duration_s``: the episode's length;
-- ``observe``: the frame items observed (the task's default, :mod:`hil.gym.tasks`);
+- ``observe``: the frame items observed (the task's default, :mod:`hil.gym.tasks`, less what the plant does not
+  model; naming such an item is refused);
 - ``weights``: the reward's :class:`hil.gym.tasks.RewardWeights`;
 - ``hand_load_kg``: (low, high) of the hand load drawn each episode (the task's default range).
 """

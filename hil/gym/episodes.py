@@ -25,6 +25,7 @@ from hil.gym import arguments
 from hil.gym.arm_batch import ENDINGS, RUNNING, ArmBatch, ticks_per_action
 from hil.gym.tasks import TASKS, RewardWeights, Task
 from hil.patients import patient_override
+from hil.rt.plants import plant_type
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,8 @@ class Episodes:
         self.max_steps = max(1, int(round(duration_s / self.action_period_s)))
         self.weights = arguments.reward_weights(t.weights if weights is None else weights, RewardWeights)
         self.hand_load_kg = arguments.hand_load_range(hand_load_kg if hand_load_kg is not None else t.hand_load_kg)
-        observe = arguments.observed_items(t.observe if observe is None else observe)
+        observe = arguments.modelled_items(arguments.observed_items(t.observe if observe is None else observe),
+                                           plant_type(cfg.plant.type).unmodelled_fields, observe is not None)
         self.arms = ArmBatch(cfg, n, t.channels[cfg.plant.type], observe, t.n_target,
                              self.ticks_per_action, action_kind, pulse_width_us, frequency_hz, threads)
         self.n = n

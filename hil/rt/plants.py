@@ -29,6 +29,7 @@ from typing import Callable
 import numpy as np
 from numba import njit, prange
 
+from drivers.core.contract import GLENOHUMERAL_FIELDS
 from hil.rt.tick_kernel import tick_inputs, tick_outputs
 from sim.config_schema import Key, Section
 from sim.das3.model import Das3Model, load_model
@@ -67,6 +68,11 @@ class PlantType:
     def has_glenohumeral(self) -> bool:
         """The GH joint force and its stability are modelled (the GH rules and the glenoid figure apply)."""
         return bool(self.model_class.has_glenohumeral)
+
+    @property
+    def unmodelled_fields(self) -> tuple[str, ...]:
+        """The sensor frame's fields this plant does not model (NaN in every frame)."""
+        return () if self.has_glenohumeral else GLENOHUMERAL_FIELDS
 
 
 _REGISTRY: dict[str, PlantType] = {}

@@ -89,8 +89,9 @@ def driver_context(cfg: ServiceConfig, model, engine, index: int) -> DriverConte
         index=index, file=cfg.path, base_dir=cfg.base_dir, period_s=cfg.loop.period_s,
         dof_names=tuple(model.dof_names), muscle_names=tuple(model.muscle_names), group_names=tuple(engine.groups),
         channel_names=tuple(c.name for c in engine.stim.channels) if engine.stim is not None else (),
-        frame_dtype=engine.sensor.dtype, loop_sched_fifo=cfg.loop.sched_fifo, loop_priority=cfg.loop.priority,
-        loop_cpu=cfg.loop.cpu, role=driver_role(cfg.drivers[index]))
+        frame_dtype=engine.sensor.dtype, unmodelled_fields=plant_type(cfg.plant.type).unmodelled_fields,
+        loop_sched_fifo=cfg.loop.sched_fifo, loop_priority=cfg.loop.priority, loop_cpu=cfg.loop.cpu,
+        role=driver_role(cfg.drivers[index]))
 
 
 def parse_drivers(cfg: ServiceConfig, model, engine) -> list[tuple[type, object, DriverContext]]:

@@ -25,9 +25,9 @@ def proportional_layers():
     return [(np.array([[-GAIN, 0.0, GAIN], [GAIN, 0.0, -GAIN]]), np.zeros(2))]
 
 
-def policy_config(tmp_path: Path, policy: Path, target: str = "80") -> Path:
+def policy_config(tmp_path: Path, policy: Path, target: str = "80", base: str = "elbow-hold.toml") -> Path:
     cfg = tmp_path / "run.toml"
-    cfg.write_text(f'include = ["{CONFIGS / "gym" / "elbow-hold.toml"}"]\n[[driver]]\ntype = "loopback"\n'
+    cfg.write_text(f'include = ["{CONFIGS / "gym" / base}"]\n[[driver]]\ntype = "loopback"\n'
                    f'controller = "policy"\npolicy = "{policy}"\ntarget_deg = {target}\nrate_hz = 50\n')
     return cfg
 
@@ -89,6 +89,18 @@ def test_a_bad_policy_file_is_one_config_error(tmp_path, damage, words):
     out = hil_in_process("check-config", cfg)
     key = "driver[0].target_deg" if damage == "target" else "driver[0].policy"
     assert out.returncode == 2 and key in out.stderr and words in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+def test_a_policy_observing_what_the_runs_plant_does_not_model_is_one_config_error(tmp_path):
+    """Trained on the DAS3 arm with the GH stability observed, run on the MTG arm (NaN there): refused."""
+    env = FesArmEnv("ElbowHold", observe=("q[ELx]", "qdot[ELx]", "gh_stability"))
+    path = tmp_path / "policy.npz"
+    save_network(str(path), env.episodes, [(np.zeros((2, 4)), np.zeros(2))])
+    assert hil_in_process("check-config", policy_config(tmp_path, path)).returncode == 0
+    out = hil_in_process("check-config", policy_config(tmp_path, path, base="elbow-hold-mtg.toml"))
+    assert out.returncode == 2 and "driver[0].policy" in out.stderr, out.stderr
+    assert "observes gh_stability, which this run's plant does not model" in out.stderr
     assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
 
 
