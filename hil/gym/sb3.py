@@ -34,6 +34,9 @@ class FesArmSb3VecEnv(VecEnv):
         options of :meth:`set_options`, each used once, as Stable-Baselines3's own vector environments do; all
         checked before any arm is reset."""
         seeds = arguments.vector_seeds(list(self._seeds), self.num_envs)
+        if len(self._options) != self.num_envs:
+            raise arguments.ArgumentError(f"set_options: one dict for every arm or a list of {self.num_envs}, not "
+                                          f"{len(self._options)} dicts")
         checked = [self.episodes.checked_options(options or None) for options in self._options]
         for i in range(self.num_envs):
             self.episodes.start_episode(i, seeds[i], checked[i])

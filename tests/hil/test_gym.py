@@ -453,10 +453,12 @@ def test_stable_baselines3s_seed_and_options_reach_the_next_reset_once():
     a.reset()
     assert not np.any(a.episodes.params[:, 0] == np.radians(60.0))
     kept = a.episodes.params.copy()
-    a.set_options([{}, {"target_deg": 1e9}])
-    with pytest.raises(ValueError, match="target_deg: an angle in degrees"):
-        a.reset()
-    assert np.array_equal(a.episodes.params, kept)              # no arm reset
+    for options, message in (([{}, {"target_deg": 1e9}], "target_deg: an angle in degrees"),
+                             ([{}, {}, {}], "set_options: one dict for every arm or a list of 2, not 3 dicts")):
+        a.set_options(options)
+        with pytest.raises(ValueError, match=message):
+            a.reset()
+        assert np.array_equal(a.episodes.params, kept)          # no arm reset
 
 
 def write_mot(path, time_s, columns: dict) -> None:
