@@ -75,6 +75,13 @@ def observed_items(value) -> tuple[str, ...]:
     return items
 
 
+def render_mode(value) -> str | None:
+    """None (nothing drawn) or ``"rgb_array"`` (:mod:`hil.gym.render`)."""
+    if value not in (None, "rgb_array"):
+        raise ArgumentError(f"render_mode: None or 'rgb_array', not {value!r}")
+    return value
+
+
 def modelled_items(items: tuple[str, ...], unmodelled_fields: tuple[str, ...], asked: bool) -> tuple[str, ...]:
     """The frame items of ``items`` the plant models. A task's own items of ``unmodelled_fields`` (NaN in every
     frame) are left out, so its observation holds only numbers (ForwardFlexion on the MTG arm observes no GH

@@ -23,6 +23,7 @@ from gymnasium.utils import seeding
 from hil.config import load_service_config
 from hil.gym import arguments
 from hil.gym.arm_batch import ENDINGS, RUNNING, ArmBatch, ticks_per_action
+from hil.gym.render import arm_picture
 from hil.gym.tasks import TASKS, RewardWeights, Task
 from hil.patients import patient_override
 from hil.rt.plants import plant_type
@@ -170,6 +171,12 @@ class Episodes:
 
     def truncated(self) -> np.ndarray:
         return (self.steps >= self.max_steps) & ~self.terminated()
+
+    def picture(self, i: int) -> np.ndarray:
+        """Arm ``i``'s posture now (the plant's, not the sensed one) drawn as an RGB image (:mod:`hil.gym.render`)."""
+        model = self.arms.arms[i].model
+        das3 = model.das3 if model.kind == "mtg" else model
+        return arm_picture(das3.arrays, self.arms.arms[i].engine.plant.outputs.q, das3.config.length_scale)
 
     def infos(self) -> dict:
         """Every arm's step information as arrays (:meth:`info`'s numbers and ``termination``)."""

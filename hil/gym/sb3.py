@@ -18,9 +18,11 @@ class FesArmSb3VecEnv(VecEnv):
     """``num_envs`` arms on ``task`` (keyword arguments as :mod:`hil.gym.env`; ``seed``: of the first reset)."""
 
     render_mode = None
-    """The arms draw nothing (SB3's ``VecEnv`` asks, and warns where an environment does not say)."""
+    """None, or ``"rgb_array"``: :meth:`get_images` draws the arms (SB3's ``VecEnv`` asks for it)."""
 
-    def __init__(self, task: str, num_envs: int = 1, seed: int | None = None, **kwargs) -> None:
+    def __init__(self, task: str, num_envs: int = 1, seed: int | None = None, render_mode: str | None = None,
+                 **kwargs) -> None:
+        self.render_mode = arguments.render_mode(render_mode)
         self.episodes = Episodes(task, num_envs, **kwargs)
         super().__init__(num_envs, self.episodes.observation_space, self.episodes.action_space)
         if seed is not None:
@@ -68,6 +70,12 @@ class FesArmSb3VecEnv(VecEnv):
 
     def close(self) -> None:
         pass
+
+    def get_images(self):
+        """Each arm's posture as an RGB image (:mod:`hil.gym.render`; SB3's ``render`` tiles them), or Nones."""
+        if self.render_mode != "rgb_array":
+            return [None] * self.num_envs
+        return [self.episodes.picture(i) for i in range(self.num_envs)]
 
     def get_attr(self, attr_name, indices=None):
         return [getattr(self, attr_name) for _ in self._indices(indices)]

@@ -17,9 +17,10 @@ from hil.gym.episodes import Episodes
 
 
 class FesArmVectorEnv(VectorEnv):
-    metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP, "render_modes": []}
+    metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP, "render_modes": ["rgb_array"]}
 
-    def __init__(self, task: str, num_envs: int = 1, **kwargs) -> None:
+    def __init__(self, task: str, num_envs: int = 1, render_mode: str | None = None, **kwargs) -> None:
+        self.render_mode = arguments.render_mode(render_mode)
         self.episodes = Episodes(task, num_envs, **kwargs)
         self.num_envs = num_envs
         self.single_action_space = self.episodes.action_space
@@ -51,6 +52,13 @@ class FesArmVectorEnv(VectorEnv):
         terminated[resetting] = truncated[resetting] = False
         self._autoreset = terminated | truncated
         return ep.obs.copy(), rewards, terminated, truncated, self._infos()
+
+    def render(self):
+        """Each arm's posture as an RGB image when ``render_mode="rgb_array"`` (a tuple, as Gymnasium's vector
+        environments give), else None."""
+        if self.render_mode != "rgb_array":
+            return None
+        return tuple(self.episodes.picture(i) for i in range(self.num_envs))
 
     def _infos(self) -> dict:
         """Gymnasium's vector info: each key's array and its mask ``_key`` (every arm has every key)."""

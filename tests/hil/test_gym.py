@@ -161,6 +161,59 @@ def test_gymnasiums_forked_workers_step_the_arms_as_the_single_environment_does(
     assert forked == rollout(FesArmEnv("ElbowHold", plant="mtg", **SHORT), 4, actions)[0]
 
 
+@pytest.mark.parametrize("plant", ["das3", "mtg"])
+def test_render_draws_the_plants_posture(plant):
+    """The hand is drawn where the model's kinematics put it, in both views, before and after the elbow moved."""
+    from hil.gym.render import BONES, pixel
+    from sim.das3.kinematics import LANDMARKS, landmarks
+
+    env = gym.make("fes_hil/ElbowHold-v0", plant=plant, render_mode="rgb_array", duration_s=1.0)
+    arm = env.unwrapped.episodes.arms.arms[0]
+    das3 = arm.model.das3 if plant == "mtg" else arm.model
+    hand_rgb = [rgb for _, end, rgb in BONES if end == "HAND"][0]
+
+    def hand_pixels():
+        hand = landmarks(das3.arrays, arm.engine.plant.outputs.q[None, :])[0, LANDMARKS.index("HAND")]
+        return [tuple(np.rint(pixel(hand, view)).astype(int)) for view in (0, 1)]
+
+    env.reset(seed=0)
+    before, at_rest = env.render(), hand_pixels()
+    for _ in range(30):
+        env.step(np.array([1.0, 0.0], np.float32))                   # biceps on: the elbow flexes
+    after, flexed = env.render(), hand_pixels()
+    assert before.shape == (240, 480, 3) and before.dtype == np.uint8
+    assert at_rest != flexed and (before != after).any()
+    for picture, pixels in ((before, at_rest), (after, flexed)):
+        assert all(picture[r, c].tolist() == list(hand_rgb) for r, c in pixels), pixels
+    assert env.metadata["render_fps"] == 50.0
+    assert FesArmEnv("ElbowHold", plant=plant).render() is None
+
+
+def test_the_views_draw_up_upwards_and_lateral_and_forward_to_the_right():
+    """Thorax frame (x lateral, y up, z posterior): the front view's right is lateral, the side view's forward."""
+    from hil.gym.render import PANEL_PX, pixel
+    up, down = np.array([0.0, 0.5, 0.0]), np.array([0.0, -0.5, 0.0])
+    lateral, medial = np.array([0.5, 0.0, 0.0]), np.array([-0.5, 0.0, 0.0])
+    forward, backward = np.array([0.0, 0.0, -0.5]), np.array([0.0, 0.0, 0.5])
+    for view in (0, 1):
+        assert pixel(up, view)[0] < pixel(down, view)[0]
+        assert view * PANEL_PX <= pixel(up, view)[1] < (view + 1) * PANEL_PX
+    assert pixel(lateral, 0)[1] > pixel(medial, 0)[1] and pixel(forward, 1)[1] > pixel(backward, 1)[1]
+
+
+def test_the_vector_environments_draw_every_arm():
+    batch = FesArmVectorEnv("ElbowHold", num_envs=2, plant="mtg", render_mode="rgb_array", **SHORT)
+    batch.reset(seed=[1, 2])
+    batch.step(np.array([[1.0, 0.0], [0.0, 1.0]], np.float32))
+    pictures = batch.render()
+    assert len(pictures) == 2 and (pictures[0] != pictures[1]).any()
+    assert all(np.array_equal(p, batch.episodes.picture(i)) for i, p in enumerate(pictures))
+    from hil.gym.sb3 import FesArmSb3VecEnv
+    venv = FesArmSb3VecEnv("ElbowHold", num_envs=2, plant="mtg", render_mode="rgb_array", **SHORT)
+    venv.reset()
+    assert [p.shape for p in venv.get_images()] == [(240, 480, 3)] * 2 and venv.render().ndim == 3
+
+
 def test_make_vec_uses_the_batched_entry_point():
     envs = gym.make_vec("fes_hil/ElbowHold-v0", num_envs=2, vectorization_mode="vector_entry_point", **SHORT)
     assert isinstance(envs.unwrapped, FesArmVectorEnv)
@@ -278,6 +331,7 @@ def test_a_target_is_checked_against_its_tasks_limits():
 
 BAD_ARGUMENTS = [
     ({"duration_s": float("inf")}, "duration_s: seconds, more than 0 and at most 3600, not inf"),
+    ({"render_mode": "human"}, "render_mode: None or 'rgb_array', not 'human'"),
     ({"plant": "mtg", "observe": ("q[ELx]", "gh_stability")}, r"observe: gh_stability: not modelled by this plant"),
     ({"duration_s": 0.0}, "duration_s: seconds"),
     ({"action_period_s": 1e9}, "action_period_s: seconds, more than 0 and at most 10"),

@@ -130,3 +130,17 @@ def test_a_policy_file_that_would_unpack_to_gigabytes_is_refused_before_it_is_re
     with pytest.raises(PolicyFileError, match="its arrays unpack to 400000128 bytes; at most"):
         read_policy(str(bomb))
     assert read_policy(str(good)).meta["task"] == "ElbowHold"
+
+
+def test_the_render_example_draws_the_saved_policys_episode(tmp_path):
+    """examples/gym/render_episode.py: the shipped PPO policy's episode, drawn (hil.gym.render) two frames a row."""
+    import subprocess
+    import sys
+
+    import matplotlib.image
+    out = tmp_path / "episode.png"
+    done = subprocess.run([sys.executable, "examples/gym/render_episode.py", "--frames", "3", "--out", str(out)],
+                          capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert done.returncode == 0 and "3 frames of 200 steps" in done.stdout, done.stdout + done.stderr
+    assert matplotlib.image.imread(out).shape[:2] == (2 * 244, 2 * 484)
+
