@@ -436,9 +436,10 @@ def test_accepted_actions_are_counted_feed_the_watchdog_and_give_the_effort():
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("plant", ["das3", "mtg"])
 @pytest.mark.parametrize("env_id", hil.gym.environment_ids())
-def test_a_random_policy_runs_ten_thousand_steps(env_id):
-    env = gym.make(env_id)
+def test_a_random_policy_runs_ten_thousand_steps(env_id, plant):
+    env = gym.make(env_id, plant=plant)
     env.action_space.seed(0)
     env.reset(seed=0)
     episodes = 0
