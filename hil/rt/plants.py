@@ -15,8 +15,8 @@ A plant type's batched tick (``batch_tick``) runs ``n_ticks`` compiled ticks of 
 layout in one call (:mod:`hil.gym.arm_batch`): each engine's tick is the same compiled code on its own arrays, so
 each trajectory is the single engine's bit for bit, whichever thread runs it. ``batch_tick_threaded`` shares the
 engines among numba's threads; the one-thread batch does not use it, so a process that runs batches on one
-thread starts no thread pool (a pool costs a launch per call, and GNU OpenMP's does not survive a fork:
-:mod:`sim.jit.threads`).
+thread starts no thread pool (a pool costs a launch per call, and numba's GNU OpenMP pool does not survive a
+fork: a forked worker, Gymnasium's ``AsyncVectorEnv``'s, aborts on its first parallel call).
 
 This is the one place in ``hil`` that names a plant's step kernel (``STEP_KERNEL`` of its ``sim`` package).
 """
@@ -48,8 +48,8 @@ class PlantType:
     the service config; ``make_plant(model, cfg, step_s, initial_state)``: the plant (``initial_state`` None: the
     model's resting state); ``tick``: its compiled tick (``tick(arrays, stale, tick, time_s, overrun, warm)`` ->
     (plant status, excitations clipped, steps done, STOP_* code)); ``batch_tick``: several ticks of N engines
-    (:func:`das3_ticks`), ``batch_tick_threaded`` the same on numba's threads; ``options``: the ``[plant]`` keys only it reads
-    (``cfg.plant.options``), ``file_options`` those of them that name files; ``check(cfg_plant, cfg_model)``:
+    (:func:`das3_ticks`), ``batch_tick_threaded`` the same on numba's threads; ``options``: the ``[plant]`` keys
+    only it reads (``cfg.plant.options``), ``file_options`` those of them that name files; ``check(cfg_plant, cfg_model)``:
     (key, reason) of a config it cannot run, or None."""
 
     name: str
