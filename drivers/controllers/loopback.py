@@ -270,7 +270,7 @@ def controller_settings(table: dict, ctx: DriverContext) -> ControllerSettings:
     return ControllerSettings(
         period_s=ctx.period_s, rate_hz=rate, call_period_s=every * ctx.period_s, channel_names=tuple(ctx.channel_names),
         muscle_names=tuple(ctx.muscle_names), group_names=tuple(ctx.group_names), dof_names=tuple(ctx.dof_names),
-        unmodelled_fields=tuple(ctx.unmodelled_fields),
+        unmodelled_fields=tuple(ctx.unmodelled_fields), frame_dtype=ctx.frame_dtype,
         params={k: v for k, v in table.items() if k not in DRIVER_KEYS}, base_dir=ctx.base_dir, config_file=ctx.file,
         config_key=f"driver[{ctx.index}]")
 

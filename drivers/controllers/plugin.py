@@ -58,6 +58,7 @@ class ControllerSettings:
     group_names: tuple[str, ...]           # element groups (e.g. "deltclav") an ExcitationCommand may name
     dof_names: tuple[str, ...]             # the order of the frame's q and qdot
     unmodelled_fields: tuple[str, ...] = ()  # frame fields the plant does not model (NaN in every frame)
+    frame_dtype: Any = None                # numpy dtype of the frames ``step`` gets (None: not known before them)
     params: Mapping[str, Any] = field(default_factory=dict)   # the config table's other keys, unchanged
     base_dir: str = "."                    # the config file's directory (for file names in params)
     config_file: str | None = None

@@ -140,7 +140,7 @@ class PolicyController(Controller):
             raise t.error(key, f"{self.net.meta['n_target']} finite value(s), not {target!r}") from None
 
     def setup(self, settings: ControllerSettings) -> None:
-        """The layouts of the file against the run's channels (the frame's, at the first frame)."""
+        """The layouts of the file against the run's channels and frame."""
         meta = self.net.meta
         action = ActionLayout(**{k: tuple(v) if isinstance(v, list) else v for k, v in meta["action"].items()})
         if max(action.channels, default=-1) >= len(settings.channel_names):
@@ -149,13 +149,26 @@ class PolicyController(Controller):
         self.action = action
         self.low, self.high = action.bounds()
         self.frame_items = tuple(meta["observe"])
+        self.dof_names = settings.dof_names
+        self.obs = np.zeros((1, self.net.obs_mean.shape[0]))
+        self.layout = self._observation_layout(settings)
+
+    def _observation_layout(self, settings: ControllerSettings) -> ObservationLayout | None:
+        """The observation's layout on the run's frame, so that an item the run does not give (a lab sensor it
+        has not configured, what its plant does not model) is a config error, not a plug-in failing every call;
+        None where the frame is not known before the first one."""
         unmodelled = [item for item in self.frame_items if item.partition("[")[0] in settings.unmodelled_fields]
         if unmodelled:
             raise PolicyFileError(f"the policy observes {', '.join(unmodelled)}, which this run's plant does not "
                                   "model (NaN in every frame)")
-        self.dof_names = settings.dof_names
-        self.layout = None        # built from the first frame's layout
-        self.obs = np.zeros((1, self.net.obs_mean.shape[0]))
+        if settings.frame_dtype is None:
+            return None
+        layout = ObservationLayout(self.frame_items, settings.frame_dtype, self.dof_names,
+                                   int(self.net.meta["n_target"]))
+        if layout.size != self.obs.shape[1]:
+            raise PolicyFileError(f"the run's frame gives {layout.size} observation values, the network takes "
+                                  f"{self.obs.shape[1]}")
+        return layout
 
     def step(self, tick: int, time_s: float, frame):
         if frame is None:

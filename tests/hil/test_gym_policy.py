@@ -104,6 +104,23 @@ def test_a_policy_observing_what_the_runs_plant_does_not_model_is_one_config_err
     assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
 
 
+def test_a_policy_observing_a_lab_sensor_the_run_has_not_is_one_config_error(tmp_path):
+    """Trained with IMUs, run without them: refused by check-config, not failing in every call of the run."""
+    with_imu = tmp_path / "gym-imu.toml"
+    with_imu.write_text(f'include = ["{CONFIGS / "gym" / "elbow-hold.toml"}"]\n'
+                        '[sensor.imu]\nmodel = "mti-300"\nrate_hz = 100\nlatency_ms = 2\n')
+    env = FesArmEnv("ElbowHold", config=str(with_imu), observe=("q[ELx]", "imu_gyro"))
+    path = tmp_path / "policy.npz"
+    save_network(str(path), env.episodes, [(np.zeros((2, env.observation_space.shape[0])), np.zeros(2))])
+    runs_with_imu = tmp_path / "run-imu.toml"
+    runs_with_imu.write_text(policy_config(tmp_path, path).read_text() + with_imu.read_text().split("\n", 1)[1])
+    assert hil_in_process("check-config", runs_with_imu).returncode == 0
+    out = hil_in_process("check-config", policy_config(tmp_path, path))
+    assert out.returncode == 2 and "driver[0].policy" in out.stderr, out.stderr
+    assert "observation item 'imu_gyro': the frame has no field 'imu_gyro'" in out.stderr
+    assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
 def test_a_policy_file_that_would_unpack_to_gigabytes_is_refused_before_it_is_read(tmp_path):
     import io
     import zipfile
