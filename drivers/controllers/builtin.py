@@ -117,6 +117,9 @@ class ElbowHoldController(Controller):
         self.pw = t.number("pulse_width_us", 300.0, 0.0, 1000.0, lo_exclusive=True)
         self.freq = t.number("frequency_hz", 40.0, 0.0, 1000.0, lo_exclusive=True)
         self.imu = ImuElbow() if t.string("elbow_sensor", "frame", ("frame", "imu")) == "imu" else None
+        if self.imu is not None and not ImuElbow.reads(settings.frame_dtype):
+            raise t.error("elbow_sensor", "\"imu\" needs the lab IMUs: add a [sensor.imu] table (the run's frame has "
+                                          "no imu_quat and imu_gyro)")
         t.done()
         self.elbow = settings.dof_names.index("ELx")
         self.dt = settings.call_period_s

@@ -37,6 +37,11 @@ class ImuElbow:
     def __init__(self) -> None:
         self.a_el, self.a_ps = joint_axis("hu"), joint_axis("ur")
 
+    @staticmethod
+    def reads(frame_dtype) -> bool:
+        """Frames of ``frame_dtype`` carry the two IMUs this reads (an unknown dtype, None, is given the benefit)."""
+        return frame_dtype is None or {"imu_quat", "imu_gyro"} <= set(frame_dtype.names or ())
+
     def angle_rate(self, frame) -> tuple[float, float]:
         quat, gyro = frame["imu_quat"][0], frame["imu_gyro"][0]
         rel = _conjugate_product(quat[0], quat[1])

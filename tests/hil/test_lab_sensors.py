@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from helpers import CONFIGS, hil_in_process
 from scipy.spatial.transform import Rotation
 
 from drivers.core.contract import frame_dtype
@@ -290,6 +291,18 @@ def test_elbow_hold_on_the_imus_holds_the_target(config_over):
     run_offline(cfg, round(12.0 / cfg.loop.period_s), [Elbow()])
     late = np.array(elbow[round(8.0 / cfg.loop.period_s):])
     assert abs(late.mean() - 90.0) < 1.5 and np.all(np.abs(late - 90.0) < 4.0)
+
+
+def test_elbow_hold_on_imus_the_run_has_not_is_one_config_error(tmp_path):
+    """elbow_sensor = "imu" without [sensor.imu]: refused by check-config (before: the PID failed in every call of
+    the run and the elbow never moved)."""
+    cfg = tmp_path / "no-imu.toml"
+    cfg.write_text(f'include = ["{CONFIGS / "gym" / "elbow-hold.toml"}"]\n[[driver]]\ntype = "loopback"\n'
+                   'controller = "elbow_hold"\nelbow_sensor = "imu"\nflexor_channel = 4\nextensor_channel = 5\n')
+    out = hil_in_process("check-config", cfg)
+    assert out.returncode == 2 and "driver[0].elbow_sensor" in out.stderr and "[sensor.imu]" in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
+    assert hil_in_process("check-config", CONFIGS / "elbow-hold-imu.toml").returncode == 0
 
 
 def test_a_real_time_run_with_lab_sensors_replays_bit_identically(tmp_path):
