@@ -36,7 +36,7 @@ def output_file(path: str | PathLike, mode: str = "w", **open_kwargs):
         with _named(path, target), open(target, mode, **open_kwargs) as fh:
             yield fh
         return
-    partial = target.with_name(f".{target.name}.partial-{os.getpid()}")
+    partial = _partial_name(target)
     try:
         with _named(path, partial), open(partial, mode, **open_kwargs) as fh:
             yield fh
@@ -48,6 +48,11 @@ def output_file(path: str | PathLike, mode: str = "w", **open_kwargs):
     finally:
         if partial.exists():
             partial.unlink()
+
+
+def _partial_name(target: Path) -> Path:
+    """The temporary name beside ``target`` that this process writes it under (hidden, and not ``*.json``)."""
+    return target.with_name(f".{target.name}.partial-{os.getpid()}")
 
 
 def _keep_mode(target: Path, partial: Path) -> None:
@@ -121,24 +126,22 @@ def create_with_start(path: str | PathLike, start: bytes):
     refuses an existing name atomically, like ``O_EXCL``) and the temporary name removed. Where the file system
     cannot hard-link, the file is created in place, as ``open(path, "xb")`` would. Errors name ``path``."""
     target = Path(path)
-    partial = target.with_name(f".{target.name}.partial-{os.getpid()}")
+    partial = _partial_name(target)
     try:
         with _named(path, partial):
-            fh = open(partial, "wb")          # a name of this process's: any file there is a stale one
+            fh = _opened_with(partial, "wb", start)     # a name of this process's: any file there is a stale one
         try:
-            with _named(path, partial):
-                fh.write(start)
-                fh.flush()
-                os.fsync(fh.fileno())
-            if _linked(partial, target):
-                return fh
-            fh.close()
+            linked = _linked(partial, target)
         except BaseException:
-            _close_quietly(fh)
+            fh.close()
             raise
+        if linked:
+            return fh
+        fh.close()
     finally:
         partial.unlink(missing_ok=True)
-    return _created_in_place(path, start)
+    with _named(path, target):
+        return _opened_with(path, "xb", start)
 
 
 def _linked(partial: Path, target: Path) -> bool:
@@ -152,11 +155,13 @@ def _linked(partial: Path, target: Path) -> bool:
     return True
 
 
-def _created_in_place(path, start: bytes):
-    fh = open(path, "xb")
+def _opened_with(path, mode: str, start: bytes):
+    """``path`` opened with ``mode``, ``start`` written to it and on the disk (fsync); closed again if that fails."""
+    fh = open(path, mode)
     try:
         fh.write(start)
         fh.flush()
+        os.fsync(fh.fileno())
     except BaseException:
         _close_quietly(fh)
         raise
