@@ -287,10 +287,10 @@ class ArmBatch:
         the copy that indexing a structured array with an index array makes)."""
         return slice(None) if arms.shape[0] == self.n else arms
 
-    def segment_arrays(self, i: int):
-        """The DAS3 arrays of arm i's segments, of its patient's size (the MTG arm is built on them)."""
+    def segment_model(self, i: int):
+        """The DAS3 model of arm i's segments, of its patient's size (the MTG arm is built on them)."""
         model = self.arms[i].model
-        return (model.das3 if model.kind == "mtg" else model).arrays
+        return model.das3 if model.kind == "mtg" else model
 
     def _end(self, i: int, status: int, detail: str) -> None:
         self.status[i], self.arms[i].detail = status, detail

@@ -128,7 +128,7 @@ class Episodes:
             params = params.copy()
             params[0] = options.target_deg
         recorded = options.recorded
-        self.references[i] = None if recorded is None else t.reference_targets(recorded, self.arms.segment_arrays(i))
+        self.references[i] = None if recorded is None else t.reference_targets(recorded, self.arms.segment_model(i).arrays)
         self._referenced[i] = recorded is not None
         self.params[i] = params
         self.start[i] = t.start_values(self.arms.frames[i:i + 1])[0]
@@ -174,9 +174,12 @@ class Episodes:
 
     def picture(self, i: int) -> np.ndarray:
         """Arm ``i``'s posture now (the plant's, not the sensed one) drawn as an RGB image (:mod:`hil.gym.render`)."""
-        model = self.arms.arms[i].model
-        das3 = model.das3 if model.kind == "mtg" else model
+        das3 = self.arms.segment_model(i)
         return arm_picture(das3.arrays, self.arms.arms[i].engine.plant.outputs.q, das3.config.length_scale)
+
+    def pictures(self) -> list[np.ndarray]:
+        """:meth:`picture` of every arm."""
+        return [self.picture(i) for i in range(self.n)]
 
     def infos(self) -> dict:
         """Every arm's step information as arrays (:meth:`info`'s numbers and ``termination``)."""

@@ -75,7 +75,7 @@ class FesArmSb3VecEnv(VecEnv):
         """Each arm's posture as an RGB image (:mod:`hil.gym.render`; SB3's ``render`` tiles them), or Nones."""
         if self.render_mode != "rgb_array":
             return [None] * self.num_envs
-        return [self.episodes.picture(i) for i in range(self.num_envs)]
+        return self.episodes.pictures()
 
     def get_attr(self, attr_name, indices=None):
         return [getattr(self, attr_name) for _ in self._indices(indices)]

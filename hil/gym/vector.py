@@ -58,7 +58,7 @@ class FesArmVectorEnv(VectorEnv):
         environments give), else None."""
         if self.render_mode != "rgb_array":
             return None
-        return tuple(self.episodes.picture(i) for i in range(self.num_envs))
+        return tuple(self.episodes.pictures())
 
     def _infos(self) -> dict:
         """Gymnasium's vector info: each key's array and its mask ``_key`` (every arm has every key)."""

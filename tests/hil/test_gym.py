@@ -168,8 +168,7 @@ def test_render_draws_the_plants_posture(plant):
     from sim.das3.kinematics import LANDMARKS, landmarks
 
     env = gym.make("fes_hil/ElbowHold-v0", plant=plant, render_mode="rgb_array", duration_s=1.0)
-    arm = env.unwrapped.episodes.arms.arms[0]
-    das3 = arm.model.das3 if plant == "mtg" else arm.model
+    arm, das3 = env.unwrapped.episodes.arms.arms[0], env.unwrapped.episodes.arms.segment_model(0)
     hand_rgb = [rgb for _, end, rgb in BONES if end == "HAND"][0]
 
     def hand_pixels():
