@@ -2,7 +2,8 @@
 
 It waits for the HIL's feedback (HIL_Status, or HIL_SensorFD on a CAN FD setup), then stimulates one
 channel with a ramp of amplitude and prints a JSON summary (frames seen, elbow flexion at the start and
-the end, echo round trips).
+the end, the last GH stability value, echo round trips). A sensor value the plant does not model (the GH
+stability of the reduced MTG arm) decodes as the DBC's value-table name "not_available", not as a number.
 Run it against ``hil run --config configs/can.toml`` in another terminal::
 
     python3 examples/can_controller.py --dbc configs/fes-hil.dbc --stim-channel 4 --duration 3
@@ -38,6 +39,7 @@ def main() -> None:
     bus = can.Bus(interface=args.interface, channel=args.channel)
     seen: dict[str, int] = {}
     elbow = []
+    gh_stability = None
     sent = {}
     round_trips = []
     try:
@@ -73,10 +75,12 @@ def main() -> None:
                 round_trips.append(time.monotonic() - sent.pop(values["echo_counter"]))
             if "q_ELx" in values:
                 elbow.append(math.degrees(values["q_ELx"]))
+            gh_stability = str(values.get("gh_stability", gh_stability))  # a number, or "not_available"
     finally:
         bus.shutdown()
     print(json.dumps({"frames": seen, "commands_sent": n_sent, "elbow_first_deg": elbow[0] if elbow else None,
-                      "elbow_last_deg": elbow[-1] if elbow else None, "echoes": len(round_trips),
+                      "elbow_last_deg": elbow[-1] if elbow else None, "gh_stability_last": gh_stability,
+                      "echoes": len(round_trips),
                       "round_trip_ms_median": sorted(round_trips)[len(round_trips) // 2] * 1e3 if round_trips else None}))
 
 

@@ -24,7 +24,10 @@ HIL -> controller (every ``feedback_every`` ticks, ``HIL_Status`` first):
   IMUs' quaternions w, x, y, z, 2^-14), ``HIL_ImuGyro`` (their rates in the sensor frame, 1e-3 rad/s) and
   ``HIL_Emg`` (each channel's M-wave amplitude, 1 µV), multiplexed like ``HIL_JointAngle``.
 
-A value outside a sensor signal's range is saturated to the range when encoding (documented per signal).
+A value outside a sensor signal's range is saturated to the range when encoding (documented per signal). A
+signed sensor signal keeps its lowest raw value out of its range for "no value" (the DBC's value table names it
+``not_available``, the J1939 convention of a reserved raw value): a value the plant does not model (NaN, e.g. the
+GH force of the reduced MTG arm) goes out as that raw value, never as a number a controller could act on.
 """
 from __future__ import annotations
 
@@ -53,11 +56,16 @@ FRAME_ID_IMU_GYRO = 0x306
 FRAME_ID_EMG = 0x307
 FRAME_ID_SENSOR_FD = 0x310
 FD_LENGTH = 64
+NOT_AVAILABLE = "not_available"
+"""The value-table name of a sensor signal's raw value for "no value" (a NaN in the sensor frame)."""
 
 EXCITATION_PER_FRAME = 6
 EXCITATION_RESOLUTION = 1.0 / 250.0
 DOFS_PER_FRAME = 3
 CONTROLLER, PLANT = "CTRL", "HIL"
+
+GH_STABILITY_COMMENT = ("GH stability value (> 0: force outside the glenoid; saturated at the range; not_available "
+                        "where the plant does not model it)")
 
 #: bits of the status byte of HIL_Status taken by the sensor frame's status bits (the other two carry the
 #: contact flags)
@@ -82,6 +90,7 @@ class Signal:
     mux: int | None = None          # value of the multiplexer selecting this signal
     is_mux: bool = False
     comment: str = ""
+    not_available: int | None = None  # the raw value meaning "no value" (outside [minimum, maximum])
 
     def dbc(self, receiver: str) -> str:
         m = " M" if self.is_mux else (f" m{self.mux}" if self.mux is not None else "")
@@ -110,10 +119,11 @@ def _u(name, start, length, maximum, scale=1.0, unit="", mux=None, comment="", i
 
 
 def _signed(name, start, scale, unit, mux=None, comment="", length=16):
-    """A signed signal (two's complement, ``length`` bits) spanning its full raw range."""
+    """A signed sensor signal (two's complement, ``length`` bits): its range is symmetric, raw -(2^(length-1) - 1)
+    to 2^(length-1) - 1, and its lowest raw value, -2^(length-1), is :data:`NOT_AVAILABLE`."""
     half = 1 << (length - 1)
-    return Signal(name, start, length, True, scale, 0.0, -round(half * scale, 10), round((half - 1) * scale, 10),
-                  unit, mux, False, comment)
+    top = round((half - 1) * scale, 10)
+    return Signal(name, start, length, True, scale, 0.0, -top, top, unit, mux, False, comment, not_available=-half)
 
 
 def message_set(dof_names, muscle_names, group_names, n_channels: int = 8) -> list[Message]:
@@ -153,7 +163,7 @@ def message_set(dof_names, muscle_names, group_names, n_channels: int = 8) -> li
                  "before the tick (round-trip measurement)"),
               *[_u(n, 48 + i, 1, 1, comment=f"status bit: {n}") for i, n in enumerate(STATUS_SIGNALS_HIGH)],
               _signed("gh_stability", 48 + len(STATUS_SIGNALS_HIGH), 0.001, "", length=16 - len(STATUS_SIGNALS_HIGH),
-                   comment="GH stability value (> 0: force outside the glenoid; saturated at the range)")]
+                   comment=GH_STABILITY_COMMENT)]
     out = [Message(FRAME_ID_STATUS, "HIL_Status", PLANT, tuple(status), "Sent first in every feedback set.")]
 
     def multiplexed(frame_id, name, groups, scale, unit, comment):
@@ -178,7 +188,7 @@ def message_set(dof_names, muscle_names, group_names, n_channels: int = 8) -> li
                                                          ["ts_force_x", "ts_force_y", "ts_force_z"],
                                                          ["ai_force_x", "ai_force_y", "ai_force_z"]], 0.1, "N",
                            "block 0: GH joint force on the scapula (scapula frame); blocks 1, 2: thorax contact "
-                           "force at TS and AI (thorax frame); 0.1 N."))
+                           "force at TS and AI (thorax frame); 0.1 N; not_available where the plant does not model them."))
     imu = [f"imu_{seg}" for seg in IMU_SEGMENTS]
     out.append(multiplexed(FRAME_ID_IMU_QUAT, "HIL_ImuQuat", chunks([f"{i}_q{c}" for i in imu for c in "wxyz"]),
                            2.0 ** -14, "", "Lab IMUs ([sensor.imu]): orientation quaternions (w, x, y, z) of the upper "
@@ -191,7 +201,7 @@ def message_set(dof_names, muscle_names, group_names, n_channels: int = 8) -> li
     fd = [_u("tick", 0, 32, 4294967295, comment="tick index of this frame"), *status_bits,
           *[_u(n, 40 + i, 1, 1, comment=f"status bit: {n}") for i, n in enumerate(STATUS_SIGNALS_HIGH)],
           _u("echo_counter", 48, 8, 255, comment="counter of the newest command this driver accepted before the tick"),
-          _signed("gh_stability", 56, 0.001, "", comment="GH stability value (> 0: force outside the glenoid)")]
+          _signed("gh_stability", 56, 0.001, "", comment=GH_STABILITY_COMMENT)]
     bit = 72
     for names, scale, unit in (([f"q_{d}" for d in dof_names], 1e-4, "rad"), ([f"qd_{d}" for d in dof_names], 1e-3, "rad/s"),
                                (["th_plane_of_elevation", "th_elevation", "th_axial_rotation"], 1e-4, "rad")):
@@ -235,6 +245,8 @@ def generate_dbc(dof_names, muscle_names, group_names, n_channels: int = 8) -> s
             lines.append(f'BA_ "VFrameFormat" BO_ {m.frame_id} {VFRAME_FORMATS.index("StandardCAN_FD")};')
     groups = " ".join(f'{i} "{g}"' for i, g in enumerate(group_names))
     lines.append(f"VAL_ {FRAME_ID_GROUP} group {groups} ;")
+    lines += [f'VAL_ {m.frame_id} {s.name} {s.not_available} "{NOT_AVAILABLE}" ;'
+              for m in msgs for s in m.signals if s.not_available is not None]
     return "\n".join(lines) + "\n"
 
 

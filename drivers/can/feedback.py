@@ -18,7 +18,8 @@ width, scaled as cantools does (``round((value - offset) / scale)``, half to eve
 into 64-bit little-endian words and OR-ed per word. The bytes are the same as cantools'
 (``tests/drivers/test_can.py`` checks random frames).
 A message with a big-endian or floating-point signal (a hand-edited DBC) is encoded by cantools
-from the same fields. A NaN becomes raw 0.
+from the same fields. A NaN (a value the plant does not model) becomes the signal's ``not_available`` raw value
+(:data:`drivers.can.dbc.NOT_AVAILABLE`, outside its range), or raw 0 where a hand-edited DBC names none.
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ import math
 import numpy as np
 from numba import njit
 
-from drivers.can.dbc import STATUS_SIGNALS, STATUS_SIGNALS_HIGH
+from drivers.can.dbc import NOT_AVAILABLE, STATUS_SIGNALS, STATUS_SIGNALS_HIGH
 from drivers.core.contract import STATUS_BITS
 
 #: sensor-frame bit of each status signal (``drivers.core.contract.STATUS_BITS``)
@@ -180,7 +181,7 @@ class FeedbackSet:
                 continue
             for s, src in flist:
                 f = len(fields)
-                fields.append((src, *_physical_range(s), s.offset, s.scale))
+                fields.append((src, *_physical_range(s), s.offset, s.scale, not_available_raw(s)))
                 done = 0
                 while done < s.length:
                     bit = s.start + done
@@ -188,9 +189,10 @@ class FeedbackSet:
                     parts.append((word + bit // 64, f, done, (1 << n) - 1, bit % 64))
                     done += n
             word += -(-msg.length // 8)
-        f = np.array(fields, dtype=float).reshape(-1, 5)
+        f = np.array(fields, dtype=float).reshape(-1, 6)
         self._src = f[:, 0].astype(np.intp)
         self._lo, self._hi, self._offset, self._scale = (f[:, c].copy() for c in range(1, 5))
+        self._nan_raw = f[:, 5].astype(np.int64)
         p = np.array(parts, dtype=np.uint64).reshape(-1, 5)
         self._part_word, self._part_field = p[:, 0].astype(np.intp), p[:, 1].astype(np.intp)
         self._part_rshift, self._part_mask, self._part_lshift = p[:, 2].copy(), p[:, 3].copy(), p[:, 4].copy()
@@ -201,7 +203,7 @@ class FeedbackSet:
     def pack(self, frame, echo_seq: int) -> list[bytes]:
         """The payload of every frame of the set, in order (the bytes cantools ``encode`` gives)."""
         v = self.fill(frame, echo_seq)
-        _pack_words(v, self._src, self._lo, self._hi, self._offset, self._scale, self._raw,
+        _pack_words(v, self._src, self._lo, self._hi, self._offset, self._scale, self._nan_raw, self._raw,
                     self._part_word, self._part_field, self._part_rshift, self._part_mask, self._part_lshift,
                     self._words)
         payload = self._words.tobytes()
@@ -213,14 +215,14 @@ class FeedbackSet:
 
 
 @njit(cache=True, nogil=True)
-def _pack_words(values, src, lo, hi, offset, scale, raw, part_word, part_field, part_rshift, part_mask, part_lshift,
-                words):
+def _pack_words(values, src, lo, hi, offset, scale, nan_raw, raw, part_word, part_field, part_rshift, part_mask,
+                part_lshift, words):
     """Raw value of every field (saturated, ``round((x - offset) / scale)`` half to even as cantools,
-    NaN -> 0), then each part ``((raw >> rshift) & mask) << lshift`` OR-ed into its 64-bit word."""
+    NaN -> ``nan_raw``), then each part ``((raw >> rshift) & mask) << lshift`` OR-ed into its 64-bit word."""
     for i in range(src.size):
         x = values[src[i]]
         if np.isnan(x):
-            raw[i] = 0
+            raw[i] = nan_raw[i]
         else:
             raw[i] = np.int64(np.rint((min(max(x, lo[i]), hi[i]) - offset[i]) / scale[i]))
     unsigned = raw.view(np.uint64)
@@ -229,7 +231,7 @@ def _pack_words(values, src, lo, hi, offset, scale, raw, part_word, part_field, 
         words[part_word[j]] |= ((unsigned[part_field[j]] >> part_rshift[j]) & part_mask[j]) << part_lshift[j]
 
 
-def _signal_dict(values: np.ndarray, fields) -> dict[str, float]:
+def _signal_dict(values: np.ndarray, fields) -> dict[str, float | str]:
     """{signal: value} of one frame's fields, saturated as the packer does (the input of cantools ``encode``)."""
     return {s.name: _saturate(s, float(values[i])) for s, i in fields}
 
@@ -251,9 +253,14 @@ def _physical_range(signal) -> tuple[float, float]:
     return lo, hi
 
 
-def _saturate(signal, value: float) -> float:
-    """``value`` within the signal's range; NaN as raw 0 (the offset)."""
+def not_available_raw(signal) -> int:
+    """The raw value a NaN goes out as: the one the signal's value table names :data:`NOT_AVAILABLE`, else 0."""
+    return next((raw for raw, name in (signal.choices or {}).items() if str(name) == NOT_AVAILABLE), 0)
+
+
+def _saturate(signal, value: float) -> float | str:
+    """``value`` within the signal's range; NaN as its :func:`not_available_raw` (by name, or the offset)."""
     if math.isnan(value):
-        return signal.offset
+        return NOT_AVAILABLE if not_available_raw(signal) else signal.offset
     lo, hi = _physical_range(signal)
     return min(max(value, lo), hi)

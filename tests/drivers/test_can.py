@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from helpers import hil_in_process
 
-from drivers.can.dbc import generate_dbc
+from drivers.can.dbc import NOT_AVAILABLE, generate_dbc, message_table
 from drivers.can.driver import CanDriver, CanEndpoint
 from drivers.can.feedback import FeedbackSet
 from drivers.can.local_bus import HostLocalUdpMulticastBus, host_local_group, is_host_local_group
@@ -262,29 +262,42 @@ def test_feedback_packer_gives_the_bytes_of_cantools(db, feedback):
         assert fs.pack(frame, int(echo)) == expected
 
 
-def test_feedback_packer_saturates_non_finite_values_and_hand_edited_ranges(tmp_path):
-    """NaN goes out as raw 0, infinities at the range ends; a range wider than the bits saturates at the
-    bit width instead of wrapping; a big-endian signal (hand-edited DBC) is encoded by cantools."""
-    text = DBC.read_text().replace(' SG_ q_SCy m0 : 16|16@1- (0.0001,0) [-3.2768|3.2767]',
+def test_feedback_packer_sends_nan_as_not_available_and_saturates_hand_edited_ranges(tmp_path):
+    """NaN goes out as the signal's not_available raw value (raw 0 where a hand-edited DBC names none), infinities at
+    the range ends; a range wider than the bits saturates at the bit width instead of wrapping; a big-endian signal
+    (hand-edited DBC) is encoded by cantools, with the same rules."""
+    text = DBC.read_text().replace(' SG_ q_SCy m0 : 16|16@1- (0.0001,0) [-3.2767|3.2767]',
                                    ' SG_ q_SCy m0 : 16|16@1- (0.0001,0) [-10|10]')
     text = text.replace(' SG_ hand_x m1 : 16|16@1- (0.0001,0)', ' SG_ hand_x m1 : 23|16@0- (0.0001,0)')
+    for name in ("gh_stability", "hand_z"):     # no value table: NaN as raw 0
+        text = "\n".join(line for line in text.split("\n") if not line.startswith(f"VAL_ {frame_id(name)} {name} "))
     edited = tmp_path / "edited.dbc"
     edited.write_text(text)
     db = cantools.database.load_file(str(edited))
     fs = FeedbackSet([db.get_message_by_name(n) for n in CLASSIC_SET], frame_dtype(), str(edited))
     frame = np.zeros(1, frame_dtype())[0]
     frame["gh_stability"] = np.nan
+    frame["gh_force"] = (np.nan, -np.inf, 1.0)
     frame["q"][:3] = (7.0, np.inf, -np.inf)          # q_SCy, q_SCz, q_SCx
-    frame["hand_position"] = (-0.123, np.nan, 2.0)
+    frame["hand_position"] = (-0.123, np.nan, np.nan)
     payloads = fs.pack(frame, 5)
     decoded = [db.decode_message(msg.frame_id, data) for (msg, _, _), data in zip(fs.frames, payloads)]
     assert decoded[0]["gh_stability"] == 0.0 and decoded[0]["echo_counter"] == 5
     assert decoded[1]["q_SCy"] == pytest.approx(3.2767) and decoded[1]["q_SCz"] == pytest.approx(3.2767)
-    assert decoded[1]["q_SCx"] == pytest.approx(-3.2768)
+    assert decoded[1]["q_SCx"] == pytest.approx(-3.2767)
+    force = next(d for d in decoded if d.get("block") == 0 and "gh_force_x" in d)
+    assert force["gh_force_x"] == NOT_AVAILABLE and force["gh_force_y"] == pytest.approx(-3276.7)
     arm = next(d for d in decoded if d.get("block") == 1 and "hand_x" in d)
-    assert arm["hand_x"] == pytest.approx(-0.123) and arm["hand_y"] == 0.0 and arm["hand_z"] == pytest.approx(2.0)
+    assert arm["hand_x"] == pytest.approx(-0.123) and arm["hand_y"] == NOT_AVAILABLE and arm["hand_z"] == 0.0
     k = next(i for i, (msg, block, _) in enumerate(fs.frames) if msg.name == "HIL_Arm" and block == 1)
     assert k in fs._cantools_frames and len(fs._cantools_frames) == 1
+
+
+def frame_id(signal: str) -> int:
+    """The frame id of the classic feedback message that carries ``signal``."""
+    db = cantools.database.load_file(str(DBC))
+    return next(db.get_message_by_name(m).frame_id for m in CLASSIC_SET
+                if signal in [s.name for s in db.get_message_by_name(m).signals])
 
 
 def test_can_fd_feedback_on_a_classic_bus_is_a_clear_error():
@@ -294,17 +307,31 @@ def test_can_fd_feedback_on_a_classic_bus_is_a_clear_error():
         ep.open()
 
 
+def without_signals(dbc: str, frame_id: str, names: list[str]) -> str:
+    """The DBC text ``dbc`` without the signals ``names`` of message ``frame_id``: their SG_ lines, comments and value
+    tables (one message's names are unique)."""
+    kept, message = [], None
+    for line in dbc.split("\n"):
+        message = line.split()[1] if line.startswith("BO_ ") else message
+        words = line.split()
+        if words[:1] == ["CM_"]:
+            words = words[1:]                           # CM_ SG_ <id> <name>: as VAL_ <id> <name>
+        ours = (words[:1] == ["SG_"] and message == frame_id and words[1] in names
+                or words[:1] in (["SG_"], ["VAL_"]) and words[1:3] in ([frame_id, n] for n in names))
+        kept += [] if ours else [line]
+    return "\n".join(kept)
+
+
 @pytest.mark.parametrize("edit, feedback, words", [
     # a DBC from before the ROM-zeroed bit: HIL_Status would go out without it
     (lambda t: "\n".join(line for line in t.split("\n") if " rom_zeroed " not in line), ("HIL_Status",),
      "values the DBC lacks: ['rom_zeroed']"),
     (lambda t: t.replace("HIL_SensorFD", "HIL_Other"), ("HIL_SensorFD",), "HIL_SensorFD is not in"),
     # one q velocity fewer: the values after it would shift
-    (lambda t: t.replace(' SG_ qd_PSy : 408|16@1- (0.001,0) [-32.768|32.767] "rad/s" CTRL\n', ""), ("HIL_SensorFD",),
-     "HIL_SensorFD in"),
+    (lambda t: without_signals(t, "784", ["qd_PSy"]), ("HIL_SensorFD",), "HIL_SensorFD in"),
     # a DBC for a model with fewer DOF: the last joint-angle block is missing
-    (lambda t: "\n".join(line for line in t.split("\n") if not (line.startswith(" SG_ q_") and " m3 :" in line)),
-     ("HIL_Status", "HIL_JointAngle"), "values the DBC lacks: ['q[9]', 'q[10]']"),
+    (lambda t: without_signals(t, "769", ["q_ELx", "q_PSy"]), ("HIL_Status", "HIL_JointAngle"),
+     "values the DBC lacks: ['q[9]', 'q[10]']"),
 ], ids=["status-without-rom-zeroed", "no-fd-message", "fd-one-signal-short", "angle-block-missing"])
 def test_a_dbc_that_does_not_match_the_feedback_is_refused(tmp_path, edit, feedback, words):
     dbc = tmp_path / "old.dbc"
@@ -466,6 +493,7 @@ def test_hil_run_with_a_controller_in_another_process(tmp_path, config_over, fd)
     assert not (tmp_path / "ports.json").exists()                       # removed with the ports at the end
     assert summary["commands_received"] == peer["commands_sent"] > 50
     assert not summary["commands_rejected"]
+    assert -1.0 < float(peer["gh_stability_last"]) < 0.0, peer                # DAS3 models it: a stable GH joint
     if fd:                                                                # one frame a tick
         assert set(peer["frames"]) == {"HIL_SensorFD"} and peer["frames"]["HIL_SensorFD"] > 100
     else:
@@ -632,8 +660,20 @@ def test_can_table_prints_one_row_per_dbc_message():
     assert len(rows) == len(messages) > 0
 
 
+def test_the_can_guide_lists_the_table_of_the_committed_dbc():
+    """docs/guides/can.md says its message list is `hil can table`: one bullet per table row, the same cells."""
+    rows = [row for row in message_table(cantools.database.load_file(str(DBC))).splitlines() if row.startswith("| 0x")]
+    heads = ("message", "dir", "bytes", "signals (start bit, bits, scale, unit, range)")
+    expected = []
+    for row in rows:
+        cells = row.strip("|").strip().split(" | ")
+        expected.append(f"- **{cells[0]}** — " + "; ".join(f"*{h}*: {c}" for h, c in zip(heads, cells[1:], strict=True)))
+    guide = (ROOT / "docs" / "guides" / "can.md").read_text().splitlines()
+    assert [line for line in guide if line.startswith("- **0x")] == expected
+
+
 @pytest.mark.parametrize("damage, words", [
-    (lambda t: t[:len(t) // 2] + '"\n', "not a DBC file cantools can read: DBC: \"Invalid syntax"),
+    (lambda t: t[:t.index(" SG_ tick ") + 8] + '"\n', "not a DBC file cantools can read: DBC: \"Invalid syntax"),
     (lambda t: t.replace("BO_ 512 FES_StimCmd", "BO_ 512 FES_StimCmd\nBO_ 512 FES_StimCmd"), "not a DBC file"),
     (lambda t: t.replace("VERSION", "VERSI\x81N"), "is not cp1252 text"),
 ], ids=["cut", "message-twice", "not-cp1252"])

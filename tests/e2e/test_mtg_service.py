@@ -71,7 +71,7 @@ def test_hil_run_plant_option_records_and_replays_bit_identically(tmp_path):
     assert json.loads(replay.stdout)["identical"] is True
 
 
-def test_a_can_controller_process_flexes_the_mtg_elbow(tmp_path):
+def test_a_can_controller_process_flexes_the_mtg_elbow_and_reads_no_gh_stability(tmp_path):
     group = host_local_group(random.randint(1, 0xFFFF))
     cfg = _mtg_config(tmp_path, "can.toml", f"""
 [[driver]]
@@ -90,6 +90,7 @@ dbc = "{DBC}"
     peer, summary = json.loads(ctl.stdout), json.loads(out)
     assert summary["commands_received"] == peer["commands_sent"] > 50 and not summary["commands_rejected"]
     assert peer["elbow_last_deg"] > peer["elbow_first_deg"] + 30      # channel 7 is the elbow flexor MTG
+    assert peer["gh_stability_last"] == "not_available"                # no GH model: no number a controller could use
 
 
 def test_the_unmodified_rehastim2_client_flexes_the_mtg_elbow(tmp_path):

@@ -51,7 +51,7 @@ def test_e2e_is_the_folder_and_realtime_the_table_and_both_serial_groups_hold_th
         ("e2e", "test_a"), ("sim", "test_a"), ("e2e/test_tick_stall.py", "test_a"),
         ("e2e/test_p24.py", "test_bench_link_measures_updates_and_pulses[p24-low]"),
         ("drivers/test_can.py", "test_dbc"),
-        ("e2e/test_mtg_service.py", "test_a_can_controller_process_flexes_the_mtg_elbow"),
+        ("e2e/test_mtg_service.py", "test_a_can_controller_process_flexes_the_mtg_elbow_and_reads_no_gh_stability"),
         ("e2e/test_mtg_service.py", "test_the_loopback_elbow_hold"))
     assert e2e.marked("e2e") == [()] and mtg_can.marked("e2e") == [()]
     assert not flat.marked("e2e") and not can.marked("e2e")
@@ -63,9 +63,14 @@ def test_e2e_is_the_folder_and_realtime_the_table_and_both_serial_groups_hold_th
     assert not mtg_other.marked("xdist_group") and not flat.marked("xdist_group") and not e2e.marked("xdist_group")
 
 
-def test_every_table_entry_names_an_existing_module():
-    modules = {path.stem for path in TESTS.rglob("test_*.py")}
-    assert set(conftest.REALTIME) | set(conftest.HOST_BUSES) <= modules
+def test_every_table_entry_names_an_existing_module_and_test():
+    """A renamed module or test would leave the serial group unnoticed (and run beside the tests it must not)."""
+    modules = {path.stem: path for path in TESTS.rglob("test_*.py")}
+    assert set(conftest.REALTIME) | set(conftest.HOST_BUSES) <= set(modules)
+    for table in (conftest.REALTIME, conftest.HOST_BUSES):
+        for module, names in table.items():
+            text = modules[module].read_text()
+            assert [name for name in names or () if f"\ndef {name}(" not in text] == [], module
 
 
 def fake_config(args: tuple, from_testpaths: bool, worker: bool = False) -> SimpleNamespace:
