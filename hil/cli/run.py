@@ -1,6 +1,7 @@
 """``hil check-config``, ``hil run`` and ``hil serve``: validate a service config, run it in real time."""
 from __future__ import annotations
 
+import math
 import os
 import sys
 import time
@@ -226,7 +227,7 @@ def run(
         if status.state >= service.STATE_RUNNING:
             progress.update(compiling, visible=False)
             progress.update(task, description="running", completed=status.ticks,
-                            info=f"elbow {status.elbow_deg:.1f} deg  GH {status.gh_stability:+.2f}")
+                            info=f"elbow {status.elbow_deg:.1f} deg" + _gh_text(status.gh_stability))
         elif status.kernels_total:
             done, of = int(status.kernels_compiled), int(status.kernels_total)
             progress.update(compiling, visible=True, total=of, completed=done,
@@ -248,6 +249,11 @@ def run(
     if make_report and summary.recording:
         report(Path(summary.recording), out=None, json_out=False)
     _run_exit(summary)
+
+
+def _gh_text(gh_stability: float) -> str:
+    """The progress line's GH stability, left out where the plant does not model it (NaN)."""
+    return f"  GH {gh_stability:+.2f}" if math.isfinite(gh_stability) else ""
 
 
 def _run_offline(cfg, config: Path, duration: float, record: Optional[Path], json_out: bool, make_report: bool) -> None:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -109,6 +111,39 @@ def test_the_unmodified_rehastim2_client_flexes_the_mtg_elbow(tmp_path):
     elbow = np.degrees([float(f["elbow_flexion"]) for _, f in frames])
     assert len(elbow) > 1000 and elbow.max() > elbow[0] + 30
     assert all(math.isnan(float(f["gh_stability"])) for _, f in frames[:10])   # not modelled, said so
+
+
+def test_the_progress_line_on_a_terminal_shows_the_elbow_and_no_gh_stability(tmp_path):
+    """`hil run` draws its progress line where stderr is a terminal; the MTG arm has no GH stability to show (NaN),
+    so the line leaves it out instead of printing "GH +nan"."""
+    cfg = _mtg_config(tmp_path, "elbow-hold-mtg.toml")
+    main, child = os.openpty()
+    try:
+        run = subprocess.Popen([sys.executable, "-m", "hil", "run", "--config", str(cfg), "--duration", "1.5"],
+                               stdout=subprocess.PIPE, stderr=child, text=True, cwd=ROOT,
+                               env={**os.environ, "COLUMNS": "160", "TERM": "xterm"})
+        os.close(child)
+        shown = read_terminal(main, run)
+    finally:
+        os.close(main)
+    assert run.returncode == 0, shown
+    assert "running" in shown and " deg" in shown and "elbow" in shown, shown
+    assert "nan" not in shown.lower(), shown
+
+
+def read_terminal(fd: int, proc: subprocess.Popen, timeout_s: float = 120.0) -> str:
+    """Everything ``proc`` writes to the terminal ``fd`` until it ends (or ``timeout_s``)."""
+    chunks, end = [], time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        try:
+            data = os.read(fd, 65536)
+        except OSError:                      # EIO: every writer closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    proc.communicate(timeout=max(1.0, end - time.monotonic()))
+    return b"".join(chunks).decode("utf-8", "replace")
 
 
 @pytest.mark.parametrize("text, plant, key", [
