@@ -1,4 +1,5 @@
-"""The CPU the kernels are compiled for: the host's, with 256-bit vectors preferred over 512-bit ones.
+"""The CPU the kernels are compiled for: the host's, with 256-bit vectors preferred over 512-bit ones; and the
+math library their loops call: the C library's, never Intel's SVML (:func:`configure_math_library`).
 
 The kernels' vectorised loops are short (a dual number's twelve slots, a muscle's nine DOFs, the GH
 line-of-action blocks' 9 to 126 rows). With 512-bit vectors LLVM runs such a loop eight elements at a
@@ -18,6 +19,8 @@ import os
 import sys
 
 PREFERENCE = "+prefer-256-bit"
+SVML_SWITCH = "NUMBA_DISABLE_INTEL_SVML"
+"""numba's switch (read when numba is imported) that keeps Intel's SVML out of the vectorised loops."""
 
 
 def target_features(host_features: str) -> str:
@@ -45,3 +48,14 @@ def configure() -> str | None:
         from numba.core import config
         config.CPU_FEATURES = features
     return features
+
+
+def configure_math_library() -> bool:
+    """Keep the kernels on the C library's ``exp``, ``log`` and ``pow``: a numba with Intel's SVML (a conda install
+    with ``icc_rt``; pip's llvmlite has no SVML) gives a vectorised loop SVML's functions, whose last bits differ
+    from the C library's and whose use follows the loop's vector width, so the plant's bits would depend on the
+    CPU. Sets ``NUMBA_DISABLE_INTEL_SVML=1`` for this process and the ones it starts, unless the user set it.
+    Returns False when numba was imported earlier with SVML in use (too late to switch it off)."""
+    os.environ.setdefault(SVML_SWITCH, "1")
+    numba = sys.modules.get("numba")
+    return not (numba is not None and getattr(numba.config, "USING_SVML", False))

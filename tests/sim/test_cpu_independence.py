@@ -7,6 +7,9 @@ in a cache of their own, which the suite's warm-up fills while the host's kernel
 ``helpers.plant_trajectory``)."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -27,3 +30,30 @@ def test_plant_trajectory_is_bit_identical_for_generic_and_host_code(tmp_path):
     assert np.any(host[-1] != host[0])          # the arm moved
     differ = np.flatnonzero(np.any(host.view(np.uint64) != generic.view(np.uint64), axis=1))
     assert differ.size == 0, f"first different step {differ[:1]}: max |difference| {np.max(np.abs(host - generic)):.3g}"
+
+
+def _child(code: str, **env: str) -> subprocess.CompletedProcess:
+    """``code`` in a fresh interpreter (numba not yet imported) with ``env`` over this one's environment, less any
+    NUMBA_DISABLE_INTEL_SVML of ours."""
+    base = {k: v for k, v in os.environ.items() if k != "NUMBA_DISABLE_INTEL_SVML"}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**base, **env})
+
+
+def test_importing_sim_keeps_intel_svml_out_of_the_kernels():
+    """SVML's vector exp/log/pow differ from the C library's in the last bits, and a loop uses them only where it
+    vectorises: sim switches them off before numba is imported, for this process and the processes it starts."""
+    out = _child("import sim, os, numba; print(os.environ['NUMBA_DISABLE_INTEL_SVML'], numba.config.DISABLE_INTEL_SVML,"
+                 " numba.config.USING_SVML)")
+    assert out.returncode == 0 and out.stdout.split() == ["1", "1", "False"], out.stderr
+    chosen = _child("import sim, os; print(os.environ['NUMBA_DISABLE_INTEL_SVML'])", NUMBA_DISABLE_INTEL_SVML="0")
+    assert chosen.stdout.split() == ["0"], chosen.stderr          # the user's own setting wins
+
+
+def test_numba_imported_first_with_svml_is_warned_about():
+    """Too late to switch SVML off once numba has loaded it: importing sim says so (SVML simulated: pip's llvmlite
+    has none)."""
+    out = _child("import numba; numba.config.USING_SVML = True; import sim")
+    assert out.returncode == 0 and "RuntimeWarning" in out.stderr and "SVML" in out.stderr, out.stderr
+    quiet = _child("import numba; import sim")
+    assert quiet.returncode == 0 and "SVML" not in quiet.stderr, quiet.stderr
