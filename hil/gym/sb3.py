@@ -25,6 +25,8 @@ class FesArmSb3VecEnv(VecEnv):
         self.render_mode = arguments.render_mode(render_mode)
         self.episodes = Episodes(task, num_envs, **kwargs)
         super().__init__(num_envs, self.episodes.observation_space, self.episodes.action_space)
+        self.observation_labels = self.episodes.observation_labels
+        self.dt = self.episodes.action_period_s      # simulated seconds per step, as the single environment's
         if seed is not None:
             self.seed(seed)
         self._actions = np.zeros((num_envs, self.episodes.action_space.shape[0]))
@@ -78,18 +80,48 @@ class FesArmSb3VecEnv(VecEnv):
         return self.episodes.pictures()
 
     def get_attr(self, attr_name, indices=None):
-        return [getattr(self, attr_name) for _ in self._indices(indices)]
+        """``attr_name`` for each arm of ``indices``: the adapter's own value, which every arm shares (the spaces,
+        ``render_mode``, ``dt``, ``observation_labels``)."""
+        value = getattr(self, attr_name)
+        return [value for _ in self._indices(indices)]
 
     def set_attr(self, attr_name, value, indices=None) -> None:
+        """Set an attribute every arm shares; for some arms only it is refused (the arms are one batch)."""
+        if len(self._indices(indices)) != self.num_envs:
+            raise arguments.ArgumentError(f"set_attr {attr_name}: the arms are one batch and share it; set it for "
+                                          "all of them (indices=None)")
         setattr(self, attr_name, value)
 
     def env_method(self, method_name, *args, indices=None, **kwargs):
-        return [getattr(self, method_name)(*args, **kwargs) for _ in self._indices(indices)]
+        """A single environment's method on each arm of ``indices``, as SB3 calls it on each of its environments:
+        ``reset(seed=None, options=None)`` (that arm's next episode: its (observation, info)) or ``render()``
+        (that arm's picture, or None without ``render_mode="rgb_array"``)."""
+        arms = self._indices(indices)
+        if method_name == "reset":
+            return [self._reset_arm(i, *args, **kwargs) for i in arms]
+        if method_name == "render":
+            if args or kwargs:
+                raise arguments.ArgumentError("env_method render: takes no arguments")
+            return [self.episodes.picture(i) if self.render_mode == "rgb_array" else None for i in arms]
+        raise arguments.ArgumentError(f"env_method {method_name!r}: an arm answers reset and render (the arms are one "
+                                      "batch, not separate environment objects)")
 
     def env_is_wrapped(self, wrapper_class, indices=None):
         return [False for _ in self._indices(indices)]
 
-    def _indices(self, indices):
+    def _reset_arm(self, i: int, seed: int | None = None, options: dict | None = None):
+        """Arm i's next episode, as the single environment's ``reset(seed=, options=)``; its return and length
+        start again."""
+        self.episodes.reset_arm(i, seed, options)
+        self._returns[i], self._lengths[i] = 0.0, 0
+        return self.episodes.obs[i].copy(), self.episodes.info(i)
+
+    def _indices(self, indices) -> list[int]:
+        """The arms ``indices`` names (None: all; an int or a sequence of ints, each in range)."""
         if indices is None:
-            return range(self.num_envs)
-        return [indices] if isinstance(indices, int) else indices
+            return list(range(self.num_envs))
+        chosen = [indices] if isinstance(indices, (int, np.integer)) else list(indices)
+        bad = [i for i in chosen if not isinstance(i, (int, np.integer)) or not 0 <= i < self.num_envs]
+        if bad:
+            raise arguments.ArgumentError(f"indices: arm numbers from 0 to {self.num_envs - 1}, not {bad[0]!r}")
+        return [int(i) for i in chosen]

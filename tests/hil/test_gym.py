@@ -740,3 +740,34 @@ def test_lab_sensor_noise_is_drawn_per_episode_from_the_seed():
 
     a, b, a_again = first_steps(1), first_steps(2), first_steps(1)
     assert a == a_again and a != b
+
+
+def test_stable_baselines3s_per_environment_calls_act_on_the_chosen_arms():
+    """SB3's get_attr / set_attr / env_method address single environments; here they address the arms: a reset of
+    one arm is the single environment's reset and leaves the others (and its episode's length starts again)."""
+    from hil.gym.sb3 import FesArmSb3VecEnv
+
+    venv = FesArmSb3VecEnv("ElbowHold", num_envs=3, plant="mtg", render_mode="rgb_array", **SHORT)
+    venv.reset()
+    venv.step(np.full((3, 2), 0.5))
+    others, steps = venv.episodes.obs[[0, 2]].copy(), venv.episodes.steps.copy()
+    [(obs, info)] = venv.env_method("reset", indices=[1], seed=5, options={"target_deg": 70.0})
+    single_obs, single_info = FesArmEnv("ElbowHold", plant="mtg", **SHORT).reset(seed=5, options={"target_deg": 70.0})
+    assert np.array_equal(obs, single_obs) and info["time_s"] == single_info["time_s"] == 0.0
+    assert np.array_equal(venv.episodes.obs[[0, 2]], others) and list(venv.episodes.steps) == [steps[0], 0, steps[2]]
+    lengths = {}
+    while 1 not in lengths:
+        _, _, dones, infos = venv.step(np.full((3, 2), 0.5))
+        lengths.update({i: infos[i]["episode"]["l"] for i in np.flatnonzero(dones) if i not in lengths})
+    assert lengths[1] == lengths[0] == venv.episodes.max_steps
+    pictures = venv.env_method("render", indices=[0, 2])
+    assert all(np.array_equal(p, venv.episodes.picture(i)) for p, i in zip(pictures, (0, 2), strict=True))
+    assert venv.get_attr("render_mode", indices=2) == ["rgb_array"]
+    with pytest.raises(ValueError, match="one batch and share it"):
+        venv.set_attr("render_mode", None, indices=[0])
+    venv.set_attr("render_mode", None)
+    assert venv.env_method("render") == [None] * 3
+    with pytest.raises(ValueError, match="an arm answers reset and render"):
+        venv.env_method("close")
+    with pytest.raises(ValueError, match="arm numbers from 0 to 2, not 3"):
+        venv.get_attr("dt", indices=[0, 3])
