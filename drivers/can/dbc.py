@@ -22,7 +22,8 @@ HIL -> controller (every ``feedback_every`` ticks, ``HIL_Status`` first):
   One frame a tick instead of ten: what makes 1 kHz feedback fit a bus (and a link process).
 - Lab sensors (only with ``[sensor.imu]`` / ``[sensor.emg]``, listed in ``feedback``): ``HIL_ImuQuat`` (the two
   IMUs' quaternions w, x, y, z, 2^-14), ``HIL_ImuGyro`` (their rates in the sensor frame, 1e-3 rad/s) and
-  ``HIL_Emg`` (each channel's M-wave amplitude, 1 µV), multiplexed like ``HIL_JointAngle``.
+  ``HIL_Emg`` (each channel's M-wave amplitude, 1 µV), multiplexed like ``HIL_JointAngle``; ``HIL_Encoder`` (one
+  joint encoder's count, int32, a frame per configured joint: ``block`` is the joint's DOF index).
 
 A value outside a sensor signal's range is saturated to the range when encoding (documented per signal). A
 signed sensor signal keeps its lowest raw value out of its range for "no value" (the DBC's value table names it
@@ -54,6 +55,7 @@ FRAME_ID_FORCE = 0x304
 FRAME_ID_IMU_QUAT = 0x305
 FRAME_ID_IMU_GYRO = 0x306
 FRAME_ID_EMG = 0x307
+FRAME_ID_ENCODER = 0x308
 FRAME_ID_SENSOR_FD = 0x310
 FD_LENGTH = 64
 NOT_AVAILABLE = "not_available"
@@ -197,6 +199,12 @@ def message_set(dof_names, muscle_names, group_names, n_channels: int = 8) -> li
                            1e-3, "rad/s", "Lab IMUs ([sensor.imu]): angular rates in the sensor frames, 1e-3 rad/s."))
     out.append(multiplexed(FRAME_ID_EMG, "HIL_Emg", chunks([f"mwave_{c + 1}" for c in range(n_channels)]), 1e-6, "V",
                            "Evoked EMG ([sensor.emg]): M-wave amplitude of stimulation channels 1..n, 1 uV."))
+    encoders = [_u("block", 0, 8, len(dof_names) - 1, is_mux=True, comment="the joint: its DOF index"),
+                _u("tick8", 8, 8, 255, comment="tick index mod 256")]
+    encoders += [_signed(f"encoder_{d}", 16, 1.0, "counts", mux=b, length=32) for b, d in enumerate(dof_names)]
+    out.append(Message(FRAME_ID_ENCODER, "HIL_Encoder", PLANT, tuple(encoders),
+                       "Lab joint encoders ([sensor.encoder]): the joint's angle in whole counts, a frame per configured "
+                       "joint (block: the joint's DOF index); the other joints' frames are not sent."))
     # CAN FD: the values a controller closes a loop on, one frame a tick
     fd = [_u("tick", 0, 32, 4294967295, comment="tick index of this frame"), *status_bits,
           *[_u(n, 40 + i, 1, 1, comment=f"status bit: {n}") for i, n in enumerate(STATUS_SIGNALS_HIGH)],

@@ -29,7 +29,7 @@ import numpy as np
 from numba import njit
 
 from drivers.can.dbc import NOT_AVAILABLE, STATUS_SIGNALS, STATUS_SIGNALS_HIGH
-from drivers.core.contract import STATUS_BITS
+from drivers.core.contract import ENCODER_PREFIX, STATUS_BITS
 
 #: sensor-frame bit of each status signal (``drivers.core.contract.STATUS_BITS``)
 _STATUS_BITS = {name: bit for bit, (name, _) in enumerate(STATUS_BITS)}
@@ -49,9 +49,14 @@ LAYOUT = {"HIL_Status": (_STATUS, ()),
           "HIL_SensorFD": (_STATUS, ("q", "qdot", "th_angles")),
           "HIL_ImuQuat": (("tick8",), ("imu_quat",)),
           "HIL_ImuGyro": (("tick8",), ("imu_gyro",)),
-          "HIL_Emg": (("tick8",), ("emg_mwave",))}
-#: the lab sensors' arrays (``drivers.core.contract.sensor_frame_dtype``): in the value vector when the frame has them
-_LAB_ARRAYS = {"imu_quat": "[sensor.imu]", "imu_gyro": "[sensor.imu]", "emg_mwave": "[sensor.emg]"}
+          "HIL_Emg": (("tick8",), ("emg_mwave",)),
+          "HIL_Encoder": (("tick8",), ("encoder",))}
+#: the lab sensors' arrays (``drivers.core.contract.sensor_frame_dtype``): in the value vector when the frame has them;
+#: "encoder" stands for the frame's consecutive ``encoder_<DOF>`` fields
+_LAB_ARRAYS = {"imu_quat": "[sensor.imu]", "imu_gyro": "[sensor.imu]", "emg_mwave": "[sensor.emg]",
+               "encoder": "[sensor.encoder]"}
+#: the message with a frame per joint encoder, sent for the frame's encoders only (its signals are named as their fields)
+ENCODER_MESSAGE = "HIL_Encoder"
 _BLOCK_SIZE = 3
 
 
@@ -69,24 +74,33 @@ class FeedbackSet:
         # The frame's float64 fields from the first array on are one block of its bytes: the value vector
         # holds a copy of that block (one copy a tick), and each array is a slice of it.
         first = min(frame_dtype.fields[a][1] for a in _ARRAYS)
+        encoders = [n for n in frame_dtype.names if n.startswith(ENCODER_PREFIX)]
         self._frame_floats = (first, (frame_dtype.itemsize - first) // 8)
         at = len(_SCALARS)
         self._float_slice = slice(at, at + self._frame_floats[1])
         self.array_slice = {}
-        for name in (*_ARRAYS, "gh_stability", *(a for a in _LAB_ARRAYS if a in frame_dtype.names)):
+        for name in (*_ARRAYS, "gh_stability", *(a for a in _LAB_ARRAYS if a in frame_dtype.names), *encoders):
             dtype, offset = frame_dtype.fields[name][:2]
             if dtype.base != np.dtype("<f8") or (offset - first) % 8:
                 raise TypeError(f"sensor frame field {name} is not a float64 in the block from offset {first}")
             start = at + (offset - first) // 8
             self.array_slice[name] = slice(start, start + int(np.prod(dtype.shape)))
         self.index["gh_stability"] = self.array_slice.pop("gh_stability").start
+        #: the value index of each joint encoder's count, by its field (and signal) name
+        self.encoder_index = {name: self.array_slice.pop(name).start for name in encoders}
+        if encoders:
+            self.array_slice["encoder"] = slice(self.encoder_index[encoders[0]], self.encoder_index[encoders[-1]] + 1)
         at = self._float_slice.stop
         constants: dict[int, int] = {}
         #: per frame: (cantools message, multiplexer value or None, [(signal, value index), ...])
         self.frames = []
         for msg in messages:
             carried = set()
+            if msg.name == ENCODER_MESSAGE and not self.encoder_index:
+                raise ValueError(f"feedback {msg.name} needs {_LAB_ARRAYS['encoder']} in the config")
             for block, signals in self._frame_signals(msg):
+                if msg.name == ENCODER_MESSAGE and not any(s.name in self.encoder_index for s in signals):
+                    continue                              # a joint without an encoder: no frame
                 fields = [(s, constants.setdefault(block, at + len(constants))) for s in signals if s.is_multiplexer]
                 fields += self._value_fields(msg, block, [s for s in signals if not s.is_multiplexer])
                 carried.update(i for _, i in fields)
@@ -101,6 +115,8 @@ class FeedbackSet:
 
     def _value_names(self, array: str):
         """(name, value index) of each value of a sensor array, e.g. ("q[3]", 18)."""
+        if array == "encoder":
+            return list(self.encoder_index.items())
         sl = self.array_slice[array]
         return [(f"{array}[{k}]", i) for k, i in enumerate(range(sl.start, sl.stop))]
 
@@ -129,7 +145,9 @@ class FeedbackSet:
         if lacking_sensor:
             raise ValueError(f"feedback {msg.name} needs {lacking_sensor[0]} in the config")
         positions = [i for a in arrays for i in range(self.array_slice[a].start, self.array_slice[a].stop)]
-        if msg.is_multiplexed():
+        if msg.name == ENCODER_MESSAGE:
+            positions = [self.encoder_index[s.name] for s in signals if s.name in self.encoder_index]
+        elif msg.is_multiplexed():
             positions = positions[_BLOCK_SIZE * block:_BLOCK_SIZE * block + _BLOCK_SIZE]
         named = [s for s in signals if s.name in self.index]
         values = [s for s in signals if s.name not in self.index]

@@ -185,6 +185,48 @@ def test_can_feedback_carries_the_imu_and_emg_messages_on_a_virtual_bus(request)
         ep.close()
 
 
+def test_can_feedback_sends_a_frame_per_joint_encoder(request):
+    """HIL_Encoder: one frame per configured encoder (block = the joint's DOF index), its count as an int32, and no
+    frame for a joint without one; the packer gives cantools' bytes, saturating at the int32 range."""
+    import random
+
+    import can
+    import cantools
+
+    from drivers.can.driver import CanEndpoint
+    from drivers.can.feedback import FeedbackSet
+
+    dbc = ROOT / "configs" / "fes-hil.dbc"
+    db = cantools.database.load_file(str(dbc))
+    channel = f"encoder-{request.node.name}-{random.random()}"
+    ep = CanEndpoint("virtual", channel, str(dbc), [], feedback=("HIL_Status", "HIL_Encoder"), frame=LAB)
+    ep.open()
+    peer = can.Bus(interface="virtual", channel=channel)
+    try:
+        rec = np.zeros(1, [("echo_seq", "<i4"), ("frame", LAB)])
+        rec["frame"] = lab_frames(3)[2]
+        ep.send_feedback(rec, np.zeros(4, np.uint64))
+        got = [peer.recv(1.0) for _ in range(3)]
+        assert peer.recv(0.05) is None                      # SCy .. GHyy have no encoder: no frame
+        decoded = [db.decode_message(m.arbitration_id, m.data) for m in got[1:]]
+        assert [m.arbitration_id for m in got[1:]] == [0x308, 0x308] and [d["tick8"] for d in decoded] == [2, 2]
+        assert [d["block"] for d in decoded] == [DOF_NAMES.index("ELx"), DOF_NAMES.index("PSy")]
+        assert decoded[0]["encoder_ELx"] == 1026 and decoded[1]["encoder_PSy"] == -17
+        fs = FeedbackSet([db.get_message_by_name("HIL_Encoder")], LAB)
+        f = np.zeros(1, LAB)[0]
+        for counts in ((3e9, -3e9), (2147483647.0, -2147483648.0), (123456789.0, -5.0)):
+            f["encoder_ELx"], f["encoder_PSy"] = counts
+            assert fs.pack(f, 1) == [msg.encode(sig, strict=False) for msg, sig in fs.signal_values(f, 1)]
+        f["encoder_ELx"], f["encoder_PSy"] = 3e9, -3e9
+        assert [db.decode_message(0x308, b)[n] for b, n in zip(fs.pack(f, 1), ("encoder_ELx", "encoder_PSy"))] == [
+            2147483647, -2147483647]
+        with pytest.raises(ValueError, match=r"HIL_Encoder needs \[sensor.encoder\]"):
+            FeedbackSet([db.get_message_by_name("HIL_Encoder")], sensor_frame_dtype(frame_dtype(), imu=True))
+    finally:
+        peer.shutdown()
+        ep.close()
+
+
 def test_can_driver_takes_the_run_frame_and_refuses_lab_feedback_without_the_sensor():
     from drivers.can.driver import CanDriver
     from sim.das3.config import ConfigError
@@ -193,11 +235,14 @@ def test_can_driver_takes_the_run_frame_and_refuses_lab_feedback_without_the_sen
     assert "frame" not in CanDriver.parse_config(table, context(frame_dtype())).endpoint_args
     assert CanDriver.parse_config(table, context(LAB)).endpoint_args["frame"] == LAB
     imu_only = sensor_frame_dtype(frame_dtype(), imu=True)
-    for feedback, key in ((["HIL_Status", "HIL_ImuQuat"], "[sensor.imu]"), (["HIL_Status", "HIL_Emg"], "[sensor.emg]")):
+    for feedback, key in ((["HIL_Status", "HIL_ImuQuat"], "[sensor.imu]"), (["HIL_Status", "HIL_Emg"], "[sensor.emg]"),
+                          (["HIL_Status", "HIL_Encoder"], "[sensor.encoder]")):
         with pytest.raises(ConfigError) as err:
             CanDriver.parse_config({**table, "feedback": feedback}, context(imu_only if "Emg" in feedback[1]
                                                                             else frame_dtype()))
         assert err.value.key == "driver[0].feedback" and key in str(err.value)
+    assert CanDriver.parse_config({**table, "feedback": ["HIL_Status", "HIL_Encoder"]}, context(LAB)).endpoint_args[
+        "feedback"] == ("HIL_Status", "HIL_Encoder")
 
 
 def test_hil_run_publishes_the_imus_on_the_lsl_arm_stream(pylsl, lsl_config, tmp_path, config_over):
