@@ -27,8 +27,8 @@ HIL -> controller (every ``feedback_every`` ticks, ``HIL_Status`` first):
 
 A value outside a sensor signal's range is saturated to the range when encoding (documented per signal). A
 signed sensor signal keeps its lowest raw value out of its range for "no value" (the DBC's value table names it
-``not_available``, the J1939 convention of a reserved raw value): a value the plant does not model (NaN, e.g. the
-GH force of the reduced MTG arm) goes out as that raw value, never as a number a controller could act on.
+``not_available``, as SAE J1939 reserves raw values for "not available"): a value the plant does not model (NaN,
+e.g. the GH force of the reduced MTG arm) goes out as that raw value, never as a number a controller could act on.
 """
 from __future__ import annotations
 
