@@ -318,9 +318,6 @@ def service_config_from_dict(merged: dict, path: str) -> ServiceConfig:
                           "must be \"monitor\"", file=path, key="safety.gh_action")
 
     sensor = sensor_config(merged, path, period)
-    if sensor.lab.imu is not None and kind.name != "das3":
-        raise ConfigError(f"the IMUs need the das3 plant's segment kinematics, not the {kind.name} plant", file=path,
-                          key="sensor.imu")
     metrics = ConfigTable.section(merged, "metrics", path).build(METRICS_SCHEMA, MetricsConfig)
     recording = ConfigTable.section(merged, "recording", path).build(RECORDING_SCHEMA, RecordingConfig)
 

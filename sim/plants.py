@@ -5,6 +5,7 @@ A plant's model provides ``kind`` (its registered type, ``hil.rt.plants``), ``do
 (the sensor frame's joints, rad), ``muscle_names`` (its actuators, one excitation each), ``n_muscles``,
 ``n_states``, ``equilibrium_state`` (where a run starts by default), ``load_names`` (its external loads),
 ``has_glenohumeral`` (the GH joint force and stability are modelled: the GH rules and the glenoid figure apply),
+``segment_model`` (the DAS3 model of its segments, whose kinematics take the frame's q: the IMUs, the pictures),
 ``voluntary_reach(patient)`` (how much of each actuator the patient's own drive reaches, 0 to 1) and
 ``data_sha256`` (what a recording names as its parameters). A plant provides ``outputs`` (views of the arm
 frame's quantities: ``q``, ``qdot``, ``th_angles``, ``hand_position``, ``gh_force``, ``st_contact_force``,

@@ -289,8 +289,7 @@ class ArmBatch:
 
     def segment_model(self, i: int):
         """The DAS3 model of arm i's segments, of its patient's size (the MTG arm is built on them)."""
-        model = self.arms[i].model
-        return model.das3 if model.kind == "mtg" else model
+        return self.arms[i].model.segment_model
 
     def _end(self, i: int, status: int, detail: str) -> None:
         self.status[i], self.arms[i].detail = status, detail

@@ -365,9 +365,7 @@ class LabSensors:
         c = self.config
         f = frame[0]
         if c.imu is not None:
-            axis = getattr(getattr(model, "arrays", None), "joint_axis", None)
-            if axis is None:
-                raise ValueError("[sensor.imu] needs the das3 plant (its segment kinematics)")
+            axis = model.segment_model.arrays.joint_axis       # the MTG arm's q too is in DAS3 order
             if c.imu.rate_hz * period_s > 1.0 + 1e-9:
                 raise ValueError(f"sensor.imu.rate_hz = {c.imu.rate_hz:g} exceeds the loop rate {1 / period_s:g} Hz")
             delay = int(round(c.imu.latency_s / period_s))

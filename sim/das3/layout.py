@@ -131,6 +131,11 @@ class Das3Model:
     n_muscles: int = N_MUS
     n_states: int = N_STATES
 
+    @property
+    def segment_model(self) -> "Das3Model":
+        """The DAS3 model of the arm's segments (their kinematics, :mod:`sim.das3.kinematics`): this one."""
+        return self
+
     def state_problem(self, x: np.ndarray) -> str | None:
         """Why ``x`` (N_STATES finite values, state order q, qdot, s, a) is no state of this model, or None: every
         angle within +-pi rad (+-180 deg), every fibre state s at least :data:`FIBRE_MIN`, every activation in [0, 1]

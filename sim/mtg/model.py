@@ -279,6 +279,7 @@ class MtgModel:
     def __init__(self, das3: Das3Model, params: MtgParameters, actuators: ActuatorPatient | None = None,
                  reflex: ActuatorReflex | None = None, contracture: ContractureTable | None = None) -> None:
         self.das3 = das3
+        self.segment_model = das3     # the DAS3 model of its segments (q in DAS3 order: their kinematics apply)
         self.params = params
         self.config = das3.config
         girdle = _frozen_girdle(das3)
