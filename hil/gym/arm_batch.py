@@ -167,6 +167,9 @@ class ArmBatch:
         arm.reset(noise_seed, hand_kg)
         self.status[i], self.ticks[i] = RUNNING, 0
         self.frames[i] = arm.engine.record["frame"][0]
+        lab, outputs = arm.engine.sensor.lab, arm.engine.plant.outputs
+        if lab is not None:             # no tick yet: the lab sensors' reading of the initial state, not zeros
+            lab.reading_before_start(outputs.q, outputs.qdot, self.frames[i:i + 1])
         self.effort[i] = 0.0
 
     # -- steps --------------------------------------------------------------------------------------------

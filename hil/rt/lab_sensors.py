@@ -416,3 +416,21 @@ class LabSensors:
     def step(self, tick: int, q: np.ndarray, qdot: np.ndarray) -> None:
         """Fill the lab sensors' frame fields for ``tick`` from the true q, q-dot (before any frame noise)."""
         lab_tick(tick, q, qdot, self.imu, self.encoder, self.emg, self.rng)
+
+    def reading_before_start(self, q: np.ndarray, qdot: np.ndarray, frame: np.ndarray) -> None:
+        """The sensors' noise-free reading of the state (q, q-dot) into the lab fields of ``frame`` (1 element), with
+        no sample taken (the sampling state, the biases and the generator stay as they are): what a Gymnasium reset
+        observes before the first tick, where a frame's lab fields would otherwise still be zeros (no quaternion).
+        The IMUs' segment orientations and rates, the encoders' counts; no M-wave without stimulation."""
+        params = self.imu[0].copy()
+        if params.shape[0]:
+            params[[1, 3, 4, 5]] = 0.0                    # gyro noise, bias step, orientation noise
+            held = np.zeros((2, 7))
+            _imu_sample(q, qdot, self.imu[1], self.imu[2], np.zeros_like(self.imu[3]), params, np.zeros((2, 3)),
+                        self.rng.copy(), held)
+            frame["imu_quat"][0], frame["imu_gyro"][0] = held[:, :4], held[:, 4:]
+        joints, per_rad, _ = self.encoder
+        for joint, i in zip(self.config.encoder.joints if self.config.encoder else (), joints.tolist()):
+            frame[ENCODER_PREFIX + joint][0] = np.rint(q[i] * per_rad[0])
+        if self.config.emg is not None:
+            frame["emg_mwave"][0] = 0.0

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 from helpers import ROOT
+from scipy.spatial.transform import Rotation
 
 import hil.gym
 from hil.gym.env import FesArmEnv
@@ -771,3 +772,34 @@ def test_stable_baselines3s_per_environment_calls_act_on_the_chosen_arms():
         venv.env_method("close")
     with pytest.raises(ValueError, match="arm numbers from 0 to 2, not 3"):
         venv.get_attr("dt", indices=[0, 3])
+
+
+def test_a_reset_observes_the_lab_sensors_reading_of_the_initial_state(tmp_path):
+    """Before the first tick no IMU sample exists: the reset observation is the sensors' noise-free reading of the
+    initial state (the segments' orientation, zero rate at rest, the encoder's count), not the zeros of an unsampled
+    frame (no quaternion), and taking it draws nothing from the sensors' generator nor moves their sampling state."""
+    from sim.das3.kinematics import frames
+    from sim.das3.model import HUMERUS_FRAME, RADIUS_FRAME
+
+    config = tmp_path / "lab.toml"
+    config.write_text(f'include = ["{ROOT / "configs" / "gym" / "elbow-hold.toml"}"]\n[sensor.imu]\n'
+                      '[sensor.encoder]\njoints = ["ELx"]\n')
+    observe = ("imu_quat", "imu_gyro", "encoder_ELx")
+    env = FesArmEnv("ElbowHold", config=str(config), observe=observe, **SHORT)
+    obs, _ = env.reset(seed=0)
+    engine = env.episodes.arms.arms[0].engine
+    q = engine.plant.outputs.q
+    R, _ = frames(env.episodes.arms.segment_model(0).arrays, q)
+    for s, f in enumerate((HUMERUS_FRAME, RADIUS_FRAME)):
+        x, y, z, w = Rotation.from_matrix(R[0, f]).as_quat()
+        assert np.allclose(obs[4 * s:4 * s + 4], np.array([w, x, y, z]) * (1 if w >= 0 else -1), atol=1e-6)
+    assert np.allclose(obs[8:14], 0.0, atol=1e-6) and obs[14] == np.rint(q[9] * 4096 / (2 * np.pi)) != 0
+    lab = engine.sensor.lab
+    before = [a.copy() for a in (lab.rng, lab.imu[4], lab.imu[5], lab.imu[6])]
+    lab.reading_before_start(q, engine.plant.outputs.qdot, np.zeros(1, engine.sensor.dtype))
+    assert all(np.array_equal(a, b) for a, b in zip(before, (lab.rng, lab.imu[4], lab.imu[5], lab.imu[6])))
+    batch = FesArmVectorEnv("ElbowHold", num_envs=2, config=str(config), observe=observe, **SHORT)
+    batch_obs, _ = batch.reset(seed=[0, 1])
+    assert np.array_equal(batch_obs[0], obs)
+    action = env.action_space.sample()
+    assert np.array_equal(batch.step(np.stack([action, action]))[0][0], env.step(action)[0])
