@@ -129,7 +129,7 @@ class TickEngine:
                                         self.emd, self.fatigue, stimulation is not None,
                                         self.safety.tick_rules,
                                         sensor.frame_views, sensor.status_view, substeps,
-                                        self.voluntary_drive.kernel_arrays(self.u_voluntary))
+                                        self.voluntary_drive.kernel_arrays(self.u_voluntary), sensor.lab_arrays)
 
     def _own_record(self, n_muscles: int, fatigue: tuple) -> None:
         """The tick record, and the applied channels, excitations, fitness and sensor frame as views of it."""

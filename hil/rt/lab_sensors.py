@@ -335,6 +335,11 @@ def lab_tick(tick, q, qdot, imu, encoder, emg, rng):
             mwave[c] += p[4] * next_normal(rng)
 
 
+def no_lab_arrays() -> tuple:
+    """:attr:`LabSensors.kernel_arrays` of a run without lab sensors (empty arrays: :func:`lab_tick` does nothing)."""
+    return _empty_imu(), (np.zeros(0, np.int64), np.ones(1), np.zeros(0)), _empty_emg(), np.zeros(1, np.uint64)
+
+
 def _empty_imu() -> tuple:
     z = np.zeros
     return (z(0), z((0, 3)), z(2, np.int64), z((1, 3, 3)), z((2, 3)), z(1, np.int64), z((1, 2, 7)), z((2, 4)),
@@ -416,6 +421,12 @@ class LabSensors:
     def step(self, tick: int, q: np.ndarray, qdot: np.ndarray) -> None:
         """Fill the lab sensors' frame fields for ``tick`` from the true q, q-dot (before any frame noise)."""
         lab_tick(tick, q, qdot, self.imu, self.encoder, self.emg, self.rng)
+
+    @property
+    def kernel_arrays(self) -> tuple:
+        """(imu, encoder, emg, rng): what :func:`lab_tick` takes after the joint state, for the compiled tick
+        (:mod:`hil.rt.tick_kernel`), bound (:meth:`bind`) and then never replaced, only changed in place."""
+        return self.imu, self.encoder, self.emg, self.rng
 
     def reading_before_start(self, q: np.ndarray, qdot: np.ndarray, frame: np.ndarray) -> None:
         """The sensors' noise-free reading of the state (q, q-dot) into the lab fields of ``frame`` (1 element), with

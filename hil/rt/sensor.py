@@ -13,7 +13,7 @@ import numpy as np
 
 from drivers.core.config_table import ConfigTable
 from drivers.core.contract import frame_dtype
-from hil.rt.lab_sensors import LAB_KEYS, LabSensors, LabSensorsConfig, lab_frame_dtype, read_lab_sensors
+from hil.rt.lab_sensors import LAB_KEYS, LabSensors, LabSensorsConfig, lab_frame_dtype, no_lab_arrays, read_lab_sensors
 from sim.config_schema import Key, Section, from_deg, from_ms
 from sim.das3.model import DOF_NAMES
 from sim.jit.kernel import kernel
@@ -103,8 +103,9 @@ class SensorModel:
         self._n3 = np.zeros(3)
         self._noisy = (config.angle_noise_rad > 0 or config.velocity_noise_rad_s > 0
                        or config.force_noise_n > 0 or config.angle_quantum_rad > 0)
-        self.ideal = not self._noisy and config.delay_ticks == 0 and self.lab is None
-        """No measurement model: the frame sent is the true frame as filled."""
+        self.ideal = not self._noisy and config.delay_ticks == 0
+        """No measurement model after the compiled tick (which runs the lab sensors): the frame sent is the true frame
+        as filled."""
         self.use_frame(np.zeros(1, self.dtype))
 
     def use_frame(self, frame: np.ndarray) -> None:
@@ -138,14 +139,20 @@ class SensorModel:
         fill_true_frame(self.frame_views, tick, time_s, outputs.q, outputs.qdot, outputs.th_angles,
                         outputs.hand_position, outputs.gh_force, outputs.st_contact_force, outputs.gh_stability)
         self.status_view[0] = status
-        return self.complete(tick)
-
-    def complete(self, tick: int) -> np.ndarray:
-        """The measurement model (noise, quantisation, delay) on the frame :func:`fill_true_frame` filled for
-        ``tick``, its status set (by the compiled tick, or :meth:`measure`). Returns the frame to send (a
-        1-element view)."""
         if self.lab is not None:      # from the true joint state, before the frame's own noise
             self.lab.step(tick, self.frame_views[0], self.frame_views[1])
+        return self.complete(tick)
+
+    @property
+    def lab_arrays(self) -> tuple:
+        """The lab sensors' arguments of the compiled tick, which runs them after filling the true frame
+        (:attr:`hil.rt.lab_sensors.LabSensors.kernel_arrays`; empty without lab sensors)."""
+        return self.lab.kernel_arrays if self.lab is not None else no_lab_arrays()
+
+    def complete(self, tick: int) -> np.ndarray:
+        """The measurement model (noise, quantisation, delay) on the frame :func:`fill_true_frame` and the lab
+        sensors filled for ``tick``, its status set (by the compiled tick, or :meth:`measure`). Returns the frame
+        to send (a 1-element view)."""
         if self._noisy:
             self._apply_noise()
         if self.config.delay_ticks == 0:

@@ -3,8 +3,8 @@
 In one numba call: the safety rules that decide before the step (the watchdog, the GH and ROM actions from
 the last frame), the applied stimulation (the latched commands, or zero when safety says so) and its
 excitation (the stimulation map, or the latched direct excitations), the plant's sub-steps under that
-zero-order hold, the noise-free sensor frame, and the rules that classify it (GH monitor, range of motion)
-with its status bits. The rules are those of :mod:`hil.safety.rules`, whose objects hold the state the kernel
+zero-order hold, the noise-free sensor frame with the lab sensors' fields, and the rules that classify it (GH
+monitor, range of motion) with its status bits. The rules are those of :mod:`hil.safety.rules`, whose objects hold the state the kernel
 updates in place. Python keeps what raises or has no fixed size: a failed plant step, the optional
 measurement model, the operator's message after a stop.
 
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from numba import typeof
 
+from hil.rt.lab_sensors import lab_tick
 from hil.rt.sensor import fill_true_frame
 from hil.rt.stimulation import AMP_SCALE, PW_SCALE, delayed_excitation
 from hil.safety.rules import STOP_NONE, rules_after_step, rules_before_step
@@ -33,17 +34,18 @@ from sim.jit.kernel import kernel
 
 
 def tick_arrays(plant, latched, direct, applied, u, stim_params, emd, fatigue, use_stim: bool, rules: tuple,
-                frame_views, frame_status, n_steps: int, voluntary: tuple) -> Bundle:
+                frame_views, frame_status, n_steps: int, voluntary: tuple, lab: tuple) -> Bundle:
     """Bundle an engine's tick: the plant's kernel arguments (its ``kernel_args``, :mod:`sim.plants`), the
     latched and applied channel rows and direct excitations, the excitation ``u``, the stimulation map's
     parameters, its electromechanical delay line and fatigue state, the safety rules' state and parameters
-    (:func:`hil.safety.rules.tick_rules`), the views of plant outputs and of the sensor's frame and its status, and
-    the patient's own drive (latched, recorded, the plant's excitation; :func:`hil.rt.voluntary.voluntary_arrays`)."""
+    (:func:`hil.safety.rules.tick_rules`), the views of plant outputs and of the sensor's frame and its status,
+    the patient's own drive (latched, recorded, the plant's excitation; :func:`hil.rt.voluntary.voluntary_arrays`)
+    and the lab sensors' arrays (:attr:`hil.rt.sensor.SensorModel.lab_arrays`)."""
     out = plant.outputs
     outputs = (out.q, out.qdot, out.th_angles, out.hand_position, out.gh_force, out.st_contact_force,
                out.gh_stability_cell)
     return new_bundle((plant.kernel_args, n_steps, latched, direct, applied, u, stim_params, emd, fatigue, use_stim,
-                       rules, outputs, frame_views, frame_status, voluntary))
+                       rules, outputs, frame_views, frame_status, voluntary, lab))
 
 
 @kernel
@@ -79,7 +81,7 @@ def tick_inputs(arrays, tick, warm):
     max(u, the patient's own drive) with a voluntary source. ``warm``: a warm-up call, with zero stimulation and
     the safety state left alone."""
     (plant, n_steps, latched, direct, applied, u, stim, emd, fatigue, use_stim, rules, outputs, frame,
-     frame_status, voluntary) = borrowed_items(arrays)
+     frame_status, voluntary, lab) = borrowed_items(arrays)
     zero, bits = _before_step(rules, tick, latched, direct, warm)
     _excitation(zero, use_stim, latched, direct, applied, u, stim, emd, fatigue)
     latch, reach, u_voluntary, u_plant = voluntary
@@ -90,11 +92,16 @@ def tick_inputs(arrays, tick, warm):
 
 @kernel
 def tick_outputs(arrays, tick, time_s, all_done, bits, overrun, warm):
-    """The tick after the plant: when every sub-step succeeded (``all_done``), the true frame and its status,
-    classified by the rules after the step; returns the STOP_* code."""
+    """The tick after the plant: when every sub-step succeeded (``all_done``), the true frame with the lab sensors'
+    fields (from the true joint state; not in a warm-up) and its status, classified by the rules after the step;
+    returns the STOP_* code."""
     (plant, n_steps, latched, direct, applied, u, stim, emd, fatigue, use_stim, rules, outputs, frame,
-     frame_status, voluntary) = borrowed_items(arrays)
-    return _after_step(rules, outputs, frame, frame_status, tick, time_s, all_done, bits, overrun, warm)
+     frame_status, voluntary, lab) = borrowed_items(arrays)
+    stop = _after_step(rules, outputs, frame, frame_status, tick, time_s, all_done, bits, overrun, warm)
+    if all_done and not warm:
+        imu, encoder, emg, rng = lab
+        lab_tick(tick, outputs[0], outputs[1], imu, encoder, emg, rng)
+    return stop
 
 
 @kernel

@@ -803,3 +803,25 @@ def test_a_reset_observes_the_lab_sensors_reading_of_the_initial_state(tmp_path)
     assert np.array_equal(batch_obs[0], obs)
     action = env.action_space.sample()
     assert np.array_equal(batch.step(np.stack([action, action]))[0][0], env.step(action)[0])
+
+
+def test_lab_sensors_run_in_the_compiled_ticks_and_the_batch_stays_the_single_environment(tmp_path):
+    """The lab sensors run inside the compiled tick (``hil.rt.tick_kernel.tick_outputs``), so an engine with them and
+    no other measurement model books its ticks in bulk, and a batch's arm stays its single environment bit for bit
+    (IMU noise and biases from the sensors' own generator, over several action steps)."""
+    config = tmp_path / "lab.toml"
+    config.write_text(f'include = ["{ROOT / "configs" / "gym" / "elbow-hold-mtg.toml"}"]\n[sensor.imu]\n'
+                      '[sensor.encoder]\njoints = ["ELx"]\n')
+    observe = ("imu_quat", "imu_gyro", "encoder_ELx")
+    single = FesArmEnv("ElbowHold", config=str(config), observe=observe, **SHORT)
+    batch = FesArmVectorEnv("ElbowHold", num_envs=3, config=str(config), observe=observe, **SHORT)
+    assert not single.episodes.arms.arms[0].engine.finishes_each_tick
+    single.reset(seed=4)
+    batch.reset(seed=[4, 5, 6])
+    rng = np.random.default_rng(0)
+    for _ in range(8):
+        action = rng.random(single.action_space.shape).astype(np.float32)
+        obs = single.step(action)[0]
+        batch_obs = batch.step(np.stack([action] * 3))[0]
+        assert np.array_equal(batch_obs[0], obs)
+    assert np.ptp(batch_obs[:, 8:14], axis=0).max() > 0      # the arms' gyro noise differs by seed

@@ -22,6 +22,8 @@ FIXTURE = DATA / "elbow-hold-v0.1.hilrec"      # hil run --config configs/elbow-
 FIXTURE_V02 = DATA / "elbow-hold-v0.2.hilrec"  # the same run with the plant arithmetic of issue 14 (chunked sums)
 FIXTURE_V03 = DATA / "elbow-hold-v0.3.hilrec"  # the same run with analytic qdot derivatives, fused tendon stiffness
 FIXTURE_V04 = DATA / "elbow-hold-v0.4.hilrec"  # the same run with the line-of-action sums in a CPU-independent order
+FIXTURE_IMU = DATA / "elbow-hold-imu-v0.4.hilrec"  # --config configs/elbow-hold-imu.toml --offline --duration 0.2,
+                                                   # its lab sensors measured in Python after the compiled tick
 ROUNDING_LIMIT = 1e-9
 """Largest difference (SI units) of any frame field when an older recording is replayed by the faster kernels,
 which sum the same terms in another order: rounding, far below any sensor's resolution."""
@@ -30,6 +32,14 @@ CLI_TREE = DATA / "cli-tree.json"
 
 def test_fixture_recording_replays_bit_identically():
     result = replay_recording(str(FIXTURE_V04))
+    assert result["identical"] and result["ticks"] == 50, result
+
+
+def test_a_recording_with_lab_sensors_replays_bit_identically():
+    """Made when the lab sensors (noisy IMUs, encoders, noisy EMG, fatigue) ran in Python after the compiled tick;
+    they now run inside it: the same draws from the same generator in the same order, so the same bits (a sample
+    taken at another tick, or a draw in another order, fails this)."""
+    result = replay_recording(str(FIXTURE_IMU))
     assert result["identical"] and result["ticks"] == 50, result
 
 
