@@ -30,7 +30,7 @@ from drivers.can.dbc import (
     DbcFileError,
     read_dbc,
 )
-from drivers.can.feedback import FeedbackSet
+from drivers.can.feedback import LAB_MESSAGES, FeedbackSet, lab_sensor_lacking
 from drivers.can.local_bus import HOST_LOCAL_GROUP, HostLocalUdpMulticastBus, is_host_local_group
 from drivers.core.config_table import ConfigTable
 from drivers.core.contract import frame_dtype, lab_fields
@@ -51,11 +51,6 @@ from sim.das3.config import unknown_name
 CONTROLLER_ID_BASE, CONTROLLER_ID_MASK = 0x200, 0x700
 FEEDBACK_MESSAGES = ("HIL_Status", "HIL_JointAngle", "HIL_JointVelocity", "HIL_Arm", "HIL_Force")
 FD_MESSAGES = ("HIL_SensorFD",)
-LAB_MESSAGES = {"HIL_ImuQuat": "imu", "HIL_ImuGyro": "imu", "HIL_Emg": "emg", "HIL_Encoder": "encoder"}
-"""Feedback of the lab sensors (drivers.core.contract.sensor_frame_dtype) -> the ``[sensor.<name>]`` it needs."""
-
-_LAB_SENSOR_OF_FIELD = {"imu_quat": "imu", "imu_gyro": "imu", "emg_mwave": "emg"}
-"""The lab sensor of each lab frame field (the others are ``encoder_<DOF>``)."""
 
 DEFAULT_DBC = "fes-hil.dbc"
 _RANGE_TOL = 1e-9
@@ -72,7 +67,7 @@ CONFIG_SCHEMA = Section("driver (can)", "A CAN controller over python-can, frame
         "unless allow_lan (other interfaces: no default)"),
     Key("bus", "table", None, "`[driver.bus]`: python-can Bus keyword arguments", why="python-can Bus arguments"),
     Key("feedback", "strings", FEEDBACK_MESSAGES, "feedback messages sent every tick, each once",
-        choices=FEEDBACK_MESSAGES + FD_MESSAGES + tuple(LAB_MESSAGES)),
+        choices=FEEDBACK_MESSAGES + FD_MESSAGES + LAB_MESSAGES),
     Key("feedback_every", "integer", 1, "send the feedback set every Nth tick", lo=1, hi=1_000_000),
     Key("counter_reset_s", "number", 0.5, "a message silent this long accepts any rolling counter (a restarted "
         "controller)", lo=0.0, hi=60.0, lo_exclusive=True,
@@ -286,10 +281,10 @@ class CanDriver(LinkDriver):
         for name in args["feedback"]:
             if name not in names:
                 raise t.error("feedback", f"{name} is not in {dbc_path}: regenerate it with `hil can dbc`")
-        present = {_LAB_SENSOR_OF_FIELD.get(f, "encoder") for f in lab_fields(ctx.frame_dtype)}
         for name in args["feedback"]:
-            if name in LAB_MESSAGES and LAB_MESSAGES[name] not in present:
-                raise t.error("feedback", f"{name} needs [sensor.{LAB_MESSAGES[name]}] in the config")
+            lacking = lab_sensor_lacking(name, ctx.frame_dtype)
+            if lacking:
+                raise t.error("feedback", f"{name} needs {lacking} in the config")
         priority, loop_cpu = link_scheduling_keys(t, ctx)
         t.done()
         return LinkSpec(args, priority, loop_cpu)

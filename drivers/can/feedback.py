@@ -57,6 +57,16 @@ _LAB_ARRAYS = {"imu_quat": "[sensor.imu]", "imu_gyro": "[sensor.imu]", "emg_mwav
                "encoder": "[sensor.encoder]"}
 #: the message with a frame per joint encoder, sent for the frame's encoders only (its signals are named as their fields)
 ENCODER_MESSAGE = "HIL_Encoder"
+#: the feedback messages of the lab sensors: sent only when the run has the sensor (:func:`lab_sensor_lacking`)
+LAB_MESSAGES = tuple(m for m, (_, arrays) in LAYOUT.items() if set(arrays) & set(_LAB_ARRAYS))
+
+
+def lab_sensor_lacking(message: str, frame_dtype: np.dtype) -> str | None:
+    """The ``[sensor.<name>]`` table a feedback message needs whose fields the run's frame lacks, or None."""
+    present = set(frame_dtype.names) | ({"encoder"} if any(n.startswith(ENCODER_PREFIX) for n in frame_dtype.names)
+                                        else set())
+    return next((_LAB_ARRAYS[a] for a in LAYOUT.get(message, ((), ()))[1] if a in _LAB_ARRAYS and a not in present),
+                None)
 _BLOCK_SIZE = 3
 
 
@@ -96,8 +106,9 @@ class FeedbackSet:
         self.frames = []
         for msg in messages:
             carried = set()
-            if msg.name == ENCODER_MESSAGE and not self.encoder_index:
-                raise ValueError(f"feedback {msg.name} needs {_LAB_ARRAYS['encoder']} in the config")
+            lacking = lab_sensor_lacking(msg.name, frame_dtype)
+            if lacking:
+                raise ValueError(f"feedback {msg.name} needs {lacking} in the config")
             for block, signals in self._frame_signals(msg):
                 if msg.name == ENCODER_MESSAGE and not any(s.name in self.encoder_index for s in signals):
                     continue                              # a joint without an encoder: no frame
@@ -141,9 +152,6 @@ class FeedbackSet:
         if msg.name not in LAYOUT:
             raise ValueError(f"{msg.name} is not a feedback message (one of {', '.join(LAYOUT)})")
         named_values, arrays = LAYOUT[msg.name]
-        lacking_sensor = [_LAB_ARRAYS[a] for a in arrays if a not in self.array_slice]
-        if lacking_sensor:
-            raise ValueError(f"feedback {msg.name} needs {lacking_sensor[0]} in the config")
         positions = [i for a in arrays for i in range(self.array_slice[a].start, self.array_slice[a].stop)]
         if msg.name == ENCODER_MESSAGE:
             positions = [self.encoder_index[s.name] for s in signals if s.name in self.encoder_index]

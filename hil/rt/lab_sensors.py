@@ -358,8 +358,7 @@ class LabSensors:
     def __init__(self, config: LabSensorsConfig, seed: int) -> None:
         self.config = config
         self.seed = seed
-        self.rng = np.zeros(1, np.uint64)
-        self.imu, self.encoder, self.emg = _empty_imu(), (np.zeros(0, np.int64), np.ones(1), np.zeros(0)), _empty_emg()
+        self.imu, self.encoder, self.emg, self.rng = no_lab_arrays()      # until bound (:meth:`bind`)
         self._bias0 = np.zeros((2, 3))
 
     def bind(self, frame: np.ndarray, model, stimulation, applied: np.ndarray, fitness: np.ndarray,
